@@ -1,0 +1,3 @@
+module github.com/staggerhq/stagger
+
+go 1.25

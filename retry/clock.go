@@ -1,0 +1,34 @@
+package retry
+
+import "time"
+
+// Clock is the source of time for a retry loop: Now for decisions (deadline,
+// budgets) and NewTimer for waits. Inject one to drive a loop in tests; the
+// per-attempt context deadlines still use the runtime's timers, which
+// testing/synctest makes virtual as well.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer a retry loop uses.
+type Timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration) bool
+	Stop() bool
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a real timer.
+func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (s systemTimer) C() <-chan time.Time        { return s.t.C }
+func (s systemTimer) Reset(d time.Duration) bool { return s.t.Reset(d) }
+func (s systemTimer) Stop() bool                 { return s.t.Stop() }

@@ -1,0 +1,217 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/staggerhq/stagger/limit"
+)
+
+// Reason says why a retry loop stopped without success.
+type Reason uint8
+
+const (
+	// NoReason means "retry" in a Decision and "no give-up" elsewhere.
+	NoReason Reason = iota
+	// Exhausted: the last allowed attempt failed.
+	Exhausted
+	// Deadline: the next attempt could not start before the deadline
+	// (now + delay >= deadline), or the deadline passed.
+	Deadline
+	// Budget: the retry budget refused (or a throttle refused the attempt).
+	Budget
+	// Limited: no concurrency slot was free.
+	Limited
+	// PermanentError: the error was marked Permanent.
+	PermanentError
+	// UnknownError: the error had no class; it is returned as it is.
+	UnknownError
+	// Canceled: the caller's context was canceled.
+	Canceled
+	// Pushback: the dependency asked for a wait longer than Policy.MaxAfter.
+	Pushback
+)
+
+var reasonNames = [...]string{"none", "exhausted", "deadline", "budget", "limited", "permanent", "unknown", "canceled", "pushback"}
+
+// String returns the reason's lower-case name, as used in metrics and logs.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// ParseReason is the inverse of Reason.String.
+func ParseReason(s string) (Reason, error) {
+	for i, n := range reasonNames {
+		if strings.EqualFold(s, n) {
+			return Reason(i), nil
+		}
+	}
+	return NoReason, fmt.Errorf("retry: unknown reason %q", s)
+}
+
+// Sentinels, one per give-up reason. A give-up error satisfies errors.Is for
+// its reason's sentinel and for the last attempt's error.
+var (
+	ErrExhausted = errors.New("retry: attempts exhausted")
+	ErrDeadline  = errors.New("retry: deadline")
+	ErrBudget    = errors.New("retry: budget refused")
+	ErrLimited   = limit.ErrLimited
+	ErrPermanent = errors.New("retry: permanent error")
+	ErrPushback  = errors.New("retry: pushback longer than allowed")
+)
+
+// Err returns the reason's sentinel (context.Canceled for Canceled, nil for
+// NoReason and UnknownError).
+func (r Reason) Err() error {
+	switch r {
+	case Exhausted:
+		return ErrExhausted
+	case Deadline:
+		return ErrDeadline
+	case Budget:
+		return ErrBudget
+	case Limited:
+		return ErrLimited
+	case PermanentError:
+		return ErrPermanent
+	case Canceled:
+		return context.Canceled
+	case Pushback:
+		return ErrPushback
+	}
+	return nil
+}
+
+// Decision is the outcome of [Policy.Decide]: retry after Delay, or stop
+// because of Reason.
+type Decision struct {
+	Retry  bool
+	Delay  time.Duration
+	Reason Reason // NoReason when Retry
+}
+
+// Decide is the one retry decision every stagger driver calls: the
+// in-process loop, the durable queue, the simulator, the HTTP transport and
+// the broker adapters. It does no waiting and reads no clock.
+//
+// attempt is the number of attempts made so far (the one that just failed is
+// attempt number attempt, counting from 1); err is its error; now is the
+// driver's current time; deadline the operation's deadline (zero: none);
+// prev the delay decided after the previous failure (0 after the first).
+//
+// The rules, in order:
+//   - a nil err is not retried (Reason NoReason, Retry false);
+//   - Permanent → PermanentError; an error of no class (after Classify) →
+//     UnknownError;
+//   - attempt >= MaxAttempts → Exhausted;
+//   - delay = Schedule.Delay(attempt, prev); an After(d) error raises it to
+//     at least d, where d > MaxAfter gives up with Pushback (or waits
+//     MaxAfter when ClampAfter is set);
+//   - now + delay >= deadline → Deadline (equality counts: there is no
+//     budget left to start then);
+//   - the Budget refuses → Budget. A Budget that allows the retry has
+//     charged for it, so call Decide once per failure.
+func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev time.Duration) Decision {
+	if err == nil {
+		return Decision{}
+	}
+	if p == nil {
+		p = &defaultPolicy
+	}
+	class, after := Classify(err)
+	if class == ClassUnknown && p.Classify != nil {
+		class = p.Classify(err)
+	}
+	return p.decide(attempt, class, after, now, deadline, prev)
+}
+
+// decide is Decide after classification.
+func (p *Policy) decide(attempt int, class Class, after time.Duration, now, deadline time.Time, prev time.Duration) Decision {
+	switch class {
+	case ClassPermanent:
+		return Decision{Reason: PermanentError}
+	case ClassRetryable:
+	default:
+		return Decision{Reason: UnknownError}
+	}
+	if attempt >= p.maxAttempts() {
+		return Decision{Reason: Exhausted}
+	}
+	delay := p.schedule().Delay(attempt, prev, p.Rand)
+	if after > 0 {
+		if m := p.maxAfter(); after > m {
+			if !p.ClampAfter {
+				return Decision{Reason: Pushback}
+			}
+			after = m
+		}
+		delay = max(delay, after)
+	}
+	if !deadline.IsZero() && !now.Add(delay).Before(deadline) {
+		return Decision{Reason: Deadline}
+	}
+	if p.Budget != nil && !p.Budget.Retry(now) {
+		return Decision{Reason: Budget}
+	}
+	return Decision{Retry: true, Delay: delay}
+}
+
+// Error is returned when a retry loop gives up. It satisfies errors.Is for
+// the reason's sentinel (ErrExhausted, ErrDeadline, ErrBudget, ErrLimited,
+// ErrPermanent, ErrPushback, context.Canceled), for the context's error when
+// the context ended the loop, and for the last attempt's error.
+type Error struct {
+	Reason   Reason
+	Attempts int   // attempts made
+	Err      error // the last attempt's error; nil if no attempt was made
+	ctxErr   error
+}
+
+// Error describes the give-up.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("retry: gave up (")
+	b.WriteString(e.Reason.String())
+	b.WriteString(") after ")
+	fmt.Fprintf(&b, "%d attempt", e.Attempts)
+	if e.Attempts != 1 {
+		b.WriteByte('s')
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the reason's sentinel, the context's error (if any) and the
+// last attempt's error.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 3)
+	if s := e.Reason.Err(); s != nil {
+		errs = append(errs, s)
+	}
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// GiveUp builds the error a driver returns when it stops for reason after
+// attempts attempts whose last error was last. For UnknownError it returns
+// last unchanged (unknown errors go back to the caller as they are).
+func GiveUp(reason Reason, attempts int, last error) error {
+	if reason == UnknownError && last != nil {
+		return last
+	}
+	return &Error{Reason: reason, Attempts: attempts, Err: last}
+}
