@@ -1,0 +1,206 @@
+package retryhttp
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Header names of the single-retry-owner protocol.
+const (
+	// AttemptHeader carries the attempt number (1, 2, …) of the retry owner
+	// on every request a Transport sends.
+	AttemptHeader = "Stagger-Attempt"
+	// NoRetryHeader on a response ("1") tells the caller not to retry it:
+	// the service shed the request because it is overloaded, and a retry
+	// would only add to the load. Retry-After says when to come back.
+	NoRetryHeader = "Stagger-No-Retry"
+	// IdempotencyKeyHeader makes a non-idempotent request retryable.
+	IdempotencyKeyHeader = "Idempotency-Key"
+)
+
+// MaxAttemptHeader is the largest attempt number a Guard accepts; larger or
+// malformed values count as [GuardStats].Malformed and are not put in the
+// context.
+const MaxAttemptHeader = 1 << 20
+
+// TrackedAttempts is the number of attempt numbers a Guard counts one by
+// one; attempts above it share the last counter.
+const TrackedAttempts = 16
+
+// DefaultShedRetryAfter is the Retry-After a Guard sends when it sheds a
+// request and its RetryAfter field is 0.
+const DefaultShedRetryAfter = time.Second
+
+type upstreamKey struct{}
+
+// WithUpstreamAttempt returns a context saying that the work it carries is
+// attempt n (n >= 1) of a retry owner upstream. A Transport that sends a
+// request with this context makes one attempt and forwards n in its
+// AttemptHeader, instead of adding retries of its own (unless
+// Transport.NestedRetries is set). [Guard] does this for every request that
+// arrives with an AttemptHeader; call it yourself when the work reaches
+// you another way (a queue message carrying the header).
+func WithUpstreamAttempt(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, upstreamKey{}, n)
+}
+
+// UpstreamAttempt returns the upstream owner's attempt number carried by
+// ctx, if any.
+func UpstreamAttempt(ctx context.Context) (int, bool) {
+	n, ok := ctx.Value(upstreamKey{}).(int)
+	return n, ok && n > 0
+}
+
+// ParseAttempt reads an AttemptHeader value: a decimal integer in
+// [1, MaxAttemptHeader] with nothing around it.
+func ParseAttempt(v string) (int, bool) {
+	if v == "" || len(v) > 7 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n >= 1 && n <= MaxAttemptHeader
+}
+
+// Guard is server middleware for the single-retry-owner rule (seed 003:
+// exactly one layer owns retries; hidden retries are counted or turned off).
+//
+// It reads the AttemptHeader of every request and counts requests per
+// attempt number, so a service can see how much of its load is retries. A
+// request that carries the header gets its attempt number in the context
+// ([UpstreamAttempt]), so a stagger [Transport] the handler uses to call
+// further down does not multiply the upstream owner's retries with its own.
+//
+// When the service is overloaded — more than MaxInFlight requests in the
+// handler, or Overloaded says so — Guard answers at once with 503, a
+// Retry-After and NoRetryHeader, without calling Next: a controlled answer
+// instead of a queue without end, which a stagger Transport does not retry.
+//
+// Use a *Guard; it is safe for concurrent use. Configure it before the first
+// request.
+type Guard struct {
+	// Next handles the requests Guard admits.
+	Next http.Handler
+	// MaxInFlight caps the requests inside Next; 0 means no cap.
+	MaxInFlight int
+	// Overloaded, if set, is asked before each request is admitted; true
+	// sheds it. It must be cheap and safe for concurrent use.
+	Overloaded func(*http.Request) bool
+	// RetryAfter is sent with a shed request (rounded up to whole
+	// seconds); 0 means DefaultShedRetryAfter.
+	RetryAfter time.Duration
+	// Logger, if set, gets a Debug record for every shed request.
+	Logger *slog.Logger
+
+	inflight  atomic.Int64
+	unmarked  atomic.Int64
+	malformed atomic.Int64
+	shed      atomic.Int64
+	byAttempt [TrackedAttempts]atomic.Int64
+}
+
+// GuardStats is a snapshot of a Guard's counters.
+type GuardStats struct {
+	// ByAttempt[i] counts requests that arrived with AttemptHeader i+1; the
+	// last entry also counts every attempt above TrackedAttempts.
+	ByAttempt [TrackedAttempts]int64
+	// Unmarked counts requests without an AttemptHeader.
+	Unmarked int64
+	// Malformed counts requests with an unreadable AttemptHeader.
+	Malformed int64
+	// Shed counts requests answered with 503 + NoRetryHeader.
+	Shed int64
+	// InFlight is the number of requests inside Next now.
+	InFlight int64
+}
+
+// Total is the number of requests counted.
+func (s GuardStats) Total() int64 {
+	n := s.Unmarked + s.Malformed
+	for _, c := range s.ByAttempt {
+		n += c
+	}
+	return n
+}
+
+// Retries is the number of requests marked as attempt 2 or later.
+func (s GuardStats) Retries() int64 {
+	var n int64
+	for _, c := range s.ByAttempt[1:] {
+		n += c
+	}
+	return n
+}
+
+// Stats returns the counters.
+func (g *Guard) Stats() GuardStats {
+	s := GuardStats{
+		Unmarked:  g.unmarked.Load(),
+		Malformed: g.malformed.Load(),
+		Shed:      g.shed.Load(),
+		InFlight:  g.inflight.Load(),
+	}
+	for i := range g.byAttempt {
+		s.ByAttempt[i] = g.byAttempt[i].Load()
+	}
+	return s
+}
+
+// ServeHTTP counts the request, sheds it when overloaded, and otherwise
+// calls Next with the upstream attempt in the context.
+func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	attempt := 0
+	if v := r.Header[AttemptHeader]; len(v) > 0 {
+		if n, ok := ParseAttempt(v[0]); ok && len(v) == 1 {
+			attempt = n
+			g.byAttempt[min(n, TrackedAttempts)-1].Add(1)
+		} else {
+			g.malformed.Add(1)
+		}
+	} else {
+		g.unmarked.Add(1)
+	}
+
+	n := g.inflight.Add(1)
+	if (g.MaxInFlight > 0 && n > int64(g.MaxInFlight)) || (g.Overloaded != nil && g.Overloaded(r)) {
+		g.inflight.Add(-1)
+		g.shedRequest(w, r, attempt)
+		return
+	}
+	defer g.inflight.Add(-1)
+	if attempt > 0 {
+		r = r.WithContext(WithUpstreamAttempt(r.Context(), attempt))
+	}
+	g.Next.ServeHTTP(w, r)
+}
+
+func (g *Guard) shedRequest(w http.ResponseWriter, r *http.Request, attempt int) {
+	g.shed.Add(1)
+	ra := g.RetryAfter
+	if ra <= 0 {
+		ra = DefaultShedRetryAfter
+	}
+	secs := int64((ra + time.Second - 1) / time.Second)
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set(NoRetryHeader, "1")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write([]byte("overloaded: retry after " + strconv.FormatInt(secs, 10) + "s\n"))
+	if g.Logger != nil {
+		g.Logger.LogAttrs(r.Context(), slog.LevelDebug, "request shed",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("attempt", attempt), slog.Int64("retry_after_s", secs))
+	}
+}
