@@ -128,36 +128,39 @@ var bg = context.Background()
 // Attribute sets are built once here, so recording does not allocate for
 // them. Join them with other hooks using retry.JoinHooks.
 func (m *Metrics) Hooks(name string) retry.Hooks {
+	// Options are kept in slices so that passing them does not allocate.
 	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))
-	var byReason [retry.Pushback + 1]metric.AddOption
+	add, rec := []metric.AddOption{set}, []metric.RecordOption{set}
+	var byReason [retry.Pushback + 1][]metric.AddOption
 	for r := range byReason {
-		byReason[r] = metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyReason.String(retry.Reason(r).String())))
-	}
-	other := func(r retry.Reason) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyReason.String(r.String())))
+		byReason[r] = []metric.AddOption{reasonSet(name, retry.Reason(r))}
 	}
 	return retry.Hooks{
-		OnAttempt: func(retry.Event) { m.attempts.Add(bg, 1, set) },
+		OnAttempt: func(retry.Event) { m.attempts.Add(bg, 1, add...) },
 		OnRetry: func(e retry.Event) {
-			m.retries.Add(bg, 1, set)
-			m.delay.Record(bg, e.Delay.Seconds(), set)
+			m.retries.Add(bg, 1, add...)
+			m.delay.Record(bg, e.Delay.Seconds(), rec...)
 		},
-		OnSuccess: func(retry.Event) { m.successes.Add(bg, 1, set) },
+		OnSuccess: func(retry.Event) { m.successes.Add(bg, 1, add...) },
 		OnGiveUp: func(e retry.Event) {
 			if int(e.Reason) < len(byReason) {
-				m.giveups.Add(bg, 1, byReason[e.Reason])
+				m.giveups.Add(bg, 1, byReason[e.Reason]...)
 			} else {
-				m.giveups.Add(bg, 1, other(e.Reason))
+				m.giveups.Add(bg, 1, reasonSet(name, e.Reason))
 			}
 		},
 	}
 }
 
+func reasonSet(name string, r retry.Reason) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyReason.String(r.String())))
+}
+
 // Budget wraps b so that its answers are counted under name. The wrapper is
 // a budget.Budget; use it where b would go.
 func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
-	opt := func(kind string, allowed bool) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyKind.String(kind), KeyAllowed.Bool(allowed)))
+	opt := func(kind string, allowed bool) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyKind.String(kind), KeyAllowed.Bool(allowed)))}
 	}
 	return &countingBudget{b: b, m: m,
 		reqOK: opt("request", true), reqNo: opt("request", false),
@@ -167,15 +170,15 @@ func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
 type countingBudget struct {
 	b                              budget.Budget
 	m                              *Metrics
-	reqOK, reqNo, retryOK, retryNo metric.AddOption
+	reqOK, reqNo, retryOK, retryNo []metric.AddOption
 }
 
 func (c *countingBudget) Request(now time.Time) bool {
 	ok := c.b.Request(now)
 	if ok {
-		c.m.decisions.Add(bg, 1, c.reqOK)
+		c.m.decisions.Add(bg, 1, c.reqOK...)
 	} else {
-		c.m.decisions.Add(bg, 1, c.reqNo)
+		c.m.decisions.Add(bg, 1, c.reqNo...)
 	}
 	return ok
 }
@@ -183,9 +186,9 @@ func (c *countingBudget) Request(now time.Time) bool {
 func (c *countingBudget) Retry(now time.Time) bool {
 	ok := c.b.Retry(now)
 	if ok {
-		c.m.decisions.Add(bg, 1, c.retryOK)
+		c.m.decisions.Add(bg, 1, c.retryOK...)
 	} else {
-		c.m.decisions.Add(bg, 1, c.retryNo)
+		c.m.decisions.Add(bg, 1, c.retryNo...)
 	}
 	return ok
 }
@@ -195,27 +198,28 @@ func (c *countingBudget) Result(now time.Time, ok bool) { c.b.Result(now, ok) }
 // Limiter wraps l so that its rejections and held slots are counted under
 // name. The wrapper is a limit.Limiter; use it where l would go.
 func (m *Metrics) Limiter(name string, l limit.Limiter) limit.Limiter {
-	return &countingLimiter{l: l, m: m, set: metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))}
+	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))
+	return &countingLimiter{l: l, m: m, set: []metric.AddOption{set}}
 }
 
 type countingLimiter struct {
 	l   limit.Limiter
 	m   *Metrics
-	set metric.MeasurementOption
+	set []metric.AddOption
 }
 
 func (c *countingLimiter) TryAcquire() bool {
 	if c.l.TryAcquire() {
-		c.m.inflight.Add(bg, 1, c.set)
+		c.m.inflight.Add(bg, 1, c.set...)
 		return true
 	}
-	c.m.rejections.Add(bg, 1, c.set)
+	c.m.rejections.Add(bg, 1, c.set...)
 	return false
 }
 
 func (c *countingLimiter) Release(ok bool) {
 	c.l.Release(ok)
-	c.m.inflight.Add(bg, -1, c.set)
+	c.m.inflight.Add(bg, -1, c.set...)
 }
 
 // ObserveGuard reports g's counts under name at each collection. Call
