@@ -316,17 +316,6 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 	return l
 }
 
-// ticksWithStep returns the multiples of step in [lo, hi].
-func ticksWithStep(lo, hi, step float64) []tick {
-	first := math.Ceil(lo/step - 1e-9)
-	last := math.Min(math.Floor(hi/step+1e-9), first+1000)
-	var vals []float64
-	for k := first; k <= last; k++ {
-		vals = append(vals, cleanZero(k*step))
-	}
-	return labelLinear(vals, step)
-}
-
 // ticksFit reports whether the tick labels on a horizontal axis leave a gap
 // of at least 12 px between neighbours.
 func ticksFit(a *axis, ticks []tick) bool {
@@ -361,9 +350,9 @@ func (r *renderer) chart(c *Chart) {
 		r.text(c.Title)
 		r.raw("</figcaption>")
 	}
-	r.raw("\n", `<svg class="chart" xmlns="http://www.w3.org/2000/svg" data-title="`)
+	r.raw("\n", `<svg class="chart" data-title="`)
 	r.text(c.Title)
-	r.raw(`" data-kind="`, c.Kind.String(), `" width="`)
+	r.raw(`" data-kind="`, c.Kind.String(), `" xmlns="http://www.w3.org/2000/svg" width="`)
 	r.px(l.width)
 	r.raw(`" height="`)
 	r.px(l.height)
@@ -396,7 +385,7 @@ func (r *renderer) chart(c *Chart) {
 	}
 	r.raw("</g>\n")
 	if l.y.min < 0 && l.y.max > 0 && !l.y.log {
-		r.hline("zero", l.left, l.right, l.y.px(0))
+		r.line("zero", l.left, l.y.px(0), l.right, l.y.px(0))
 	}
 	r.shadeLabels(l)
 	r.marks(l)
@@ -410,23 +399,12 @@ func (r *renderer) chart(c *Chart) {
 	r.raw("</svg></figure>\n")
 }
 
-func (r *renderer) hline(class string, x1, x2, y float64) {
+// line writes a <line> from (x1, y1) to (x2, y2).
+func (r *renderer) line(class string, x1, y1, x2, y2 float64) {
 	r.raw(`<line class="`, class, `" x1="`)
 	r.px(x1)
 	r.raw(`" x2="`)
 	r.px(x2)
-	r.raw(`" y1="`)
-	r.px(y)
-	r.raw(`" y2="`)
-	r.px(y)
-	r.raw(`"/>`)
-}
-
-func (r *renderer) vline(class string, x, y1, y2 float64) {
-	r.raw(`<line class="`, class, `" x1="`)
-	r.px(x)
-	r.raw(`" x2="`)
-	r.px(x)
 	r.raw(`" y1="`)
 	r.px(y1)
 	r.raw(`" y2="`)
@@ -525,7 +503,7 @@ func (r *renderer) shades(l *layout) {
 		r.raw(`"/>`)
 		for _, v := range []float64{sh.From, sh.To} {
 			if v > l.x.min && v < l.x.max {
-				r.vline("shade-edge", l.x.px(v), top, l.bottom)
+				r.line("shade-edge", l.x.px(v), top, l.x.px(v), l.bottom)
 			}
 		}
 		r.raw("\n")
@@ -545,7 +523,7 @@ func (r *renderer) axes(l *layout) {
 	for _, t := range l.y.ticks {
 		py := l.y.px(t.v)
 		if t.v != l.y.min || l.y.log {
-			r.hline("grid", l.left, l.right, py)
+			r.line("grid", l.left, py, l.right, py)
 		}
 		r.textAt("tick", "end", l.left-8, py+4)
 		r.text(t.label)
@@ -562,10 +540,10 @@ func (r *renderer) axes(l *layout) {
 	r.raw("</g>\n")
 
 	r.raw(`<g class="axis x">`)
-	r.hline("axis-line", l.left, l.right, l.bottom)
+	r.line("axis-line", l.left, l.bottom, l.right, l.bottom)
 	for _, t := range l.x.ticks {
 		px := l.x.px(t.v)
-		r.vline("tick-mark", px, l.bottom, l.bottom+4)
+		r.line("tick-mark", px, l.bottom, px, l.bottom+4)
 		anchor := "middle"
 		w := textWidth(t.label, fontTick)
 		switch {

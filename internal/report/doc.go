@@ -19,33 +19,41 @@
 //
 // A [Lines] chart draws one polyline per series through its points sorted by
 // X. A series of more than [MaxLinePoints] points is downsampled for
-// drawing: the points are cut into MaxLinePoints/2 consecutive buckets and
-// each bucket keeps its lowest and its highest point (in X order), so peaks
-// and troughs survive exactly; the series' data-points attribute still gives
-// the number of points supplied. Bars are never downsampled: a Bars chart
-// with more than [MaxBars] bars is an error.
+// drawing: the first and the last point are kept, and the points between
+// are cut into (MaxLinePoints-2)/2 consecutive buckets, each keeping its
+// lowest and its highest point (in X order), so every peak and trough
+// survives exactly; the series' data-points attribute still gives the
+// number of points supplied. Lines of at most 30 points also get a dot per
+// point. Bars are never downsampled: a Bars chart with more than [MaxBars]
+// bars is an error (aggregate into wider bars).
 //
 // Axis ranges are automatic unless given: XMin == XMax means auto (the data,
 // shades and marks), YMax == 0 means auto (a round value at or above the
-// highest stack, point or mark). The Y axis always includes zero. Ticks are
+// highest stack, point or mark, leaving room for a mark's label). A linear Y
+// axis always includes zero. Ticks are
 // round numbers (1, 2 or 5 times a power of ten) and depend only on the axis
 // range and the chart size, so charts given the same XMin, XMax and YMax get
 // identical axes. Values outside a fixed range are clipped. LogX and LogY
 // (an addition to the original contract; Lines only) use a base-10 scale.
 //
 // Every series gets a colour from a fixed colour-blind-friendly palette
-// (Okabe & Ito): colours are handed out in order of first appearance of a
-// series name on the page, so the same name ("accepted", a strategy) has the
-// same colour in every chart of the page. After eight names the palette
-// repeats with dashed lines and hatched-looking lighter bars.
+// (Okabe & Ito, eight colours). A series name keeps the colour it got where
+// it first appeared on the page, so "accepted", "rejected" or a strategy
+// has the same colour in every chart; new names take colours no other name
+// on the page holds yet, in order, and only once all eight are held do
+// names share a colour (never within one chart). A chart with more than
+// eight series draws the rest as dashed lines or as lighter, outlined bars.
+// Shade labels sit in a band above the plot, so they never cover data or
+// mark labels.
 //
 // # Validation
 //
 // NaN and ±Inf anywhere (points, ranges, shades, marks), a negative
 // BarWidth or YMax, XMin > XMax, a shade whose From is after its To, two
 // series of one chart with the same name, an unknown Kind, a log axis with a
-// value ≤ 0, or a table row whose length differs from the columns' are
-// errors naming the section, chart, series and field. Write checks the
+// value ≤ 0 (or on a Bars chart), more than MaxBars bars in one chart, or a
+// table row whose length differs from the columns' are errors naming the
+// section, chart, series and field. Write checks the
 // whole page before writing a byte. A chart whose series have no points is
 // rendered with its axes and a "no data" note.
 //

@@ -146,31 +146,28 @@ func (r *renderer) table(t *Table) {
 			}
 		}
 	}
-	r.raw("<table class=\"summary\">\n<thead><tr>")
-	for c, col := range t.Columns {
-		if numeric[c] {
-			r.raw(`<th class="num">`)
-		} else {
-			r.raw("<th>")
-		}
-		r.text(col)
-		r.raw("</th>")
-	}
-	r.raw("</tr></thead>\n<tbody>\n")
+	r.raw("<table class=\"summary\">\n<thead>")
+	r.row("th", t.Columns, numeric)
+	r.raw("</thead>\n<tbody>\n")
 	for _, row := range t.Rows {
-		r.raw("<tr>")
-		for c, cell := range row {
-			if numeric[c] {
-				r.raw(`<td class="num">`)
-			} else {
-				r.raw("<td>")
-			}
-			r.text(cell)
-			r.raw("</td>")
-		}
-		r.raw("</tr>\n")
+		r.row("td", row, numeric)
 	}
 	r.raw("</tbody>\n</table>\n")
+}
+
+// row writes one table row of tag ("th" or "td") cells.
+func (r *renderer) row(tag string, cells []string, numeric []bool) {
+	r.raw("<tr>")
+	for c, cell := range cells {
+		r.raw("<", tag)
+		if numeric[c] {
+			r.raw(` class="num"`)
+		}
+		r.raw(">")
+		r.text(cell)
+		r.raw("</", tag, ">")
+	}
+	r.raw("</tr>\n")
 }
 
 // isNumeric reports whether a table cell reads as a number, allowing

@@ -66,14 +66,27 @@ func (r *renderer) text(s string) {
 	r.w.WriteString(s[last:])
 }
 
-// px writes a pixel coordinate rounded to 0.1.
+// px writes a pixel coordinate rounded to 0.1 ("12", "12.3", "-4.5").
+// Coordinates are small, so fixed-point integer formatting is exact and
+// much faster than strconv's shortest float formatting.
 func (r *renderer) px(v float64) {
-	v = math.Round(v*10) / 10
-	if v == 0 {
-		v = 0 // no "-0"
+	if !(math.Abs(v) < 1e15) { // cannot happen for validated input; keep it printable
+		r.num = strconv.AppendFloat(r.num[:0], v, 'f', 1, 64)
+		r.w.Write(r.num)
+		return
 	}
-	r.num = strconv.AppendFloat(r.num[:0], v, 'f', -1, 64)
-	r.w.Write(r.num)
+	n := int64(math.Round(v * 10))
+	b := r.num[:0]
+	if n < 0 {
+		b = append(b, '-')
+		n = -n
+	}
+	b = strconv.AppendInt(b, n/10, 10)
+	if d := n % 10; d != 0 {
+		b = append(b, '.', byte('0'+d))
+	}
+	r.num = b
+	r.w.Write(b)
 }
 
 // val writes a data value exactly (shortest round-trip form).

@@ -67,17 +67,32 @@ func cleanZero(v float64) float64 {
 // linearTicks returns the multiples of a round step in [lo, hi], aiming at
 // about n ticks, labelled consistently.
 func linearTicks(lo, hi float64, n int) []tick {
-	step := niceStep(hi-lo, n)
+	return ticksWithStep(lo, hi, niceStep(hi-lo, n))
+}
+
+// ticksWithStep returns the multiples of step in [lo, hi] (at most 1001).
+func ticksWithStep(lo, hi, step float64) []tick {
 	first := math.Ceil(lo/step - 1e-9)
-	last := math.Floor(hi/step + 1e-9)
-	if last-first > 1000 { // cannot happen with sane n; guards the loop
-		last = first + 1000
-	}
+	last := math.Min(math.Floor(hi/step+1e-9), first+1000)
 	var vals []float64
 	for k := first; k <= last; k++ {
 		vals = append(vals, cleanZero(k*step))
 	}
 	return labelLinear(vals, step)
+}
+
+// siUnit returns the unit (1, 1e3, 1e6, 1e9) and suffix to write v with;
+// thousands get a "k" from kFrom up.
+func siUnit(v, kFrom float64) (float64, string) {
+	switch {
+	case v >= 1e9:
+		return 1e9, "G"
+	case v >= 1e6:
+		return 1e6, "M"
+	case v >= kFrom:
+		return 1e3, "k"
+	}
+	return 1, ""
 }
 
 // labelLinear formats tick values with a shared unit (k, M, G from 10,000
@@ -87,15 +102,7 @@ func labelLinear(vals []float64, step float64) []tick {
 	for _, v := range vals {
 		maxAbs = math.Max(maxAbs, math.Abs(v))
 	}
-	unit, suffix := 1.0, ""
-	switch {
-	case maxAbs >= 1e9:
-		unit, suffix = 1e9, "G"
-	case maxAbs >= 1e6:
-		unit, suffix = 1e6, "M"
-	case maxAbs >= 1e4:
-		unit, suffix = 1e3, "k"
-	}
+	unit, suffix := siUnit(maxAbs, 1e4)
 	dec := 0
 	if s := step / unit; s < 1 {
 		dec = int(math.Ceil(-math.Log10(s) - 1e-9))
@@ -176,15 +183,7 @@ func logTicks(lo, hi float64, n int) []tick {
 
 // formatCompact formats a positive value briefly: 1, 20, 500, 1k, 20k, 1M.
 func formatCompact(v float64) string {
-	unit, suffix := 1.0, ""
-	switch {
-	case v >= 1e9:
-		unit, suffix = 1e9, "G"
-	case v >= 1e6:
-		unit, suffix = 1e6, "M"
-	case v >= 1e3:
-		unit, suffix = 1e3, "k"
-	}
+	unit, suffix := siUnit(v, 1e3)
 	return strconv.FormatFloat(v/unit, 'g', 6, 64) + suffix
 }
 

@@ -131,3 +131,17 @@ func TestTextEscaping(t *testing.T) {
 		t.Errorf("text escaped to %q, want %q", got, want)
 	}
 }
+
+func TestPixelFormat(t *testing.T) {
+	for v, want := range map[float64]string{
+		0: "0", -0.04: "0", 12: "12", 12.34: "12.3", -4.5: "-4.5", -0.06: "-0.1", 639.99: "640", 1e20: "100000000000000000000.0",
+	} {
+		var b strings.Builder
+		w := bufio.NewWriter(&b)
+		newRenderer(w).px(v)
+		w.Flush()
+		if b.String() != want {
+			t.Errorf("px(%v) = %q, want %q", v, b.String(), want)
+		}
+	}
+}

@@ -88,8 +88,10 @@ func validateChart(c *Chart) error {
 		}
 		seen[s.Name] = i
 		for pi, pt := range s.Points {
-			if err := checkPoint(c, fmt.Sprintf("Points[%d]", pi), pt.X, pt.Y); err != nil {
-				return fmt.Errorf("series %q: %w", s.Name, err)
+			// The field name is built only for a bad point: this loop
+			// sees every point of the page.
+			if !pointOK(c, pt.X, pt.Y) {
+				return fmt.Errorf("series %q: %w", s.Name, checkPoint(c, fmt.Sprintf("Points[%d]", pi), pt.X, pt.Y))
 			}
 		}
 		bars += len(s.Points)
@@ -120,6 +122,12 @@ func validateChart(c *Chart) error {
 		}
 	}
 	return nil
+}
+
+// pointOK is the fast path of checkPoint.
+func pointOK(c *Chart, x, y float64) bool {
+	return !math.IsNaN(x) && !math.IsInf(x, 0) && !math.IsNaN(y) && !math.IsInf(y, 0) &&
+		(!c.LogX || x > 0) && (!c.LogY || y > 0)
 }
 
 func checkPoint(c *Chart, field string, x, y float64) error {
