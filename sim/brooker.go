@@ -112,9 +112,9 @@ type occClient struct {
 }
 
 const (
-	evWrite int32 = iota // a write request reaches the row
-	evAnswer             // the write's answer reaches the client
-	evRetry              // a retry's wait ended (only with a limiter)
+	evWrite  int32 = iota // a write request reaches the row
+	evAnswer              // the write's answer reaches the client
+	evRetry               // a retry's wait ended (only with a limiter)
 )
 
 // runOCC simulates n clients updating one row with policy p (whose Rand

@@ -134,11 +134,11 @@ type cAttempt struct {
 }
 
 const (
-	evNew      int32 = iota // a request arrives
-	evArriveC               // an attempt reaches the server (ID: request)
-	evFinish                // the server finishes an attempt (ID: attempt)
-	evGiveUpC               // the client's timeout fires (ID: attempt)
-	evRetrySend             // a retry's wait ended, with a limiter (ID: request)
+	evNew       int32 = iota // a request arrives
+	evArriveC                // an attempt reaches the server (ID: request)
+	evFinish                 // the server finishes an attempt (ID: attempt)
+	evGiveUpC                // the client's timeout fires (ID: attempt)
+	evRetrySend              // a retry's wait ended, with a limiter (ID: request)
 )
 
 func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {

@@ -23,7 +23,8 @@ type outageModel struct {
 	rate          float64 // attempts served per second; 0: unlimited
 	window        time.Duration
 	bucket        time.Duration
-	logCallers    int // record every attempt of callers [0, logCallers)
+	logCallers    int  // record every attempt of callers [0, logCallers)
+	countWaits    bool // count the distinct waits before retries
 }
 
 // attemptLog is one attempt as its caller saw it (seed 000's log line).
@@ -40,6 +41,7 @@ type outageRun struct {
 	log     []attemptLog
 	events  uint64
 	maxWait time.Duration // longest time an attempt queued at the server
+	waits   map[time.Duration]bool
 }
 
 const (
@@ -61,6 +63,9 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 	e := NewEngine(om.callers)
 	m := NewMeter(om.window, om.bucket)
 	res := outageRun{m: m}
+	if om.countWaits {
+		res.waits = map[time.Duration]bool{}
+	}
 	cs := make([]outageCaller, om.callers)
 	half := om.rtt / 2
 	back := om.rtt - half
@@ -136,6 +141,9 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				start(id)
 			default:
 				c.prev, c.wait = dec.Delay, dec.Delay
+				if res.waits != nil {
+					res.waits[dec.Delay] = true
+				}
 				if d.needsSendEvent() {
 					e.After(dec.Delay, evSend, id)
 				} else {

@@ -94,11 +94,11 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 		p := c.policy(name)
 		p.Rand = pcg(o.Seed, uint64(i))
 		om := outageModel{callers: c.Callers, jobs: 1, outage: c.Outage, rtt: c.RTT,
-			window: c.Window, bucket: c.Window, logCallers: c.Log}
+			window: c.Window, bucket: c.Window, logCallers: c.Log, countWaits: true}
 		run := om.run(p)
 		m := run.m
 		peak, _ := m.Peak()
-		waits := distinctWaits(run.log)
+		waits := len(run.waits)
 		res.Table.Rows = append(res.Table.Rows, []any{name, c.Callers, m.Calls(), m.Successes(), peak, waits,
 			float64(m.Completion()) / float64(time.Millisecond), m.Amplification()})
 		res.Events += run.events
@@ -139,18 +139,6 @@ func logLines(log []attemptLog) []string {
 			return out
 		}
 	}
-}
-
-// distinctWaits counts the distinct waits before retries in a log: the
-// seed's check that jitter does something needs at least 2.
-func distinctWaits(log []attemptLog) int {
-	seen := map[time.Duration]bool{}
-	for _, a := range log {
-		if a.attempt > 1 {
-			seen[a.wait] = true
-		}
-	}
-	return len(seen)
 }
 
 // ms formats a duration in whole milliseconds (fractions kept when below
