@@ -135,7 +135,6 @@ type cAttempt struct {
 
 const (
 	evNew       int32 = iota // a request arrives
-	evArriveC                // an attempt reaches the server (ID: request)
 	evFinish                 // the server finishes an attempt (ID: attempt)
 	evGiveUpC                // the client's timeout fires (ID: attempt)
 	evRetrySend              // a retry's wait ended, with a limiter (ID: request)

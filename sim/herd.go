@@ -133,10 +133,12 @@ func (c *HerdConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Charts = []Chart{load}
 	if immediate >= 0 {
-		ideal := float64(c.Workers) * c.Outage.Seconds() / c.RTT.Seconds()
-		res.Notes = append(res.Notes, fmt.Sprintf(
-			"immediate requeue: %d requests reached the database during the %v outage; workers × outage / round trip = %.0f. Seed 004 claims more than 200,000 for 100 workers in 5 s (~50,000 SYN/s).",
-			immediate, c.Outage, ideal))
+		note := fmt.Sprintf("immediate requeue: %d requests reached the database during the %v outage; one per worker per round trip would be %.0f",
+			immediate, c.Outage, float64(c.Workers)*c.Outage.Seconds()/c.RTT.Seconds())
+		if c.Rate > 0 {
+			note += fmt.Sprintf(", and the host serves at most %.0f in that time at --db-rate %g (the rest wait their turn)", c.Rate*c.Outage.Seconds(), c.Rate)
+		}
+		res.Notes = append(res.Notes, note+". Seed 004 says more than 200,000 for 100 workers in 5 s (~50,000 SYN/s).")
 	}
 	return res, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -113,5 +112,3 @@ func parallel(ctx context.Context, o Options, n int, job func(i int)) error {
 	wg.Wait()
 	return ctx.Err()
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
