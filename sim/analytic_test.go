@@ -16,6 +16,7 @@ import (
 // winner, so calls = N(N+1)/2 and the last client finishes at
 // 4dN + Σ_{k=1}^{N−1} b(k) for a deterministic schedule b.
 func TestOCCZeroVariance(t *testing.T) {
+	t.Parallel()
 	const d = 10 * time.Millisecond
 	schedules := map[string]backoff.Schedule{
 		"none":     backoff.Constant(0),
@@ -67,8 +68,10 @@ func TestBrookerScenarioZeroVariance(t *testing.T) {
 // request and succeed with probability 1−f⁴; the simulated means must lie
 // within 4 standard errors.
 func TestThreeRetries(t *testing.T) {
+	t.Parallel()
 	c := DefaultBudgets()
-	c.Duration = 100 * time.Second // 100,000 requests per point
+	c.Duration = 60 * time.Second // 60,000 requests per point
+	c.Steps = 5                   // f = 0, 0.2, …, 1
 	c.Strategies = []string{"3-retries"}
 	res, err := c.Run(context.Background(), Options{Seed: 3})
 	if err != nil {
@@ -107,6 +110,7 @@ func TestThreeRetries(t *testing.T) {
 // TestBudgetsBoundLoad: at f = 1 three retries quadruple the load, while
 // each budget keeps it near 1.1 (the token buckets and the ratio) or lower.
 func TestBudgetsBoundLoad(t *testing.T) {
+	t.Parallel()
 	c := DefaultBudgets()
 	c.Steps = 1 // f = 0 and f = 1
 	res, err := c.Run(context.Background(), Options{Seed: 5})
@@ -162,10 +166,11 @@ func TestLayersExact(t *testing.T) {
 // TestLayersPartialFailure: at f < 1 the mean matches the exact formula
 // within sampling error.
 func TestLayersPartialFailure(t *testing.T) {
+	t.Parallel()
 	c := DefaultLayers()
 	c.Shapes = []string{"3x3"}
 	c.Failure = 0.5
-	c.Clicks = 40_000
+	c.Clicks = 20_000
 	res, err := c.Run(context.Background(), Options{Seed: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +186,9 @@ func TestLayersPartialFailure(t *testing.T) {
 // TestLittlesLaw: in every set-up with a steady state, the time-average in
 // flight L equals λ·W within 2%.
 func TestLittlesLaw(t *testing.T) {
+	t.Parallel()
 	c := DefaultLittlesLaw()
+	c.Duration, c.Warmup = 660*time.Second, 60*time.Second
 	res, err := c.Run(context.Background(), Options{Seed: 11})
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +255,7 @@ func TestSeed000(t *testing.T) {
 // trip, each worker hits the database once per round trip during the
 // outage: workers × outage / rtt requests.
 func TestHerdImmediateExact(t *testing.T) {
+	t.Parallel()
 	c := DefaultHerd()
 	c.Rate = 0
 	c.Strategies = []string{"immediate"}
@@ -264,6 +272,7 @@ func TestHerdImmediateExact(t *testing.T) {
 // TestHerdOrdering: the strategies order as the seed says: immediate ≫
 // expo-full ≥ budget during the outage, and the budget dead-letters.
 func TestHerdOrdering(t *testing.T) {
+	t.Parallel()
 	c := DefaultHerd()
 	res, err := c.Run(context.Background(), Options{Seed: 4})
 	if err != nil {
@@ -281,6 +290,7 @@ func TestHerdOrdering(t *testing.T) {
 // TestCollapse: plain retries tip the server into a state it does not
 // leave; the budget keeps it out.
 func TestCollapse(t *testing.T) {
+	t.Parallel()
 	c := DefaultCollapse()
 	res, err := c.Run(context.Background(), Options{Seed: 1})
 	if err != nil {

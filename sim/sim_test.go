@@ -25,12 +25,12 @@ func small(t *testing.T, name string) Runner {
 	}
 	r := s.New()
 	set := map[string]map[string]string{
-		"herd":        {"workers": "300"},
-		"brooker2015": {"n-to": "40", "runs": "4"},
-		"budgets":     {"duration": "2s", "steps": "4"},
-		"collapse":    {"runs": "3"},
+		"herd":        {"workers": "50", "outage": "1s"},
+		"brooker2015": {"n-to": "30", "runs": "3"},
+		"budgets":     {"duration": "1s", "steps": "2", "clients": "20"},
+		"collapse":    {"runs": "2", "duration": "40s"},
 		"layers":      {"clicks": "30"},
-		"littles-law": {"duration": "120s", "warmup": "20s"},
+		"littles-law": {"duration": "60s", "warmup": "10s", "latency": "100ms,1s"},
 	}[name]
 	for _, p := range r.Params() {
 		if v, ok := set[p.Name]; ok {
@@ -58,6 +58,7 @@ func render(t *testing.T, res *Result) string {
 func TestDeterministic(t *testing.T) {
 	for _, s := range Scenarios() {
 		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
 			var outs []string
 			for _, o := range []Options{{Seed: 42, Parallel: 1}, {Seed: 42, Parallel: 3}, {Seed: 43}} {
 				res, err := small(t, s.Name).Run(context.Background(), o)
