@@ -239,7 +239,7 @@ func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error)
 		}},
 	}
 	callsChart := Chart{Title: "calls vs clients", XLabel: "clients (N)", YLabel: "calls (mean)"}
-	timeChart := Chart{Title: "completion time vs clients", XLabel: "clients (N)", YLabel: "completion (ms, mean)"}
+	timeChart := Chart{Title: "completion time vs clients", XLabel: "clients (N)", YLabel: "completion (ms, mean, log scale)", LogY: true}
 	for si, s := range strategies {
 		name := brookerStrategies[s]
 		cs, ts := Series{Name: name}, Series{Name: name}

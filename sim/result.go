@@ -49,6 +49,7 @@ type Chart struct {
 	XLabel, YLabel string
 	Bars           bool // stacked bars instead of lines
 	BarWidth       float64
+	LogY           bool // values span orders of magnitude
 	Series         []Series
 	Shades         []Shade
 }
@@ -91,7 +92,9 @@ func (c Column) cell(v any) (string, error) {
 	return "", fmt.Errorf("sim: column %s has a value of type %T", c.Key, v)
 }
 
-func (t *Table) strings() ([][]string, error) {
+// Strings returns every cell as printed (floats with their column's
+// precision).
+func (t *Table) Strings() ([][]string, error) {
 	out := make([][]string, len(t.Rows))
 	for i, row := range t.Rows {
 		if len(row) != len(t.Columns) {
@@ -112,7 +115,7 @@ func (t *Table) strings() ([][]string, error) {
 // WriteText prints the title, the settings, the table with aligned columns
 // (text left, numbers right) and the notes.
 func (r *Result) WriteText(w io.Writer) error {
-	cells, err := r.Table.strings()
+	cells, err := r.Table.Strings()
 	if err != nil {
 		return err
 	}
@@ -176,7 +179,7 @@ func (r *Result) WriteText(w io.Writer) error {
 
 // WriteCSV writes a header of column keys and one record per row.
 func (r *Result) WriteCSV(w io.Writer) error {
-	cells, err := r.Table.strings()
+	cells, err := r.Table.Strings()
 	if err != nil {
 		return err
 	}
@@ -198,7 +201,7 @@ func (r *Result) WriteCSV(w io.Writer) error {
 // "rows": [{column key: value, ...}, ...], "notes"}, keys in column order,
 // numbers with their column's precision, newline-terminated.
 func (r *Result) WriteJSON(w io.Writer) error {
-	cells, err := r.Table.strings()
+	cells, err := r.Table.Strings()
 	if err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 		// wall-clock facts go to stderr so stdout stays a pure function of the seed
 		fmt.Fprintf(stderr, "(%d events in %v)\n", res.Events, elapsed.Round(time.Millisecond))
 	}
-	if f.report != "" && !f.json && !f.csv {
+	if f.report != "" && !f.quiet && !f.json && !f.csv {
 		fmt.Fprintf(stderr, "report: %s\n", f.report)
 	}
 	return exitOK
