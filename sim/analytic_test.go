@@ -318,3 +318,33 @@ func TestCollapse(t *testing.T) {
 		}
 	}
 }
+
+// TestLittlesStep: when the dependency slows from 0.1 s to 2 s, in flight
+// climbs to ~200 without a limit; the pool of 50 fills and queues; the
+// bulkhead holds at 50 and refuses the rest at once.
+func TestLittlesStep(t *testing.T) {
+	c := DefaultLittlesLaw()
+	run := func(mode string) littleRun {
+		return c.runOne(mode, 100*time.Millisecond, 2*time.Second, 30*time.Second, 90*time.Second, 0, 7)
+	}
+	u, p, b := run("unbounded"), run("pool"), run("bulkhead")
+	if u.inSystemAtEnd < 150 || u.inSystemAtEnd > 250 || u.queueAtEnd != 0 || u.rejected != 0 {
+		t.Errorf("unbounded: %d in the system (want ~200), %d queued, %d rejected", u.inSystemAtEnd, u.queueAtEnd, u.rejected)
+	}
+	if p.inSystemAtEnd != 50+int64(p.queueAtEnd) || p.queueAtEnd < 4000 || p.rejected != 0 {
+		t.Errorf("pool: %d in the system, %d queued (want 50 busy + a queue of ~75/s × 60 s)", p.inSystemAtEnd, p.queueAtEnd)
+	}
+	if b.inSystemAtEnd > 50 || b.queueAtEnd != 0 || b.rejected < 4000 {
+		t.Errorf("bulkhead: %d in the system (want <= 50), %d queued, %d refused", b.inSystemAtEnd, b.queueAtEnd, b.rejected)
+	}
+	// before the step every set-up holds ~10 in flight
+	for name, r := range map[string]littleRun{"unbounded": u, "pool": p, "bulkhead": b} {
+		var before float64
+		for _, a := range r.perSecond[10:30] {
+			before += a
+		}
+		if before /= 20; before < 7 || before > 13 {
+			t.Errorf("%s: %.1f in flight before the step, want ~10", name, before)
+		}
+	}
+}

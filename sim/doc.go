@@ -42,8 +42,10 @@
 //   - Bernoulli failures with probability f per call (budgets).
 //   - Capacity model (collapse): latency = base + per-request × attempts in
 //     flight at arrival; a client timeout does not cancel the server's work.
-//   - A pool of connections with a FIFO queue, or a bulkhead that answers at
-//     once when full (littles-law), both on limit.Bulkhead.
+//   - A thread pool with a FIFO queue in front, whose requests start to hang
+//     when the dependency slows (the SRE book's thread pool with hanging
+//     requests), or a bulkhead that answers at once when full
+//     (littles-law), both on limit.Bulkhead.
 //   - Stacked retry layers (layers), each with its own policy.
 //
 // Clients are closed-loop callers (seed000), serial workers with jobs in

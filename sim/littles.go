@@ -19,12 +19,20 @@ import (
 // real limit.Bulkhead). Little's law says in flight L = λ·W in steady
 // state; at 2 s a pool of 50 cannot keep up with 100 req/s (50 / 2 s = 25
 // req/s), so its queue grows without end and there is no steady state.
+//
+// A second run per set-up shows the change as it happens: the dependency
+// answers in the first latency until SlowAt, then every call hangs for the
+// last latency (the SRE book's thread pool with hanging requests) — in
+// flight climbs from ~10 to ~200 without a pool, the pool's 50 threads are
+// all taken and its queue grows, the bulkhead holds 50 and refuses the rest.
 type LittlesLawConfig struct {
 	Rate      float64
 	Latencies []time.Duration
 	Pool      int
 	Duration  time.Duration
 	Warmup    time.Duration
+	SlowAt    time.Duration // the step run: latency changes here (0: no step run)
+	StepLen   time.Duration // the step run's length
 	Modes     []string
 }
 
@@ -34,7 +42,8 @@ var littleModes = []string{"unbounded", "pool", "bulkhead"}
 // 50, measured over 1000 s after 100 s of warm-up.
 func DefaultLittlesLaw() LittlesLawConfig {
 	return LittlesLawConfig{Rate: 100, Latencies: []time.Duration{100 * time.Millisecond, 2 * time.Second},
-		Pool: 50, Duration: 1100 * time.Second, Warmup: 100 * time.Second, Modes: littleModes}
+		Pool: 50, Duration: 1100 * time.Second, Warmup: 100 * time.Second,
+		SlowAt: 30 * time.Second, StepLen: 90 * time.Second, Modes: littleModes}
 }
 
 // Params returns the scenario's parameters.
@@ -45,6 +54,8 @@ func (c *LittlesLawConfig) Params() []*Param {
 		intParam(&c.Pool, "pool", "connections in the pool / slots in the bulkhead", 1, 1_000_000),
 		durParam(&c.Duration, "duration", "requests arrive during this long", time.Second, 30*24*time.Hour),
 		durParam(&c.Warmup, "warmup", "measure after this much time", 0, 30*24*time.Hour),
+		durParam(&c.SlowAt, "slow-at", "step run: the dependency slows from the first to the last latency here (0: no step run)", 0, 24*time.Hour),
+		durParam(&c.StepLen, "step-len", "step run: simulated time", time.Second, 24*time.Hour),
 		listParam(&c.Modes, "mode", "set-ups", littleModes),
 	}
 }
@@ -94,17 +105,24 @@ func (c *LittlesLawConfig) validate() error {
 	if n := c.Rate * c.Duration.Seconds() * float64(len(c.Latencies)*len(c.Modes)); n > 1e9 {
 		return invalid("duration", "rate × duration × cases must be <= 1e9 requests, got %.3g", n)
 	}
+	if c.SlowAt > 0 && c.SlowAt >= c.StepLen {
+		return invalid("slow-at", "must be shorter than step-len (%v), got %v", c.StepLen, c.SlowAt)
+	}
+	if n := c.Rate * c.StepLen.Seconds() * float64(len(c.Modes)); n > 1e9 {
+		return invalid("step-len", "rate × step-len × set-ups must be <= 1e9 requests, got %.3g", n)
+	}
 	return nil
 }
 
 type littleRun struct {
-	l, lambda, w float64
-	rejected     int64
-	queueAtEnd   int
-	inService    float64 // time-average connections in use over the span
-	unfinished   int64
-	perSecond    []float64 // time-average in system per second
-	events       uint64
+	l, lambda, w  float64
+	rejected      int64
+	queueAtEnd    int
+	inSystemAtEnd int64
+	inService     float64 // time-average connections in use over the span
+	unfinished    int64
+	perSecond     []float64 // time-average in system per second
+	events        uint64
 }
 
 const (
@@ -112,7 +130,10 @@ const (
 	evServed               // a request's dependency call returns (ID: request)
 )
 
-func (c *LittlesLawConfig) runOne(mode string, latency time.Duration, seed uint64) littleRun {
+// runOne simulates one set-up for duration, measuring from warmup; the
+// dependency's mean latency is before until slowAt (0: never) and after
+// from then on.
+func (c *LittlesLawConfig) runOne(mode string, before, after, slowAt, duration, warmup time.Duration, seed uint64) littleRun {
 	rng := rand.New(pcg(seed, 1))
 	p := &retry.Policy{MaxAttempts: 1}
 	if mode != "unbounded" {
@@ -121,9 +142,9 @@ func (c *LittlesLawConfig) runOne(mode string, latency time.Duration, seed uint6
 	d := driver{p}
 	e := NewEngine(1024)
 	sys := NewMeter(DefaultWindow, time.Second) // requests in the system: queue + service
-	sys.Measure(c.Warmup, c.Duration)
+	sys.Measure(warmup, duration)
 	svc := NewMeter(DefaultWindow, time.Second) // connections in use
-	svc.Measure(c.Warmup, c.Duration)
+	svc.Measure(warmup, duration)
 	var starts []time.Duration
 	var queue []int32
 	head := 0
@@ -131,7 +152,7 @@ func (c *LittlesLawConfig) runOne(mode string, latency time.Duration, seed uint6
 	// per-second time-average of the number in system
 	var inSys int64
 	var lastT time.Duration
-	secs := int(c.Duration / time.Second)
+	secs := int(duration / time.Second)
 	area := make([]float64, secs)
 	integrate := func(t time.Duration) {
 		for lastT < t && int(lastT/time.Second) < secs {
@@ -143,6 +164,10 @@ func (c *LittlesLawConfig) runOne(mode string, latency time.Duration, seed uint6
 	}
 	serve := func(id int32) {
 		svc.Enter(e.Now())
+		latency := before
+		if slowAt > 0 && e.Now() >= slowAt {
+			latency = after
+		}
 		e.After(time.Duration(rng.ExpFloat64()*float64(latency)), evServed, id)
 	}
 	gap := func() time.Duration { return time.Duration(rng.ExpFloat64() * float64(time.Second) / c.Rate) }
@@ -156,7 +181,7 @@ func (c *LittlesLawConfig) runOne(mode string, latency time.Duration, seed uint6
 		integrate(now)
 		switch ev.Kind {
 		case evArrival:
-			if now >= c.Duration {
+			if now >= duration {
 				continue
 			}
 			e.After(gap(), evArrival, 0)
@@ -188,8 +213,9 @@ func (c *LittlesLawConfig) runOne(mode string, latency time.Duration, seed uint6
 				head = 0
 			}
 		}
-		if now < c.Duration {
+		if now < duration {
 			out.queueAtEnd = len(queue) - head
+			out.inSystemAtEnd = inSys
 		}
 	}
 	out.l, out.lambda, out.w = sys.Little(e.Now())
@@ -221,7 +247,8 @@ func (c *LittlesLawConfig) Run(ctx context.Context, o Options) (*Result, error) 
 	runs := make([]littleRun, len(keys))
 	err := parallel(ctx, o, len(keys), func(i int) {
 		k := keys[i]
-		runs[i] = c.runOne(littleModes[k.mode], c.Latencies[k.lat], mix(o.Seed, uint64(k.lat), uint64(k.mode)))
+		lat := c.Latencies[k.lat]
+		runs[i] = c.runOne(littleModes[k.mode], lat, lat, 0, c.Duration, c.Warmup, mix(o.Seed, uint64(k.lat), uint64(k.mode)))
 	})
 	if err != nil {
 		return nil, err
@@ -267,6 +294,36 @@ func (c *LittlesLawConfig) Run(ctx context.Context, o Options) (*Result, error) 
 		chart.Series = append(chart.Series, Series{Name: fmt.Sprintf("%v %s", lat, mode), Points: perSecondPoints(run.perSecond)})
 	}
 	res.Charts = []Chart{chart}
+	if c.SlowAt > 0 {
+		first, last := c.Latencies[0], c.Latencies[len(c.Latencies)-1]
+		steps := make([]littleRun, len(modes))
+		err := parallel(ctx, o, len(modes), func(i int) {
+			steps[i] = c.runOne(littleModes[modes[i]], first, last, c.SlowAt, c.StepLen, 0, mix(o.Seed, 0x57e9, uint64(modes[i])))
+		})
+		if err != nil {
+			return nil, err
+		}
+		step := Chart{Title: fmt.Sprintf("requests in the system when the dependency slows from %v to %v at %v", first, last, c.SlowAt),
+			XLabel: "time (s)", YLabel: "in flight (queue + service)",
+			Shades: []Shade{{From: c.SlowAt.Seconds(), To: c.StepLen.Seconds(), Label: "slow"}}}
+		var parts []string
+		for i, m := range modes {
+			run := steps[i]
+			res.Events += run.events
+			part := fmt.Sprintf("%s %d", littleModes[m], run.inSystemAtEnd)
+			switch {
+			case run.queueAtEnd > 0:
+				part += fmt.Sprintf(" (%d queued)", run.queueAtEnd)
+			case run.rejected > 0:
+				part += fmt.Sprintf(" (%d refused at once)", run.rejected)
+			}
+			parts = append(parts, part)
+			step.Series = append(step.Series, Series{Name: littleModes[m], Points: perSecondPoints(run.perSecond)})
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("Step run: the dependency answers in %v, then from %v on every call hangs for %v; in the system after %v: %s.",
+			first, c.SlowAt, last, c.StepLen, strings.Join(parts, ", ")))
+		res.Charts = append([]Chart{step}, res.Charts...)
+	}
 	res.Notes = append(res.Notes,
 		"L is the time-average number of requests in the system (waiting + being served) over the measured span; λ counts the requests admitted in it and W is their mean time in the system (each is followed until it leaves).",
 		fmt.Sprintf("A pool of %d serves at most %d / latency requests per second; beyond that the queue grows without end and there is no steady state: L and λ·W then measure a ramp, not an equilibrium.", c.Pool, c.Pool))

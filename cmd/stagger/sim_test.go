@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -124,4 +125,29 @@ func TestSimReportPathIsDirectory(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("left files behind: %v", entries)
 	}
+}
+
+// TestSimProgress: progress stays silent for the first two seconds of a
+// sweep, then rewrites one line, and clears it at the end.
+func TestSimProgress(t *testing.T) {
+	var b bytes.Buffer
+	p := &progress{w: &b, name: "brooker2015", start: time.Now()}
+	p.update(1, 100)
+	if b.Len() != 0 {
+		t.Fatalf("printed before 2 s: %q", b.String())
+	}
+	p.start = time.Now().Add(-3 * time.Second)
+	p.update(50, 100)
+	if !strings.Contains(b.String(), "\rbrooker2015: 50/100 runs (50%)") {
+		t.Fatalf("got %q", b.String())
+	}
+	p.finish()
+	if !strings.HasSuffix(b.String(), "\r\033[K") {
+		t.Fatalf("line not cleared: %q", b.String())
+	}
+	if isTerminal(&b) {
+		t.Fatal("a buffer is not a terminal")
+	}
+	var nilp *progress
+	nilp.finish() // no progress: nothing to clear
 }
