@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -73,7 +74,7 @@ func (c *Brooker2015Config) validate() error {
 		return invalid("n-to", "must be >= n-from (%d), got %d", c.NFrom, c.NTo)
 	case c.Cap < c.Base:
 		return invalid("cap", "must be >= base (%v), got %v", c.Base, c.Cap)
-	case c.Delay == 0 && c.SD == 0 && contains(c.Strategies, "none"):
+	case c.Delay == 0 && c.SD == 0 && slices.Contains(c.Strategies, "none"):
 		return invalid("delay", "must be > 0 (or sd > 0) with strategy none: zero-time retries never end")
 	}
 	points := (c.NTo-c.NFrom)/c.NStep + 1
@@ -191,12 +192,7 @@ func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var strategies []int
-	for i, s := range brookerStrategies {
-		if contains(c.Strategies, s) {
-			strategies = append(strategies, i)
-		}
-	}
+	strategies := selected(brookerStrategies, c.Strategies)
 	var ns []int
 	for n := c.NFrom; n <= c.NTo; n += c.NStep {
 		ns = append(ns, n)

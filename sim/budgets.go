@@ -190,12 +190,7 @@ func (c *BudgetsConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var strategies []int
-	for i, s := range budgetStrategies {
-		if contains(c.Strategies, s) {
-			strategies = append(strategies, i)
-		}
-	}
+	strategies := selected(budgetStrategies, c.Strategies)
 	points := c.Steps + 1
 	runs := make([]budgetsRun, len(strategies)*points)
 	errs := make([]error, len(runs))

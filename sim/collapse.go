@@ -240,12 +240,7 @@ func (c *CollapseConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var strategies []int
-	for i, s := range collapseStrategies {
-		if contains(c.Strategies, s) {
-			strategies = append(strategies, i)
-		}
-	}
+	strategies := selected(collapseStrategies, c.Strategies)
 	runs := make([]collapseRun, len(strategies)*c.Runs)
 	err := parallel(ctx, o, len(runs), func(i int) {
 		s, r := strategies[i/c.Runs], i%c.Runs

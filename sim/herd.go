@@ -108,10 +108,8 @@ func (c *HerdConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	load := Chart{Title: "requests per second at the database", XLabel: "time (s)", YLabel: "requests/s",
 		Shades: []Shade{{From: 0, To: c.Outage.Seconds(), Label: "rebooting"}}}
 	var immediate int64 = -1
-	for i, name := range herdStrategies {
-		if !contains(c.Strategies, name) {
-			continue
-		}
+	for _, i := range selected(herdStrategies, c.Strategies) {
+		name := herdStrategies[i]
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

@@ -231,12 +231,7 @@ func (c *LittlesLawConfig) Run(ctx context.Context, o Options) (*Result, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	var modes []int
-	for i, m := range littleModes {
-		if contains(c.Modes, m) {
-			modes = append(modes, i)
-		}
-	}
+	modes := selected(littleModes, c.Modes)
 	type key struct{ lat, mode int }
 	var keys []key
 	for li := range c.Latencies {

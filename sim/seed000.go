@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,10 +85,8 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	load := Chart{Title: "attempts per " + shortDur(c.Window) + " window", XLabel: "time (s)", YLabel: "attempts",
 		Shades: []Shade{{From: 0, To: c.Outage.Seconds(), Label: "down"}}}
-	for i, name := range seed000Strategies {
-		if !contains(c.Strategies, name) {
-			continue
-		}
+	for _, i := range selected(seed000Strategies, c.Strategies) {
+		name := seed000Strategies[i]
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -167,13 +166,17 @@ func bucketPoints(counts []int64, bucket time.Duration, scale float64) []Point {
 	return pts
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// selected returns the indexes in all of the names in chosen, in the order
+// of all, so output order and per-strategy seeds never depend on the order
+// the names were given in.
+func selected(all, chosen []string) []int {
+	var idx []int
+	for i, name := range all {
+		if slices.Contains(chosen, name) {
+			idx = append(idx, i)
 		}
 	}
-	return false
+	return idx
 }
 
 // settings lists the parameters and the seed as used.
