@@ -243,10 +243,10 @@ func TestSeed000(t *testing.T) {
 	if exp[3] != int64(4) || exp[5].(int) < 2 || exp[2].(int64) >= 64 {
 		t.Errorf("expo-full: %v; want 4 accepted, >= 2 distinct waits, fewer attempts than immediate", exp)
 	}
-	if got := res.Notes[0]; got != "RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 20" {
+	if got := res.Log[0]; got != "RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 20" {
 		t.Errorf("summary line %q", got)
 	}
-	if got := res.Notes[16]; got != "  caller 1 attempt 16: after 20ms -> ACCEPTED at 716ms" {
+	if got := res.Log[16]; got != "  caller 1 attempt 16: after 20ms -> ACCEPTED at 716ms" {
 		t.Errorf("last log line %q", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/staggerhq/stagger/sim"
 )
@@ -43,4 +44,35 @@ func ExampleScenarios() {
 	// collapse
 	// layers
 	// littles-law
+}
+
+// Drive a model with the engine: three requests arrive 10 ms apart and
+// each leaves 15 ms after it arrived. Events come out in time order, ties
+// in the order they were scheduled.
+func ExampleEngine() {
+	const arrive, leave = 0, 1
+	e := sim.NewEngine(8)
+	for i := range 3 {
+		e.At(time.Duration(i)*10*time.Millisecond, arrive, int32(i))
+	}
+	for {
+		ev, ok := e.Next()
+		if !ok {
+			break
+		}
+		switch ev.Kind {
+		case arrive:
+			fmt.Println(e.Now(), "arrive", ev.ID)
+			e.After(15*time.Millisecond, leave, ev.ID)
+		case leave:
+			fmt.Println(e.Now(), "leave", ev.ID)
+		}
+	}
+	// Output:
+	// 0s arrive 0
+	// 10ms arrive 1
+	// 15ms leave 0
+	// 20ms arrive 2
+	// 25ms leave 1
+	// 35ms leave 2
 }

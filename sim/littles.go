@@ -267,7 +267,7 @@ func (c *LittlesLawConfig) Run(ctx context.Context, o Options) (*Result, error) 
 			{Key: "steady", Title: "steady state"},
 		}},
 	}
-	chart := Chart{Title: "requests in the system over time", XLabel: "time (s)", YLabel: "in flight (queue + service)",
+	chart := Chart{Title: "requests in the system over time", XLabel: "time (s)", YLabel: "in flight (queue + service, log scale)", LogY: true,
 		Shades: []Shade{{From: 0, To: c.Warmup.Seconds(), Label: "warm-up"}}}
 	for i, k := range keys {
 		run := runs[i]
@@ -299,7 +299,7 @@ func (c *LittlesLawConfig) Run(ctx context.Context, o Options) (*Result, error) 
 			return nil, err
 		}
 		step := Chart{Title: fmt.Sprintf("requests in the system when the dependency slows from %v to %v at %v", first, last, c.SlowAt),
-			XLabel: "time (s)", YLabel: "in flight (queue + service)",
+			XLabel: "time (s)", YLabel: "in flight (queue + service, log scale)", LogY: true,
 			Shades: []Shade{{From: c.SlowAt.Seconds(), To: c.StepLen.Seconds(), Label: "slow"}}}
 		var parts []string
 		for i, m := range modes {

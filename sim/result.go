@@ -20,6 +20,7 @@ type Result struct {
 	Title    string    // one line saying what was simulated
 	Settings []Setting // the parameters used, in order
 	Notes    []string  // findings and model statements printed under the table
+	Log      []string  // per-attempt lines (seed000), printed after the notes; not in the report
 	Table    Table
 	Charts   []Chart
 	Events   uint64 // engine events handled, summed over all runs
@@ -113,7 +114,8 @@ func (t *Table) Strings() ([][]string, error) {
 }
 
 // WriteText prints the title, the settings, the table with aligned columns
-// (text left, numbers right) and the notes.
+// (text left, numbers right), the notes and the log, each block after a
+// blank line.
 func (r *Result) WriteText(w io.Writer) error {
 	cells, err := r.Table.Strings()
 	if err != nil {
@@ -168,9 +170,11 @@ func (r *Result) WriteText(w io.Writer) error {
 	for _, row := range cells {
 		line(row)
 	}
-	if len(r.Notes) > 0 {
-		b.WriteByte('\n')
-		for _, n := range r.Notes {
+	for _, lines := range [][]string{r.Notes, r.Log} {
+		if len(lines) > 0 {
+			b.WriteByte('\n')
+		}
+		for _, n := range lines {
 			fmt.Fprintf(b, "%s\n", n)
 		}
 	}
@@ -198,7 +202,7 @@ func (r *Result) WriteCSV(w io.Writer) error {
 }
 
 // WriteJSON writes one JSON object: {"scenario", "title", "settings",
-// "rows": [{column key: value, ...}, ...], "notes"}, keys in column order,
+// "rows": [{column key: value, ...}, ...], "notes", "log"}, keys in column order,
 // numbers with their column's precision, newline-terminated.
 func (r *Result) WriteJSON(w io.Writer) error {
 	cells, err := r.Table.Strings()
@@ -243,12 +247,17 @@ func (r *Result) WriteJSON(w io.Writer) error {
 		}
 		b.WriteByte('}')
 	}
-	b.WriteString(`],"notes":[`)
-	for i, n := range r.Notes {
-		if i > 0 {
-			b.WriteByte(',')
+	for _, list := range []struct {
+		key   string
+		lines []string
+	}{{"notes", r.Notes}, {"log", r.Log}} {
+		b.WriteString(`],"` + list.key + `":[`)
+		for i, n := range list.lines {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			str(n)
 		}
-		str(n)
 	}
 	b.WriteString("]}\n")
 	_, err = io.WriteString(w, b.String())

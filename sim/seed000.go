@@ -104,9 +104,9 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 		load.Series = append(load.Series, Series{Name: name, Points: bucketPoints(m.Load(), c.Window, 1)})
 		if c.Log > 0 {
 			title := map[string]string{"immediate": "RETRY IMMEDIATELY", "expo-full": "EXPONENTIAL + JITTER"}[name]
-			res.Notes = append(res.Notes, fmt.Sprintf("%s: %d callers, %d attempts total, %d accepted, peak %d",
+			res.Log = append(res.Log, fmt.Sprintf("%s: %d callers, %d attempts total, %d accepted, peak %d",
 				title, c.Callers, m.Calls(), m.Successes(), peak))
-			res.Notes = append(res.Notes, logLines(run.log)...)
+			res.Log = append(res.Log, logLines(run.log)...)
 		}
 	}
 	res.Charts = []Chart{load}
