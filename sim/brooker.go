@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -74,12 +73,12 @@ func (c *Brooker2015Config) validate() error {
 		return invalid("n-to", "must be >= n-from (%d), got %d", c.NFrom, c.NTo)
 	case c.Cap < c.Base:
 		return invalid("cap", "must be >= base (%v), got %v", c.Base, c.Cap)
-	case c.Delay == 0 && c.SD == 0 && slices.Contains(c.Strategies, "none"):
-		return invalid("delay", "must be > 0 (or sd > 0) with strategy none: zero-time retries never end")
+	case c.Delay == 0 && c.SD == 0:
+		return invalid("delay", "must be > 0 when sd is 0: with instant hops every read and write coincide")
 	}
 	points := (c.NTo-c.NFrom)/c.NStep + 1
-	if work := float64(points) * float64(c.Runs) * float64(len(c.Strategies)) * float64(c.NTo) * float64(c.NTo); work > 1e12 {
-		return invalid("runs", "the sweep is too large (points × runs × strategies × n-to² = %.3g > 1e12)", work)
+	if work := float64(points) * float64(c.Runs) * float64(len(c.Strategies)) * float64(c.NTo) * float64(c.NTo); work > 1e10 {
+		return invalid("runs", "the sweep is too large: points × runs × strategies × n-to² = %.3g > 1e10 (the default is 3.4e8)", work)
 	}
 	return nil
 }

@@ -59,8 +59,9 @@ func (c *BudgetsConfig) validate() error {
 	if err := checkParams(c.Params()); err != nil {
 		return err
 	}
-	if n := float64(c.Clients) * c.RatePer * c.Duration.Seconds(); n > 1e8 {
-		return invalid("duration", "clients × rate × duration must be <= 1e8 requests per point, got %.3g", n)
+	n := float64(c.Clients) * c.RatePer * c.Duration.Seconds() * float64(c.Steps+1) * float64(len(c.Strategies))
+	if n > 1e9 {
+		return invalid("duration", "clients × rate × duration × points × strategies must be <= 1e9 requests, got %.3g", n)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -64,6 +65,11 @@ func (c *HerdConfig) validate() error {
 	}
 	if int64(c.Workers)*int64(c.Jobs) > 100_000_000 {
 		return invalid("jobs", "workers × jobs must be <= 100,000,000, got %d", int64(c.Workers)*int64(c.Jobs))
+	}
+	if slices.Contains(c.Strategies, "immediate") {
+		if n := outageAttempts(c.Workers, c.Outage, c.RTT, c.Rate); n > maxAttempts {
+			return invalid("workers", "immediate requeue would make ~%.3g attempts during the outage (workers × outage / rtt, or db-rate × outage); keep it <= %.0g: fewer --workers, a shorter --outage, a longer --rtt or a --db-rate", n, maxAttempts)
+		}
 	}
 	return nil
 }

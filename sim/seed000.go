@@ -68,6 +68,11 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 	if err := checkParams(c.Params()); err != nil {
 		return nil, err
 	}
+	if slices.Contains(c.Strategies, "immediate") {
+		if n := outageAttempts(c.Callers, c.Outage, c.RTT+c.Wait, 0); n > maxAttempts {
+			return nil, invalid("callers", "retrying immediately would make ~%.3g attempts (callers × outage / (rtt + wait)); keep it <= %.0g", n, maxAttempts)
+		}
+	}
 	res := &Result{
 		Scenario: "seed000",
 		Title:    fmt.Sprintf("%d callers, gateway down %v, each retries until accepted", c.Callers, c.Outage),
@@ -164,6 +169,20 @@ func bucketPoints(counts []int64, bucket time.Duration, scale float64) []Point {
 		pts[i] = Point{X: (time.Duration(i) * bucket).Seconds(), Y: float64(n) * scale}
 	}
 	return pts
+}
+
+// maxAttempts bounds the attempts a fixed-wait strategy may make in one
+// run (about a minute of simulation).
+const maxAttempts = 5e8
+
+// outageAttempts estimates the attempts callers make during an outage when
+// each retries every cycle, or at most rate per second when rate > 0.
+func outageAttempts(callers int, outage, cycle time.Duration, rate float64) float64 {
+	n := float64(callers) * (outage.Seconds()/cycle.Seconds() + 1)
+	if rate > 0 {
+		n = min(n, rate*outage.Seconds()+float64(callers))
+	}
+	return n
 }
 
 // selected returns the indexes in all of the names in chosen, in the order

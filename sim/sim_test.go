@@ -163,7 +163,22 @@ func TestBadParams(t *testing.T) {
 	if _, err := h.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cap") {
 		t.Errorf("cap < base: %v", err)
 	}
+	h = DefaultHerd()
+	h.Workers, h.Rate = 1_000_000, 0 // immediate requeue: 2e9 attempts
+	if _, err := h.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "workers") {
+		t.Errorf("immediate with 10⁶ workers and no db-rate: %v", err)
+	}
+	s := DefaultSeed000()
+	s.Outage, s.Callers = time.Hour, 100_000
+	if _, err := s.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "callers") {
+		t.Errorf("seed000 with an hour-long outage: %v", err)
+	}
 	b := DefaultBrooker2015()
+	b.Delay, b.SD = 0, 0
+	if _, err := b.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "delay") {
+		t.Errorf("instant hops: %v", err)
+	}
+	b = DefaultBrooker2015()
 	b.NTo = 5
 	if _, err := b.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "n-to") {
 		t.Errorf("n-to < n-from: %v", err)
