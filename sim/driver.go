@@ -21,59 +21,30 @@ var (
 	ErrTimeout = retry.Retryable(errors.New("sim: timeout"))
 )
 
-// driver runs one retry.Policy one step per event, in the order retry.Do
-// uses: before an attempt the limiter (and, for the original, the budget's
-// Request); after it the limiter's Release and the budget's Result; then
-// the one decision, Policy.Decide, which itself asks the budget's Retry.
-// Nothing of the decision is copied here.
+// driver runs one retry.Policy one step per event with the shipped steps
+// every stagger driver uses: Policy.Begin before an attempt (limiter slot;
+// the budget's Request for an original), Policy.End after it (release, the
+// budget's Result), then Policy.Decide for a failure (which asks the
+// budget's Retry). Nothing of the decision or its bookkeeping is copied here.
 type driver struct {
 	p *retry.Policy
 }
 
 // begin takes what an original attempt needs; NoReason means it may start.
-func (d driver) begin(now time.Time) retry.Reason {
-	p := d.p
-	if p.Limiter != nil && !p.Limiter.TryAcquire() {
-		return retry.Limited
-	}
-	if p.Budget != nil && !p.Budget.Request(now) {
-		if p.Limiter != nil {
-			p.Limiter.Release(true)
-		}
-		return retry.Budget
-	}
-	return retry.NoReason
-}
+func (d driver) begin(now time.Time) retry.Reason { return d.p.Begin(1, now) }
 
 // again takes what a retry attempt needs (the budget was charged by
-// Decide); NoReason means it may start.
-func (d driver) again() retry.Reason {
-	if l := d.p.Limiter; l != nil && !l.TryAcquire() {
-		return retry.Limited
-	}
-	return retry.NoReason
-}
+// Decide, so Begin reads no time for it); NoReason means it may start.
+func (d driver) again() retry.Reason { return d.p.Begin(2, time.Time{}) }
 
 // end closes attempt number attempt, which ended at now with err, and
 // returns the policy's decision (the zero Decision for a success).
 func (d driver) end(now time.Time, attempt int, err error, deadline time.Time, prev time.Duration) retry.Decision {
-	p := d.p
-	ok := err == nil
-	if !ok {
-		if c, _ := retry.Classify(err); c == retry.ClassPermanent {
-			ok = true // the dependency answered; the content was wrong
-		}
-	}
-	if p.Limiter != nil {
-		p.Limiter.Release(ok)
-	}
-	if p.Budget != nil {
-		p.Budget.Result(now, ok)
-	}
+	d.p.End(err, now)
 	if err == nil {
 		return retry.Decision{}
 	}
-	return p.Decide(attempt, err, now, deadline, prev)
+	return d.p.Decide(attempt, err, now, deadline, prev)
 }
 
 // needsSendEvent reports whether a retry must start in an event of its own
