@@ -3,8 +3,8 @@ package stagger_test
 import (
 	"io/fs"
 	"os"
-	"path/filepath"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
