@@ -357,18 +357,11 @@ func (c *call) run() (*http.Response, error) {
 			}
 			return c.giveUp(ctxReason(err), attempt-1, last, err)
 		}
-		if p.Limiter != nil && !p.Limiter.TryAcquire() {
+		if r := p.Begin(attempt, now); r != retry.NoReason {
 			if attempt == 1 {
 				closeRequestBody(c.req)
 			}
-			return c.giveUp(retry.Limited, attempt-1, last, nil)
-		}
-		if attempt == 1 && p.Budget != nil && !p.Budget.Request(now) {
-			if p.Limiter != nil {
-				p.Limiter.Release(true)
-			}
-			closeRequestBody(c.req)
-			return c.giveUp(retry.Budget, 0, nil, nil)
+			return c.giveUp(r, attempt-1, last, nil)
 		}
 		if h := p.Hooks.OnAttempt; h != nil {
 			h(retry.Event{Attempt: attempt})
@@ -400,7 +393,13 @@ func (c *call) run() (*http.Response, error) {
 
 		areq, err := c.attemptRequest(actx, attempt)
 		if err != nil { // GetBody failed: nothing was sent
-			return c.finish(retry.UnknownError, attempt-1, nil, cancel, true, err, nil)
+			if cancel != nil {
+				cancel()
+			}
+			if p.Limiter != nil {
+				p.Limiter.Release(true)
+			}
+			return c.giveUp(retry.UnknownError, attempt-1, err, nil)
 		}
 		resp, err := c.t.base_().RoundTrip(areq)
 		if (resp == nil) == (err == nil) { // a broken Base
@@ -421,7 +420,8 @@ func (c *call) run() (*http.Response, error) {
 		if cerr != nil {
 			class, _ := retry.Classify(cerr)
 			if class == retry.ClassUnknown && err != nil && cancel != nil &&
-				actx.Err() != nil && c.ctx.Err() == nil {
+				actx.Err() != nil && c.ctx.Err() == nil &&
+				(p.Classify == nil || p.Classify(cerr) == retry.ClassUnknown) {
 				cerr = retry.Retryable(cerr) // the attempt's own timeout fired
 				class = retry.ClassRetryable
 			}
@@ -429,27 +429,22 @@ func (c *call) run() (*http.Response, error) {
 				cerr = c.markResponse(cerr, class, resp)
 			}
 		}
-		class, _ := retry.Classify(cerr)
-		ok := cerr == nil || class == retry.ClassPermanent
-		if p.Budget != nil || (cerr != nil && !c.deadline.IsZero()) {
+		if p.NeedsNow() || (cerr != nil && !c.deadline.IsZero()) {
 			now = c.now()
-		}
-		if p.Budget != nil {
-			p.Budget.Result(now, ok)
 		}
 
 		if cerr == nil {
 			if h := p.Hooks.OnSuccess; h != nil {
 				h(retry.Event{Attempt: attempt})
 			}
-			return c.deliver(resp, cancel, ok), nil
+			return c.deliver(resp, cancel, nil, now), nil
 		}
 		if ctxErr := c.ctx.Err(); ctxErr != nil {
-			return c.finish(ctxReason(ctxErr), attempt, resp, cancel, ok, cerr, ctxErr)
+			return c.finish(ctxReason(ctxErr), attempt, resp, cancel, cerr, ctxErr, now)
 		}
 		dec := p.Decide(attempt, cerr, now, c.deadline, prev)
 		if !dec.Retry {
-			return c.finish(dec.Reason, attempt, resp, cancel, ok, cerr, nil)
+			return c.finish(dec.Reason, attempt, resp, cancel, cerr, nil, now)
 		}
 
 		// Retry: free the connection and the slot before the wait.
@@ -459,9 +454,7 @@ func (c *call) run() (*http.Response, error) {
 		if cancel != nil {
 			cancel()
 		}
-		if p.Limiter != nil {
-			p.Limiter.Release(ok)
-		}
+		p.End(cerr, now)
 		if h := p.Hooks.OnRetry; h != nil {
 			h(retry.Event{Attempt: attempt, Delay: dec.Delay, Err: cerr})
 		}
@@ -571,19 +564,17 @@ func (c *call) stopTimers() {
 }
 
 // finish ends the call after attempt failed and will not be retried: a
-// response goes back to the caller (its slot and context released when the
-// body is closed), an error becomes the give-up error.
-func (c *call) finish(r retry.Reason, attempts int, resp *http.Response, cancel context.CancelFunc, ok bool, cerr, ctxErr error) (*http.Response, error) {
+// response goes back to the caller (its slot released when the body is
+// closed), an error becomes the give-up error.
+func (c *call) finish(r retry.Reason, attempts int, resp *http.Response, cancel context.CancelFunc, cerr, ctxErr error, now time.Time) (*http.Response, error) {
 	c.report(r, attempts, cerr)
 	if resp != nil {
-		return c.deliver(resp, cancel, ok), nil
+		return c.deliver(resp, cancel, cerr, now), nil
 	}
 	if cancel != nil {
 		cancel()
 	}
-	if c.p.Limiter != nil {
-		c.p.Limiter.Release(ok)
-	}
+	c.p.End(cerr, now)
 	return nil, giveUpErr(r, attempts, cerr, ctxErr)
 }
 
@@ -627,13 +618,22 @@ func (c *call) report(r retry.Reason, attempts int, last error) {
 	l.LogAttrs(c.ctx, level, "http gave up", attrs...)
 }
 
-// deliver hands resp to the caller; closing (or reading to the end of) its
-// body cancels the attempt's context and frees its concurrency slot.
-func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, ok bool) *http.Response {
-	if cancel == nil && c.p.Limiter == nil {
-		return resp
+// deliver hands resp, the outcome of an attempt judged cerr, to the caller.
+// Without a limiter the attempt ends now (Policy.End); with one, its slot is
+// held until the body is closed or read to the end, and End runs then.
+// Closing the body also cancels the attempt's context.
+func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, cerr error, now time.Time) *http.Response {
+	var p *retry.Policy
+	if c.p.Limiter == nil {
+		c.p.End(cerr, now)
+		if cancel == nil {
+			return resp
+		}
+	} else {
+		p = new(retry.Policy)
+		*p = c.p
 	}
-	rb := &releaseBody{rc: resp.Body, cancel: cancel, lim: c.p.Limiter, ok: ok}
+	rb := &releaseBody{rc: resp.Body, cancel: cancel, p: p, err: cerr}
 	if rw, isRW := resp.Body.(io.ReadWriteCloser); isRW {
 		resp.Body = &releaseRWBody{releaseBody: rb, w: rw}
 	} else {
@@ -645,8 +645,8 @@ func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, ok bool) 
 type releaseBody struct {
 	rc     io.ReadCloser
 	cancel context.CancelFunc
-	lim    limit.Limiter
-	ok     bool
+	p      *retry.Policy // End runs on it at release; nil when it already ran
+	err    error         // the attempt's classified outcome
 	done   atomic.Bool
 }
 
@@ -671,8 +671,15 @@ func (b *releaseBody) release() {
 	if b.cancel != nil {
 		b.cancel()
 	}
-	if b.lim != nil {
-		b.lim.Release(b.ok)
+	if b.p != nil {
+		var now time.Time
+		if b.p.NeedsNow() {
+			now = time.Now()
+			if b.p.Clock != nil {
+				now = b.p.Clock.Now()
+			}
+		}
+		b.p.End(b.err, now)
 	}
 }
 
