@@ -18,14 +18,14 @@ func wholeMS(d time.Duration) int64 { return int64(d / time.Millisecond) }
 //
 // and, when attempts is true, one line per attempt, by caller:
 //
-//	  caller 1 attempt 1: straight away -> DOWN at 12ms
-//	  caller 1 attempt 2: after 20ms -> DOWN at 58ms
+//	caller 1 attempt 1: straight away -> DOWN at 12ms
+//	caller 1 attempt 2: after 20ms -> DOWN at 58ms
 //
 // where "at" is the arrival time at the gateway (the send time if it never
 // arrived) and waits are padded to the longest one, as in the seed. A caller
 // that gave up gets one more line saying why:
 //
-//	  caller 3 gave up after 3 attempts: budget
+//	caller 3 gave up after 3 attempts: budget
 //
 // The counts of the summary line are the gateway's: attempts received,
 // attempts accepted, and the peak inside one window.
