@@ -18,6 +18,8 @@ const (
 	HeaderRequestID = "Stagger-Request-Id"
 	HeaderAttempt   = "Stagger-Attempt"
 	HeaderOutcome   = "Stagger-Outcome"
+	// headerWarmup carries the per-run key of a warm-up request.
+	headerWarmup = "Stagger-Warmup"
 )
 
 // maxHeaderBytes bounds the request headers the gateway reads.
@@ -38,10 +40,11 @@ const maxHeaderBytes = 16 << 10
 // or served over an in-memory listener (for tests in a testing/synctest
 // bubble); [Gateway.Listen] serves it on 127.0.0.1 with a random port.
 type Gateway struct {
-	faults   Faults
-	start    time.Time
-	rec      *Recorder
+	clock    atomic.Pointer[gatewayClock]
 	inFlight atomic.Int64
+	// warmup, when set, is the key of warm-up requests: they are answered
+	// at once with 204 and not counted (see Scenario.Run).
+	warmup string
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -54,20 +57,42 @@ func NewGateway(f Faults, start time.Time) (*Gateway, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	return &Gateway{faults: f, start: start, rec: NewRecorder(start)}, nil
+	g := &Gateway{}
+	g.restart(start, f)
+	return g, nil
+}
+
+// gatewayClock is the timeline, its origin and the recorder counting from
+// it.
+type gatewayClock struct {
+	start  time.Time
+	faults Faults
+	rec    *Recorder
+}
+
+// restart starts timeline f at start with a fresh recorder.
+func (g *Gateway) restart(start time.Time, f Faults) {
+	g.clock.Store(&gatewayClock{start: start, faults: f, rec: NewRecorder(start)})
 }
 
 // Recorder returns the recorder that counts the gateway's attempts.
-func (g *Gateway) Recorder() *Recorder { return g.rec }
+func (g *Gateway) Recorder() *Recorder { return g.clock.Load().rec }
 
 // Faults returns the gateway's timeline.
-func (g *Gateway) Faults() Faults { return g.faults }
+func (g *Gateway) Faults() Faults { return g.clock.Load().faults }
 
 // ServeHTTP counts one attempt and answers it as the timeline says.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	if g.warmup != "" {
+		if v := r.Header[headerWarmup]; len(v) > 0 && v[0] == g.warmup {
+			g.warm(w, r)
+			return
+		}
+	}
+	clk := g.clock.Load()
 	others := g.inFlight.Add(1) - 1
-	o, lat := g.faults.Decide(now.Sub(g.start), int(others))
+	o, lat := clk.faults.Decide(now.Sub(clk.start), int(others))
 	if o == Busy {
 		g.inFlight.Add(-1)
 	} else {
@@ -83,7 +108,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			attempt = n
 		}
 	}
-	g.rec.Record(now, id, attempt, o)
+	clk.rec.Record(now, id, attempt, o)
 
 	if lat > 0 {
 		t := time.NewTimer(lat)
@@ -100,10 +125,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if ra := g.faults.RetryAfter; ra > 0 {
+	if ra := clk.faults.RetryAfter; ra > 0 {
 		h["Retry-After"] = []string{strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)}
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
+// warmupLatency is how long the gateway waits before answering a warm-up
+// request: a timer like the one that delays every counted answer, so that
+// warm-ups measure the timers' lateness too.
+const warmupLatency = 2 * time.Millisecond
+
+// warm answers an uncounted warm-up request after warmupLatency.
+func (g *Gateway) warm(w http.ResponseWriter, r *http.Request) {
+	t := time.NewTimer(warmupLatency)
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		t.Stop()
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // Listen serves the gateway on 127.0.0.1 with a random port and returns its

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,12 +31,19 @@ const (
 	// Seed000Ramp is the span over which the seed-000 callers start (see
 	// Scenario.Ramp).
 	Seed000Ramp = 48 * time.Millisecond
-	// Seed000Latency is the gateway latency calibrated so that "retry
-	// immediately" lands on the seed's 64 attempts and peak 18 on real
-	// loopback HTTP: the seed's numbers imply ≈ 46 ms per cycle (20 ms
-	// wait + ≈ 26 ms round trip), and the loopback, the timers and the
-	// HTTP stack add about half a millisecond per cycle to this latency.
-	Seed000Latency = 25600 * time.Microsecond
+	// Seed000RoundTrip is the round trip the seed-000 callers see. The
+	// seed's numbers imply about 46 ms per "retry immediately" cycle: its
+	// caller 1 sends attempt 1 at 12 ms and has attempt 16 accepted at
+	// 708 ms, (708 − 12) / 15 = 46.4 ms, of which 20 ms is the wait. With
+	// callers 12 ms apart, 4 callers make exactly the seed's 64 attempts
+	// with a peak of 18 for any cycle in (45.87, 46.57) ms; 46.2 ms is the
+	// middle, so the round trip is 26.2 ms.
+	Seed000RoundTrip = 26200 * time.Microsecond
+	// calibrationRounds is how many warm-up exchanges measure the
+	// machine's own overhead when Scenario.RoundTrip is set.
+	calibrationRounds = 8
+	// calibrationLoops bounds the warm-up loops run at once.
+	calibrationLoops = 4
 )
 
 // Scenario is one experiment: callers, a gateway timeline, and how to count.
@@ -60,6 +68,15 @@ type Scenario struct {
 	// Seed makes the jitter reproducible: caller i draws its waits from
 	// rand.NewPCG(Seed, i).
 	Seed uint64
+	// RoundTrip, when > 0, replaces Faults.Latency with a latency chosen at
+	// run time so that the callers see this round trip: before the clock
+	// starts, Run times a few uncounted exchanges to measure what the
+	// machine itself adds to a cycle (the loopback, the HTTP stack, the
+	// lateness of the two timers) and sets the gateway's latency to
+	// RoundTrip minus that overhead (never below 0). The result records
+	// both. This keeps a reproduction of published timings (seed 000)
+	// stable across machines and loads.
+	RoundTrip time.Duration
 	// Listen and Dial replace TCP on 127.0.0.1, for example with an
 	// in-memory network inside a testing/synctest bubble. Both or neither.
 	Listen func() (net.Listener, error)
@@ -67,18 +84,20 @@ type Scenario struct {
 }
 
 // Seed000 returns the scenario of seed 000: 4 callers, a gateway down for
-// 700 ms answering after the calibrated latency, callers starting over a
-// 48 ms ramp (the seed's first attempt arrives at 12 ms, and its peak of 18
-// rather than 20 means the four callers were not in lock-step), peaks in
-// 200 ms windows, seed 1.
+// 700 ms, peaks counted in 200 ms windows, seed 1, and the seed's timing —
+// callers starting 12 ms apart over a 48 ms ramp (the seed's first attempt
+// arrives at 12 ms, and its peak of 18 rather than 20 means the callers were
+// not in lock-step) and a round trip of 26.2 ms (see Seed000RoundTrip), which
+// Run turns into a gateway latency for the machine it runs on.
 func Seed000() Scenario {
 	return Scenario{
 		Callers:     4,
-		Faults:      Outage(Seed000Outage, Seed000Latency),
+		Faults:      Outage(Seed000Outage, 0),
 		Window:      DefaultWindow,
 		Ramp:        Seed000Ramp,
 		MaxAttempts: DefaultMaxAttempts,
 		Seed:        1,
+		RoundTrip:   Seed000RoundTrip,
 	}
 }
 
@@ -95,6 +114,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("%w: MaxAttempts must be >= 1 (0 means %d), got %d", ErrInvalid, DefaultMaxAttempts, s.MaxAttempts)
 	case s.AttemptTimeout < 0:
 		return fmt.Errorf("%w: AttemptTimeout must be >= 0 (0 means none), got %v", ErrInvalid, s.AttemptTimeout)
+	case s.RoundTrip < 0:
+		return fmt.Errorf("%w: RoundTrip must be >= 0 (0 means use Faults.Latency), got %v", ErrInvalid, s.RoundTrip)
 	case (s.Listen == nil) != (s.Dial == nil):
 		return fmt.Errorf("%w: Listen and Dial must be set together", ErrInvalid)
 	}
@@ -163,7 +184,11 @@ type Result struct {
 	// Mismatches lists every way the callers' and the gateway's records
 	// disagree; empty when every attempt was counted once on each side.
 	Mismatches []string
-	// Elapsed is the run's wall time.
+	// Latency is the gateway latency the run used: Faults.Latency, or the
+	// one calibrated for Scenario.RoundTrip, which then measured Overhead
+	// per cycle on this machine.
+	Latency, Overhead time.Duration
+	// Elapsed is the run's wall time from the start of the clock.
 	Elapsed time.Duration
 }
 
@@ -296,13 +321,36 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 		lim = b
 	}
 
-	start := time.Now()
-	gw, err := NewGateway(s.Faults, start)
+	// The gateway's clock starts after uncounted warm-up requests, so that
+	// the process's first HTTP exchange (lazy initialisation, the first
+	// dial) does not delay the first callers; with RoundTrip set they also
+	// measure the machine's overhead per cycle.
+	gw, err := NewGateway(s.Faults, time.Time{})
 	if err != nil {
 		l.Close()
 		return nil, err
 	}
+	gw.warmup = strconv.FormatUint(rand.Uint64(), 36)
 	url := gw.Serve(l) + "/"
+	par, rounds := 1, 1
+	if s.RoundTrip > 0 {
+		par, rounds = min(s.Callers, calibrationLoops), calibrationRounds
+	}
+	overhead, err := warmUp(ctx, client, url, gw.warmup, par, rounds)
+	if err != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Close(closeCtx)
+		return nil, fmt.Errorf("lab: gateway does not answer: %w", err)
+	}
+	faults := s.Faults
+	if s.RoundTrip > 0 {
+		faults.Latency = max(0, s.RoundTrip-overhead)
+	} else {
+		overhead = 0
+	}
+	start := time.Now()
+	gw.restart(start, faults)
 
 	attempts := make([][]Attempt, s.Callers)
 	callers := make([]Caller, s.Callers)
@@ -326,7 +374,8 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 	cancel()
 	elapsed := time.Since(start)
 
-	res := &Result{Strategy: st, Scenario: s, Callers: callers, Elapsed: elapsed}
+	res := &Result{Strategy: st, Scenario: s, Callers: callers, Elapsed: elapsed,
+		Latency: faults.Latency, Overhead: overhead}
 	for _, a := range attempts {
 		res.Attempts = append(res.Attempts, a...)
 	}
@@ -340,6 +389,80 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 		return res, fmt.Errorf("lab: gateway did not stop: %w", cerr)
 	}
 	return res, nil
+}
+
+// warmUp runs par loops at once, each sending rounds uncounted requests to
+// the gateway one after the other, each after a timer of warmupLatency,
+// while the gateway waits warmupLatency before answering — a small copy of
+// the callers' retry cycles. It returns the median time a round took beyond
+// the two timers: what the machine adds to every cycle. The first round of
+// each loop (which may dial) and the slowest and fastest tenth are left out
+// of a mean.
+func warmUp(ctx context.Context, client *http.Client, url, key string, par, rounds int) (time.Duration, error) {
+	var (
+		mu    sync.Mutex
+		extra []time.Duration
+		first error
+		wg    sync.WaitGroup
+	)
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ex, err := warmLoop(ctx, client, url, key, rounds)
+			mu.Lock()
+			defer mu.Unlock()
+			extra = append(extra, ex...)
+			if err != nil && first == nil {
+				first = err
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	slices.Sort(extra)
+	cut := len(extra) / 10
+	kept := extra[cut : len(extra)-cut]
+	var sum time.Duration
+	for _, e := range kept {
+		sum += e
+	}
+	return max(0, sum/time.Duration(len(kept))), nil
+}
+
+func warmLoop(ctx context.Context, client *http.Client, url, key string, rounds int) ([]time.Duration, error) {
+	extra := make([]time.Duration, 0, rounds)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for i := range rounds {
+		t0 := time.Now()
+		t.Reset(warmupLatency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header[headerWarmup] = []string{key}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return nil, fmt.Errorf("warm-up answered %d", resp.StatusCode)
+		}
+		if i > 0 || rounds == 1 {
+			extra = append(extra, time.Since(t0)-2*warmupLatency)
+		}
+	}
+	return extra, nil
 }
 
 // caller runs one logical request to acceptance or give-up.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -71,9 +72,13 @@ func checkWaitsAreReal(t *testing.T, r *Result, latency time.Duration) {
 func TestSeed000InVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := inMemory(Seed000())
-		lat := 26200 * time.Microsecond
-		s.Faults.Latency = lat
+		// In a bubble the machine adds nothing: the calibrated latency is
+		// the whole round trip.
+		lat := Seed000RoundTrip
 		r := mustRun(t, s, mustStrategy(t, "immediate", StrategyOptions{}))
+		if r.Latency != lat || r.Overhead != 0 {
+			t.Errorf("latency %v, overhead %v; want %v and 0", r.Latency, r.Overhead, lat)
+		}
 		g := r.Gateway
 		if g.Total != 64 || g.Accepted != 4 || g.Peak != 18 {
 			t.Errorf("immediate: %d attempts, %d accepted, peak %d; the seed publishes 64, 4, 18", g.Total, g.Accepted, g.Peak)
@@ -137,7 +142,7 @@ func TestSeed000InVirtualTime(t *testing.T) {
 func TestNoJitterComesBackTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := inMemory(Seed000())
-		s.Ramp, s.Faults.Latency = 0, 0
+		s.Ramp, s.RoundTrip = 0, 0
 		r := mustRun(t, s, mustStrategy(t, "expo", StrategyOptions{}))
 		byTime := map[time.Duration]int{}
 		for _, a := range r.Arrivals {
@@ -221,7 +226,7 @@ func TestBulkhead(t *testing.T) {
 func TestCapacityAndRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := inMemory(Seed000())
-		s.Ramp = 0
+		s.Ramp, s.RoundTrip = 0, 0
 		s.Faults = Faults{Capacity: 1, Latency: 100 * ms, RetryAfter: time.Second}
 		r := mustRun(t, s, mustStrategy(t, "immediate", StrategyOptions{}))
 		g := r.Gateway
@@ -244,7 +249,7 @@ func TestCapacityAndRetryAfter(t *testing.T) {
 func TestAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := inMemory(Seed000())
-		s.Faults = Faults{Latency: 50 * ms}
+		s.Faults, s.RoundTrip = Faults{Latency: 50 * ms}, 0
 		s.AttemptTimeout = 10 * ms
 		s.MaxAttempts = 3
 		r, err := s.Run(t.Context(), mustStrategy(t, "immediate", StrategyOptions{}))
@@ -314,6 +319,7 @@ func TestScenarioValidate(t *testing.T) {
 		{"negative ramp", func(s *Scenario) { s.Ramp = -1 }, "Ramp"},
 		{"negative attempts", func(s *Scenario) { s.MaxAttempts = -1 }, "MaxAttempts"},
 		{"negative timeout", func(s *Scenario) { s.AttemptTimeout = -1 }, "AttemptTimeout"},
+		{"negative round trip", func(s *Scenario) { s.RoundTrip = -1 }, "RoundTrip"},
 		{"listen without dial", func(s *Scenario) { s.Listen = inMemory(*s).Listen }, "Listen and Dial"},
 		{"bad faults", func(s *Scenario) { s.Faults.Latency = -1 }, "Faults.Latency"},
 	}
@@ -334,4 +340,52 @@ func TestScenarioValidate(t *testing.T) {
 	if _, err := ok.Run(t.Context(), Strategy{Name: "none"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Run without a schedule: %v", err)
 	}
+}
+
+// slowConn delays every write, like a slower network.
+type slowConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c slowConn) Write(p []byte) (int, error) {
+	time.Sleep(c.delay)
+	return c.Conn.Write(p)
+}
+
+// TestRoundTripCalibration: on a "machine" whose network adds 1 ms to every
+// request, Run measures that overhead while warming up and takes it off the
+// gateway's latency, so the callers still see the seed's 26.2 ms round trip
+// and the seed's numbers still come out exactly.
+func TestRoundTripCalibration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := inMemory(Seed000())
+		dial := s.Dial
+		s.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return slowConn{c, ms}, nil
+		}
+		r, err := s.Run(t.Context(), mustStrategy(t, "immediate", StrategyOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Overhead != ms || r.Latency != Seed000RoundTrip-ms {
+			t.Errorf("overhead %v, latency %v; want 1ms and %v", r.Overhead, r.Latency, Seed000RoundTrip-ms)
+		}
+		if g := r.Gateway; g.Total != 64 || g.Peak != 18 || g.Accepted != 4 {
+			t.Errorf("%d attempts, peak %d, %d accepted; want 64, 18, 4", g.Total, g.Peak, g.Accepted)
+		}
+		// Without calibration the same network stretches every cycle.
+		s.RoundTrip, s.Faults.Latency = 0, Seed000RoundTrip
+		r, err = s.Run(t.Context(), mustStrategy(t, "immediate", StrategyOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Overhead != 0 || r.Latency != Seed000RoundTrip || r.Gateway.Total == 64 {
+			t.Errorf("uncalibrated: overhead %v, latency %v, %d attempts", r.Overhead, r.Latency, r.Gateway.Total)
+		}
+	})
 }

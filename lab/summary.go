@@ -99,7 +99,11 @@ type Summary struct {
 	AttemptsPerRequest    float64        `json:"attempts_per_request"`
 	MaxAttemptsPerRequest int            `json:"max_attempts_per_request"`
 	GaveUp                map[string]int `json:"gave_up"`
-	ElapsedMS             int64          `json:"elapsed_ms"`
+	// LatencyMS is the gateway latency used; OverheadMS what the machine
+	// was measured to add per cycle when the latency was calibrated.
+	LatencyMS  float64 `json:"latency_ms"`
+	OverheadMS float64 `json:"overhead_ms"`
+	ElapsedMS  int64   `json:"elapsed_ms"`
 	Timeline              []WindowCount  `json:"timeline"`
 	Log                   []LogEntry     `json:"attempt_log,omitempty"`
 }
@@ -134,8 +138,10 @@ func (r *Result) Summary(withLog bool) Summary {
 		CallerAttempts: len(r.Attempts), Agree: r.Agree(), Mismatches: r.Mismatches,
 		Waits: len(r.Waits()), DistinctWaits: r.DistinctWaits(), Jittered: r.Strategy.Jittered,
 		AttemptsPerRequest: g.AttemptsPerRequest(), MaxAttemptsPerRequest: g.MaxAttempts,
-		GaveUp:    map[string]int{},
-		ElapsedMS: wholeMS(r.Elapsed),
+		GaveUp:     map[string]int{},
+		LatencyMS:  msf(r.Latency),
+		OverheadMS: msf(r.Overhead),
+		ElapsedMS:  wholeMS(r.Elapsed),
 		Timeline:  make([]WindowCount, len(g.Timeline)),
 	}
 	if g.Accepted > 0 {
