@@ -3,7 +3,6 @@ package backoff
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"math/rand/v2"
 	"time"
 )
@@ -17,10 +16,15 @@ import (
 // caller-chosen jitter ratio in [0, 1]. The cap is applied before the ratio,
 // so base 100ms, cap 250ms, attempt 3, ratio 0.5 gives 125ms (not 200ms).
 //
-// The arithmetic is exact: the window saturates at cap for every attempt up to
-// math.MaxInt (no shift wraps to zero), and window·ratio is computed as the
-// exact product of the integer window and the binary value of ratio before
-// flooring, so no rounding can push a delay across a millisecond boundary.
+// The window saturates at cap for every attempt up to math.MaxInt: no shift
+// wraps to zero (the seed's own code wraps past attempt 63). The product is
+// computed as the seed computes it — the window in milliseconds (exact in a
+// float64 for every Duration) times ratio, one IEEE multiplication, then
+// floor — so RetryDelay agrees bit for bit with floor(window_ms * ratio) in
+// the seed's language: base 10ms, ratio 0.3 gives 3ms, and base 100ms,
+// ratio 0.29 gives 28ms (100*0.29 is 28.999999999999996 in binary floating
+// point). A window that is not a whole number of milliseconds takes its
+// fractional part into the product.
 //
 // Errors wrap [ErrInvalid] and name the argument: attempt < 1, base <= 0,
 // cap < base, ratio NaN, ±Inf or outside [0, 1].
@@ -39,30 +43,11 @@ func RetryDelay(attempt int, base, cap time.Duration, ratio float64) (time.Durat
 	case ratio < 0 || ratio > 1:
 		return 0, fmt.Errorf("%w: ratio must be in [0, 1], got %v", ErrInvalid, ratio)
 	}
-	d := mulFloor(shiftWindow(attempt, base, cap), ratio)
-	return d - d%time.Millisecond, nil
-}
-
-// mulFloor returns floor(w·r) exactly for w >= 0 and r in [0, 1].
-func mulFloor(w time.Duration, r float64) time.Duration {
-	if r == 1 {
-		return w
-	}
-	if r == 0 || w <= 0 {
-		return 0
-	}
-	frac, exp := math.Frexp(r) // r = frac·2^exp, frac in [0.5, 1), exp <= 0
-	mant := uint64(frac * (1 << 53))
-	shift := uint(53 - exp) // r = mant·2^-shift, shift >= 53
-	hi, lo := bits.Mul64(uint64(w), mant)
-	switch {
-	case shift >= 128:
-		return 0
-	case shift >= 64:
-		return time.Duration(hi >> (shift - 64))
-	default:
-		return time.Duration(hi<<(64-shift) | lo>>shift)
-	}
+	window := shiftWindow(attempt, base, cap)
+	whole, frac := window/time.Millisecond, window%time.Millisecond
+	windowMS := float64(whole) + float64(frac)/float64(time.Millisecond)
+	d := time.Duration(math.Floor(windowMS * ratio))
+	return min(d, whole) * time.Millisecond, nil
 }
 
 // Ratio is the seed-002 schedule as a [Schedule]: after failed attempt n it

@@ -29,7 +29,21 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if fn == nil {
 		return errNilFunc
 	}
-	return p.run(ctx, fn)
+	if p.Budget == nil && p.Limiter == nil && p.AttemptTimeout == 0 && p.Timeout == 0 {
+		// Lean first attempt: nothing to acquire, charge or bound.
+		if h := p.Hooks.OnAttempt; h != nil {
+			h(Event{Attempt: 1})
+		}
+		err := fn(ctx)
+		if err == nil {
+			if h := p.Hooks.OnSuccess; h != nil {
+				h(Event{Attempt: 1})
+			}
+			return nil
+		}
+		return p.run(ctx, fn, err)
+	}
+	return p.run(ctx, fn, nil)
 }
 
 // DoValue is Do for functions that return a value: it returns the value of
@@ -55,7 +69,9 @@ func (p *Policy) now() time.Time {
 	return time.Now()
 }
 
-func (p *Policy) run(ctx context.Context, fn func(context.Context) error) error {
+// run is the retry loop. A non-nil first is the error of a first attempt Do
+// already made (only when the policy has no budget, limiter or timeouts).
+func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first error) error {
 	var (
 		deadline time.Time
 		now      time.Time
@@ -86,6 +102,12 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error) error 
 	}()
 
 	for attempt := 1; ; attempt++ {
+		var err error
+		expired := false
+		if attempt == 1 && first != nil {
+			err = first
+			goto classify
+		}
 		if err := ctx.Err(); err != nil {
 			return p.stopped(ctxReason(err), attempt-1, last, err)
 		}
@@ -102,8 +124,6 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error) error 
 			h(Event{Attempt: attempt})
 		}
 
-		var err error
-		expired := false
 		if deriveCtx {
 			d := p.AttemptTimeout
 			if !deadline.IsZero() {
@@ -125,6 +145,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error) error 
 			err = fn(ctx)
 		}
 
+	classify:
 		class, after := ClassUnknown, time.Duration(0)
 		if err != nil {
 			class, after = Classify(err)

@@ -1,0 +1,155 @@
+package bench
+
+// Side-by-side benchmarks of the in-process retry loop against Go peers.
+// Every library is configured once, outside the timed loop, the way its
+// documentation shows; the operation's errors are built once, so the
+// numbers measure the retry machinery, not error construction.
+//
+//	BenchmarkSuccess/<lib>        the operation succeeds on the first try
+//	BenchmarkThreeAttempts/<lib>  it fails twice (zero delay), then succeeds
+//	BenchmarkBudget/stagger       seed-003 budget, RunParallel
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	avast "github.com/avast/retry-go/v4"
+	cenkalti "github.com/cenkalti/backoff/v5"
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	sethvargo "github.com/sethvargo/go-retry"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/retry"
+)
+
+var (
+	errTransient     = errors.New("transient")
+	staggerRetryable = retry.Retryable(errTransient)
+	sethvargoRetry   = sethvargo.RetryableError(errTransient)
+	sink             error
+)
+
+type peer struct {
+	name string
+	// run performs one logical call of fn, retrying per the library.
+	run func(ctx context.Context, fn func() error) error
+	// retryable converts the operation's transient error to the library's.
+	retryable error
+}
+
+func peers() []peer {
+	staggerPolicy := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0)}
+
+	cenkaltiOpts := []cenkalti.RetryOption{cenkalti.WithBackOff(&cenkalti.ZeroBackOff{}), cenkalti.WithMaxTries(3)}
+
+	avastOpts := []avast.Option{
+		avast.Attempts(3), avast.Delay(0), avast.MaxJitter(0),
+		avast.DelayType(avast.FixedDelay), avast.LastErrorOnly(true),
+	}
+
+	failsafeExec := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithDelay(0).Build())
+
+	return []peer{
+		{"stagger", func(ctx context.Context, fn func() error) error {
+			return retry.Do(ctx, staggerPolicy, func(context.Context) error { return fn() })
+		}, staggerRetryable},
+		{"cenkalti", func(ctx context.Context, fn func() error) error {
+			_, err := cenkalti.Retry(ctx, func() (struct{}, error) { return struct{}{}, fn() }, cenkaltiOpts...)
+			return err
+		}, errTransient},
+		{"avast", func(ctx context.Context, fn func() error) error {
+			return avast.Do(fn, append(avastOpts, avast.Context(ctx))...)
+		}, errTransient},
+		{"sethvargo", func(ctx context.Context, fn func() error) error {
+			// go-retry backoffs are stateful: one per call, as documented.
+			b := sethvargo.WithMaxRetries(2, sethvargo.BackoffFunc(func() (time.Duration, bool) { return 0, false }))
+			return sethvargo.Do(ctx, b, func(context.Context) error { return fn() })
+		}, sethvargoRetry},
+		{"failsafe", func(ctx context.Context, fn func() error) error {
+			return failsafeExec.WithContext(ctx).Run(fn)
+		}, errTransient},
+	}
+}
+
+func BenchmarkSuccess(b *testing.B) {
+	ctx := context.Background()
+	ok := func() error { return nil }
+	for _, p := range peers() {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = p.run(ctx, ok)
+			}
+			if sink != nil {
+				b.Fatal(sink)
+			}
+		})
+	}
+}
+
+func BenchmarkThreeAttempts(b *testing.B) {
+	ctx := context.Background()
+	for _, p := range peers() {
+		b.Run(p.name, func(b *testing.B) {
+			calls := 0
+			fn := func() error {
+				calls++
+				if calls < 3 {
+					return p.retryable
+				}
+				return nil
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				calls = 0
+				sink = p.run(ctx, fn)
+			}
+			if sink != nil || calls != 3 {
+				b.Fatalf("%s: err %v after %d calls", p.name, sink, calls)
+			}
+		})
+	}
+}
+
+// BenchmarkBudget: the seed-003 token bucket shared by all goroutines. Each
+// op is one original request; every tenth goroutine-local op also asks for
+// a retry, as a 10% failure rate would.
+func BenchmarkBudget(b *testing.B) {
+	b.Run("stagger", func(b *testing.B) {
+		tb := &budget.TokenBucket{}
+		now := time.Now()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				tb.Request(now)
+				if i++; i == 10 {
+					i = 0
+					tb.Retry(now)
+				}
+			}
+		})
+	})
+}
+
+// TestPeersBehave checks every configuration really retries: three attempts
+// for a twice-failing operation, one for a succeeding one.
+func TestPeersBehave(t *testing.T) {
+	for _, p := range peers() {
+		calls := 0
+		err := p.run(context.Background(), func() error {
+			calls++
+			if calls < 3 {
+				return p.retryable
+			}
+			return nil
+		})
+		if err != nil || calls != 3 {
+			t.Errorf("%s: err %v after %d calls, want success after 3", p.name, err, calls)
+		}
+	}
+}

@@ -1,0 +1,691 @@
+package report
+
+import (
+	"math"
+	"slices"
+)
+
+// Chart geometry, in SVG user units (the SVG is drawn at this size, shrunk
+// to fit narrower columns).
+const (
+	chartWidth  = 640.0
+	plotHeight  = 220.0
+	padTop      = 8.0
+	padRight    = 20.0
+	legendRow   = 18.0
+	shadeRow    = 15.0
+	fontTick    = 11.0
+	fontLegend  = 12.0
+	fontLabel   = 12.0
+	fontMark    = 11.5
+	maxDotCount = 30 // lines with at most this many drawn points also get a dot per point
+)
+
+// layout is everything computed about a chart before drawing it.
+type layout struct {
+	c             *Chart
+	id            string // unique in the page, for the clip path and title
+	width, height float64
+	left, right   float64 // plot area
+	top, bottom   float64
+	x, y          axis
+	barWidth      float64
+	empty         bool // no series has a point
+	legend        []legendItem
+	seriesColor   []string
+	seriesVariant []int
+	drawn         [][]Point // Lines: the points drawn per series
+	band          float64   // height of the shade-label band above the plot
+	shadeLabels   []shadeLabel
+}
+
+type legendItem struct {
+	series int // index in Chart.Series
+	x, y   float64
+	name   string
+	color  string
+	dash   string
+	fade   bool
+}
+
+// shadeLabel places the label of c.Shades[shade] in row of the band.
+type shadeLabel struct {
+	shade  int
+	x      float64
+	anchor string
+	row    int
+}
+
+// extent is a running min/max.
+type extent struct {
+	lo, hi float64
+	ok     bool
+}
+
+func (e *extent) add(v float64) {
+	if !e.ok {
+		e.lo, e.hi, e.ok = v, v, true
+		return
+	}
+	e.lo, e.hi = math.Min(e.lo, v), math.Max(e.hi, v)
+}
+
+// autoBarWidth is the smallest gap between distinct X values of all series,
+// or 1 when there are fewer than two.
+func autoBarWidth(c *Chart) float64 {
+	var xs []float64
+	for _, s := range c.Series {
+		for _, p := range s.Points {
+			xs = append(xs, p.X)
+		}
+	}
+	slices.Sort(xs)
+	xs = slices.Compact(xs)
+	w := math.Inf(1)
+	for i := 1; i < len(xs); i++ {
+		w = math.Min(w, xs[i]-xs[i-1])
+	}
+	if math.IsInf(w, 1) {
+		return 1
+	}
+	return w
+}
+
+func (r *renderer) layoutChart(c *Chart) *layout {
+	r.charts++
+	l := &layout{c: c, id: "c" + itoa(r.charts), width: chartWidth, empty: true}
+
+	// Colours, assigned in order of first appearance on the page.
+	slots := r.slots(c)
+	for i, s := range c.Series {
+		col, v := slotStyle(slots[i])
+		l.seriesColor = append(l.seriesColor, col)
+		l.seriesVariant = append(l.seriesVariant, v)
+		if len(s.Points) > 0 {
+			l.empty = false
+		}
+	}
+
+	// Data extents.
+	var xe, ye extent
+	if c.Kind == Bars {
+		l.barWidth = c.BarWidth
+		if l.barWidth == 0 {
+			l.barWidth = autoBarWidth(c)
+		}
+		pos, neg := map[float64]float64{}, map[float64]float64{}
+		for _, s := range c.Series {
+			for _, p := range s.Points {
+				xe.add(p.X)
+				xe.add(p.X + l.barWidth)
+				if p.Y >= 0 {
+					pos[p.X] += p.Y
+					ye.add(pos[p.X])
+				} else {
+					neg[p.X] += p.Y
+					ye.add(neg[p.X])
+				}
+			}
+		}
+	} else {
+		l.drawn = make([][]Point, len(c.Series))
+		for i, s := range c.Series {
+			l.drawn[i] = linePoints(s.Points, MaxLinePoints)
+			for _, p := range s.Points {
+				xe.add(p.X)
+				ye.add(p.Y)
+			}
+		}
+	}
+	for _, sh := range c.Shades {
+		xe.add(sh.From)
+		xe.add(sh.To)
+	}
+	for _, m := range c.Marks {
+		xe.add(m.X)
+		if c.Kind == Bars {
+			xe.add(m.X + l.barWidth)
+		}
+	}
+	markTop := ye.hi
+	for _, m := range c.Marks {
+		ye.add(m.Y)
+		markTop = math.Max(markTop, m.Y)
+	}
+
+	// X range.
+	l.x.log = c.LogX
+	switch {
+	case c.XMin != c.XMax:
+		l.x.min, l.x.max = c.XMin, c.XMax
+	case !xe.ok && c.LogX:
+		l.x.min, l.x.max = 1, 10
+	case !xe.ok:
+		l.x.min, l.x.max = 0, 1
+	case c.LogX:
+		l.x.min, l.x.max = logExtent(xe.lo, xe.hi)
+	case xe.lo == xe.hi:
+		l.x.min, l.x.max = xe.lo-1, xe.hi+1
+	default:
+		l.x.min, l.x.max = xe.lo, xe.hi
+	}
+
+	// Y range and ticks. The target tick count is fixed, so charts with the
+	// same range get the same ticks.
+	const yTicks = 5
+	l.y.log = c.LogY
+	switch {
+	case c.LogY:
+		lo, hi := 1.0, 10.0
+		if ye.ok {
+			lo, hi = logExtent(ye.lo, ye.hi)
+		}
+		if c.YMax > 0 {
+			hi = c.YMax
+			if lo >= hi {
+				lo, _ = logExtent(hi/10, hi)
+			}
+		}
+		l.y.min, l.y.max = lo, hi
+		l.y.ticks = logTicks(lo, hi, 8)
+	default:
+		lo, hi := 0.0, 0.0
+		if ye.ok {
+			lo, hi = math.Min(0, ye.lo), math.Max(0, ye.hi)
+		}
+		if len(c.Marks) > 0 && markTop > 0 && markTop >= 0.9*hi {
+			hi = math.Max(hi, markTop*1.12) // room for the label above the mark
+		}
+		var step float64
+		if c.YMax > 0 {
+			hi = c.YMax
+			step = niceStep(hi-lo, yTicks)
+			lo = math.Floor(lo/step+1e-9) * step
+			step = niceStep(hi-lo, yTicks)
+		} else {
+			if hi <= lo {
+				hi = lo + 1
+			}
+			step = niceStep(hi-lo, yTicks)
+			lo = math.Floor(lo/step+1e-9) * step
+			hi = math.Ceil(hi/step-1e-9) * step
+		}
+		l.y.min, l.y.max = cleanZero(lo), cleanZero(hi)
+		l.y.ticks = ticksWithStep(l.y.min, l.y.max, step)
+	}
+
+	// Legend: rows of items wrapped to the chart width.
+	x, y := 12.0, padTop
+	rows := 0
+	for i, s := range c.Series {
+		name := s.Name
+		if name == "" {
+			name = "series " + itoa(i+1)
+		}
+		if len(s.Points) == 0 && !l.empty {
+			name += " (no data)"
+		}
+		w := 16 + 6 + textWidth(name, fontLegend) + 18
+		if rows == 0 {
+			rows = 1
+		} else if x+w > chartWidth-padRight+18 {
+			x, y = 12, y+legendRow
+			rows++
+		}
+		l.legend = append(l.legend, legendItem{
+			series: i, x: x, y: y, name: name, color: l.seriesColor[i],
+			dash: dashes[l.seriesVariant[i]], fade: l.seriesVariant[i]%2 == 1,
+		})
+		x += w
+	}
+	legendBottom := padTop
+	if rows > 0 {
+		legendBottom = padTop + float64(rows)*legendRow + 4
+	}
+
+	// Left margin: room for the widest Y tick label and the Y axis label.
+	widest := 0.0
+	for _, t := range l.y.ticks {
+		widest = math.Max(widest, textWidth(t.label, fontTick))
+	}
+	l.left = 10 + widest + 8
+	if c.YLabel != "" {
+		l.left += 20
+	}
+	l.right = chartWidth - padRight
+	l.x.lo, l.x.hi = l.left, l.right
+
+	// X ticks: as many as fit without labels touching.
+	plotW := l.right - l.left
+	if c.LogX {
+		for n := 10; n >= 2; n-- {
+			l.x.ticks = logTicks(l.x.min, l.x.max, n)
+			if ticksFit(&l.x, l.x.ticks) {
+				break
+			}
+		}
+	} else {
+		for n := int(plotW / 70); n >= 2; n-- {
+			l.x.ticks = linearTicks(l.x.min, l.x.max, n)
+			if ticksFit(&l.x, l.x.ticks) {
+				break
+			}
+		}
+	}
+
+	// Shade labels go in a band above the plot, clear of the data and the
+	// marks; labels that would touch move to another row of the band.
+	var rowRight []float64 // right end of the last label in each row
+	for i, sh := range c.Shades {
+		x0, x1, ok := l.shadeSpan(sh)
+		if !ok || sh.Label == "" {
+			continue
+		}
+		w := textWidth(sh.Label, fontTick)
+		lab := shadeLabel{shade: i, x: x0 + 5, anchor: "start"}
+		left := x0 + 5
+		if left+w > l.right {
+			lab.x, lab.anchor, left = x1-5, "end", x1-5-w
+			if left < l.left {
+				lab.x, lab.anchor, left = (x0+x1)/2, "middle", (x0+x1)/2-w/2
+			}
+		}
+		lab.row = len(rowRight)
+		for r, right := range rowRight {
+			if left >= right+8 {
+				lab.row = r
+				break
+			}
+		}
+		if lab.row == len(rowRight) {
+			rowRight = append(rowRight, 0)
+		}
+		rowRight[lab.row] = left + w
+		l.shadeLabels = append(l.shadeLabels, lab)
+	}
+	l.band = float64(len(rowRight)) * shadeRow
+	l.top = legendBottom + 8 + l.band
+	l.bottom = l.top + plotHeight
+	l.y.lo, l.y.hi = l.bottom, l.top
+
+	l.height = l.bottom + 24
+	if c.XLabel != "" {
+		l.height += 18
+	}
+	l.height += 4
+	return l
+}
+
+// ticksFit reports whether the tick labels on a horizontal axis leave a gap
+// of at least 12 px between neighbours.
+func ticksFit(a *axis, ticks []tick) bool {
+	for i := 1; i < len(ticks); i++ {
+		gap := a.px(ticks[i].v) - a.px(ticks[i-1].v)
+		if gap < (textWidth(ticks[i].label, fontTick)+textWidth(ticks[i-1].label, fontTick))/2+12 {
+			return false
+		}
+	}
+	return true
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for ; n > 0; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+	}
+	return string(b[i:])
+}
+
+// chart renders one chart as a figure with a caption and an inline SVG.
+func (r *renderer) chart(c *Chart) {
+	l := r.layoutChart(c)
+	r.raw(`<figure class="figure">`)
+	if c.Title != "" {
+		r.raw("<figcaption>")
+		r.text(c.Title)
+		r.raw("</figcaption>")
+	}
+	r.raw("\n", `<svg class="chart" data-title="`)
+	r.text(c.Title)
+	r.raw(`" data-kind="`, c.Kind.String(), `" xmlns="http://www.w3.org/2000/svg" width="`)
+	r.px(l.width)
+	r.raw(`" height="`)
+	r.px(l.height)
+	r.raw(`" viewBox="0 0 `)
+	r.px(l.width)
+	r.raw(" ")
+	r.px(l.height)
+	r.raw(`" role="img" aria-labelledby="`, l.id, `-t">`, "\n")
+	r.raw(`<title id="`, l.id, `-t">`)
+	r.text(c.Title)
+	r.raw("</title>\n")
+	r.raw(`<defs><clipPath id="`, l.id, `-clip"><rect x="`)
+	r.px(l.left)
+	r.raw(`" y="`)
+	r.px(l.top)
+	r.raw(`" width="`)
+	r.px(l.right - l.left)
+	r.raw(`" height="`)
+	r.px(l.bottom - l.top)
+	r.raw("\"/></clipPath></defs>\n")
+
+	r.legend(l)
+	r.shades(l)
+	r.axes(l)
+	r.raw(`<g class="plot" clip-path="url(#`, l.id, "-clip)\">\n")
+	if c.Kind == Bars {
+		r.bars(l)
+	} else {
+		r.lines(l)
+	}
+	r.raw("</g>\n")
+	if l.y.min < 0 && l.y.max > 0 && !l.y.log {
+		r.line("zero", l.left, l.y.px(0), l.right, l.y.px(0))
+	}
+	r.shadeLabels(l)
+	r.marks(l)
+	if l.empty {
+		r.raw(`<text class="nodata" text-anchor="middle" x="`)
+		r.px((l.left + l.right) / 2)
+		r.raw(`" y="`)
+		r.px((l.top+l.bottom)/2 + 5)
+		r.raw(`">no data</text>`, "\n")
+	}
+	r.raw("</svg></figure>\n")
+}
+
+// line writes a <line> from (x1, y1) to (x2, y2).
+func (r *renderer) line(class string, x1, y1, x2, y2 float64) {
+	r.raw(`<line class="`, class, `" x1="`)
+	r.px(x1)
+	r.raw(`" x2="`)
+	r.px(x2)
+	r.raw(`" y1="`)
+	r.px(y1)
+	r.raw(`" y2="`)
+	r.px(y2)
+	r.raw(`"/>`)
+}
+
+// textAt opens a <text> element at (x, y); the caller writes the content
+// and closes it.
+func (r *renderer) textAt(class, anchor string, x, y float64) {
+	r.raw(`<text`)
+	if class != "" {
+		r.raw(` class="`, class, `"`)
+	}
+	if anchor != "" {
+		r.raw(` text-anchor="`, anchor, `"`)
+	}
+	r.raw(` x="`)
+	r.px(x)
+	r.raw(`" y="`)
+	r.px(y)
+	r.raw(`">`)
+}
+
+func (r *renderer) legend(l *layout) {
+	if len(l.legend) == 0 {
+		return
+	}
+	r.raw(`<g class="legend">`, "\n")
+	for _, it := range l.legend {
+		r.raw(`<g class="legend-item" data-name="`)
+		r.text(l.c.Series[it.series].Name)
+		r.raw(`">`)
+		cy := it.y + legendRow/2
+		if l.c.Kind == Bars {
+			r.raw(`<rect x="`)
+			r.px(it.x + 2)
+			r.raw(`" y="`)
+			r.px(cy - 6)
+			r.raw(`" width="12" height="12" rx="2" fill="`, it.color, `"`)
+			if it.fade {
+				r.raw(` fill-opacity="0.45" stroke="`, it.color, `"`)
+			}
+			r.raw(`/>`)
+		} else {
+			r.raw(`<line x1="`)
+			r.px(it.x)
+			r.raw(`" x2="`)
+			r.px(it.x + 16)
+			r.raw(`" y1="`)
+			r.px(cy)
+			r.raw(`" y2="`)
+			r.px(cy)
+			r.raw(`" stroke="`, it.color, `" stroke-width="2.5"`)
+			if it.dash != "" {
+				r.raw(` stroke-dasharray="`, it.dash, `"`)
+			}
+			r.raw(`/>`)
+		}
+		r.textAt("", "", it.x+22, cy+4)
+		r.text(it.name)
+		r.raw("</text></g>\n")
+	}
+	r.raw("</g>\n")
+}
+
+// shadeSpan returns the pixel span of a shade clamped to the plot, or
+// ok=false when it lies outside the X range.
+func (l *layout) shadeSpan(sh Shade) (x0, x1 float64, ok bool) {
+	if sh.To < l.x.min || sh.From > l.x.max {
+		return 0, 0, false
+	}
+	return l.x.px(math.Max(sh.From, l.x.min)), l.x.px(math.Min(sh.To, l.x.max)), true
+}
+
+func (r *renderer) shades(l *layout) {
+	for _, sh := range l.c.Shades {
+		x0, x1, ok := l.shadeSpan(sh)
+		if !ok {
+			continue
+		}
+		r.raw(`<rect class="shade" data-label="`)
+		r.text(sh.Label)
+		top := l.top
+		if sh.Label != "" {
+			top -= l.band
+		}
+		r.raw(`" x="`)
+		r.px(x0)
+		r.raw(`" y="`)
+		r.px(top)
+		r.raw(`" width="`)
+		r.px(x1 - x0)
+		r.raw(`" height="`)
+		r.px(l.bottom - top)
+		r.raw(`"/>`)
+		for _, v := range []float64{sh.From, sh.To} {
+			if v > l.x.min && v < l.x.max {
+				r.line("shade-edge", l.x.px(v), top, l.x.px(v), l.bottom)
+			}
+		}
+		r.raw("\n")
+	}
+}
+
+func (r *renderer) shadeLabels(l *layout) {
+	for _, lab := range l.shadeLabels {
+		r.textAt("shade-label", lab.anchor, lab.x, l.top-l.band+11+float64(lab.row)*shadeRow)
+		r.text(l.c.Shades[lab.shade].Label)
+		r.raw("</text>\n")
+	}
+}
+
+func (r *renderer) axes(l *layout) {
+	r.raw(`<g class="axis y">`)
+	for _, t := range l.y.ticks {
+		py := l.y.px(t.v)
+		if t.v != l.y.min || l.y.log {
+			r.line("grid", l.left, py, l.right, py)
+		}
+		r.textAt("tick", "end", l.left-8, py+4)
+		r.text(t.label)
+		r.raw("</text>")
+	}
+	if l.c.YLabel != "" {
+		cy := (l.top + l.bottom) / 2
+		r.raw(`<text class="axis-label" text-anchor="middle" transform="translate(14 `)
+		r.px(cy)
+		r.raw(`) rotate(-90)">`)
+		r.text(l.c.YLabel)
+		r.raw("</text>")
+	}
+	r.raw("</g>\n")
+
+	r.raw(`<g class="axis x">`)
+	r.line("axis-line", l.left, l.bottom, l.right, l.bottom)
+	for _, t := range l.x.ticks {
+		px := l.x.px(t.v)
+		r.line("tick-mark", px, l.bottom, px, l.bottom+4)
+		anchor := "middle"
+		w := textWidth(t.label, fontTick)
+		switch {
+		case px+w/2 > chartWidth-2:
+			anchor = "end"
+		case px-w/2 < 2:
+			anchor = "start"
+		}
+		r.textAt("tick", anchor, px, l.bottom+17)
+		r.text(t.label)
+		r.raw("</text>")
+	}
+	if l.c.XLabel != "" {
+		r.textAt("axis-label", "middle", (l.left+l.right)/2, l.bottom+37)
+		r.text(l.c.XLabel)
+		r.raw("</text>")
+	}
+	r.raw("</g>\n")
+}
+
+func (r *renderer) bars(l *layout) {
+	pos, neg := map[float64]float64{}, map[float64]float64{}
+	for i, s := range l.c.Series {
+		r.raw(`<g class="series" data-name="`)
+		r.text(s.Name)
+		r.raw(`" data-points="`)
+		r.int(len(s.Points))
+		r.raw(`" fill="`, l.seriesColor[i], `"`)
+		if l.seriesVariant[i]%2 == 1 {
+			r.raw(` fill-opacity="0.45" stroke="`, l.seriesColor[i], `" stroke-width="0.75"`)
+		}
+		r.raw(">\n")
+		for _, p := range s.Points {
+			var from, to float64
+			if p.Y >= 0 {
+				from = pos[p.X]
+				to = from + p.Y
+				pos[p.X] = to
+			} else {
+				from = neg[p.X]
+				to = from + p.Y
+				neg[p.X] = to
+			}
+			x0, x1 := l.x.px(p.X), l.x.px(p.X+l.barWidth)
+			if w := x1 - x0; w >= 4 {
+				inset := math.Min(w*0.12, 3)
+				x0, x1 = x0+inset/2, x1-inset/2
+			}
+			y0, y1 := l.y.px(from), l.y.px(to)
+			r.raw(`<rect class="bar" data-x="`)
+			r.val(p.X)
+			r.raw(`" data-y="`)
+			r.val(p.Y)
+			r.raw(`" x="`)
+			r.px(x0)
+			r.raw(`" y="`)
+			r.px(math.Min(y0, y1))
+			r.raw(`" width="`)
+			r.px(x1 - x0)
+			r.raw(`" height="`)
+			r.px(math.Abs(y1 - y0))
+			r.raw("\"/>\n")
+		}
+		r.raw("</g>\n")
+	}
+}
+
+func (r *renderer) lines(l *layout) {
+	for i, s := range l.c.Series {
+		pts := l.drawn[i]
+		color := l.seriesColor[i]
+		r.raw(`<g class="series" data-name="`)
+		r.text(s.Name)
+		r.raw(`" data-points="`)
+		r.int(len(s.Points))
+		r.raw(`">`, "\n")
+		if len(pts) > 0 {
+			r.raw(`<polyline class="line" stroke="`, color, `"`)
+			if d := dashes[l.seriesVariant[i]]; d != "" {
+				r.raw(` stroke-dasharray="`, d, `"`)
+			}
+			r.raw(` points="`)
+			for j, p := range pts {
+				if j > 0 {
+					r.raw(" ")
+				}
+				r.px(l.x.px(p.X))
+				r.raw(",")
+				r.px(l.y.px(p.Y))
+			}
+			r.raw("\"/>\n")
+		}
+		if len(pts) <= maxDotCount {
+			for _, p := range pts {
+				r.raw(`<circle class="dot" r="3" fill="`, color, `" cx="`)
+				r.px(l.x.px(p.X))
+				r.raw(`" cy="`)
+				r.px(l.y.px(p.Y))
+				r.raw(`"/>`)
+			}
+			if len(pts) > 0 {
+				r.raw("\n")
+			}
+		}
+		r.raw("</g>\n")
+	}
+}
+
+func (r *renderer) marks(l *layout) {
+	for _, m := range l.c.Marks {
+		x := m.X
+		if l.c.Kind == Bars {
+			x += l.barWidth / 2
+		}
+		if !l.x.contains(x) || !l.y.contains(m.Y) {
+			continue
+		}
+		px, py := l.x.px(x), l.y.px(m.Y)
+		r.raw(`<g class="mark" data-label="`)
+		r.text(m.Label)
+		r.raw(`"><circle r="3.5" cx="`)
+		r.px(px)
+		r.raw(`" cy="`)
+		r.px(py)
+		r.raw(`"/>`)
+		if m.Label != "" {
+			w := textWidth(m.Label, fontMark)
+			anchor, tx := "middle", px
+			switch {
+			case px+w/2 > l.right:
+				anchor, tx = "end", px+4
+			case px-w/2 < l.left:
+				anchor, tx = "start", px-4
+			}
+			ty := py - 9
+			if ty-12 < l.top {
+				ty = py + 18
+			}
+			r.textAt("halo", anchor, tx, ty)
+			r.text(m.Label)
+			r.raw("</text>")
+		}
+		r.raw("</g>\n")
+	}
+}

@@ -1,0 +1,159 @@
+package limit
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+var _ = []Limiter{&Bulkhead{}, &AIMD{}}
+
+func TestBulkheadExact(t *testing.T) {
+	b, err := NewBulkhead(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if !b.TryAcquire() {
+			t.Fatalf("slot %d refused while free", i)
+		}
+	}
+	if b.TryAcquire() {
+		t.Fatal("a 4th slot was granted")
+	}
+	if err := Do(b, func() error { t.Fatal("ran without a slot"); return nil }); !errors.Is(err, ErrLimited) {
+		t.Fatalf("Do on a full bulkhead: %v", err)
+	}
+	b.Release(true)
+	if b.InFlight() != 2 || !b.TryAcquire() {
+		t.Fatal("a released slot is free again")
+	}
+}
+
+func TestBulkheadRace(t *testing.T) {
+	b, _ := NewBulkhead(5)
+	var cur, peak, admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				err := Do(b, func() error {
+					n := cur.Add(1)
+					for {
+						p := peak.Load()
+						if n <= p || peak.CompareAndSwap(p, n) {
+							break
+						}
+					}
+					cur.Add(-1)
+					admitted.Add(1)
+					return nil
+				})
+				if err != nil {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if peak.Load() > 5 || b.InFlight() != 0 {
+		t.Fatalf("peak %d (size 5), in flight after %d", peak.Load(), b.InFlight())
+	}
+	if admitted.Load()+refused.Load() != 32*2000 || admitted.Load() == 0 {
+		t.Fatalf("admitted %d refused %d", admitted.Load(), refused.Load())
+	}
+}
+
+func TestBulkheadReleaseWithoutAcquirePanics(t *testing.T) {
+	b, _ := NewBulkhead(1)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+	}()
+	b.Release(true)
+}
+
+func TestAIMD(t *testing.T) {
+	a, err := NewAIMD(4, 2, 8, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if !a.TryAcquire() {
+			t.Fatal("refused below the limit")
+		}
+	}
+	if a.TryAcquire() {
+		t.Fatal("admitted above the limit")
+	}
+	// Four successes at limit 4 add one slot (additive increase).
+	for range 4 {
+		a.Release(true)
+	}
+	if a.Limit() != 4 && a.Limit() != 5 {
+		t.Fatalf("limit %d after one limit's worth of successes", a.Limit())
+	}
+	for range 100 {
+		if a.TryAcquire() {
+			a.Release(true)
+		}
+	}
+	if a.Limit() != 8 {
+		t.Fatalf("limit %d, want the max 8", a.Limit())
+	}
+	// Overload halves it, never below min.
+	a.TryAcquire()
+	a.Release(false)
+	if a.Limit() != 4 {
+		t.Fatalf("limit %d after one overload, want 4", a.Limit())
+	}
+	for range 10 {
+		a.TryAcquire()
+		a.Release(false)
+	}
+	if a.Limit() != 2 || a.InFlight() != 0 {
+		t.Fatalf("limit %d (min 2), in flight %d", a.Limit(), a.InFlight())
+	}
+}
+
+func TestValidation(t *testing.T) {
+	if _, err := NewBulkhead(0); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "size") {
+		t.Errorf("NewBulkhead(0): %v", err)
+	}
+	for _, c := range []struct {
+		init, min, max int
+		backoff        float64
+		field          string
+	}{
+		{1, 0, 5, 0.5, "min"},
+		{1, 3, 2, 0.5, "max"},
+		{1, 2, 5, 0.5, "initial"},
+		{6, 2, 5, 0.5, "initial"},
+		{3, 2, 5, 1, "backoff"},
+		{3, 2, 5, 0, "backoff"},
+		{3, 2, 5, math.NaN(), "backoff"},
+		{3, 2, math.MaxInt, 0.5, "max"},
+	} {
+		if _, err := NewAIMD(c.init, c.min, c.max, c.backoff); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("NewAIMD(%d, %d, %d, %v): %v, want an error naming %s", c.init, c.min, c.max, c.backoff, err, c.field)
+		}
+	}
+}
+
+func BenchmarkBulkhead(b *testing.B) {
+	bh, _ := NewBulkhead(1 << 20)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if bh.TryAcquire() {
+				bh.Release(true)
+			}
+		}
+	})
+}

@@ -1,0 +1,129 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/limit"
+	"github.com/staggerhq/stagger/retry"
+)
+
+var errUnavailable = errors.New("503 service unavailable")
+
+// A call that fails twice with a transient error, then succeeds.
+func ExampleDo() {
+	policy := &retry.Policy{
+		MaxAttempts: 4, // attempts, not retries
+		Schedule:    backoff.Exponential{Base: time.Millisecond, Cap: 10 * time.Millisecond, Jitter: backoff.Full},
+		Hooks: retry.Hooks{OnRetry: func(e retry.Event) {
+			fmt.Printf("attempt %d failed: %v; retrying\n", e.Attempt, e.Err)
+		}},
+	}
+	calls := 0
+	err := retry.Do(context.Background(), policy, func(ctx context.Context) error {
+		calls++
+		if calls < 3 {
+			return retry.Retryable(errUnavailable)
+		}
+		return nil
+	})
+	fmt.Println("err:", err, "after", calls, "attempts")
+	// Output:
+	// attempt 1 failed: 503 service unavailable; retrying
+	// attempt 2 failed: 503 service unavailable; retrying
+	// err: <nil> after 3 attempts
+}
+
+// DoValue returns the value of the successful attempt.
+func ExampleDoValue() {
+	calls := 0
+	n, err := retry.DoValue(context.Background(), &retry.Policy{Schedule: backoff.Constant(0)},
+		func(ctx context.Context) (int, error) {
+			calls++
+			if calls == 1 {
+				return 0, retry.Retryable(errUnavailable)
+			}
+			return 42, nil
+		})
+	fmt.Println(n, err)
+	// Output: 42 <nil>
+}
+
+// Give-ups say why: the error matches the reason's sentinel and the last
+// attempt's error. Errors of no class come back unchanged, unretried.
+func ExampleDo_giveUp() {
+	p := &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(0)}
+	err := retry.Do(context.Background(), p, func(context.Context) error {
+		return retry.Retryable(errUnavailable)
+	})
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, retry.ErrExhausted), errors.Is(err, errUnavailable))
+
+	err = retry.Do(context.Background(), p, func(context.Context) error {
+		return retry.Permanent(errors.New("invalid card number"))
+	})
+	fmt.Println(err, errors.Is(err, retry.ErrPermanent))
+
+	unknown := errors.New("something odd")
+	err = retry.Do(context.Background(), p, func(context.Context) error { return unknown })
+	fmt.Println(err == unknown)
+	// Output:
+	// retry: gave up (exhausted) after 2 attempts: 503 service unavailable
+	// true true
+	// retry: gave up (permanent) after 1 attempt: invalid card number true
+	// true
+}
+
+// A retry budget shared by every request to one dependency: with seed 003's
+// credits, ten original requests earn one retry.
+func ExamplePolicy_budget() {
+	credits := &budget.TokenBucket{} // +1 per original (cap 200), a retry costs 10
+	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Budget: credits}
+	for range 10 {
+		retry.Do(context.Background(), p, func(context.Context) error { return nil })
+	}
+	calls := 0
+	err := retry.Do(context.Background(), p, func(context.Context) error {
+		calls++
+		return retry.Retryable(errUnavailable)
+	})
+	fmt.Println(calls, "attempts;", errors.Is(err, retry.ErrBudget))
+	// Output: 2 attempts; true
+}
+
+// A bulkhead caps attempts in flight to one dependency and answers at once
+// when it is full; the slot is released before any backoff wait.
+func ExamplePolicy_bulkhead() {
+	slots, _ := limit.NewBulkhead(1)
+	p := &retry.Policy{Limiter: slots}
+	held := slots.TryAcquire() // someone else holds the only slot
+	err := retry.Do(context.Background(), p, func(context.Context) error { return nil })
+	fmt.Println(held, errors.Is(err, retry.ErrLimited))
+	slots.Release(true)
+	err = retry.Do(context.Background(), p, func(context.Context) error { return nil })
+	fmt.Println(err)
+	// Output:
+	// true true
+	// <nil>
+}
+
+// Decide is the decision every stagger driver shares; it waits for nothing
+// and reads no clock.
+func ExamplePolicy_Decide() {
+	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(100 * time.Millisecond)}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	deadline := now.Add(100 * time.Millisecond)
+	fmt.Printf("%+v\n", p.Decide(1, retry.Retryable(errUnavailable), now, time.Time{}, 0))
+	fmt.Printf("%+v\n", p.Decide(1, retry.Retryable(errUnavailable), now, deadline, 0)) // now+delay == deadline
+	fmt.Printf("%+v\n", p.Decide(3, retry.Retryable(errUnavailable), now, time.Time{}, 0))
+	fmt.Printf("%+v\n", p.Decide(1, retry.After(errUnavailable, 2*time.Second), now, time.Time{}, 0))
+	// Output:
+	// {Retry:true Delay:100ms Reason:none}
+	// {Retry:false Delay:0s Reason:deadline}
+	// {Retry:false Delay:0s Reason:exhausted}
+	// {Retry:true Delay:2s Reason:none}
+}
