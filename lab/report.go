@@ -14,8 +14,9 @@ import (
 // result per strategy — to w: a self-contained page (inline SVG, no scripts,
 // no network) with a side-by-side table and, per strategy, the attempts the
 // gateway received per window over time (accepted and rejected stacked), the
-// outage shaded, the peak marked, and the strategy's summary table. Every
-// chart has the same axes, so the strategies compare at a glance. subtitle
+// outage shaded, the peak marked, and the strategy's summary table. The
+// charts come one under the other after the side-by-side table, all with
+// the same axes, so the strategies compare at a glance. subtitle
 // is printed under the title (for example the command line and the date).
 func WriteReport(w io.Writer, subtitle string, results []*Result) error {
 	p, err := reportPage(subtitle, results)
@@ -37,43 +38,71 @@ func WriteReportFile(path, subtitle string, results []*Result) error {
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// summaryColumns and summaryRow make the table shared by the page's head
-// and each strategy's section.
-var summaryColumns = []string{"strategy", "attempts", "accepted", "rejected", "peak", "last acceptance",
-	"attempts / request", "most by one request", "callers accepted", "gave up", "distinct waits", "counts agree"}
+// summaryColumns and summaryRow make the side-by-side table.
+var summaryColumns = []string{"strategy", "attempts", "accepted", "peak", "last acceptance",
+	"attempts / request", "gave up", "distinct waits", "counts agree"}
 
-func summaryRow(r *Result) []string {
-	last := "-"
-	if r.Gateway.Accepted > 0 {
-		last = fmt.Sprintf("%d ms", wholeMS(r.Gateway.LastAccepted))
+func lastAccept(r *Result) string {
+	if r.Gateway.Accepted == 0 {
+		return "-"
 	}
+	return fmt.Sprintf("%d ms", wholeMS(r.Gateway.LastAccepted))
+}
+
+func gaveUp(r *Result) string {
 	var gave []string
 	for reason, n := range r.GaveUp() {
 		gave = append(gave, fmt.Sprintf("%d %s", n, reason))
 	}
+	if len(gave) == 0 {
+		return "0"
+	}
 	slices.Sort(gave)
-	g := "0"
-	if len(gave) > 0 {
-		g = strings.Join(gave, ", ")
+	return strings.Join(gave, ", ")
+}
+
+func agreement(r *Result) string {
+	if r.Agree() {
+		return "yes"
 	}
-	agree := "yes"
-	if !r.Agree() {
-		agree = fmt.Sprintf("NO (%d mismatches)", len(r.Mismatches))
-	}
+	return fmt.Sprintf("NO (%d mismatches)", len(r.Mismatches))
+}
+
+func summaryRow(r *Result) []string {
 	return []string{
 		r.Strategy.Name,
 		fmt.Sprint(r.Gateway.Total),
 		fmt.Sprint(r.Gateway.Accepted),
-		fmt.Sprint(r.Gateway.Rejected),
 		fmt.Sprint(r.Gateway.Peak),
-		last,
+		lastAccept(r),
 		fmt.Sprintf("%.1f", r.Gateway.AttemptsPerRequest()),
-		fmt.Sprint(r.Gateway.MaxAttempts),
-		fmt.Sprintf("%d/%d", r.CallersAccepted(), len(r.Callers)),
-		g,
+		gaveUp(r),
 		fmt.Sprint(r.DistinctWaits()),
-		agree,
+		agreement(r),
 	}
+}
+
+// detailTable is one strategy's numbers, one per row.
+func detailTable(r *Result) *report.Table {
+	w := r.Scenario.window()
+	rows := [][]string{
+		{"attempts received by the gateway", fmt.Sprint(r.Gateway.Total)},
+		{"accepted", fmt.Sprint(r.Gateway.Accepted)},
+		{"rejected", fmt.Sprint(r.Gateway.Rejected)},
+		{fmt.Sprintf("peak in one %v window", w), fmt.Sprintf("%d (from %d ms)", r.Gateway.Peak, wholeMS(r.Gateway.PeakAt))},
+		{"time to last acceptance", lastAccept(r)},
+		{"attempts per logical request", fmt.Sprintf("%.1f", r.Gateway.AttemptsPerRequest())},
+		{"most attempts by one request", fmt.Sprint(r.Gateway.MaxAttempts)},
+		{"callers accepted", fmt.Sprintf("%d/%d", r.CallersAccepted(), len(r.Callers))},
+		{"callers that gave up", gaveUp(r)},
+		{"waits before retries (distinct)", fmt.Sprintf("%d (%d)", len(r.Waits()), r.DistinctWaits())},
+		{"gateway latency", fmt.Sprintf("%.1f ms", msf(r.Latency))},
+	}
+	if r.Scenario.RoundTrip > 0 {
+		rows = append(rows, []string{"overhead measured per cycle", fmt.Sprintf("%.1f ms", msf(r.Overhead))})
+	}
+	rows = append(rows, []string{"caller and gateway counts agree", agreement(r)})
+	return &report.Table{Columns: []string{"measure", "value"}, Rows: rows}
 }
 
 func reportPage(subtitle string, results []*Result) (report.Page, error) {
@@ -144,12 +173,12 @@ func reportPage(subtitle string, results []*Result) (report.Page, error) {
 				Label: fmt.Sprintf("peak %d in [%d, %d) ms", r.Gateway.Peak, wholeMS(r.Gateway.PeakAt), wholeMS(r.Gateway.PeakAt+w)),
 			}}
 		}
+		page.Sections[0].Charts = append(page.Sections[0].Charts, chart)
 		page.Sections = append(page.Sections, report.Section{
 			Title: fmt.Sprintf("%s (%s)", r.Strategy.Title, r.Strategy.Name),
 			Notes: []string{fmt.Sprintf("%s: %d callers, %d attempts total, %d accepted, peak %d.",
 				r.Strategy.Title, s.Callers, r.Gateway.Total, r.Gateway.Accepted, r.Gateway.Peak)},
-			Charts: []report.Chart{chart},
-			Table:  &report.Table{Columns: summaryColumns, Rows: [][]string{summaryRow(r)}},
+			Table: detailTable(r),
 		})
 	}
 	return page, nil
@@ -174,7 +203,11 @@ func describe(s Scenario) string {
 		}
 		b.WriteString("the gateway is down " + strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(&b, " and answers after %v", s.Faults.Latency)
+	if s.RoundTrip > 0 {
+		fmt.Fprintf(&b, " and answers after a latency calibrated per run so that callers see a %v round trip", s.RoundTrip)
+	} else {
+		fmt.Fprintf(&b, " and answers after %v", s.Faults.Latency)
+	}
 	if s.Faults.Capacity > 0 {
 		fmt.Fprintf(&b, ", refusing attempts beyond %d in flight", s.Faults.Capacity)
 	}

@@ -101,11 +101,11 @@ type Summary struct {
 	GaveUp                map[string]int `json:"gave_up"`
 	// LatencyMS is the gateway latency used; OverheadMS what the machine
 	// was measured to add per cycle when the latency was calibrated.
-	LatencyMS  float64 `json:"latency_ms"`
-	OverheadMS float64 `json:"overhead_ms"`
-	ElapsedMS  int64   `json:"elapsed_ms"`
-	Timeline              []WindowCount  `json:"timeline"`
-	Log                   []LogEntry     `json:"attempt_log,omitempty"`
+	LatencyMS  float64       `json:"latency_ms"`
+	OverheadMS float64       `json:"overhead_ms"`
+	ElapsedMS  int64         `json:"elapsed_ms"`
+	Timeline   []WindowCount `json:"timeline"`
+	Log        []LogEntry    `json:"attempt_log,omitempty"`
 }
 
 // WindowCount is one bucket of the timeline.
@@ -142,7 +142,7 @@ func (r *Result) Summary(withLog bool) Summary {
 		LatencyMS:  msf(r.Latency),
 		OverheadMS: msf(r.Overhead),
 		ElapsedMS:  wholeMS(r.Elapsed),
-		Timeline:  make([]WindowCount, len(g.Timeline)),
+		Timeline:   make([]WindowCount, len(g.Timeline)),
 	}
 	if g.Accepted > 0 {
 		v := wholeMS(g.LastAccepted)
