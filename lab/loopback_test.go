@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // These tests run the real thing — TCP on 127.0.0.1, real timers — and so
@@ -74,8 +77,13 @@ func TestLoopbackThousandCallers(t *testing.T) {
 		Ramp:    100 * time.Millisecond,
 		Seed:    3,
 	}
+	var bucket *budget.TokenBucket
+	opt := StrategyOptions{NewBudget: func() budget.Budget {
+		bucket = &budget.TokenBucket{Initial: DefaultBudgetInitial}
+		return bucket
+	}}
 	for _, name := range []string{"expo-full", "immediate+budget"} {
-		r := mustRun(t, s, mustStrategy(t, name, StrategyOptions{}))
+		r := mustRun(t, s, mustStrategy(t, name, opt))
 		checkAgreement(t, r)
 		if r.Gateway.Requests != 1000 {
 			t.Errorf("%s: gateway saw %d logical requests, want 1000", name, r.Gateway.Requests)
@@ -86,8 +94,16 @@ func TestLoopbackThousandCallers(t *testing.T) {
 				t.Errorf("expo-full: %d callers accepted", r.CallersAccepted())
 			}
 		case "immediate+budget":
-			if retries := r.Gateway.Total - 1000; retries > DefaultBudgetInitial/10 {
-				t.Errorf("budget allowed %d retries, more than %d", retries, DefaultBudgetInitial/10)
+			// Credits are conserved: what the bucket started with, plus
+			// what the 1,000 originals earned (at most 1 each, none while
+			// the reserve is full), pays 10 per retry and the rest is left.
+			retries := r.Gateway.Total - 1000
+			earned := 10*int64(retries) + bucket.Credits() - DefaultBudgetInitial
+			if earned < 0 || earned > 1000 {
+				t.Errorf("budget: %d retries with %d credits left means %d credits earned by 1000 originals", retries, bucket.Credits(), earned)
+			}
+			if r.GaveUp()[retry.Budget] == 0 {
+				t.Errorf("no caller was stopped by the budget: %v", r.GaveUp())
 			}
 		}
 	}

@@ -239,6 +239,26 @@ func (r *Result) DistinctWaits() int {
 	return len(seen)
 }
 
+// ObservedOverhead returns what the machine added to each retry cycle
+// during the run: the mean, over every attempt after a caller's first, of
+// the time since the caller's previous attempt minus the wait the policy
+// decided and the gateway's latency (0 when there was no retry). Compare it
+// with Overhead, which calibration measured before the run.
+func (r *Result) ObservedOverhead() time.Duration {
+	var sum time.Duration
+	n := 0
+	for i, a := range r.Attempts {
+		if a.Attempt > 1 && i > 0 && r.Attempts[i-1].Caller == a.Caller {
+			sum += a.Sent - r.Attempts[i-1].Sent - a.Wait - r.Latency
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
 // ErrJitterIdle is the seed's own verification failing: a jittered strategy
 // whose waits took fewer than 2 distinct values.
 var ErrJitterIdle = errors.New("every wait was identical — jitter is not doing anything")
@@ -395,9 +415,9 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 // the gateway one after the other, each after a timer of warmupLatency,
 // while the gateway waits warmupLatency before answering — a small copy of
 // the callers' retry cycles. It returns the median time a round took beyond
-// the two timers: what the machine adds to every cycle. The first round of
-// each loop (which may dial) and the slowest and fastest tenth are left out
-// of a mean.
+// the two timers: what the machine adds to every cycle. The median keeps a
+// passing hiccup (the first round's dial, another process taking the CPU)
+// from setting the latency of the whole run.
 func warmUp(ctx context.Context, client *http.Client, url, key string, par, rounds int) (time.Duration, error) {
 	var (
 		mu    sync.Mutex
@@ -423,13 +443,7 @@ func warmUp(ctx context.Context, client *http.Client, url, key string, par, roun
 		return 0, first
 	}
 	slices.Sort(extra)
-	cut := len(extra) / 10
-	kept := extra[cut : len(extra)-cut]
-	var sum time.Duration
-	for _, e := range kept {
-		sum += e
-	}
-	return max(0, sum/time.Duration(len(kept))), nil
+	return max(0, extra[len(extra)/2]), nil
 }
 
 func warmLoop(ctx context.Context, client *http.Client, url, key string, rounds int) ([]time.Duration, error) {
@@ -458,7 +472,7 @@ func warmLoop(ctx context.Context, client *http.Client, url, key string, rounds 
 		if resp.StatusCode != http.StatusNoContent {
 			return nil, fmt.Errorf("warm-up answered %d", resp.StatusCode)
 		}
-		if i > 0 || rounds == 1 {
+		if i > 0 || rounds == 1 { // the first round may have dialled
 			extra = append(extra, time.Since(t0)-2*warmupLatency)
 		}
 	}

@@ -101,11 +101,14 @@ type Summary struct {
 	GaveUp                map[string]int `json:"gave_up"`
 	// LatencyMS is the gateway latency used; OverheadMS what the machine
 	// was measured to add per cycle when the latency was calibrated.
-	LatencyMS  float64       `json:"latency_ms"`
-	OverheadMS float64       `json:"overhead_ms"`
-	ElapsedMS  int64         `json:"elapsed_ms"`
-	Timeline   []WindowCount `json:"timeline"`
-	Log        []LogEntry    `json:"attempt_log,omitempty"`
+	LatencyMS  float64 `json:"latency_ms"`
+	OverheadMS float64 `json:"overhead_ms"`
+	// ObservedOverheadMS is what the machine added per retry cycle during
+	// the run (see Result.ObservedOverhead).
+	ObservedOverheadMS float64       `json:"observed_overhead_ms"`
+	ElapsedMS          int64         `json:"elapsed_ms"`
+	Timeline           []WindowCount `json:"timeline"`
+	Log                []LogEntry    `json:"attempt_log,omitempty"`
 }
 
 // WindowCount is one bucket of the timeline.
@@ -138,11 +141,12 @@ func (r *Result) Summary(withLog bool) Summary {
 		CallerAttempts: len(r.Attempts), Agree: r.Agree(), Mismatches: r.Mismatches,
 		Waits: len(r.Waits()), DistinctWaits: r.DistinctWaits(), Jittered: r.Strategy.Jittered,
 		AttemptsPerRequest: g.AttemptsPerRequest(), MaxAttemptsPerRequest: g.MaxAttempts,
-		GaveUp:     map[string]int{},
-		LatencyMS:  msf(r.Latency),
-		OverheadMS: msf(r.Overhead),
-		ElapsedMS:  wholeMS(r.Elapsed),
-		Timeline:   make([]WindowCount, len(g.Timeline)),
+		GaveUp:             map[string]int{},
+		LatencyMS:          msf(r.Latency),
+		OverheadMS:         msf(r.Overhead),
+		ObservedOverheadMS: msf(r.ObservedOverhead()),
+		ElapsedMS:          wholeMS(r.Elapsed),
+		Timeline:           make([]WindowCount, len(g.Timeline)),
 	}
 	if g.Accepted > 0 {
 		v := wholeMS(g.LastAccepted)

@@ -324,10 +324,13 @@ func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
 		return fmt.Sprintf("%.1fms", float64(r.Latency)/float64(time.Millisecond))
 	})
 	if s.RoundTrip > 0 {
-		row("overhead measured per cycle", func(r *lab.Result) string {
+		row("overhead per cycle, measured before", func(r *lab.Result) string {
 			return fmt.Sprintf("%.1fms", float64(r.Overhead)/float64(time.Millisecond))
 		})
 	}
+	row("overhead per cycle, observed", func(r *lab.Result) string {
+		return fmt.Sprintf("%.1fms", float64(r.ObservedOverhead())/float64(time.Millisecond))
+	})
 	row("caller/gateway counts agree", func(r *lab.Result) string {
 		if r.Agree() {
 			return "yes"
