@@ -138,7 +138,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // warmupLatency is how long the gateway waits before answering a warm-up
 // request: a timer like the one that delays every counted answer, so that
 // warm-ups measure the timers' lateness too.
-const warmupLatency = 2 * time.Millisecond
+const warmupLatency = 20 * time.Millisecond
 
 // warm answers an uncounted warm-up request after warmupLatency.
 func (g *Gateway) warm(w http.ResponseWriter, r *http.Request) {

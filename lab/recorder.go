@@ -80,9 +80,9 @@ func normalize(o Outcome) Outcome {
 // attempts per logical request.
 //
 // A Recorder is safe for concurrent use. Record is cheap: one uncontended
-// mutex, an append of a 24-byte entry and, for an identified attempt, one map
-// look-up; it does not allocate except to grow its storage and to keep the
-// first attempt of a new request ID. Memory grows by those 24 bytes per
+// mutex, a 24-byte entry written into a block of storage that is never
+// copied and, for an identified attempt, one map look-up; it allocates only
+// a new block every 4,096 attempts and an entry for a new request ID. Memory grows by those 24 bytes per
 // attempt plus one entry per distinct request ID, so a Recorder is meant for
 // an experiment or a test session (millions of attempts), not for a process
 // that runs for months. Computing [Recorder.Stats] sorts a copy of the arrival
@@ -92,12 +92,18 @@ func normalize(o Outcome) Outcome {
 type Recorder struct {
 	start time.Time
 
-	mu       sync.Mutex
-	arrivals []arrival
-	ids      map[string]int32
-	reqs     []reqStats
-	counts   [Failed + 1]int
+	mu sync.Mutex
+	// arrivals are kept in blocks of chunkSize that are never copied, so
+	// recording never moves what is already stored while holding the lock.
+	chunks [][]arrival
+	n      int
+	ids    map[string]int32
+	reqs   []reqStats
+	counts [Failed + 1]int
 }
+
+// chunkSize is the number of arrivals per storage block (96 KiB).
+const chunkSize = 4096
 
 // arrival is one recorded attempt; 24 bytes.
 type arrival struct {
@@ -162,7 +168,12 @@ func (r *Recorder) Record(at time.Time, id string, attempt int, o Outcome) {
 			s.last = max(s.last, off)
 		}
 	}
-	r.arrivals = append(r.arrivals, arrival{at: off, req: req, attempt: att, outcome: o})
+	if r.n%chunkSize == 0 {
+		r.chunks = append(r.chunks, make([]arrival, 0, chunkSize))
+	}
+	last := &r.chunks[len(r.chunks)-1]
+	*last = append(*last, arrival{at: off, req: req, attempt: att, outcome: o})
+	r.n++
 	r.counts[o]++
 	r.mu.Unlock()
 }
@@ -171,7 +182,16 @@ func (r *Recorder) Record(at time.Time, id string, attempt int, o Outcome) {
 func (r *Recorder) Total() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.arrivals)
+	return r.n
+}
+
+// each calls fn for every arrival in recording order; r.mu must be held.
+func (r *Recorder) each(fn func(a arrival)) {
+	for _, c := range r.chunks {
+		for _, a := range c {
+			fn(a)
+		}
+	}
 }
 
 // Arrival is one attempt as the receiving side recorded it.
@@ -190,13 +210,14 @@ type Arrival struct {
 // (attempts recorded with the same time keep their recording order).
 func (r *Recorder) Arrivals() []Arrival {
 	r.mu.Lock()
-	out := make([]Arrival, len(r.arrivals))
-	for i, a := range r.arrivals {
-		out[i] = Arrival{At: time.Duration(a.at), Attempt: int(a.attempt), Outcome: a.outcome}
+	out := make([]Arrival, 0, r.n)
+	r.each(func(a arrival) {
+		e := Arrival{At: time.Duration(a.at), Attempt: int(a.attempt), Outcome: a.outcome}
 		if a.req >= 0 {
-			out[i].ID = r.reqs[a.req].id
+			e.ID = r.reqs[a.req].id
 		}
-	}
+		out = append(out, e)
+	})
 	r.mu.Unlock()
 	slices.SortStableFunc(out, func(a, b Arrival) int {
 		switch {
@@ -290,18 +311,20 @@ func (r *Recorder) Stats(window time.Duration) Stats {
 	}
 	s := Stats{Window: window}
 	r.mu.Lock()
-	ats := make([]int64, len(r.arrivals))
+	ats := make([]int64, 0, r.n)
 	var lastAcc int64 = -1
-	for i, a := range r.arrivals {
-		ats[i] = a.at
-		if a.outcome == Accepted {
-			lastAcc = max(lastAcc, a.at)
-		}
-		if a.req < 0 {
-			s.Unidentified++
+	for _, c := range r.chunks {
+		for _, a := range c {
+			ats = append(ats, a.at)
+			if a.outcome == Accepted {
+				lastAcc = max(lastAcc, a.at)
+			}
+			if a.req < 0 {
+				s.Unidentified++
+			}
 		}
 	}
-	s.Total = len(r.arrivals)
+	s.Total = r.n
 	s.Accepted = r.counts[Accepted]
 	s.Down, s.Busy, s.Failed = r.counts[Down], r.counts[Busy], r.counts[Failed]
 	s.Rejected = s.Total - s.Accepted
@@ -324,12 +347,14 @@ func (r *Recorder) Stats(window time.Duration) Stats {
 			b.Start = time.Duration(i) * window
 			s.Timeline[i] = b
 		}
-		for _, a := range r.arrivals {
-			b := &s.Timeline[a.at/int64(window)]
-			if a.outcome == Accepted {
-				b.Accepted++
-			} else {
-				b.Rejected++
+		for _, c := range r.chunks {
+			for _, a := range c {
+				b := &s.Timeline[a.at/int64(window)]
+				if a.outcome == Accepted {
+					b.Accepted++
+				} else {
+					b.Rejected++
+				}
 			}
 		}
 	}

@@ -41,7 +41,7 @@ const (
 	Seed000RoundTrip = 26200 * time.Microsecond
 	// calibrationRounds is how many warm-up exchanges measure the
 	// machine's own overhead when Scenario.RoundTrip is set.
-	calibrationRounds = 8
+	calibrationRounds = 6
 	// calibrationLoops bounds the warm-up loops run at once.
 	calibrationLoops = 4
 )
