@@ -113,14 +113,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	clk.rec.Record(now, id, attempt, o)
 
-	if lat > 0 {
-		t := time.NewTimer(lat)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !sleep(r.Context(), lat) {
+		return // the sender hung up
 	}
 	h := w.Header()
 	h[HeaderOutcome] = outcomeHeader[o] // shared, never modified
@@ -142,14 +136,25 @@ const warmupLatency = 20 * time.Millisecond
 
 // warm answers an uncounted warm-up request after warmupLatency.
 func (g *Gateway) warm(w http.ResponseWriter, r *http.Request) {
-	t := time.NewTimer(warmupLatency)
+	if sleep(r.Context(), warmupLatency) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// sleep waits d (nothing for d <= 0) and reports whether it did; false when
+// ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-r.Context().Done():
-		t.Stop()
-		return
+		return true
+	case <-ctx.Done():
+		return false
 	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // Listen serves the gateway on 127.0.0.1 with a random port and returns its

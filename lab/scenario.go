@@ -483,15 +483,9 @@ func warmLoop(ctx context.Context, client *http.Client, url, key string, rounds 
 func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string, client *http.Client,
 	st Strategy, bud budget.Budget, lim limit.Limiter, maxAttempts int) ([]Attempt, Caller) {
 	c := Caller{Caller: n}
-	if s.Ramp > 0 {
-		t := time.NewTimer(time.Until(start.Add(s.Ramp * time.Duration(n) / time.Duration(s.Callers))))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			c.GaveUp, c.Err = retry.Canceled, ctx.Err()
-			return nil, c
-		}
+	if s.Ramp > 0 && !sleep(ctx, time.Until(start.Add(s.Ramp*time.Duration(n)/time.Duration(s.Callers)))) {
+		c.GaveUp, c.Err = retry.Canceled, ctx.Err()
+		return nil, c
 	}
 	var (
 		log  []Attempt
