@@ -485,6 +485,9 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 	c := Caller{Caller: n}
 	if s.Ramp > 0 && !sleep(ctx, time.Until(start.Add(s.Ramp*time.Duration(n)/time.Duration(s.Callers)))) {
 		c.GaveUp, c.Err = retry.Canceled, ctx.Err()
+		if errors.Is(c.Err, context.DeadlineExceeded) {
+			c.GaveUp = retry.Deadline
+		}
 		return nil, c
 	}
 	var (
