@@ -130,14 +130,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // warmupLatency is how long the gateway waits before answering a warm-up
-// request: a timer like the one that delays every counted answer, so that
-// warm-ups measure the timers' lateness too.
+// request (and how long the warm-up loop waits between them): timers like
+// the ones of a retry cycle, so that warm-ups measure their lateness too.
 const warmupLatency = 20 * time.Millisecond
 
-// warm answers an uncounted warm-up request after warmupLatency.
+// warm refuses an uncounted warm-up request after warmupLatency, so that
+// the warm-up loop retries like a caller.
 func (g *Gateway) warm(w http.ResponseWriter, r *http.Request) {
 	if sleep(r.Context(), warmupLatency) {
-		w.WriteHeader(http.StatusNoContent)
+		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
@@ -41,7 +42,7 @@ const (
 	Seed000RoundTrip = 26200 * time.Microsecond
 	// calibrationRounds is how many warm-up exchanges measure the
 	// machine's own overhead when Scenario.RoundTrip is set.
-	calibrationRounds = 6
+	calibrationRounds = 7
 	// calibrationLoops bounds the warm-up loops run at once.
 	calibrationLoops = 4
 )
@@ -411,13 +412,13 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 	return res, nil
 }
 
-// warmUp runs par loops at once, each sending rounds uncounted requests to
-// the gateway one after the other, each after a timer of warmupLatency,
-// while the gateway waits warmupLatency before answering — a small copy of
-// the callers' retry cycles. It returns the median time a round took beyond
-// the two timers: what the machine adds to every cycle. The median keeps a
-// passing hiccup (the first round's dial, another process taking the CPU)
-// from setting the latency of the whole run.
+// warmUp runs par loops at once, each a retry loop of rounds uncounted
+// attempts against the gateway's warm-up answer (503 after warmupLatency)
+// with retry.Do waiting warmupLatency between them — the callers' own code
+// path and timers. It returns the median time a cycle took beyond the two
+// timers: what the machine adds to every cycle. The first cycle of each loop
+// (which may dial) is left out, and the median keeps a passing hiccup
+// (another process taking the CPU) from setting the latency of a whole run.
 func warmUp(ctx context.Context, client *http.Client, url, key string, par, rounds int) (time.Duration, error) {
 	var (
 		mu    sync.Mutex
@@ -425,10 +426,14 @@ func warmUp(ctx context.Context, client *http.Client, url, key string, par, roun
 		first error
 		wg    sync.WaitGroup
 	)
-	for range par {
+	for i := range par {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Stagger the loops over one cycle, as the ramp staggers callers.
+			if !sleep(ctx, time.Duration(i)*2*warmupLatency/time.Duration(par)) {
+				return
+			}
 			ex, err := warmLoop(ctx, client, url, key, rounds)
 			mu.Lock()
 			defer mu.Unlock()
@@ -439,42 +444,51 @@ func warmUp(ctx context.Context, client *http.Client, url, key string, par, roun
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if first != nil {
 		return 0, first
+	}
+	if len(extra) == 0 {
+		return 0, nil
 	}
 	slices.Sort(extra)
 	return max(0, extra[len(extra)/2]), nil
 }
 
+var errWarm = errors.New("lab: warm-up")
+
 func warmLoop(ctx context.Context, client *http.Client, url, key string, rounds int) ([]time.Duration, error) {
-	extra := make([]time.Duration, 0, rounds)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for i := range rounds {
-		t0 := time.Now()
-		t.Reset(warmupLatency)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	var starts []time.Time
+	p := &retry.Policy{
+		MaxAttempts: rounds,
+		Schedule:    backoff.Constant(warmupLatency),
+		Hooks:       retry.Hooks{OnAttempt: func(retry.Event) { starts = append(starts, time.Now()) }},
+	}
+	err := retry.Do(ctx, p, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		req.Header[headerWarmup] = []string{key}
 		resp, err := client.Do(req)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			return nil, fmt.Errorf("warm-up answered %d", resp.StatusCode)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return fmt.Errorf("warm-up answered %d", resp.StatusCode)
 		}
-		if i > 0 || rounds == 1 { // the first round may have dialled
-			extra = append(extra, time.Since(t0)-2*warmupLatency)
-		}
+		return retry.Retryable(errWarm)
+	})
+	if !errors.Is(err, retry.ErrExhausted) {
+		return nil, err
+	}
+	var extra []time.Duration
+	for i := 2; i < len(starts); i++ {
+		extra = append(extra, starts[i].Sub(starts[i-1])-2*warmupLatency)
 	}
 	return extra, nil
 }
