@@ -76,7 +76,8 @@ type Scenario struct {
 	// lateness of the two timers) and sets the gateway's latency to
 	// RoundTrip minus that overhead (never below 0). The result records
 	// both. This keeps a reproduction of published timings (seed 000)
-	// stable across machines and loads.
+	// steady across machines; a heavily loaded machine still adds noise
+	// (compare Overhead with Result.ObservedOverhead).
 	RoundTrip time.Duration
 	// Listen and Dial replace TCP on 127.0.0.1, for example with an
 	// in-memory network inside a testing/synctest bubble. Both or neither.
@@ -291,7 +292,16 @@ func (e errRefused) Error() string {
 
 // Run runs the scenario once with strategy st: a fresh gateway, N callers
 // each retrying one logical request with a retry.Policy built from st, then
-// the two sides' counts compared. It returns an error when the scenario or
+// the two sides' counts compared.
+//
+// Each caller's policy has MaxAttempts, AttemptTimeout, st's schedule, the
+// run's shared budget and bulkhead, and its own seeded random source; its
+// hooks record the wait before each attempt (OnRetry) and the reason a
+// caller gave up (OnGiveUp). A 503 (or 429) is retryable and a Retry-After
+// in seconds is honoured; a transport error is retryable; any other status
+// is permanent. The clock starts after uncounted warm-up requests (which
+// also calibrate the latency when RoundTrip is set), so time 0 is the start
+// of the gateway's timeline and of the callers' ramp. It returns an error when the scenario or
 // the strategy is invalid, when the gateway cannot listen, or when ctx ended
 // the run (the partial result is returned with it).
 func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {

@@ -58,7 +58,9 @@ type StrategyOptions struct {
 	Cap time.Duration
 	// NewBudget returns the budget of "+budget"; nil means a
 	// budget.TokenBucket (seed-003 credits) starting with
-	// DefaultBudgetInitial credits.
+	// DefaultBudgetInitial credits. A run with that bucket makes at most
+	// (200 + credits its originals earn) / 10 retries in all: each original
+	// earns 1 credit while the reserve is below 200.
 	NewBudget func() budget.Budget
 	// Bulkhead is the size of "+bulkhead"; 0 means DefaultBulkhead.
 	Bulkhead int

@@ -16,7 +16,8 @@ func wholeMS(d time.Duration) int64 { return int64(d / time.Millisecond) }
 //
 //	RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 18
 //
-// and, when attempts is true, one line per attempt, by caller:
+// and, when attempts is true, one line per attempt, by caller, indented by
+// two spaces:
 //
 //	caller 1 attempt 1: straight away -> DOWN at 12ms
 //	caller 1 attempt 2: after 20ms -> DOWN at 58ms

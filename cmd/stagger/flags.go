@@ -108,8 +108,12 @@ func (v latencyValue) Set(s string) error {
 		*v.auto = true
 		return nil
 	}
-	if err := (durationValue{p: v.d, max: v.max}).Set(s); err != nil {
-		return fmt.Errorf("want auto or a duration: %w", err)
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("want auto or a duration with a unit, such as 25ms")
+	}
+	if err := (durationValue{p: v.d, max: v.max}).Set(d.String()); err != nil {
+		return err
 	}
 	*v.auto = false
 	return nil
