@@ -389,3 +389,28 @@ func TestRoundTripCalibration(t *testing.T) {
 		}
 	})
 }
+
+// TestSeed000CycleWindow checks the README's claim: with callers 12 ms apart,
+// "retry immediately" makes exactly the seed's 64 attempts with a peak of 18
+// for any cycle (20 ms + round trip) between 45.87 and 46.57 ms, and not
+// outside.
+func TestSeed000CycleWindow(t *testing.T) {
+	us := time.Microsecond
+	for _, c := range []struct {
+		roundTrip time.Duration
+		want64    bool
+	}{
+		{25800 * us, false}, {25880 * us, true}, {26000 * us, true}, {26200 * us, true},
+		{26400 * us, true}, {26560 * us, true}, {26600 * us, false},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			s := inMemory(Seed000())
+			s.RoundTrip = c.roundTrip
+			r := mustRun(t, s, mustStrategy(t, "immediate", StrategyOptions{}))
+			got := r.Gateway.Total == 64 && r.Gateway.Peak == 18
+			if got != c.want64 {
+				t.Errorf("cycle %v: %d attempts, peak %d; want 64/18: %v", 20*ms+c.roundTrip, r.Gateway.Total, r.Gateway.Peak, c.want64)
+			}
+		})
+	}
+}
