@@ -1,8 +1,10 @@
 package stagger_test
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -42,5 +44,48 @@ func TestStdlibOnly(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("go list returned no packages: the check would pass vacuously")
+	}
+}
+
+// TestGoVersionLines: every go.mod of the repository, and go.work, declare
+// go 1.25, so the whole workspace builds with Go 1.25 (dependencies whose
+// newest releases need a newer Go are pinned to older releases).
+func TestGoVersionLines(t *testing.T) {
+	var files []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && (d.Name() == "go.mod" || d.Name() == "go.work") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 {
+		t.Fatalf("found only %v", files)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var goLine string
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "go ") {
+				goLine = strings.TrimSpace(line)
+			}
+			if strings.HasPrefix(line, "toolchain ") {
+				t.Errorf("%s: has a toolchain line %q; machines start on their own Go", f, line)
+			}
+		}
+		if goLine != "go 1.25" && goLine != "go 1.25.0" {
+			t.Errorf("%s: %q, want go 1.25", f, goLine)
+		}
 	}
 }

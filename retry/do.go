@@ -69,7 +69,8 @@ func (p *Policy) now() time.Time {
 	return time.Now()
 }
 
-// run is the retry loop. A non-nil first is the error of a first attempt Do
+// run is the retry loop: Begin, the attempt, End and Decide per attempt,
+// with real waits. A non-nil first is the error of a first attempt Do
 // already made (only when the policy has no budget, limiter or timeouts).
 func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first error) error {
 	var (
@@ -77,13 +78,12 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		now      time.Time
 		prev     time.Duration
 		last     error
-		timer    *time.Timer
-		ctimer   Timer
+		w        waiter
 	)
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
 	}
-	if p.Timeout > 0 || p.Budget != nil {
+	if p.Timeout > 0 || p.NeedsNow() {
 		now = p.now()
 		if p.Timeout > 0 {
 			if dl := now.Add(p.Timeout); deadline.IsZero() || dl.Before(deadline) {
@@ -92,80 +92,39 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		}
 	}
 	deriveCtx := p.AttemptTimeout > 0 || p.Timeout > 0
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctimer != nil {
-			ctimer.Stop()
-		}
-	}()
+	defer w.stop()
 
 	for attempt := 1; ; attempt++ {
-		var err error
-		expired := false
-		if attempt == 1 && first != nil {
-			err = first
-			goto classify
-		}
-		if err := ctx.Err(); err != nil {
-			return p.stopped(ctxReason(err), attempt-1, last, err)
-		}
-		if p.Limiter != nil && !p.Limiter.TryAcquire() {
-			return p.stopped(Limited, attempt-1, last, nil)
-		}
-		if attempt == 1 && p.Budget != nil && !p.Budget.Request(now) {
-			if p.Limiter != nil {
-				p.Limiter.Release(true)
+		err := first
+		if attempt > 1 || first == nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return p.stopped(ctxReason(cerr), attempt-1, last, cerr)
 			}
-			return p.stopped(Budget, 0, nil, nil)
-		}
-		if h := p.Hooks.OnAttempt; h != nil {
-			h(Event{Attempt: attempt})
-		}
-
-		if deriveCtx {
-			d := p.AttemptTimeout
-			if !deadline.IsZero() {
-				if left := deadline.Sub(p.now()); d == 0 || left < d {
-					d = left
+			if r := p.Begin(attempt, now); r != NoReason {
+				return p.stopped(r, attempt-1, last, nil)
+			}
+			if h := p.Hooks.OnAttempt; h != nil {
+				h(Event{Attempt: attempt})
+			}
+			if deriveCtx {
+				var stop bool
+				if err, stop = p.bounded(ctx, fn, deadline); stop {
+					if p.Limiter != nil {
+						p.Limiter.Release(true) // nothing was sent
+					}
+					return p.stopped(Deadline, attempt-1, last, nil)
 				}
+			} else {
+				err = fn(ctx)
 			}
-			if d <= 0 {
-				if p.Limiter != nil {
-					p.Limiter.Release(true)
-				}
-				return p.stopped(Deadline, attempt-1, last, nil)
+			if p.NeedsNow() || (err != nil && !deadline.IsZero()) {
+				now = p.now()
 			}
-			actx, cancel := context.WithTimeout(ctx, d)
-			err = fn(actx)
-			expired = err != nil && actx.Err() != nil && ctx.Err() == nil
-			cancel()
-		} else {
-			err = fn(ctx)
-		}
-
-	classify:
-		class, after := ClassUnknown, time.Duration(0)
-		if err != nil {
-			class, after = Classify(err)
-			if class == ClassUnknown && p.Classify != nil {
-				class = p.Classify(err)
-			}
-			if class == ClassUnknown && expired {
-				class = ClassRetryable // the attempt's own timeout fired
-			}
-		}
-		ok := err == nil || class == ClassPermanent
-		if p.Limiter != nil {
-			p.Limiter.Release(ok)
-		}
-		if p.Budget != nil || (err != nil && !deadline.IsZero()) {
+			p.End(err, now)
+		} else if !deadline.IsZero() {
 			now = p.now()
 		}
-		if p.Budget != nil {
-			p.Budget.Result(now, ok)
-		}
+
 		if err == nil {
 			if h := p.Hooks.OnSuccess; h != nil {
 				h(Event{Attempt: attempt})
@@ -175,8 +134,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		if cerr := ctx.Err(); cerr != nil {
 			return p.stopped(ctxReason(cerr), attempt, err, cerr)
 		}
-
-		dec := p.decide(attempt, class, after, now, deadline, prev)
+		dec := p.Decide(attempt, err, now, deadline, prev)
 		if !dec.Retry {
 			return p.stopped(dec.Reason, attempt, err, nil)
 		}
@@ -184,30 +142,75 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			h(Event{Attempt: attempt, Delay: dec.Delay, Err: err})
 		}
 		last, prev = err, dec.Delay
-		if dec.Delay <= 0 {
-			continue
-		}
-		var c <-chan time.Time
-		if p.Clock == nil {
-			if timer == nil {
-				timer = time.NewTimer(dec.Delay)
-			} else {
-				timer.Reset(dec.Delay)
-			}
-			c = timer.C
-		} else {
-			if ctimer == nil {
-				ctimer = p.Clock.NewTimer(dec.Delay)
-			} else {
-				ctimer.Reset(dec.Delay)
-			}
-			c = ctimer.C()
-		}
-		select {
-		case <-c:
-		case <-ctx.Done():
+		if dec.Delay > 0 && !w.wait(ctx, p.Clock, dec.Delay) {
 			return p.stopped(ctxReason(ctx.Err()), attempt, err, ctx.Err())
 		}
+	}
+}
+
+// bounded runs one attempt under min(AttemptTimeout, time left before the
+// deadline). stop reports that no time was left to start it. An attempt
+// whose own timeout fired and whose error has no class counts as retryable.
+func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, deadline time.Time) (err error, stop bool) {
+	d := p.AttemptTimeout
+	if !deadline.IsZero() {
+		if left := deadline.Sub(p.now()); d == 0 || left < d {
+			d = left
+		}
+	}
+	if d <= 0 {
+		return nil, true
+	}
+	actx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err = fn(actx)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		if c, _ := Classify(err); c == ClassUnknown && (p.Classify == nil || p.Classify(err) == ClassUnknown) {
+			err = Retryable(err)
+		}
+	}
+	return err, false
+}
+
+// waiter is the one timer a retry loop reuses across its waits.
+type waiter struct {
+	timer  *time.Timer
+	ctimer Timer
+}
+
+// wait sleeps d on clk (nil: the runtime timer) and reports false if ctx
+// ended first.
+func (w *waiter) wait(ctx context.Context, clk Clock, d time.Duration) bool {
+	var c <-chan time.Time
+	if clk == nil {
+		if w.timer == nil {
+			w.timer = time.NewTimer(d)
+		} else {
+			w.timer.Reset(d)
+		}
+		c = w.timer.C
+	} else {
+		if w.ctimer == nil {
+			w.ctimer = clk.NewTimer(d)
+		} else {
+			w.ctimer.Reset(d)
+		}
+		c = w.ctimer.C()
+	}
+	select {
+	case <-c:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (w *waiter) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.ctimer != nil {
+		w.ctimer.Stop()
 	}
 }
 

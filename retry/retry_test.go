@@ -676,3 +676,76 @@ func TestRunPutsDeliveryInContext(t *testing.T) {
 		t.Error("empty context has a delivery")
 	}
 }
+
+// recorder is a Budget and Limiter that logs the calls a driver makes.
+type recorder struct {
+	log       []string
+	slots     int
+	request   bool
+	retryOK   bool
+	inflight  int
+	maxFlight int
+}
+
+func (r *recorder) TryAcquire() bool {
+	r.log = append(r.log, "acquire")
+	if r.inflight >= r.slots {
+		return false
+	}
+	r.inflight++
+	r.maxFlight = max(r.maxFlight, r.inflight)
+	return true
+}
+func (r *recorder) Release(ok bool) { r.inflight--; r.log = append(r.log, fmt.Sprintf("release %v", ok)) }
+func (r *recorder) Request(time.Time) bool {
+	r.log = append(r.log, "request")
+	return r.request
+}
+func (r *recorder) Retry(time.Time) bool { r.log = append(r.log, "retry"); return r.retryOK }
+func (r *recorder) Result(_ time.Time, ok bool) {
+	r.log = append(r.log, fmt.Sprintf("result %v", ok))
+}
+
+func TestBeginEnd(t *testing.T) {
+	r := &recorder{slots: 1, request: true, retryOK: true}
+	p := &Policy{Limiter: r, Budget: r, Schedule: zeroWait}
+	if got := p.Begin(1, epoch); got != NoReason {
+		t.Fatalf("Begin = %v", got)
+	}
+	if got := p.Begin(2, epoch); got != Limited {
+		t.Fatalf("second Begin with one slot = %v", got)
+	}
+	p.End(errNoGood, epoch) // permanent: the dependency served it
+	r.request = false
+	if got := p.Begin(1, epoch); got != Budget || r.inflight != 0 {
+		t.Fatalf("refused original: %v, in flight %d", got, r.inflight)
+	}
+	p.Begin(2, epoch) // a retry does not ask Request
+	p.End(errFlaky, epoch)
+	want := "acquire|request|acquire|release true|result true|acquire|request|release true|acquire|release false|result false"
+	if got := strings.Join(r.log, "|"); got != want {
+		t.Errorf("calls\n got %s\nwant %s", got, want)
+	}
+	if !p.NeedsNow() || (&Policy{}).NeedsNow() {
+		t.Error("NeedsNow")
+	}
+}
+
+// TestDoUsesTheSteps: Do's calls to the limiter and budget are exactly
+// Begin, End and Decide's, in that order, for a retried call.
+func TestDoUsesTheSteps(t *testing.T) {
+	r := &recorder{slots: 1, request: true, retryOK: true}
+	p := &Policy{MaxAttempts: 3, Limiter: r, Budget: r, Schedule: zeroWait}
+	calls := 0
+	Do(ctxTODO, p, func(context.Context) error {
+		calls++
+		if calls < 3 {
+			return errFlaky
+		}
+		return nil
+	})
+	want := "acquire|request|release false|result false|retry|acquire|release false|result false|retry|acquire|release true|result true"
+	if got := strings.Join(r.log, "|"); got != want {
+		t.Errorf("calls\n got %s\nwant %s", got, want)
+	}
+}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,13 +10,7 @@ import (
 	"testing"
 )
 
-// runCLI runs `stagger args...` in-process.
-func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
-}
+// runCLI (in sim_test.go) runs `stagger args...` in-process.
 
 var (
 	summaryRE = regexp.MustCompile(`^([A-Z +]+): (\d+) callers, (\d+) attempts total, (\d+) accepted, peak (\d+)$`)

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"github.com/staggerhq/stagger/internal/report"
+	"github.com/staggerhq/stagger/sim"
+)
+
+// simPage turns a simulation result into a report page: one section with
+// the notes, the summary table and the charts (lines per strategy).
+func simPage(res *sim.Result, cmdline string) (report.Page, error) {
+	cells, err := res.Table.Strings()
+	if err != nil {
+		return report.Page{}, err
+	}
+	cols := make([]string, len(res.Table.Columns))
+	for i, c := range res.Table.Columns {
+		cols[i] = c.Title
+	}
+	settings := "Settings:"
+	for _, s := range res.Settings {
+		settings += " " + s.Name + "=" + s.Value
+	}
+	sec := report.Section{Title: res.Title, Notes: res.Notes}
+	rows := report.Section{Title: "Rows", Table: &report.Table{Columns: cols, Rows: cells},
+		Notes: []string{"The rows printed by the command (also with --json or --csv)."}}
+	for _, c := range res.Charts {
+		rc := report.Chart{
+			Title:    c.Title,
+			Kind:     report.Lines,
+			XLabel:   c.XLabel,
+			YLabel:   c.YLabel,
+			BarWidth: c.BarWidth,
+			LogY:     c.LogY && positive(c),
+		}
+		if c.Bars {
+			rc.Kind = report.Bars
+		}
+		for _, s := range c.Series {
+			pts := make([]report.Point, len(s.Points))
+			for i, p := range s.Points {
+				pts[i] = report.Point{X: p.X, Y: p.Y}
+			}
+			rc.Series = append(rc.Series, report.Series{Name: s.Name, Points: pts})
+		}
+		for _, sh := range c.Shades {
+			rc.Shades = append(rc.Shades, report.Shade{From: sh.From, To: sh.To, Label: sh.Label})
+		}
+		sec.Charts = append(sec.Charts, rc)
+	}
+	return report.Page{
+		Title:    "stagger sim " + res.Scenario,
+		Subtitle: cmdline,
+		Notes: []string{
+			"Simulated in virtual time with the shipped retry, backoff, budget and limit code; the same flags and seed give the same numbers.",
+			settings,
+		},
+		Sections: []report.Section{sec, rows},
+	}, nil
+}
+
+// positive reports whether every y value of c is > 0 (a log axis needs it).
+func positive(c sim.Chart) bool {
+	for _, s := range c.Series {
+		for _, p := range s.Points {
+			if !(p.Y > 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// writeSimReport writes res as a self-contained HTML report to path,
+// atomically.
+func writeSimReport(path string, res *sim.Result, cmdline string) error {
+	p, err := simPage(res, cmdline)
+	if err != nil {
+		return err
+	}
+	return report.WriteFile(path, p)
+}

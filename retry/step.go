@@ -1,0 +1,52 @@
+package retry
+
+import "time"
+
+// Begin takes what attempt number attempt needs before it starts: a slot
+// from the Limiter and, for the first attempt (an original request), the
+// Budget's permission. It returns NoReason when the attempt may start, or
+// Limited / Budget when it may not — and then holds nothing. A retry's
+// budget charge is not taken here: Decide took it when it said Retry.
+//
+// Begin, End and Decide are the steps of every stagger driver, in this
+// order per attempt: Begin, run the attempt, End, and — for a failure —
+// Decide. Do is these steps with real waits; the simulator, the queue, the
+// HTTP transport and the broker adapters call the same steps.
+func (p *Policy) Begin(attempt int, now time.Time) Reason {
+	if p.Limiter != nil && !p.Limiter.TryAcquire() {
+		return Limited
+	}
+	if attempt <= 1 && p.Budget != nil && !p.Budget.Request(now) {
+		if p.Limiter != nil {
+			p.Limiter.Release(true)
+		}
+		return Budget
+	}
+	return NoReason
+}
+
+// End gives back what Begin took and records the attempt's outcome: the
+// Limiter's slot is released and the Budget told whether the dependency
+// served the attempt. An attempt counts as served when err is nil or
+// permanent (the dependency answered; the content was wrong); retryable
+// and unknown errors count as failures of the dependency.
+func (p *Policy) End(err error, now time.Time) {
+	if p.Limiter == nil && p.Budget == nil {
+		return
+	}
+	ok := err == nil
+	if !ok {
+		c, _ := Classify(err)
+		ok = c == ClassPermanent
+	}
+	if p.Limiter != nil {
+		p.Limiter.Release(ok)
+	}
+	if p.Budget != nil {
+		p.Budget.Result(now, ok)
+	}
+}
+
+// NeedsNow reports whether Begin and End use their now argument, so a
+// driver can skip reading its clock when they do not (no Budget).
+func (p *Policy) NeedsNow() bool { return p.Budget != nil }

@@ -1,0 +1,350 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// TestOCCZeroVariance checks the optimistic-concurrency model against its
+// closed form: with every hop exactly d, round k has N−k+1 attempts and one
+// winner, so calls = N(N+1)/2 and the last client finishes at
+// 4dN + Σ_{k=1}^{N−1} b(k) for a deterministic schedule b.
+func TestOCCZeroVariance(t *testing.T) {
+	t.Parallel()
+	const d = 10 * time.Millisecond
+	schedules := map[string]backoff.Schedule{
+		"none":     backoff.Constant(0),
+		"constant": backoff.Constant(7 * time.Millisecond),
+		"expo":     backoff.Exponential{Base: 5 * time.Millisecond, Cap: 2 * time.Second},
+		"sequence": backoff.Sequence{1 * time.Millisecond, 30 * time.Millisecond, 2 * time.Millisecond},
+	}
+	e := NewEngine(0)
+	for name, s := range schedules {
+		for _, n := range []int{1, 2, 3, 10, 57, 190} {
+			p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: s, Rand: pcg(1)}
+			got := runOCC(n, d, 0, p, rand.New(pcg(2)), e)
+			wantCalls := int64(n * (n + 1) / 2)
+			want := 4 * d * time.Duration(n)
+			for k := 1; k < n; k++ {
+				want += s.Delay(k, 0, nil)
+			}
+			if got.calls != wantCalls || got.completion != want {
+				t.Errorf("%s N=%d: calls %d, completion %v; want %d, %v", name, n, got.calls, got.completion, wantCalls, want)
+			}
+		}
+	}
+}
+
+// TestBrookerScenarioZeroVariance runs the same check through the
+// scenario's sweep (parallel runs, averaging).
+func TestBrookerScenarioZeroVariance(t *testing.T) {
+	c := DefaultBrooker2015()
+	c.NFrom, c.NTo, c.NStep, c.Runs, c.SD = 5, 25, 10, 3, 0
+	c.Strategies = []string{"expo"}
+	res, err := c.Run(context.Background(), Options{Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := backoff.Exponential{Base: c.Base, Cap: c.Cap}
+	for i, n := range []int{5, 15, 25} {
+		row := res.Table.Rows[i]
+		want := 4 * c.Delay * time.Duration(n)
+		for k := 1; k < n; k++ {
+			want += s.Delay(k, 0, nil)
+		}
+		if row[1] != n || row[2] != float64(n*(n+1)/2) || row[4] != float64(want)/float64(time.Millisecond) {
+			t.Errorf("row %v; want N=%d calls=%d completion=%v", row, n, n*(n+1)/2, want)
+		}
+	}
+}
+
+// TestThreeRetries: at failure rate f, 3 retries make 1+f+f²+f³ calls per
+// request and succeed with probability 1−f⁴; the simulated means must lie
+// within 4 standard errors.
+func TestThreeRetries(t *testing.T) {
+	t.Parallel()
+	c := DefaultBudgets()
+	c.Duration = 60 * time.Second // 60,000 requests per point
+	c.Steps = 5                   // f = 0, 0.2, …, 1
+	c.Strategies = []string{"3-retries"}
+	res, err := c.Run(context.Background(), Options{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Table.Rows) != c.Steps+1 {
+		t.Fatalf("%d rows", len(res.Table.Rows))
+	}
+	for _, row := range res.Table.Rows {
+		f := row[1].(float64)
+		n := float64(row[2].(int64))
+		load, succ := row[4].(float64), row[5].(float64)
+		// attempts K: P(K=k) = f^(k−1)(1−f) for k < 4, P(K=4) = f³
+		var ek, ek2 float64
+		for k := 1; k <= 4; k++ {
+			pk := math.Pow(f, float64(k-1)) * (1 - f)
+			if k == 4 {
+				pk = math.Pow(f, 3)
+			}
+			ek += float64(k) * pk
+			ek2 += float64(k*k) * pk
+		}
+		wantLoad, wantSucc := 1+f+f*f+f*f*f, 1-math.Pow(f, 4)
+		if math.Abs(ek-wantLoad) > 1e-12 {
+			t.Fatalf("test's own distribution is off: %v vs %v", ek, wantLoad)
+		}
+		seLoad := math.Sqrt((ek2-ek*ek)/n) + 1e-12
+		seSucc := math.Sqrt(wantSucc*(1-wantSucc)/n) + 1e-12
+		if math.Abs(load-wantLoad) > 4*seLoad+5e-4 || math.Abs(succ-wantSucc) > 4*seSucc+5e-4 {
+			t.Errorf("f=%.1f: load %.4f (want %.4f ± %.4f), success %.4f (want %.4f ± %.4f)",
+				f, load, wantLoad, 4*seLoad, succ, wantSucc, 4*seSucc)
+		}
+	}
+}
+
+// TestBudgetsBoundLoad: at f = 1 three retries quadruple the load, while
+// each budget keeps it near 1.1 (the token buckets and the ratio) or lower.
+func TestBudgetsBoundLoad(t *testing.T) {
+	t.Parallel()
+	c := DefaultBudgets()
+	c.Steps = 1 // f = 0 and f = 1
+	res, err := c.Run(context.Background(), Options{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range res.Table.Rows {
+		name, f, load := row[0].(string), row[1].(float64), row[4].(float64)
+		if f == 0 {
+			if load != 1 {
+				t.Errorf("%s at f=0: load %v, want 1", name, load)
+			}
+			continue
+		}
+		var lo, hi float64
+		switch name {
+		case "no-retries":
+			lo, hi = 1, 1
+		case "3-retries":
+			lo, hi = 4, 4
+		case "token-bucket", "credits", "ratio-10%":
+			lo, hi = 1.05, 1.11
+		case "breaker":
+			lo, hi = 1, 1.06
+		}
+		if load < lo || load > hi {
+			t.Errorf("%s at f=1: load %.4f outside [%v, %v]", name, load, lo, hi)
+		}
+	}
+}
+
+// TestLayersExact: with the service down, L layers of n attempts reach it
+// exactly n^L times per click; a single owner, exactly n.
+func TestLayersExact(t *testing.T) {
+	c := DefaultLayers()
+	c.Shapes = []string{"3x3", "3x4", "5x3", "2x5", "1x4"}
+	c.Clicks = 50
+	res, err := c.Run(context.Background(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{27, 3, 64, 4, 243, 3, 25, 5, 4, 4}
+	for i, row := range res.Table.Rows {
+		if row[2] != want[i] || row[4] != int64(want[i]) || row[5] != 0.0 {
+			t.Errorf("row %v: want %v calls per click (max too), success 0", row, want[i])
+		}
+		if row[3] != want[i] {
+			t.Errorf("row %v: expected column %v, want %v", row, row[3], want[i])
+		}
+	}
+}
+
+// TestLayersPartialFailure: at f < 1 the mean matches the exact formula
+// within sampling error.
+func TestLayersPartialFailure(t *testing.T) {
+	t.Parallel()
+	c := DefaultLayers()
+	c.Shapes = []string{"3x3"}
+	c.Failure = 0.5
+	c.Clicks = 20_000
+	res, err := c.Run(context.Background(), Options{Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range res.Table.Rows {
+		got, exp := row[2].(float64), row[3].(float64)
+		if math.Abs(got-exp) > 0.03*exp {
+			t.Errorf("%v: %.3f calls per click, expected %.3f", row[1], got, exp)
+		}
+	}
+}
+
+// TestLittlesLaw: in every set-up with a steady state, the time-average in
+// flight L equals λ·W within 2%.
+func TestLittlesLaw(t *testing.T) {
+	t.Parallel()
+	c := DefaultLittlesLaw()
+	c.Duration, c.Warmup = 660*time.Second, 60*time.Second
+	res, err := c.Run(context.Background(), Options{Seed: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steady := 0
+	for _, row := range res.Table.Rows {
+		lat, mode := row[0].(float64), row[1].(string)
+		l, lw, errPct := row[4].(float64), row[5].(float64), row[6].(float64)
+		if row[10] != "yes" {
+			if mode != "pool" || lat != 2 {
+				t.Errorf("%v %s marked unsteady", lat, mode)
+			}
+			continue
+		}
+		steady++
+		if math.Abs(errPct) > 2 || math.Abs(l-lw) > 0.02*lw {
+			t.Errorf("%vs %s: L = %.2f, λW = %.2f (%.2f%%)", lat, mode, l, lw, errPct)
+		}
+	}
+	if steady != 5 {
+		t.Fatalf("%d steady rows, want 5", steady)
+	}
+	// seed 003's numbers: ~10 in flight at 0.1 s, ~200 at 2 s, 50 in a bulkhead
+	for _, row := range res.Table.Rows {
+		lat, mode, l := row[0].(float64), row[1].(string), row[4].(float64)
+		want := map[string]float64{"0.1unbounded": 10, "2unbounded": 200, "2bulkhead": 50}[formatKey(lat, mode)]
+		if want > 0 && math.Abs(l-want) > 0.05*want {
+			t.Errorf("%vs %s: L = %.1f, want ~%v", lat, mode, l, want)
+		}
+	}
+}
+
+func formatKey(lat float64, mode string) string {
+	if lat == 0.1 {
+		return "0.1" + mode
+	}
+	return "2" + mode
+}
+
+// TestSeed000 reproduces the published immediate-retry numbers with the
+// calibrated round trip, and checks the seed's own jitter verification.
+func TestSeed000(t *testing.T) {
+	c := DefaultSeed000()
+	res, err := c.Run(context.Background(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	imm, exp := res.Table.Rows[0], res.Table.Rows[1]
+	if imm[2] != int64(64) || imm[3] != int64(4) || imm[6] != 716.0 || imm[5] != 1 {
+		t.Errorf("immediate: %v; want 64 attempts, 4 accepted, last at 716 ms, one distinct wait", imm)
+	}
+	if exp[3] != int64(4) || exp[5].(int) < 2 || exp[2].(int64) >= 64 {
+		t.Errorf("expo-full: %v; want 4 accepted, >= 2 distinct waits, fewer attempts than immediate", exp)
+	}
+	if got := res.Log[0]; got != "RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 20" {
+		t.Errorf("summary line %q", got)
+	}
+	if got := res.Log[16]; got != "  caller 1 attempt 16: after 20ms -> ACCEPTED at 716ms" {
+		t.Errorf("last log line %q", got)
+	}
+}
+
+// TestHerdImmediateExact: with an unlimited database and a fixed round
+// trip, each worker hits the database once per round trip during the
+// outage: workers × outage / rtt requests.
+func TestHerdImmediateExact(t *testing.T) {
+	t.Parallel()
+	c := DefaultHerd()
+	c.Rate = 0
+	c.Strategies = []string{"immediate"}
+	res, err := c.Run(context.Background(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := res.Table.Rows[0]
+	if row[2] != int64(200_000) || row[3] != int64(200_100) || row[5] != int64(100) || row[4] != 8000 {
+		t.Errorf("immediate: %v; want 200000 in the outage, 200100 in all, 100 written, peak 8000", row)
+	}
+}
+
+// TestHerdOrdering: the strategies order as the seed says: immediate ≫
+// expo-full ≥ budget during the outage, and the budget dead-letters.
+func TestHerdOrdering(t *testing.T) {
+	t.Parallel()
+	c := DefaultHerd()
+	res, err := c.Run(context.Background(), Options{Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	imm, expo, bud := res.Table.Rows[0], res.Table.Rows[1], res.Table.Rows[2]
+	if !(imm[2].(int64) > 100*expo[2].(int64) && expo[2].(int64) > bud[2].(int64)) {
+		t.Errorf("requests in outage: immediate %v, expo %v, budget %v", imm[2], expo[2], bud[2])
+	}
+	if expo[5] != int64(100) || bud[6].(int64) == 0 {
+		t.Errorf("expo-full wrote %v (want 100); budget dead-lettered %v (want > 0)", expo[5], bud[6])
+	}
+}
+
+// TestCollapse: plain retries tip the server into a state it does not
+// leave; the budget keeps it out.
+func TestCollapse(t *testing.T) {
+	t.Parallel()
+	c := DefaultCollapse()
+	res, err := c.Run(context.Background(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collapsed := map[string]string{}
+	for _, row := range res.Table.Rows {
+		collapsed[row[0].(string)] = row[9].(string)
+	}
+	if collapsed["no-backoff"] == "0/20" || collapsed["full-jitter"] == "0/20" {
+		t.Errorf("no run of plain retries collapsed: %v", collapsed)
+	}
+	if collapsed["budget"] != "0/20" {
+		t.Errorf("budget runs collapsed: %v", collapsed)
+	}
+	// without the spike nothing collapses
+	c.SpikeRate = c.Rate
+	res, err = c.Run(context.Background(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range res.Table.Rows {
+		if row[9] != "0/20" || row[3].(float64) != 0 {
+			t.Errorf("no spike: %v", row)
+		}
+	}
+}
+
+// TestLittlesStep: when the dependency slows from 0.1 s to 2 s, in flight
+// climbs to ~200 without a limit; the pool of 50 fills and queues; the
+// bulkhead holds at 50 and refuses the rest at once.
+func TestLittlesStep(t *testing.T) {
+	c := DefaultLittlesLaw()
+	run := func(mode string) littleRun {
+		return c.runOne(mode, 100*time.Millisecond, 2*time.Second, 30*time.Second, 90*time.Second, 0, 7)
+	}
+	u, p, b := run("unbounded"), run("pool"), run("bulkhead")
+	if u.inSystemAtEnd < 150 || u.inSystemAtEnd > 250 || u.queueAtEnd != 0 || u.rejected != 0 {
+		t.Errorf("unbounded: %d in the system (want ~200), %d queued, %d rejected", u.inSystemAtEnd, u.queueAtEnd, u.rejected)
+	}
+	if p.inSystemAtEnd != 50+int64(p.queueAtEnd) || p.queueAtEnd < 4000 || p.rejected != 0 {
+		t.Errorf("pool: %d in the system, %d queued (want 50 busy + a queue of ~75/s × 60 s)", p.inSystemAtEnd, p.queueAtEnd)
+	}
+	if b.inSystemAtEnd > 50 || b.queueAtEnd != 0 || b.rejected < 4000 {
+		t.Errorf("bulkhead: %d in the system (want <= 50), %d queued, %d refused", b.inSystemAtEnd, b.queueAtEnd, b.rejected)
+	}
+	// before the step every set-up holds ~10 in flight
+	for name, r := range map[string]littleRun{"unbounded": u, "pool": p, "bulkhead": b} {
+		var before float64
+		for _, a := range r.perSecond[10:30] {
+			before += a
+		}
+		if before /= 20; before < 7 || before > 13 {
+			t.Errorf("%s: %.1f in flight before the step, want ~10", name, before)
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// BudgetsConfig sweeps the failure rate f of a dependency that fails each
+// call independently with probability f (Bernoulli) and compares retry
+// strategies by the load they put on it and the success their callers
+// see. Clients send open-loop Poisson traffic; each client owns its own
+// budget (a per-client budget, as in the SRE book), shared by all of that
+// client's requests. Round trips are Exp(mean RTT).
+type BudgetsConfig struct {
+	Clients     int
+	RatePer     float64       // requests per second per client
+	RTT         time.Duration // mean round trip
+	Duration    time.Duration // requests arrive in [0, Duration)
+	Steps       int           // f = k/Steps for k = 0…Steps
+	Retries     int           // retries after the first try
+	BreakerRate float64       // breaker: failure rate at which retries stop
+	RatioSpan   time.Duration // ratio and breaker window
+	Strategies  []string
+}
+
+var budgetStrategies = []string{"no-retries", "3-retries", "token-bucket", "credits", "ratio-10%", "breaker"}
+
+// DefaultBudgets returns the experiment of Brooker's "Fixing retries with
+// token buckets and circuit breakers" (2022): 100 clients × 10 req/s,
+// round trip Exp(10 ms), 20 s per point, f = 0, 0.1, …, 1.
+func DefaultBudgets() BudgetsConfig {
+	return BudgetsConfig{Clients: 100, RatePer: 10, RTT: 10 * time.Millisecond, Duration: 20 * time.Second,
+		Steps: 10, Retries: 3, BreakerRate: 0.1, RatioSpan: 10 * time.Second, Strategies: budgetStrategies}
+}
+
+// Params returns the scenario's parameters.
+func (c *BudgetsConfig) Params() []*Param {
+	return []*Param{
+		intParam(&c.Clients, "clients", "client processes, each with its own budget", 1, 1_000_000),
+		floatParam(&c.RatePer, "rate", "Poisson requests per second per client", 0.001, 1e6),
+		durParam(&c.RTT, "rtt", "mean round trip (exponential)", 0, time.Minute),
+		durParam(&c.Duration, "duration", "requests arrive during this long", time.Millisecond, 24*time.Hour),
+		intParam(&c.Steps, "steps", "failure rates f = k/steps for k = 0…steps", 1, 1000),
+		intParam(&c.Retries, "retries", "retries after the first try (every strategy but no-retries)", 1, 100),
+		floatParam(&c.BreakerRate, "breaker-threshold", "breaker: failure rate at which retries stop", 0.001, 1),
+		durParam(&c.RatioSpan, "window-span", "sliding window of the ratio budget and the breaker", time.Millisecond, time.Hour),
+		listParam(&c.Strategies, "strategy", "strategies", budgetStrategies),
+	}
+}
+
+func (c *BudgetsConfig) validate() error {
+	if err := checkParams(c.Params()); err != nil {
+		return err
+	}
+	n := float64(c.Clients) * c.RatePer * c.Duration.Seconds() * float64(c.Steps+1) * float64(len(c.Strategies))
+	if n > 1e9 {
+		return invalid("duration", "clients × rate × duration × points × strategies must be <= 1e9 requests, got %.3g", n)
+	}
+	return nil
+}
+
+// policy returns one client's policy for a strategy (a fresh budget).
+func (c *BudgetsConfig) policy(name string) (*retry.Policy, error) {
+	p := &retry.Policy{
+		MaxAttempts: c.Retries + 1,
+		Schedule:    backoff.Exponential{Base: 10 * time.Millisecond, Cap: time.Second, Jitter: backoff.Full},
+	}
+	var err error
+	switch name {
+	case "no-retries":
+		p.MaxAttempts = 1
+	case "token-bucket":
+		// +0.1 per call, cap 5, a retry needs more than 1 token and spends 1 (in tenths)
+		p.Budget = &budget.TokenBucket{Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11}
+	case "credits":
+		p.Budget = &budget.TokenBucket{} // seed 003: +1 per call, cap 200, a retry costs 10
+	case "ratio-10%":
+		p.Budget, err = budget.NewRatio(0.1, c.RatioSpan)
+	case "breaker":
+		p.Budget, err = budget.NewBreaker(c.BreakerRate, 10, c.RatioSpan)
+	}
+	return p, err
+}
+
+type budgetsRun struct {
+	originals, calls, successes, refused int64
+	events                               uint64
+}
+
+type bReq struct {
+	client  int32
+	attempt int32
+	failed  bool
+	prev    time.Duration
+}
+
+const (
+	evOriginal int32 = iota // a client's next request arrives (ID: client)
+	evDone                  // an attempt's answer arrives (ID: request)
+	evResend                // a retry's wait ended, with a limiter (ID: request)
+)
+
+// runBudgets simulates one point of the sweep.
+func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun, error) {
+	drivers := make([]driver, c.Clients)
+	jitter := pcg(seed, 1) // one stream per run: the clients act one at a time
+	for i := range drivers {
+		p, err := c.policy(name)
+		if err != nil {
+			return budgetsRun{}, err
+		}
+		p.Rand = jitter
+		drivers[i] = driver{p}
+	}
+	rng := rand.New(pcg(seed, 2))
+	e := NewEngine(c.Clients * 2)
+	var reqs []bReq
+	var out budgetsRun
+	mean := float64(c.RTT)
+	gap := func() time.Duration { return time.Duration(rng.ExpFloat64() * float64(time.Second) / c.RatePer) }
+	send := func(id int32, at time.Duration) {
+		r := &reqs[id]
+		r.attempt++
+		r.failed = rng.Float64() < f
+		e.At(at+time.Duration(rng.ExpFloat64()*mean), evDone, id)
+	}
+	for cl := range c.Clients {
+		e.At(gap(), evOriginal, int32(cl))
+	}
+	for {
+		ev, ok := e.Next()
+		if !ok {
+			break
+		}
+		now := e.Now()
+		switch ev.Kind {
+		case evOriginal:
+			if now >= c.Duration {
+				continue
+			}
+			e.After(gap(), evOriginal, ev.ID)
+			d := drivers[ev.ID]
+			out.originals++
+			if d.begin(e.Time()) != retry.NoReason {
+				continue
+			}
+			reqs = append(reqs, bReq{client: ev.ID})
+			send(int32(len(reqs)-1), now)
+		case evDone:
+			r := &reqs[ev.ID]
+			out.calls++
+			var err error
+			if r.failed {
+				err = ErrFailed
+			}
+			d := drivers[r.client]
+			dec := d.end(e.Time(), int(r.attempt), err, time.Time{}, r.prev)
+			switch {
+			case err == nil:
+				out.successes++
+			case !dec.Retry:
+				if dec.Reason == retry.Budget {
+					out.refused++
+				}
+			case d.needsSendEvent():
+				r.prev = dec.Delay
+				e.After(dec.Delay, evResend, ev.ID)
+			default:
+				r.prev = dec.Delay
+				send(ev.ID, now+dec.Delay)
+			}
+		case evResend:
+			if drivers[reqs[ev.ID].client].again() == retry.NoReason {
+				send(ev.ID, now)
+			}
+		}
+	}
+	out.events = e.Processed()
+	return out, nil
+}
+
+// Run sweeps f for every strategy.
+func (c *BudgetsConfig) Run(ctx context.Context, o Options) (*Result, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	strategies := selected(budgetStrategies, c.Strategies)
+	points := c.Steps + 1
+	runs := make([]budgetsRun, len(strategies)*points)
+	errs := make([]error, len(runs))
+	err := parallel(ctx, o, len(runs), func(i int) {
+		s, k := strategies[i/points], i%points
+		runs[i], errs[i] = c.runOne(budgetStrategies[s], float64(k)/float64(c.Steps), mix(o.Seed, uint64(s), uint64(k)))
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	res := &Result{
+		Scenario: "budgets",
+		Title: fmt.Sprintf("%d clients × Poisson %g req/s for %v, round trip Exp(%v), each call fails with probability f",
+			c.Clients, c.RatePer, c.Duration, c.RTT),
+		Settings: settings(c.Params(), o),
+		Table: Table{Columns: []Column{
+			{Key: "strategy", Title: "strategy"},
+			{Key: "f", Title: "f", Prec: 2},
+			{Key: "requests", Title: "requests"},
+			{Key: "calls", Title: "calls"},
+			{Key: "load", Title: "load (calls/request)", Prec: 3},
+			{Key: "success", Title: "success", Prec: 3},
+			{Key: "budget_refused", Title: "budget refused"},
+		}},
+	}
+	loadChart := Chart{Title: "load amplification vs failure rate", XLabel: "failure rate f", YLabel: "calls per request"}
+	okChart := Chart{Title: "success rate vs failure rate", XLabel: "failure rate f", YLabel: "requests that succeeded"}
+	for si, s := range strategies {
+		name := budgetStrategies[s]
+		ls, ss := Series{Name: name}, Series{Name: name}
+		for k := range points {
+			run := runs[si*points+k]
+			f := float64(k) / float64(c.Steps)
+			load := ratio(run.calls, run.originals)
+			succ := ratio(run.successes, run.originals)
+			res.Table.Rows = append(res.Table.Rows, []any{name, f, run.originals, run.calls, load, succ, run.refused})
+			ls.Points = append(ls.Points, Point{f, load})
+			ss.Points = append(ss.Points, Point{f, succ})
+			res.Events += run.events
+		}
+		loadChart.Series = append(loadChart.Series, ls)
+		okChart.Series = append(okChart.Series, ss)
+	}
+	res.Charts = []Chart{loadChart, okChart}
+	n := float64(c.Retries + 1)
+	res.Notes = append(res.Notes, fmt.Sprintf(
+		"%d retries without a budget: expected load 1+f+…+f^%d and success 1−f^%.0f; at f = 1 the dependency gets %.0f× its traffic.",
+		c.Retries, c.Retries, n, n))
+	return res, nil
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// expectedLoad is 1 + f + … + f^retries: the mean attempts of a request
+// retried up to retries times when each attempt fails with probability f.
+func expectedLoad(f float64, retries int) float64 {
+	sum, term := 0.0, 1.0
+	for range retries + 1 {
+		sum += term
+		term *= f
+	}
+	return sum
+}
+
+// expectedSuccess is 1 − f^(retries+1).
+func expectedSuccess(f float64, retries int) float64 {
+	return 1 - math.Pow(f, float64(retries+1))
+}

@@ -1,0 +1,170 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalid is wrapped by every configuration error; the message names the
+// parameter (the CLI flag of the same name) and the rule it broke.
+var ErrInvalid = errors.New("sim: invalid parameter")
+
+// Param is one setting of a scenario, bound to a field of its
+// configuration. It implements flag.Value, so the CLI registers each as a
+// flag of the same name: Set parses and checks the rule at once, and Check
+// re-checks a value set in code.
+type Param struct {
+	// Name is the parameter's (and flag's) name, e.g. "workers".
+	Name string
+	// Usage is the one-line help, rule included.
+	Usage string
+	get   func() string
+	set   func(string) error
+	check func() error
+}
+
+// String returns the current value (empty for an unbound Param).
+func (p *Param) String() string {
+	if p == nil || p.get == nil {
+		return ""
+	}
+	return p.get()
+}
+
+// Set parses s into the bound field and checks the rule.
+func (p *Param) Set(s string) error {
+	if err := p.set(s); err != nil {
+		return err
+	}
+	return p.check()
+}
+
+// Check verifies the bound field's current value; the error wraps
+// ErrInvalid and names the parameter.
+func (p *Param) Check() error {
+	if err := p.check(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, p.Name, err)
+	}
+	return nil
+}
+
+// checkParams checks every parameter and returns the first error.
+func checkParams(ps []*Param) error {
+	for _, p := range ps {
+		if err := p.Check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func invalid(name, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, args...))
+}
+
+func intParam(v *int, name, usage string, lo, hi int) *Param {
+	return &Param{
+		Name: name, Usage: usage,
+		get: func() string { return strconv.Itoa(*v) },
+		set: func(s string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return fmt.Errorf("must be a whole number in [%d, %d], got %q", lo, hi, s)
+			}
+			if n < int64(lo) || n > int64(hi) {
+				return fmt.Errorf("must be in [%d, %d], got %d", lo, hi, n)
+			}
+			*v = int(n)
+			return nil
+		},
+		check: func() error {
+			if *v < lo || *v > hi {
+				return fmt.Errorf("must be in [%d, %d], got %d", lo, hi, *v)
+			}
+			return nil
+		},
+	}
+}
+
+func durParam(v *time.Duration, name, usage string, lo, hi time.Duration) *Param {
+	return &Param{
+		Name: name, Usage: usage,
+		get: func() string { return v.String() },
+		set: func(s string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("must be a duration such as 250ms or 2s in [%v, %v], got %q", lo, hi, s)
+			}
+			*v = d
+			return nil
+		},
+		check: func() error {
+			if *v < lo || *v > hi {
+				return fmt.Errorf("must be in [%v, %v], got %v", lo, hi, *v)
+			}
+			return nil
+		},
+	}
+}
+
+func floatParam(v *float64, name, usage string, lo, hi float64) *Param {
+	return &Param{
+		Name: name, Usage: usage,
+		get: func() string { return strconv.FormatFloat(*v, 'g', -1, 64) },
+		set: func(s string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("must be a finite number in [%g, %g], got %q", lo, hi, s)
+			}
+			*v = f
+			return nil
+		},
+		check: func() error {
+			if math.IsNaN(*v) || math.IsInf(*v, 0) || *v < lo || *v > hi {
+				return fmt.Errorf("must be a finite number in [%g, %g], got %v", lo, hi, *v)
+			}
+			return nil
+		},
+	}
+}
+
+// listParam is a list of names from choices, given comma-separated or by
+// repeating the flag (the first Set replaces the default).
+func listParam(v *[]string, name, usage string, choices []string) *Param {
+	fresh := true
+	return &Param{
+		Name: name, Usage: usage + " (" + strings.Join(choices, ", ") + "; repeat or comma-separate)",
+		get: func() string { return strings.Join(*v, ",") },
+		set: func(s string) error {
+			if fresh {
+				*v, fresh = nil, false
+			}
+			for _, f := range strings.Split(s, ",") {
+				f = strings.TrimSpace(f)
+				if !slices.Contains(choices, f) {
+					return fmt.Errorf("unknown name %q (choose from %s)", f, strings.Join(choices, ", "))
+				}
+				if !slices.Contains(*v, f) {
+					*v = append(*v, f)
+				}
+			}
+			return nil
+		},
+		check: func() error {
+			if len(*v) == 0 {
+				return errors.New("needs at least one name")
+			}
+			for _, f := range *v {
+				if !slices.Contains(choices, f) {
+					return fmt.Errorf("unknown name %q (choose from %s)", f, strings.Join(choices, ", "))
+				}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,114 @@
+package sim
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Options are the settings every scenario shares.
+type Options struct {
+	// Seed makes a run reproducible: the same parameters and Seed give the
+	// same Result, byte for byte, whatever Parallel is.
+	Seed uint64
+	// Parallel is the number of goroutines that run independent
+	// simulations of a sweep; 0 means GOMAXPROCS. It never changes results.
+	Parallel int
+	// Progress, if set, is called after each independent run of a sweep
+	// with the runs done and the total, from any goroutine.
+	Progress func(done, total int)
+}
+
+// Runner is a scenario's configuration: its parameters and its run.
+type Runner interface {
+	// Params returns the configuration's parameters, bound to its fields.
+	Params() []*Param
+	// Run validates the configuration and simulates it.
+	Run(ctx context.Context, o Options) (*Result, error)
+}
+
+// Scenario is a named, described experiment.
+type Scenario struct {
+	Name    string
+	Summary string
+	// New returns the scenario's default configuration.
+	New func() Runner
+}
+
+// Scenarios returns every scenario, in the order of `stagger sim list`.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{"seed000", "seed 000: 4 callers, 700 ms outage, retry immediately vs exponential + full jitter", func() Runner { c := DefaultSeed000(); return &c }},
+		{"herd", "seed 004: workers hammer a database down for 5 s: immediate requeue vs expo-full vs budget", func() Runner { c := DefaultHerd(); return &c }},
+		{"brooker2015", "optimistic-concurrency row (Brooker 2015): calls and completion time vs clients per backoff", func() Runner { c := DefaultBrooker2015(); return &c }},
+		{"budgets", "failure rate 0…1: load amplification and success of retry budgets, breaker and 3 retries", func() Runner { c := DefaultBudgets(); return &c }},
+		{"collapse", "metastable collapse: a 5 s spike, timeouts that do not cancel work, goodput per second", func() Runner { c := DefaultCollapse(); return &c }},
+		{"layers", "retries stacked in layers multiply (n^L); a single retry owner keeps n", func() Runner { c := DefaultLayers(); return &c }},
+		{"littles-law", "seed 003: 100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
+	}
+}
+
+// Lookup returns the scenario called name.
+func Lookup(name string) (Scenario, bool) {
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// mix is splitmix64: it turns a seed and a run's coordinates into an
+// independent stream seed.
+func mix(seed uint64, parts ...uint64) uint64 {
+	x := seed
+	for _, p := range parts {
+		x ^= p + 0x9e3779b97f4a7c15 + x<<6 + x>>2
+		x += 0x9e3779b97f4a7c15
+		z := x
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		x = z ^ z>>31
+	}
+	return x
+}
+
+// pcg returns a PCG source for a run's coordinates.
+func pcg(seed uint64, parts ...uint64) *rand.PCG {
+	s := mix(seed, parts...)
+	return rand.NewPCG(s, mix(s, 0x5eed))
+}
+
+// parallel runs job(i) for i in [0, n) on o.Parallel goroutines, stopping
+// early when ctx ends. Jobs write their results into slots indexed by i,
+// so results never depend on scheduling.
+func parallel(ctx context.Context, o Options, n int, job func(i int)) error {
+	workers := o.Parallel
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n)
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				job(i)
+				d := done.Add(1)
+				if o.Progress != nil {
+					o.Progress(int(d), n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
