@@ -696,7 +696,10 @@ func (r *recorder) TryAcquire() bool {
 	r.maxFlight = max(r.maxFlight, r.inflight)
 	return true
 }
-func (r *recorder) Release(ok bool) { r.inflight--; r.log = append(r.log, fmt.Sprintf("release %v", ok)) }
+func (r *recorder) Release(ok bool) {
+	r.inflight--
+	r.log = append(r.log, fmt.Sprintf("release %v", ok))
+}
 func (r *recorder) Request(time.Time) bool {
 	r.log = append(r.log, "request")
 	return r.request

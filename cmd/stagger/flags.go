@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Flag values that check their rule when they are set, so that every bad
+// flag is reported with its name and the rule it broke before anything runs.
+
+// intValue is a whole number in [min, max].
+type intValue struct {
+	p        *int
+	min, max int
+}
+
+func (v intValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("want a whole number between %d and %d", v.min, v.max)
+	}
+	if n < v.min || n > v.max {
+		return fmt.Errorf("must be between %d and %d, got %d", v.min, v.max, n)
+	}
+	*v.p = n
+	return nil
+}
+
+// uintValue is a non-negative 64-bit whole number.
+type uintValue struct{ p *uint64 }
+
+func (v uintValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.FormatUint(*v.p, 10)
+}
+
+func (v uintValue) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number between 0 and %d", uint64(math.MaxUint64))
+	}
+	*v.p = n
+	return nil
+}
+
+// durationValue is a Go duration up to max: > 0 when positive is set,
+// otherwise >= 0.
+type durationValue struct {
+	p        *time.Duration
+	positive bool
+	max      time.Duration
+}
+
+func (v durationValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("want a duration with a unit, such as 700ms or 1.5s")
+	}
+	switch {
+	case v.positive && d <= 0:
+		return fmt.Errorf("must be > 0, got %v", d)
+	case d < 0:
+		return fmt.Errorf("must be >= 0, got %v", d)
+	case d > v.max:
+		return fmt.Errorf("must be <= %v, got %v", v.max, d)
+	}
+	*v.p = d
+	return nil
+}
+
+// latencyValue is "auto" or a duration in [0, max].
+type latencyValue struct {
+	d    *time.Duration
+	auto *bool
+	max  time.Duration
+}
+
+func (v latencyValue) String() string {
+	if v.auto == nil || *v.auto {
+		return "auto"
+	}
+	return v.d.String()
+}
+
+func (v latencyValue) Set(s string) error {
+	if strings.TrimSpace(s) == "auto" {
+		*v.auto = true
+		return nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("want auto or a duration with a unit, such as 25ms")
+	}
+	if err := (durationValue{p: v.d, max: v.max}).Set(d.String()); err != nil {
+		return err
+	}
+	*v.auto = false
+	return nil
+}
+
+// listValue collects a repeatable flag; each use may hold a comma-separated
+// list. check validates one element as it is set.
+type listValue struct {
+	p     *[]string
+	set   bool
+	check func(string) error
+}
+
+func (v *listValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strings.Join(*v.p, ",")
+}
+
+func (v *listValue) Set(s string) error {
+	if !v.set { // the first use replaces the default
+		*v.p, v.set = nil, true
+	}
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		if err := v.check(e); err != nil {
+			return err
+		}
+		*v.p = append(*v.p, e)
+	}
+	return nil
+}
+
+// parseError turns the flag package's "invalid value ... for flag -x: ..."
+// into a message that names the flag as it is written on the command line.
+func parseError(err error) string {
+	msg := err.Error()
+	msg = strings.Replace(msg, "for flag -", "for flag --", 1)
+	if i := strings.Index(msg, " for -"); i >= 0 { // invalid boolean value "x" for -json
+		msg = msg[:i] + " for --" + msg[i+len(" for -"):]
+	}
+	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag --", 1)
+	msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
+	return msg
+}
+
+// flagWasSet reports whether name was given on the command line.
+func flagWasSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}

@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/lab"
+)
+
+func init() {
+	register(command{
+		name:    "lab",
+		summary: "count what a retry policy does to the service that receives it (seed 000)",
+		run:     runLab,
+	})
+}
+
+// defaultReport is where the HTML report goes when --report is not given
+// (and --json is not set).
+const defaultReport = "stagger-lab.html"
+
+// labConfig is the parsed command line of `stagger lab`.
+type labConfig struct {
+	scenario   lab.Scenario
+	strategies []lab.Strategy
+	json       bool
+	quiet      bool
+	report     string // "" for none
+	args       []string
+}
+
+// parseLab parses and validates every flag; it returns exit code -1 when the
+// run should go ahead.
+func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
+	var (
+		callers        = 4
+		maxAttempts    = lab.DefaultMaxAttempts
+		bulkhead       = lab.DefaultBulkhead
+		capacity       = 0
+		budgetInitial  = int(lab.DefaultBudgetInitial)
+		outage         = lab.Seed000Outage
+		latency        time.Duration
+		autoLatency    = true
+		window         = lab.DefaultWindow
+		ramp           = lab.Seed000Ramp
+		base           = lab.DefaultBase
+		capDelay       time.Duration
+		attemptTimeout time.Duration
+		seed           uint64 = 1
+		names                 = []string{"immediate", "expo-full"}
+		asJSON, quiet  bool
+		report         = defaultReport
+	)
+	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(intValue{&callers, 1, lab.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
+	fs.Var(durationValue{p: &outage, max: 10 * time.Minute}, "outage", "how long the gateway is down (503) from the start; 0 for no outage")
+	fs.Var(latencyValue{d: &latency, auto: &autoLatency, max: time.Minute}, "latency",
+		"how long the gateway takes to answer; auto: measure what this machine adds to a cycle and make up the seed's 26.2ms round trip, so that immediate lands on the seed's 64 attempts / peak 18")
+	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the timeline's buckets")
+	fs.Var(&listValue{p: &names, check: checkStrategyName}, "strategy",
+		"strategy to run; repeat the flag or separate names with commas: "+strings.Join(lab.StrategyNames, ", ")+
+			", each optionally followed by +budget and/or +bulkhead")
+	fs.Var(uintValue{&seed}, "seed", "seed of the jitter: the same seed draws the same waits")
+	fs.Var(intValue{&maxAttempts, 1, 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the log and the table")
+	fs.StringVar(&report, "report", defaultReport, "write the HTML report to this file (default "+defaultReport+" unless --json; empty for none)")
+	fs.BoolVar(&quiet, "quiet", false, "leave out the per-attempt lines (and the attempt log in --json)")
+	fs.Var(durationValue{p: &ramp, max: time.Minute}, "ramp", "callers start evenly over this span: caller i of N sends its first attempt at i·ramp/N")
+	fs.Var(durationValue{p: &base, positive: true, max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
+	fs.Var(durationValue{p: &capDelay, max: time.Hour}, "cap", "largest window of expo* and decorrelated; 0 for none")
+	fs.Var(intValue{&budgetInitial, 0, budget.DefaultMax}, "budget-initial", "credits the +budget token bucket holds at the start (seed 003: +1 per request, a retry costs 10, at most 200)")
+	fs.Var(intValue{&bulkhead, 1, lab.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
+	fs.Var(intValue{&capacity, 0, lab.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
+	fs.Var(durationValue{p: &attemptTimeout, max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
+
+	fs.Usage = func() {} // printed below for --help only; errors get one line
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			labUsage(stdout, fs)
+			return nil, exitOK
+		}
+		fmt.Fprintf(stderr, "stagger lab: %s\nRun 'stagger lab --help' for the flags.\n", parseError(err))
+		return nil, exitUsage
+	}
+	usageErr := func(format string, a ...any) (*labConfig, int) {
+		fmt.Fprintf(stderr, "stagger lab: "+format+"\nRun 'stagger lab --help' for the flags.\n", a...)
+		return nil, exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q (every setting is a flag)", fs.Arg(0))
+	}
+	if len(names) == 0 {
+		return usageErr("--strategy: give at least one strategy")
+	}
+	if capDelay != 0 && capDelay < base {
+		return usageErr("--cap (%v) must be >= --base (%v), or 0 for no cap", capDelay, base)
+	}
+	if !flagWasSet(fs, "report") && asJSON {
+		report = ""
+	}
+	if report != "" && strings.ContainsRune(report, 0) {
+		return usageErr("--report: the file name contains a NUL byte")
+	}
+
+	opt := lab.StrategyOptions{
+		Base: base, Cap: capDelay, Bulkhead: bulkhead,
+		NewBudget: func() budget.Budget { return &budget.TokenBucket{Initial: int64(budgetInitial)} },
+	}
+	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			return usageErr("--strategy: %q is given twice", n)
+		}
+		seen[n] = true
+		st, err := lab.ParseStrategy(n, opt)
+		if err != nil {
+			return usageErr("--strategy %s: %v", n, err)
+		}
+		cfg.strategies = append(cfg.strategies, st)
+	}
+	f := lab.Outage(outage, latency)
+	f.Capacity = capacity
+	cfg.scenario = lab.Scenario{
+		Callers:        callers,
+		Faults:         f,
+		Window:         window,
+		Ramp:           ramp,
+		MaxAttempts:    maxAttempts,
+		AttemptTimeout: attemptTimeout,
+		Seed:           seed,
+	}
+	if autoLatency {
+		cfg.scenario.RoundTrip = lab.Seed000RoundTrip
+	}
+	if err := cfg.scenario.Validate(); err != nil { // the flags' own checks make this unreachable
+		return usageErr("%v", err)
+	}
+	return cfg, -1
+}
+
+func checkStrategyName(name string) error {
+	_, err := lab.ParseStrategy(name, lab.StrategyOptions{})
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), lab.ErrInvalid.Error()+": "))
+	}
+	return nil
+}
+
+func labUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: stagger lab [flags]
+
+Runs callers against a real HTTP gateway on 127.0.0.1 that is down for a
+while, once per strategy, and counts on the receiving side: attempts,
+accepted, and the peak number of attempts inside one window. With no flags it
+reproduces seed 000: 4 callers, a gateway down for 700 ms, "retry
+immediately" against exponential backoff with full jitter (base 60 ms).
+
+Exit status: 0 ok; 1 a check failed (a jittered strategy whose waits were all
+identical, or callers and gateway disagreeing on the count); 2 bad flags.
+
+D is a duration with a unit (700ms, 1.5s); N a whole number.
+
+Flags:
+`)
+	placeholder := map[string]string{
+		"callers": "N", "max-attempts": "N", "bulkhead": "N", "capacity": "N", "budget-initial": "N", "seed": "N",
+		"strategy": "NAME", "report": "FILE", "latency": "auto|D",
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		arg := " D"
+		if p, ok := placeholder[f.Name]; ok {
+			arg = " " + p
+		}
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			arg = ""
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.Name != "report" {
+			def = " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(tw, "  --%s%s\t%s%s\n", f.Name, arg, f.Usage, def)
+	})
+	tw.Flush()
+}
+
+func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, code := parseLab(args, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	results := make([]*lab.Result, 0, len(cfg.strategies))
+	for _, st := range cfg.strategies {
+		r, err := cfg.scenario.Run(ctx, st)
+		if err != nil {
+			fmt.Fprintf(stderr, "stagger lab: %s: %v\n", st.Name, err)
+			return exitFail
+		}
+		results = append(results, r)
+	}
+
+	if cfg.json {
+		if err := writeLabJSON(stdout, cfg, results); err != nil {
+			fmt.Fprintf(stderr, "stagger lab: %v\n", err)
+			return exitFail
+		}
+	} else {
+		writeLabText(stdout, cfg, results)
+	}
+	if cfg.report != "" {
+		if err := writeLabReport(cfg, results); err != nil {
+			fmt.Fprintf(stderr, "stagger lab: report: %v\n", err)
+			return exitFail
+		}
+		if !cfg.json {
+			fmt.Fprintf(stdout, "\nreport: %s\n", cfg.report)
+		}
+	}
+	return labVerdict(stderr, results)
+}
+
+// labVerdict applies the built-in checks: seed 000's jitter verification and
+// the agreement of the two counts.
+func labVerdict(stderr io.Writer, results []*lab.Result) int {
+	code := exitOK
+	for _, r := range results {
+		if err := r.CheckJitter(); err != nil {
+			fmt.Fprintln(stderr, err)
+			fmt.Fprintf(stderr, "  (%s: %d waits, %d distinct)\n", r.Strategy.Name, len(r.Waits()), r.DistinctWaits())
+			code = exitFail
+		}
+		if !r.Agree() {
+			fmt.Fprintf(stderr, "%s: callers and gateway disagree on the count:\n", r.Strategy.Name)
+			for _, m := range r.Mismatches {
+				fmt.Fprintln(stderr, "  "+m)
+			}
+			code = exitFail
+		}
+	}
+	return code
+}
+
+func describeScenario(s lab.Scenario) string {
+	down := "never down"
+	if len(s.Faults.Down) > 0 {
+		down = fmt.Sprintf("down for the first %v", s.Faults.Down[0].To)
+	}
+	extra := ""
+	if s.Faults.Capacity > 0 {
+		extra = fmt.Sprintf(", at most %d in flight", s.Faults.Capacity)
+	}
+	lat := s.Faults.Latency.String()
+	if s.RoundTrip > 0 {
+		lat = fmt.Sprintf("auto (round trip %v)", s.RoundTrip)
+	}
+	return fmt.Sprintf("%d callers (starting over %v), gateway %s, latency %s%s, peaks in %v windows, seed %d",
+		s.Callers, s.Ramp, down, lat, extra, s.Window, s.Seed)
+}
+
+func writeLabText(w io.Writer, cfg *labConfig, results []*lab.Result) {
+	fmt.Fprintf(w, "stagger lab: %s\n\n", describeScenario(cfg.scenario))
+	for _, r := range results {
+		_ = r.WriteLog(w, !cfg.quiet)
+		fmt.Fprintln(w)
+	}
+	writeLabTable(w, cfg.scenario, results)
+}
+
+// writeLabTable prints the strategies side by side: labels on the left,
+// one right-aligned column per strategy.
+func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
+	var rows [][]string
+	row := func(label string, cell func(*lab.Result) string) {
+		r := []string{label}
+		for _, res := range results {
+			r = append(r, cell(res))
+		}
+		rows = append(rows, r)
+	}
+	row("", func(r *lab.Result) string { return r.Strategy.Name })
+	row("attempts received", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Total) })
+	row("accepted", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Accepted) })
+	row("rejected", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Rejected) })
+	row(fmt.Sprintf("peak per %v window", s.Window), func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Peak) })
+	row("time to last acceptance", func(r *lab.Result) string {
+		if r.Gateway.Accepted == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%dms", r.Gateway.LastAccepted/time.Millisecond)
+	})
+	row("attempts per logical request", func(r *lab.Result) string {
+		return fmt.Sprintf("%.1f", r.Gateway.AttemptsPerRequest())
+	})
+	row("most attempts by one request", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.MaxAttempts) })
+	row("callers accepted", func(r *lab.Result) string {
+		return fmt.Sprintf("%d/%d", r.CallersAccepted(), len(r.Callers))
+	})
+	row("callers gave up", func(r *lab.Result) string {
+		gu := r.GaveUp()
+		if len(gu) == 0 {
+			return "0"
+		}
+		var parts []string
+		for reason, n := range gu {
+			parts = append(parts, fmt.Sprintf("%d %s", n, reason))
+		}
+		slices.Sort(parts)
+		return strings.Join(parts, ", ")
+	})
+	row("distinct waits", func(r *lab.Result) string { return fmt.Sprint(r.DistinctWaits()) })
+	row("gateway latency", func(r *lab.Result) string {
+		return fmt.Sprintf("%.1fms", float64(r.Latency)/float64(time.Millisecond))
+	})
+	if s.RoundTrip > 0 {
+		row("overhead per cycle, measured before", func(r *lab.Result) string {
+			return fmt.Sprintf("%.1fms", float64(r.Overhead)/float64(time.Millisecond))
+		})
+	}
+	row("overhead per cycle, observed", func(r *lab.Result) string {
+		return fmt.Sprintf("%.1fms", float64(r.ObservedOverhead())/float64(time.Millisecond))
+	})
+	row("caller/gateway counts agree", func(r *lab.Result) string {
+		if r.Agree() {
+			return "yes"
+		}
+		return "NO"
+	})
+	widths := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		b.Reset()
+		for i, c := range r {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if i == 0 {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString("   " + pad + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+// writeLabReport writes the HTML report; the subtitle records how the run
+// was made.
+func writeLabReport(cfg *labConfig, results []*lab.Result) error {
+	cmdline := strings.TrimSpace("stagger lab " + strings.Join(cfg.args, " "))
+	sub := cmdline + " — " + time.Now().Format("2006-01-02 15:04:05 MST")
+	return lab.WriteReportFile(cfg.report, sub, results)
+}
+
+// labJSON is the object `stagger lab --json` prints.
+type labJSON struct {
+	WindowMS    int64         `json:"window_ms"`
+	Callers     int           `json:"callers"`
+	OutageMS    int64         `json:"outage_ms"`
+	LatencyMS   float64       `json:"latency_ms"`
+	RoundTripMS float64       `json:"round_trip_ms"`
+	RampMS      int64         `json:"ramp_ms"`
+	Capacity    int           `json:"capacity"`
+	MaxAttempts int           `json:"max_attempts"`
+	Seed        uint64        `json:"seed"`
+	Strategies  []lab.Summary `json:"strategies"`
+}
+
+func writeLabJSON(w io.Writer, cfg *labConfig, results []*lab.Result) error {
+	s := cfg.scenario
+	out := labJSON{
+		WindowMS:    int64(s.Window / time.Millisecond),
+		Callers:     s.Callers,
+		LatencyMS:   float64(s.Faults.Latency) / float64(time.Millisecond),
+		RoundTripMS: float64(s.RoundTrip) / float64(time.Millisecond),
+		RampMS:      int64(s.Ramp / time.Millisecond),
+		Capacity:    s.Faults.Capacity,
+		MaxAttempts: s.MaxAttempts,
+		Seed:        s.Seed,
+		Strategies:  make([]lab.Summary, len(results)),
+	}
+	if len(s.Faults.Down) > 0 {
+		out.OutageMS = int64(s.Faults.Down[0].To / time.Millisecond)
+	}
+	for i, r := range results {
+		out.Strategies[i] = r.Summary(!cfg.quiet)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
