@@ -6,20 +6,24 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/staggerhq/stagger/lab"
 )
 
-// The fault grammar of `stagger proxy --fault`. A flag value holds one or
-// more clauses separated by ';'; the flag may be repeated. Times are
-// measured from the proxy's start; every duration is a Go duration with a
-// unit (700ms, 2s, 1m30s).
+// The fault grammar of `stagger proxy --fault`: the lab gateway's timeline
+// (lab.Faults) plus dropped connections. A flag value holds one or more
+// clauses separated by ';'; the flag may be repeated. Times are measured
+// from the proxy's start; every duration is a Go duration with a unit
+// (700ms, 2s, 1m30s).
 //
-//	down D at T                503 for every attempt arriving in [T, T+D)
-//	drop D at T                close the connection without an answer in [T, T+D)
-//	latency D                  add D before every answer
-//	latency D at T for W       add D before answers to attempts arriving in [T, T+W)
-//	cap N                      at most N attempts in flight upstream; more get 503 at once
-//	retry-after D              send Retry-After (whole seconds, rounded up) with the proxy's 503s
-const faultGrammar = `down D at T; drop D at T; latency D [at T for W]; cap N; retry-after D`
+//	down D at T            503 for every attempt arriving in [T, T+D)
+//	drop D at T            close the connection without an answer in [T, T+D)
+//	latency D              add D before every answer
+//	slow D at T for W      latency grows linearly by up to D over [T, T+W)
+//	flap D/U at T for W    inside [T, T+W): down for D, up for U, down again, …
+//	cap N                  at most N attempts in flight; more get 503 at once
+//	retry-after D          send Retry-After (whole seconds, rounded up) with the 503s
+const faultGrammar = `down D at T; drop D at T; latency D; slow D at T for W; flap D/U at T for W; cap N; retry-after D`
 
 // maxFaultTime bounds every time and duration in a schedule.
 const maxFaultTime = 24 * time.Hour
@@ -30,25 +34,12 @@ const maxFaultClauses = 1000
 // maxCap bounds `cap N`.
 const maxCap = 1_000_000
 
-// faultSpan is [from, to) measured from the proxy's start.
-type faultSpan struct{ from, to time.Duration }
-
-func (s faultSpan) contains(t time.Duration) bool { return t >= s.from && t < s.to }
-
-type latencySpan struct {
-	faultSpan
-	extra time.Duration
-}
-
-// faultSchedule is a parsed --fault list.
+// faultSchedule is a parsed --fault list: the lab's timeline, decided by
+// lab.Faults.Decide as the lab gateway does, and the proxy's own drops.
 type faultSchedule struct {
-	down, drop []faultSpan
-	latency    time.Duration // everywhere
-	windows    []latencySpan // in spans, added to latency
-	cap        int           // 0: none
-	retryAfter time.Duration
-	hasAfter   bool
-	clauses    []string // normalized, for the report
+	lab.Faults
+	drop    []lab.Span
+	clauses []string // normalized, for the report
 }
 
 // parseFaults parses every --fault value into one schedule. Errors name the
@@ -73,96 +64,126 @@ func parseFaults(values []string) (*faultSchedule, error) {
 			s.clauses = append(s.clauses, clause)
 		}
 	}
+	if err := s.Faults.Validate(); err != nil { // the clauses above cannot break it; keep the two in step
+		return nil, fmt.Errorf("--fault: %w", err)
+	}
 	return s, nil
+}
+
+// span parses "D at T" (words d, "at", t) into [T, T+D).
+func span(d, at, t string) (lab.Span, error) {
+	if at != "at" {
+		return lab.Span{}, fmt.Errorf("got %q where \"at\" belongs", at)
+	}
+	dur, err := faultDuration("duration", d, true)
+	if err != nil {
+		return lab.Span{}, err
+	}
+	from, err := faultDuration("time", t, false)
+	if err != nil {
+		return lab.Span{}, err
+	}
+	if from+dur > maxFaultTime {
+		return lab.Span{}, fmt.Errorf("the span ends at %v, past the limit of %v", from+dur, maxFaultTime)
+	}
+	return lab.Span{From: from, To: from + dur}, nil
 }
 
 func (s *faultSchedule) add(clause string) error {
 	f := strings.Fields(strings.ToLower(clause))
-	want := func(n int, form string) error {
+	form := func(want string, n int) error {
 		if len(f) != n {
-			return fmt.Errorf("want %q", form)
+			return fmt.Errorf("want %q", want)
 		}
 		return nil
 	}
 	switch f[0] {
 	case "down", "drop":
-		form := f[0] + " D at T"
-		if err := want(4, form); err != nil {
+		if err := form(f[0]+" D at T", 4); err != nil {
 			return err
 		}
-		if f[2] != "at" {
-			return fmt.Errorf("want %q, got %q where \"at\" belongs", form, f[2])
-		}
-		d, err := faultDuration("duration", f[1], true)
+		sp, err := span(f[1], f[2], f[3])
 		if err != nil {
-			return err
-		}
-		at, err := faultDuration("time", f[3], false)
-		if err != nil {
-			return err
-		}
-		if at+d > maxFaultTime {
-			return fmt.Errorf("the span ends at %v, past the limit of %v", at+d, maxFaultTime)
+			return fmt.Errorf("want %q: %w", f[0]+" D at T", err)
 		}
 		if f[0] == "down" {
-			s.down = append(s.down, faultSpan{at, at + d})
+			s.Down = append(s.Down, sp)
 		} else {
-			s.drop = append(s.drop, faultSpan{at, at + d})
+			s.drop = append(s.drop, sp)
 		}
 	case "latency":
-		if len(f) != 2 && len(f) != 6 {
-			return errors.New(`want "latency D" or "latency D at T for W"`)
+		if err := form("latency D", 2); err != nil {
+			return err
+		}
+		if s.Latency != 0 {
+			return errors.New("latency is already set; give it once (a phase of growing latency is \"slow D at T for W\")")
 		}
 		d, err := faultDuration("latency", f[1], true)
 		if err != nil {
 			return err
 		}
-		if len(f) == 2 {
-			if s.latency != 0 {
-				return errors.New(`latency without a window is already set; give it once (add windows with "latency D at T for W")`)
+		s.Latency = d
+	case "slow", "flap":
+		want := f[0] + " D at T for W"
+		if f[0] == "flap" {
+			want = "flap D/U at T for W"
+		}
+		if err := form(want, 6); err != nil {
+			return err
+		}
+		if f[4] != "for" {
+			return fmt.Errorf("want %q, got %q where \"for\" belongs", want, f[4])
+		}
+		amount := f[1]
+		var up time.Duration
+		if f[0] == "flap" {
+			d, u, ok := strings.Cut(f[1], "/")
+			if !ok {
+				return fmt.Errorf("want %q: %q is not D/U, such as 100ms/200ms", want, f[1])
 			}
-			s.latency = d
-			return nil
+			var err error
+			if up, err = faultDuration("up time", u, true); err != nil {
+				return err
+			}
+			amount = d
 		}
-		if f[2] != "at" || f[4] != "for" {
-			return errors.New(`want "latency D at T for W"`)
+		sp, err := span(f[5], f[2], f[3])
+		if err != nil {
+			return fmt.Errorf("want %q: %w", want, err)
 		}
-		at, err := faultDuration("time", f[3], false)
+		d, err := faultDuration(map[string]string{"slow": "extra latency", "flap": "down time"}[f[0]], amount, true)
 		if err != nil {
 			return err
 		}
-		w, err := faultDuration("window", f[5], true)
-		if err != nil {
-			return err
+		if f[0] == "slow" {
+			s.Slow = append(s.Slow, lab.Slow{Span: sp, Extra: d})
+		} else {
+			s.Flap = append(s.Flap, lab.Flap{Span: sp, Down: d, Up: up})
 		}
-		if at+w > maxFaultTime {
-			return fmt.Errorf("the window ends at %v, past the limit of %v", at+w, maxFaultTime)
-		}
-		s.windows = append(s.windows, latencySpan{faultSpan{at, at + w}, d})
 	case "cap":
-		if err := want(2, "cap N"); err != nil {
+		if err := form("cap N", 2); err != nil {
 			return err
 		}
-		if s.cap != 0 {
+		if s.Capacity != 0 {
 			return errors.New("cap is already set; give it once")
 		}
 		n, err := strconv.Atoi(f[1])
 		if err != nil || n < 1 || n > maxCap {
 			return fmt.Errorf("cap: want a whole number of attempts in flight between 1 and %d, got %q", maxCap, f[1])
 		}
-		s.cap = n
+		s.Capacity = n
 	case "retry-after":
-		if err := want(2, "retry-after D"); err != nil {
+		if err := form("retry-after D", 2); err != nil {
 			return err
 		}
-		if s.hasAfter {
+		if s.RetryAfter != 0 {
 			return errors.New("retry-after is already set; give it once")
 		}
-		d, err := faultDuration("retry-after", f[1], false)
+		d, err := faultDuration("retry-after", f[1], true)
 		if err != nil {
 			return err
 		}
-		s.retryAfter, s.hasAfter = d, true
+		s.RetryAfter = d
 	default:
 		return fmt.Errorf("unknown fault %q; want one of: %s", f[0], faultGrammar)
 	}
@@ -187,24 +208,10 @@ func faultDuration(what, v string, positive bool) (time.Duration, error) {
 	return d, nil
 }
 
-// isDown, isDropped and latencyAt read the schedule at t (since start).
-func (s *faultSchedule) isDown(t time.Duration) bool { return inAny(s.down, t) }
-
-func (s *faultSchedule) isDropped(t time.Duration) bool { return inAny(s.drop, t) }
-
-func (s *faultSchedule) latencyAt(t time.Duration) time.Duration {
-	d := s.latency
-	for _, w := range s.windows {
-		if w.contains(t) {
-			d += w.extra
-		}
-	}
-	return d
-}
-
-func inAny(spans []faultSpan, t time.Duration) bool {
-	for _, s := range spans {
-		if s.contains(t) {
+// isDropped reports whether an attempt arriving at t loses its connection.
+func (s *faultSchedule) isDropped(t time.Duration) bool {
+	for _, d := range s.drop {
+		if d.Contains(t) {
 			return true
 		}
 	}
@@ -213,8 +220,17 @@ func inAny(spans []faultSpan, t time.Duration) bool {
 
 // retryAfterValue is the Retry-After header value, "" when none is sent.
 func (s *faultSchedule) retryAfterValue() string {
-	if !s.hasAfter {
+	if s.RetryAfter <= 0 {
 		return ""
 	}
-	return strconv.FormatInt(int64((s.retryAfter+time.Second-1)/time.Second), 10)
+	return strconv.FormatInt(int64((s.RetryAfter+time.Second-1)/time.Second), 10)
+}
+
+// end is when the last scripted fault ends.
+func (s *faultSchedule) end() time.Duration {
+	e := s.Faults.End()
+	for _, d := range s.drop {
+		e = max(e, d.To)
+	}
+	return e
 }

@@ -1,52 +1,72 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/staggerhq/stagger/lab"
 )
 
 func TestParseFaults(t *testing.T) {
-	s, err := parseFaults([]string{"down 700ms at 2s; latency 20ms", "drop 1s at 5s;retry-after 1500ms", " cap   8 ;", "latency 300ms at 1s for 2s; down 1s at 10s"})
+	s, err := parseFaults([]string{"down 700ms at 2s; latency 20ms", "drop 1s at 5s;retry-after 1500ms", " cap   8 ;",
+		"slow 300ms at 1s for 2s; down 1s at 10s", "flap 100ms/200ms at 20s for 1s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.down) != 2 || s.down[0] != (faultSpan{2 * time.Second, 2700 * time.Millisecond}) || s.down[1] != (faultSpan{10 * time.Second, 11 * time.Second}) {
-		t.Errorf("down = %v", s.down)
+	want := lab.Faults{
+		Down:       []lab.Span{{From: 2 * time.Second, To: 2700 * time.Millisecond}, {From: 10 * time.Second, To: 11 * time.Second}},
+		Latency:    20 * time.Millisecond,
+		Capacity:   8,
+		Slow:       []lab.Slow{{Span: lab.Span{From: time.Second, To: 3 * time.Second}, Extra: 300 * time.Millisecond}},
+		Flap:       []lab.Flap{{Span: lab.Span{From: 20 * time.Second, To: 21 * time.Second}, Down: 100 * time.Millisecond, Up: 200 * time.Millisecond}},
+		RetryAfter: 1500 * time.Millisecond,
 	}
-	if len(s.drop) != 1 || s.drop[0] != (faultSpan{5 * time.Second, 6 * time.Second}) {
+	if got := s.Faults; !equalFaults(got, want) {
+		t.Errorf("faults\n got %+v\nwant %+v", got, want)
+	}
+	if len(s.drop) != 1 || s.drop[0] != (lab.Span{From: 5 * time.Second, To: 6 * time.Second}) {
 		t.Errorf("drop = %v", s.drop)
 	}
-	if s.cap != 8 || s.retryAfterValue() != "2" {
-		t.Errorf("cap %d, retry-after %q; want 8, \"2\"", s.cap, s.retryAfterValue())
+	if s.retryAfterValue() != "2" || s.end() != 21*time.Second {
+		t.Errorf("retry-after %q, end %v; want \"2\", 21s", s.retryAfterValue(), s.end())
 	}
 	for _, c := range []struct {
 		at   time.Duration
-		down bool
+		o    lab.Outcome
 		drop bool
 		lat  time.Duration
 	}{
-		{0, false, false, 20 * time.Millisecond},
-		{1999 * time.Millisecond, false, false, 320 * time.Millisecond},
-		{2 * time.Second, true, false, 320 * time.Millisecond},
-		{2699 * time.Millisecond, true, false, 320 * time.Millisecond},
-		{2700 * time.Millisecond, false, false, 320 * time.Millisecond},
-		{3 * time.Second, false, false, 20 * time.Millisecond}, // window [1s, 3s) ended
-		{5500 * time.Millisecond, false, true, 20 * time.Millisecond},
-		{10 * time.Second, true, false, 20 * time.Millisecond},
+		{0, lab.Accepted, false, 20 * time.Millisecond},
+		{2 * time.Second, lab.Down, false, 170 * time.Millisecond}, // halfway through the slow phase
+		{2699 * time.Millisecond, lab.Down, false, 20*time.Millisecond + 254850*time.Microsecond},
+		{2700 * time.Millisecond, lab.Accepted, false, 20*time.Millisecond + 255*time.Millisecond},
+		{3 * time.Second, lab.Accepted, false, 20 * time.Millisecond},
+		{5500 * time.Millisecond, lab.Accepted, true, 20 * time.Millisecond},
+		{20050 * time.Millisecond, lab.Down, false, 20 * time.Millisecond},
+		{20150 * time.Millisecond, lab.Accepted, false, 20 * time.Millisecond},
 	} {
-		if s.isDown(c.at) != c.down || s.isDropped(c.at) != c.drop || s.latencyAt(c.at) != c.lat {
-			t.Errorf("at %v: down %v drop %v latency %v; want %v %v %v", c.at,
-				s.isDown(c.at), s.isDropped(c.at), s.latencyAt(c.at), c.down, c.drop, c.lat)
+		o, lat := s.Decide(c.at, 0)
+		if o != c.o || lat != c.lat || s.isDropped(c.at) != c.drop {
+			t.Errorf("at %v: %v after %v, dropped %v; want %v after %v, %v", c.at, o, lat, s.isDropped(c.at), c.o, c.lat, c.drop)
 		}
 	}
-	if len(s.clauses) != 7 || s.clauses[4] != "cap 8" {
+	if o, lat := s.Decide(0, 8); o != lab.Busy || lat != 0 {
+		t.Errorf("at the cap: %v after %v, want busy at once", o, lat)
+	}
+	if len(s.clauses) != 8 || s.clauses[4] != "cap 8" {
 		t.Errorf("clauses %q", s.clauses)
 	}
 	empty, err := parseFaults(nil)
-	if err != nil || empty.isDown(0) || empty.retryAfterValue() != "" || empty.cap != 0 {
+	if err != nil || empty.isDropped(0) || empty.retryAfterValue() != "" || empty.Capacity != 0 || empty.end() != 0 {
 		t.Errorf("no faults: %+v, %v", empty, err)
 	}
+}
+
+func equalFaults(a, b lab.Faults) bool {
+	eq := func(x, y any) bool { return strings.TrimSpace(sprint(x)) == strings.TrimSpace(sprint(y)) }
+	return eq(a, b)
 }
 
 func TestParseFaultsRejects(t *testing.T) {
@@ -62,11 +82,16 @@ func TestParseFaultsRejects(t *testing.T) {
 		{"down 1s at NaN", `time "nan": want a duration`},
 		{"down 1s at 24h", `past the limit of 24h0m0s`},
 		{"drop 25h at 0s", `must be <= 24h0m0s`},
-		{"latency", `want "latency D" or "latency D at T for W"`},
+		{"latency", `want "latency D"`},
 		{"latency 0s", `latency 0s: must be > 0`},
-		{"latency 10ms; latency 20ms", `latency without a window is already set`},
-		{"latency 10ms at 1s during 2s", `want "latency D at T for W"`},
-		{"latency 10ms at 1s for 0s", `window 0s: must be > 0`},
+		{"latency 10ms; latency 20ms", `latency is already set`},
+		{"latency 10ms at 1s for 2s", `want "latency D"`},
+		{"slow 10ms at 1s during 2s", `got "during" where "for" belongs`},
+		{"slow 10ms at 1s for 0s", `duration 0s: must be > 0`},
+		{"slow 0s at 1s for 1s", `extra latency 0s: must be > 0`},
+		{"flap 100ms at 1s for 1s", `"100ms" is not D/U`},
+		{"flap 100ms/0s at 1s for 1s", `up time 0s: must be > 0`},
+		{"flap x/100ms at 1s for 1s", `down time "x"`},
 		{"cap 0", `cap: want a whole number of attempts in flight between 1 and 1000000, got "0"`},
 		{"cap true", `got "true"`},
 		{"cap 2.5", `got "2.5"`},
@@ -75,6 +100,7 @@ func TestParseFaultsRejects(t *testing.T) {
 		{"cap 5; cap 6", `cap is already set`},
 		{"retry-after", `want "retry-after D"`},
 		{"retry-after -2s", `must be >= 0`},
+		{"retry-after 0s", `must be > 0`},
 		{"retry-after 1s; retry-after 2s", `retry-after is already set`},
 		{"retry-after inf", `want a duration`},
 	}
@@ -92,3 +118,5 @@ func TestParseFaultsRejects(t *testing.T) {
 		t.Errorf("too many clauses: %v", err)
 	}
 }
+
+func sprint(v any) string { return fmt.Sprintf("%+v", v) }

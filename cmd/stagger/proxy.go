@@ -1,0 +1,539 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/staggerhq/stagger/internal/report"
+	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/retryhttp"
+)
+
+func init() {
+	register(command{
+		name:    "proxy",
+		summary: "reverse proxy that injects faults and counts every attempt that arrives",
+		run:     runProxy,
+	})
+}
+
+// Defaults of `stagger proxy`.
+const (
+	defaultProxyListen = "127.0.0.1:8081"
+	defaultProxyReport = "stagger-proxy.html"
+	// statsPath is answered by the proxy itself and never counted.
+	statsPath = "/_stagger/stats"
+	// defaultMaxBody bounds a forwarded request body.
+	defaultMaxBody = 10 << 20
+	// proxyMaxHeaderBytes bounds the request headers the proxy reads.
+	proxyMaxHeaderBytes = 64 << 10
+)
+
+// proxyConfig is the parsed command line of `stagger proxy`.
+type proxyConfig struct {
+	listen   string
+	upstream *url.URL
+	faults   *faultSchedule
+	window   time.Duration
+	report   string // "" for none
+	duration time.Duration
+	idHeader string
+	maxBody  int64
+	quiet    bool
+	args     []string
+}
+
+// parseProxy parses and validates every flag; it returns exit code -1 when
+// the proxy should run.
+func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
+	var (
+		listen   = defaultProxyListen
+		upstream string
+		faults   []string
+		window   = lab.DefaultWindow
+		rep      = defaultProxyReport
+		duration time.Duration
+		idHeader = lab.HeaderRequestID
+		maxBody  = defaultMaxBody
+		quiet    bool
+	)
+	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
+	fs.StringVar(&upstream, "upstream", "", "URL of the service to forward to (http or https), required")
+	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
+		" (times since the proxy started, durations with a unit)")
+	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
+	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
+	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
+	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to")
+	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
+	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			proxyUsage(stdout, fs)
+			return nil, exitOK
+		}
+		fmt.Fprintf(stderr, "stagger proxy: %s\nRun 'stagger proxy --help' for the flags.\n", parseError(err))
+		return nil, exitUsage
+	}
+	usageErr := func(format string, a ...any) (*proxyConfig, int) {
+		fmt.Fprintf(stderr, "stagger proxy: "+format+"\nRun 'stagger proxy --help' for the flags.\n", a...)
+		return nil, exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q (every setting is a flag)", fs.Arg(0))
+	}
+	if upstream == "" {
+		return usageErr("--upstream is required: the URL of the service to forward to")
+	}
+	u, err := url.Parse(upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		shown := "(unparseable)"
+		if err == nil {
+			shown = u.Redacted() // never print a password
+		}
+		return usageErr("--upstream %s: want an http or https URL with a host and no user, query or fragment, such as http://127.0.0.1:9000", shown)
+	}
+	if _, _, err := net.SplitHostPort(listen); err != nil {
+		return usageErr("--listen %q: want host:port, such as %s", listen, defaultProxyListen)
+	}
+	sched, err := parseFaults(faults)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if idHeader == "" || http.CanonicalHeaderKey(idHeader) != http.CanonicalHeaderKey(strings.TrimSpace(idHeader)) || strings.ContainsAny(idHeader, " :\r\n\t") {
+		return usageErr("--id-header %q: want a header name such as %s", idHeader, lab.HeaderRequestID)
+	}
+	if rep != "" && strings.ContainsRune(rep, 0) {
+		return usageErr("--report: the file name contains a NUL byte")
+	}
+	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, report: rep,
+		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody), quiet: quiet, args: args}, -1
+}
+
+// faultList collects --fault values; they are parsed together afterwards.
+type faultList struct{ p *[]string }
+
+func (f *faultList) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, "; ")
+}
+
+func (f *faultList) Set(s string) error {
+	*f.p = append(*f.p, s)
+	return nil
+}
+
+func proxyUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "Usage: stagger proxy --upstream URL [--listen 127.0.0.1:8081] [--fault 'down 700ms at 2s'] ...")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "A reverse proxy in front of a real service that injects faults on a schedule and counts")
+	fmt.Fprintln(w, "every attempt that arrives, as the lab's gateway does: totals, the peak inside one window,")
+	fmt.Fprintln(w, "attempts per logical request (by --id-header) and per attempt number (Stagger-Attempt).")
+	fmt.Fprintf(w, "Live JSON at %s; an HTML report is written on exit (SIGINT, SIGTERM or --duration).\n", statsPath)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Fault clauses (times since the proxy started):")
+	fmt.Fprintln(w, "  down D at T             503 for attempts arriving in [T, T+D)")
+	fmt.Fprintln(w, "  drop D at T             close the connection without an answer in [T, T+D)")
+	fmt.Fprintln(w, "  latency D               add D before every answer")
+	fmt.Fprintln(w, "  slow D at T for W       latency grows linearly by up to D over [T, T+W)")
+	fmt.Fprintln(w, "  flap D/U at T for W     inside [T, T+W): down for D, up for U, down again, ...")
+	fmt.Fprintln(w, "  cap N                   at most N attempts in flight; more get 503 at once")
+	fmt.Fprintln(w, "  retry-after D           send Retry-After with the 503s (whole seconds, rounded up)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Flags:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, code := parseProxy(args, stdout, stderr)
+	if cfg == nil {
+		return code
+	}
+	l, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "stagger proxy: --listen %s: %v\n", cfg.listen, err)
+		return exitUsage
+	}
+	p := newProxy(cfg, time.Now())
+	srv := &http.Server{
+		Handler:           p,
+		MaxHeaderBytes:    proxyMaxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          nil,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+	if !cfg.quiet {
+		fmt.Fprintf(stdout, "stagger proxy: listening on http://%s -> %s; stats at http://%s%s\n",
+			l.Addr(), cfg.upstream.Redacted(), l.Addr(), statsPath)
+		if len(cfg.faults.clauses) > 0 {
+			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(cfg.faults.clauses, "; "))
+		}
+	}
+	var stop <-chan time.Time
+	if cfg.duration > 0 {
+		t := time.NewTimer(cfg.duration)
+		defer t.Stop()
+		stop = t.C
+	}
+	failed := false
+	select {
+	case <-ctx.Done():
+	case <-stop:
+	case err := <-serveErr:
+		fmt.Fprintf(stderr, "stagger proxy: %v\n", err)
+		failed = true
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+
+	s := p.rec.Stats(cfg.window)
+	fmt.Fprintf(stdout, "stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d failed, peak %d in %v; %d requests, %.2f attempts/request\n",
+		s.Total, s.Accepted, s.Down, s.Busy, s.Failed, s.Peak, cfg.window, s.Requests, s.AttemptsPerRequest())
+	if cfg.report != "" {
+		sub := fmt.Sprintf("stagger proxy %s — %s", strings.Join(quoteArgs(cfg.args), " "), time.Now().UTC().Format(time.RFC3339))
+		if err := report.WriteFile(cfg.report, p.reportPage(sub, s)); err != nil {
+			fmt.Fprintf(stderr, "stagger proxy: --report %s: %v\n", cfg.report, err)
+			return exitFail
+		}
+		fmt.Fprintf(stdout, "report: %s\n", cfg.report)
+	}
+	if failed {
+		return exitFail
+	}
+	return exitOK
+}
+
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t'\";") {
+			a = strconv.Quote(a)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// proxy is the handler: faults, forwarding and counting.
+type proxy struct {
+	cfg      *proxyConfig
+	start    time.Time
+	rec      *lab.Recorder
+	rp       *httputil.ReverseProxy
+	inflight atomic.Int64
+	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
+	// unreadable; the last entry: TrackedAttempts and above).
+	byAttempt [retryhttp.TrackedAttempts + 1]atomic.Int64
+	// now is the clock (time.Now); tests may replace it.
+	now func() time.Time
+}
+
+func newProxy(cfg *proxyConfig, start time.Time) *proxy {
+	p := &proxy{cfg: cfg, start: start, rec: lab.NewRecorder(start), now: time.Now}
+	up := cfg.upstream
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			pr.SetXForwarded()
+		},
+		// The proxy never retries: it counts what its clients do.
+		Transport: &http.Transport{
+			Proxy:               nil,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if sw, ok := w.(*statusWriter); ok {
+				sw.upstreamErr = true
+			}
+			http.Error(w, "stagger proxy: upstream: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	return p
+}
+
+// statusWriter remembers the status the proxy answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	upstreamErr bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == statsPath {
+		p.serveStats(w, r)
+		return
+	}
+	arrived := p.now()
+	t := arrived.Sub(p.start)
+	id := r.Header.Get(p.cfg.idHeader)
+	attempt := 0
+	if v := r.Header.Values(retryhttp.AttemptHeader); len(v) == 1 {
+		attempt, _ = retryhttp.ParseAttempt(v[0])
+	}
+	p.byAttempt[min(attempt, retryhttp.TrackedAttempts)].Add(1)
+	f := p.cfg.faults
+
+	if f.isDropped(t) {
+		p.rec.Record(arrived, id, attempt, lab.Failed)
+		panic(http.ErrAbortHandler) // the server closes the connection: no answer at all
+	}
+	// The lab gateway's decision, on the lab's timeline.
+	o, lat := f.Decide(t, int(p.inflight.Add(1)-1))
+	if o == lab.Busy {
+		p.inflight.Add(-1)
+		p.refuse(w, lab.Busy)
+		p.rec.Record(arrived, id, attempt, lab.Busy)
+		return
+	}
+	defer p.inflight.Add(-1)
+	if lat > 0 {
+		timer := time.NewTimer(lat)
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			timer.Stop()
+			p.rec.Record(arrived, id, attempt, lab.Failed) // the client gave up first
+			return
+		}
+	}
+	if o == lab.Down {
+		p.refuse(w, lab.Down)
+		p.rec.Record(arrived, id, attempt, lab.Down)
+		return
+	}
+	if r.ContentLength > p.cfg.maxBody {
+		http.Error(w, "stagger proxy: request body too large", http.StatusRequestEntityTooLarge)
+		p.rec.Record(arrived, id, attempt, lab.Failed)
+		return
+	}
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	p.rp.ServeHTTP(sw, r)
+	o = lab.Accepted
+	if sw.upstreamErr || sw.status >= 500 {
+		o = lab.Failed
+	}
+	p.rec.Record(arrived, id, attempt, o)
+}
+
+// refuse answers 503 for a fault (down) or the cap (busy).
+func (p *proxy) refuse(w http.ResponseWriter, o lab.Outcome) {
+	h := w.Header()
+	if v := p.cfg.faults.retryAfterValue(); v != "" {
+		h.Set("Retry-After", v)
+	}
+	h.Set(lab.HeaderOutcome, o.String())
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, "stagger proxy: "+o.String()+"\n")
+}
+
+// proxyStats is the JSON of /_stagger/stats.
+type proxyStats struct {
+	Upstream           string           `json:"upstream"`
+	Faults             []string         `json:"faults"`
+	UptimeMS           int64            `json:"uptime_ms"`
+	WindowMS           int64            `json:"window_ms"`
+	Total              int              `json:"total"`
+	Accepted           int              `json:"accepted"`
+	Rejected           int              `json:"rejected"`
+	Down               int              `json:"down"`
+	Busy               int              `json:"busy"`
+	Failed             int              `json:"failed"`
+	Peak               int              `json:"peak"`
+	PeakAtMS           int64            `json:"peak_at_ms"`
+	InFlight           int64            `json:"in_flight"`
+	Requests           int              `json:"requests"`
+	RequestsAccepted   int              `json:"requests_accepted"`
+	Unidentified       int              `json:"unidentified"`
+	MaxAttempts        int              `json:"max_attempts"`
+	AttemptsPerRequest float64          `json:"attempts_per_request"`
+	ByAttempt          map[string]int64 `json:"by_attempt"`
+	Timeline           []proxyWindow    `json:"timeline,omitempty"`
+}
+
+type proxyWindow struct {
+	StartMS  int64 `json:"start_ms"`
+	Accepted int   `json:"accepted"`
+	Rejected int   `json:"rejected"`
+}
+
+func (p *proxy) stats() proxyStats {
+	s := p.rec.Stats(p.cfg.window)
+	out := proxyStats{
+		Upstream: p.cfg.upstream.Redacted(), Faults: append([]string{}, p.cfg.faults.clauses...),
+		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
+		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Failed: s.Failed,
+		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
+		Requests: s.Requests, RequestsAccepted: s.RequestsAccepted, Unidentified: s.Unidentified,
+		MaxAttempts: s.MaxAttempts, AttemptsPerRequest: s.AttemptsPerRequest(),
+		ByAttempt: map[string]int64{},
+	}
+	for i := range p.byAttempt {
+		if n := p.byAttempt[i].Load(); n > 0 {
+			k := strconv.Itoa(i)
+			switch i {
+			case 0:
+				k = "none"
+			case retryhttp.TrackedAttempts:
+				k += "+"
+			}
+			out.ByAttempt[k] = n
+		}
+	}
+	for _, b := range s.Timeline {
+		out.Timeline = append(out.Timeline, proxyWindow{StartMS: b.Start.Milliseconds(), Accepted: b.Accepted, Rejected: b.Rejected})
+	}
+	return out
+}
+
+func (p *proxy) serveStats(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	s := p.stats()
+	if r.URL.Query().Get("timeline") != "1" {
+		s.Timeline = nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s)
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// reportPage is the final report: the same page as the lab's, for what
+// arrived through the proxy.
+func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
+	w := p.cfg.window
+	f := p.cfg.faults
+	var shades []report.Shade
+	for _, d := range f.Down {
+		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "down"})
+	}
+	for _, d := range f.drop {
+		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "dropping connections"})
+	}
+	for _, d := range f.Flap {
+		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "flapping"})
+	}
+	for _, d := range f.Slow {
+		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "slowing down"})
+	}
+	acc := report.Series{Name: "accepted"}
+	rej := report.Series{Name: "rejected"}
+	for _, b := range s.Timeline {
+		acc.Points = append(acc.Points, report.Point{X: msOf(b.Start), Y: float64(b.Accepted)})
+		rej.Points = append(rej.Points, report.Point{X: msOf(b.Start), Y: float64(b.Rejected)})
+	}
+	xMax := msOf(w)
+	if n := len(s.Timeline); n > 0 {
+		xMax = max(xMax, msOf(s.Timeline[n-1].Start+w))
+	}
+	xMax = max(xMax, msOf(f.end()))
+	chart := report.Chart{
+		Title: "attempts arriving at the proxy", Kind: report.Bars,
+		XLabel: "time since the proxy started (ms)", YLabel: fmt.Sprintf("attempts per %v", w),
+		XMin: 0, XMax: xMax, YMax: float64(s.Peak), BarWidth: msOf(w),
+		Series: []report.Series{acc, rej}, Shades: shades,
+	}
+	if s.Total > 0 {
+		chart.Marks = []report.Mark{{X: msOf(s.PeakAt), Y: float64(s.Peak),
+			Label: fmt.Sprintf("peak %d in [%d, %d) ms", s.Peak, s.PeakAt.Milliseconds(), (s.PeakAt + w).Milliseconds())}}
+	}
+	summary := &report.Table{
+		Columns: []string{"attempts", "accepted", "down", "busy", "failed", "peak", "requests", "requests accepted", "unidentified", "attempts / request", "most by one request"},
+		Rows: [][]string{{
+			fmt.Sprint(s.Total), fmt.Sprint(s.Accepted), fmt.Sprint(s.Down), fmt.Sprint(s.Busy), fmt.Sprint(s.Failed),
+			fmt.Sprint(s.Peak), fmt.Sprint(s.Requests), fmt.Sprint(s.RequestsAccepted), fmt.Sprint(s.Unidentified),
+			fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts),
+		}},
+	}
+	st := p.stats()
+	keys := make([]string, 0, len(st.ByAttempt))
+	for k := range st.ByAttempt {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return attemptKeyOrder(keys[i]) < attemptKeyOrder(keys[j]) })
+	byAttempt := &report.Table{Columns: []string{"Stagger-Attempt", "attempts"}}
+	for _, k := range keys {
+		byAttempt.Rows = append(byAttempt.Rows, []string{k, fmt.Sprint(st.ByAttempt[k])})
+	}
+	faults := "no faults"
+	if len(f.clauses) > 0 {
+		faults = "faults: " + strings.Join(f.clauses, "; ")
+	}
+	return report.Page{
+		Title:    "stagger proxy — what arrived on the way to " + p.cfg.upstream.Redacted(),
+		Subtitle: subtitle,
+		Notes: []string{
+			faults + ".",
+			fmt.Sprintf("The chart counts the attempts that reached the proxy in consecutive %v windows, accepted and rejected stacked; "+
+				"shaded spans are the scheduled faults and the mark is the peak: the most attempts inside any %v window, sliding. "+
+				"Attempts are grouped into logical requests by the %s header and numbered by Stagger-Attempt.", w, w, p.cfg.idHeader),
+		},
+		Sections: []report.Section{
+			{Title: "Summary", Table: summary, Charts: []report.Chart{chart}},
+			{Title: "Attempts by attempt number", Table: byAttempt},
+		},
+	}
+}
+
+func attemptKeyOrder(k string) int {
+	if k == "none" {
+		return -1
+	}
+	n, _ := strconv.Atoi(strings.TrimSuffix(k, "+"))
+	return n
+}
