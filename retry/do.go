@@ -78,7 +78,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		now      time.Time
 		prev     time.Duration
 		last     error
-		w        waiter
+		w        Waiter
 	)
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
@@ -92,7 +92,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		}
 	}
 	deriveCtx := p.AttemptTimeout > 0 || p.Timeout > 0
-	defer w.stop()
+	defer w.Stop()
 
 	for attempt := 1; ; attempt++ {
 		err := first
@@ -142,7 +142,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			h(Event{Attempt: attempt, Delay: dec.Delay, Err: err})
 		}
 		last, prev = err, dec.Delay
-		if dec.Delay > 0 && !w.wait(ctx, p.Clock, dec.Delay) {
+		if dec.Delay > 0 && w.Wait(ctx, p.Clock, dec.Delay) != nil {
 			return p.stopped(ctxReason(ctx.Err()), attempt, err, ctx.Err())
 		}
 	}
@@ -172,15 +172,17 @@ func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, de
 	return err, false
 }
 
-// waiter is the one timer a retry loop reuses across its waits.
-type waiter struct {
+// Waiter sleeps between attempts with one timer reused across the waits of
+// a retry loop, on a policy's Clock (nil: the runtime's timers). The zero
+// value is ready to use; call Stop when the loop ends. Drivers that wait in
+// process (Do, the HTTP transport) share it.
+type Waiter struct {
 	timer  *time.Timer
 	ctimer Timer
 }
 
-// wait sleeps d on clk (nil: the runtime timer) and reports false if ctx
-// ended first.
-func (w *waiter) wait(ctx context.Context, clk Clock, d time.Duration) bool {
+// Wait sleeps d on clk and returns nil, or ctx's error as soon as ctx ends.
+func (w *Waiter) Wait(ctx context.Context, clk Clock, d time.Duration) error {
 	var c <-chan time.Time
 	if clk == nil {
 		if w.timer == nil {
@@ -199,13 +201,14 @@ func (w *waiter) wait(ctx context.Context, clk Clock, d time.Duration) bool {
 	}
 	select {
 	case <-c:
-		return true
+		return nil
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	}
 }
 
-func (w *waiter) stop() {
+// Stop releases the timer.
+func (w *Waiter) Stop() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}

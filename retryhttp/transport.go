@@ -302,8 +302,7 @@ type call struct {
 	p        retry.Policy // per-call copy: MaxAttempts / MaxAfter adjusted
 	upstream int
 	deadline time.Time
-	timer    *time.Timer
-	ctimer   retry.Timer
+	waiter   retry.Waiter
 }
 
 func (c *call) now() time.Time {
@@ -344,7 +343,7 @@ func (c *call) run() (*http.Response, error) {
 	case AfterAlways:
 		p.MaxAfter, p.ClampAfter = backoff.MaxDelay, false
 	}
-	defer c.stopTimers()
+	defer c.waiter.Stop()
 
 	var (
 		prev time.Duration
@@ -466,7 +465,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 		last, prev = cerr, dec.Delay
 		if dec.Delay > 0 {
-			if err := c.wait(dec.Delay); err != nil {
+			if err := c.waiter.Wait(c.ctx, c.p.Clock, dec.Delay); err != nil {
 				return c.giveUp(ctxReason(err), attempt, last, err)
 			}
 		}
@@ -526,41 +525,6 @@ func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error)
 		r.Body = body
 	}
 	return r, nil
-}
-
-// wait sleeps d or until the caller's context ends.
-func (c *call) wait(d time.Duration) error {
-	var ch <-chan time.Time
-	if c.p.Clock == nil {
-		if c.timer == nil {
-			c.timer = time.NewTimer(d)
-		} else {
-			c.timer.Reset(d)
-		}
-		ch = c.timer.C
-	} else {
-		if c.ctimer == nil {
-			c.ctimer = c.p.Clock.NewTimer(d)
-		} else {
-			c.ctimer.Reset(d)
-		}
-		ch = c.ctimer.C()
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-c.ctx.Done():
-		return c.ctx.Err()
-	}
-}
-
-func (c *call) stopTimers() {
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-	if c.ctimer != nil {
-		c.ctimer.Stop()
-	}
 }
 
 // finish ends the call after attempt failed and will not be retried: a
