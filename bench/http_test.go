@@ -183,6 +183,13 @@ func TestHTTPOutage(t *testing.T) {
 		faults lab.Faults
 	}{
 		{"down 700ms, latency 20ms", lab.Outage(700*time.Millisecond, 20*time.Millisecond)},
+		{"down 700ms, latency 20ms, then at most 4 in flight", func() lab.Faults {
+			// The recovering dependency has little room: attempts that
+			// arrive together beyond 4 in flight are refused at once.
+			f := lab.Outage(700*time.Millisecond, 20*time.Millisecond)
+			f.Capacity = 4
+			return f
+		}()},
 		{"down 700ms, latency 20ms, Retry-After: 1", func() lab.Faults {
 			f := lab.Outage(700*time.Millisecond, 20*time.Millisecond)
 			f.RetryAfter = time.Second
