@@ -160,7 +160,9 @@ func Run(t *testing.T, f Factory) {
 		// Not lost: it succeeds. Duplicated: the crash left the original
 		// unacknowledged, so it is handled again and succeeds twice.
 		rec.waitFor(t, ctx, func() bool { return rec.successes(id) >= 2 },
-			func() string { return fmt.Sprintf("want >= 2 successes of %s after a crash at the seam (a duplicate, not a loss); got %s", id, rec.describe(id)) })
+			func() string {
+				return fmt.Sprintf("want >= 2 successes of %s after a crash at the seam (a duplicate, not a loss); got %s", id, rec.describe(id))
+			})
 		checkNeverEarly(t, rec.attempts(id), "transient 1")
 	})
 
