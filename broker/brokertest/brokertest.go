@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -271,7 +272,12 @@ func checkNeverEarly(t *testing.T, got []attempt, payload string) {
 		}
 		a, ok := first[k]
 		if !ok {
-			t.Errorf("attempt %d of %q ran without a failed attempt %d before it", b.d.Attempt, payload, k)
+			// Attempt k succeeded and its acknowledgement was lost (a
+			// crash): a broker that counts deliveries (JetStream) calls the
+			// redelivery attempt k+1. No delay was decided for it.
+			if !slices.ContainsFunc(got, func(x attempt) bool { return x.d.Attempt == k }) {
+				t.Errorf("attempt %d of %q ran without an attempt %d before it", b.d.Attempt, payload, k)
+			}
 			continue
 		}
 		if gap := b.start.Sub(a.end); gap < delays[k] {
