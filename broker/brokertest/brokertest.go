@@ -12,9 +12,11 @@
 //   - unknown (an error of no class): dead-lettered at once, reason unknown;
 //   - exhausted: dead-lettered after MaxAttempts attempts;
 //   - delay never early, also for After(d) errors;
-//   - crash between forward and acknowledgement: a duplicate, never a loss;
-//   - inbox: with a queue.Inbox keyed by message ID the duplicate's effect
-//     is applied once.
+//   - crash between forward (to a delay tier or the DLQ) and
+//     acknowledgement: a duplicate, never a loss;
+//   - inbox: a crash after the effect and before the acknowledgement
+//     redelivers the message; a queue.Inbox keyed by message ID applies
+//     the effect once.
 //
 // One handler value is used throughout: the suite first runs it in-process
 // with retry.Run and then on the broker, and requires the same attempts and
@@ -54,11 +56,16 @@ type Setup struct {
 	Tiers broker.Tiers
 	// Inbox, if not nil, must wrap the handler keyed by message ID.
 	Inbox queue.Inbox
-	// Crash asks the pipeline to crash once at its seam — after it handed a
-	// message on (forwarded it to a delay tier, or applied its effect) and
-	// before the broker learned the original was acknowledged — and to let
-	// a fresh consumer take over, as a restarted process would.
+	// Crash asks the pipeline to crash once after it forwarded a message
+	// (to a delay tier or the DLQ, confirmed by the broker) and before the
+	// broker learned the original was acknowledged, and to let a fresh
+	// consumer take over, as a restarted process would. A broker whose
+	// retries are not forwards (JetStream's NakWithDelay) crashes after the
+	// first outcome it applied instead.
 	Crash bool
+	// CrashAfterSuccess asks the pipeline to crash once after the handler
+	// succeeded and before the acknowledgement reached the broker.
+	CrashAfterSuccess bool
 }
 
 // Pipeline is a broker-backed consumer and producer built by a Factory. The
@@ -158,28 +165,50 @@ func Run(t *testing.T, f Factory) {
 		if err := p.Publish(ctx, id, []byte("transient 1")); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
-		// Not lost: it succeeds. Duplicated: the crash left the original
-		// unacknowledged, so it is handled again and succeeds twice.
-		rec.waitFor(t, ctx, func() bool { return rec.successes(id) >= 2 },
+		// Without a crash: two deliveries (a failure, a success). The crash
+		// leaves the original unacknowledged, so it is delivered again (a
+		// duplicate), and the message still succeeds (not a loss).
+		rec.waitFor(t, ctx, func() bool { return rec.successes(id) >= 1 && len(rec.attempts(id)) >= 3 },
 			func() string {
-				return fmt.Sprintf("want >= 2 successes of %s after a crash at the seam (a duplicate, not a loss); got %s", id, rec.describe(id))
+				return fmt.Sprintf("want a success and >= 3 deliveries of %s after a crash at the seam (a duplicate, not a loss); got %s", id, rec.describe(id))
 			})
 		checkNeverEarly(t, rec.attempts(id), "transient 1")
+	})
+
+	t.Run("CrashBeforeDeadLetterAck", func(t *testing.T) {
+		t.Parallel()
+		id := prefix + "-crashdlq"
+		p := f(t, Setup{Name: id, Handler: h, Policy: Policy(), Tiers: Tiers, Crash: true})
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := p.Publish(ctx, id, []byte("permanent")); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		dl := next(t, ctx, p) // not lost: dead-lettered (once or, duplicated, twice)
+		if dl.ID != id || dl.Reason != "permanent" {
+			t.Fatalf("dead letter %+v, want %s with reason permanent", dl, id)
+		}
+		rec.waitFor(t, ctx, func() bool { return len(rec.attempts(id)) >= 2 },
+			func() string {
+				return fmt.Sprintf("want the crash to redeliver %s (>= 2 deliveries); got %s", id, rec.describe(id))
+			})
 	})
 
 	t.Run("InboxAppliesOnce", func(t *testing.T) {
 		t.Parallel()
 		id := prefix + "-inbox"
-		inbox := &countingInbox{Inbox: queue.NewMemoryInbox()}
-		p := f(t, Setup{Name: id, Handler: h, Policy: Policy(), Tiers: Tiers, Crash: true, Inbox: inbox})
+		inbox := &countingInbox{Inbox: queue.NewMemoryInbox(), rec: rec}
+		p := f(t, Setup{Name: id, Handler: h, Policy: Policy(), Tiers: Tiers, CrashAfterSuccess: true, Inbox: inbox})
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
-		if err := p.Publish(ctx, id, []byte("transient 1")); err != nil {
+		if err := p.Publish(ctx, id, []byte("ok")); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
+		// The effect was applied, the acknowledgement lost with the crash:
+		// the message comes back, and the inbox recognises it.
 		rec.waitFor(t, ctx, func() bool { return inbox.duplicates(id) >= 1 },
 			func() string {
-				return fmt.Sprintf("want the crash's duplicate of %s to reach the inbox; inbox saw %d duplicates; handler: %s", id, inbox.duplicates(id), rec.describe(id))
+				return fmt.Sprintf("want the crash's redelivery of %s to reach the inbox; inbox saw %d duplicates; handler: %s", id, inbox.duplicates(id), rec.describe(id))
 			})
 		if n := rec.successes(id); n != 1 {
 			t.Errorf("with an inbox the effect of %s was applied %d times, want once (%s)", id, n, rec.describe(id))
@@ -397,11 +426,18 @@ func (r *recorder) Handler() retry.Handler {
 		end := time.Now()
 		r.mu.Lock()
 		r.log[d.ID] = append(r.log[d.ID], attempt{d: d, start: start, end: end, err: err})
-		close(r.changed)
-		r.changed = make(chan struct{})
 		r.mu.Unlock()
+		r.notify()
 		return err
 	}
+}
+
+// notify wakes every waitFor.
+func (r *recorder) notify() {
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
 }
 
 func (r *recorder) attempts(id string) []attempt {
@@ -462,6 +498,7 @@ func (r *recorder) wait(t *testing.T, ctx context.Context, id string, n int) []a
 // countingInbox counts the duplicates an Inbox reports.
 type countingInbox struct {
 	queue.Inbox
+	rec  *recorder // notified on every duplicate
 	mu   sync.Mutex
 	dups map[string]int
 }
@@ -475,6 +512,7 @@ func (c *countingInbox) Process(ctx context.Context, id string, fn func(context.
 		}
 		c.dups[id]++
 		c.mu.Unlock()
+		c.rec.notify()
 	}
 	return dup, err
 }

@@ -17,6 +17,7 @@ type memPipeline struct {
 	proc    *broker.Processor
 	tiers   broker.Tiers
 	crash   bool
+	crashOK bool
 	mu      sync.Mutex
 	crashed bool
 	dlq     chan broker.DeadLetter
@@ -35,22 +36,32 @@ func (m *memPipeline) Publish(_ context.Context, id string, payload []byte) erro
 
 func (m *memPipeline) deliver(msg memMsg) {
 	o := m.proc.Process(context.Background(), msg.id, msg.payload, msg.st)
+	crashOnce := func(armed bool) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		crash := armed && !m.crashed
+		m.crashed = m.crashed || crash
+		return crash
+	}
 	switch o.Action {
+	case broker.Ack:
+		if crashOnce(m.crashOK) { // applied, not acknowledged: it comes back
+			go m.deliver(msg)
+		}
 	case broker.Retry, broker.Park:
 		o.State.Origin = "mem"
 		d := m.tiers[m.tiers.For(o.Delay)]
 		next := memMsg{id: msg.id, payload: msg.payload, st: o.State}
 		time.AfterFunc(d, func() { m.deliver(next) })
-		m.mu.Lock()
-		crash := m.crash && !m.crashed
-		m.crashed = m.crashed || crash
-		m.mu.Unlock()
-		if crash { // forwarded, not acknowledged: the original comes back
+		if crashOnce(m.crash) { // forwarded, not acknowledged: the original comes back
 			go m.deliver(msg)
 		}
 	case broker.Dead:
 		o.State.Origin = "mem"
 		m.dlq <- broker.DeadLetter{ID: msg.id, Payload: msg.payload, State: o.State}
+		if crashOnce(m.crash) {
+			go m.deliver(msg)
+		}
 	}
 }
 
@@ -66,10 +77,11 @@ func (m *memPipeline) NextDeadLetter(ctx context.Context) (broker.DeadLetter, er
 func TestSuiteInMemory(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
 		return &memPipeline{
-			proc:  &broker.Processor{Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, Source: "memory"},
-			tiers: s.Tiers,
-			crash: s.Crash,
-			dlq:   make(chan broker.DeadLetter, 16),
+			proc:    &broker.Processor{Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, Source: "memory"},
+			tiers:   s.Tiers,
+			crash:   s.Crash,
+			crashOK: s.CrashAfterSuccess,
+			dlq:     make(chan broker.DeadLetter, 16),
 		}
 	})
 }

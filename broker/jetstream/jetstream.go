@@ -101,9 +101,9 @@ type Options struct {
 	Now func() time.Time
 
 	// afterHandle, in tests, runs after the handler's outcome was applied
-	// (effect done or DLQ copy published) and before the ack; returning true
-	// skips the ack, as a process crashing at that point would.
-	afterHandle func() (crash bool)
+	// (effect done, or DLQ copy published) and before the ack; returning
+	// true skips the ack, as a process crashing at that point would.
+	afterHandle func(success bool) (crash bool)
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
@@ -332,7 +332,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 			return
 		}
 	}
-	if c.opts.afterHandle != nil && c.opts.afterHandle() {
+	if c.opts.afterHandle != nil && c.opts.afterHandle(o.Action == broker.Ack) {
 		return
 	}
 	if o.Action == broker.Dead {

@@ -94,9 +94,14 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 			}
 		}
 	})
-	if s.Crash {
+	if s.Crash || s.CrashAfterSuccess {
 		var once sync.Once
-		opts.afterHandle = func() (crash bool) { once.Do(func() { crash = true }); return crash }
+		opts.afterHandle = func(success bool) (crash bool) {
+			if s.Crash || success {
+				once.Do(func() { crash = true })
+			}
+			return crash
+		}
 	}
 	if tweak != nil {
 		tweak(&opts)
@@ -151,7 +156,7 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 		func(o *Options) {
 			o.AckWait = 300 * time.Millisecond
 			o.Policy.Schedule = nil
-			o.afterHandle = func() bool { return true }
+			o.afterHandle = func(bool) bool { return true }
 		})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -63,9 +63,10 @@ type Options struct {
 	// Now is the clock for decisions and due times (nil: time.Now).
 	Now func() time.Time
 
-	// afterForward, in tests, runs after a forward was confirmed and
-	// before the original is acknowledged.
-	afterForward func()
+	// afterForward and afterSuccess, in tests, run after a forward was
+	// confirmed, or after a handler success, and before the original is
+	// acknowledged.
+	afterForward, afterSuccess func()
 }
 
 // Consumer consumes a Topology's main queue and retries failures through the
@@ -251,6 +252,9 @@ func (c *Consumer) handle(ctx context.Context, conf *confirmer, d *amqp.Delivery
 	}
 	switch o.Action {
 	case broker.Ack:
+		if c.opts.afterSuccess != nil {
+			c.opts.afterSuccess()
+		}
 		return d.Ack(false)
 	case broker.Retry, broker.Park:
 		tq := c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(o.Delay))

@@ -126,9 +126,12 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 		URL: amqpURL(), Topology: topo, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox,
 		Dial: tcp.dial, Reconnect: backoff.Constant(50 * time.Millisecond),
 	}
+	var once sync.Once
 	if s.Crash {
-		var once sync.Once
 		opts.afterForward = func() { once.Do(tcp.drop) } // forwarded and confirmed, not acked
+	}
+	if s.CrashAfterSuccess {
+		opts.afterSuccess = func() { once.Do(tcp.drop) } // effect applied, not acked
 	}
 	if tweak != nil {
 		tweak(&opts)

@@ -1,0 +1,210 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/retry"
+)
+
+type pipeline struct {
+	cl     *kgo.Client
+	topics Topics
+	dlq    chan *kgo.Record
+}
+
+func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
+	return Publish(ctx, p.cl, p.topics.Main, id, []byte(id), payload)
+}
+
+func (p *pipeline) NextDeadLetter(ctx context.Context) (broker.DeadLetter, error) {
+	select {
+	case r := <-p.dlq:
+		return ParseDeadLetter(r)
+	case <-ctx.Done():
+		return broker.DeadLetter{}, ctx.Err()
+	}
+}
+
+// start runs a Consumer for s on its own in-process kfake cluster.
+func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
+	t.Helper()
+	topics := NewTopics(s.Name, s.Tiers)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topics.All()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	addrs := cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	opts := Options{Brokers: addrs, Topics: topics, Group: s.Name, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox}
+	var once atomic.Bool
+	if s.Crash {
+		opts.afterForward = func() bool { return once.CompareAndSwap(false, true) }
+	}
+	if s.CrashAfterSuccess {
+		opts.afterSuccess = func() bool { return once.CompareAndSwap(false, true) }
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	c, err := NewConsumer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	dcl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topics.DLQ),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq := make(chan *kgo.Record, 64)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			f := dcl.PollFetches(ctx)
+			if ctx.Err() != nil || f.IsClientClosed() {
+				return
+			}
+			f.EachRecord(func(r *kgo.Record) { dlq <- r })
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+		wg.Wait()
+		dcl.Close()
+	})
+	return &pipeline{cl: cl, topics: topics, dlq: dlq}
+}
+
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, nil)
+	})
+}
+
+func TestConformanceTransactional(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, func(o *Options) { o.Transactional, o.TransactionalID = true, s.Name })
+	})
+}
+
+func uniqueName(t *testing.T) string {
+	return fmt.Sprintf("stg-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano()%1e9)
+}
+
+// TestTransactionalCrashForwardsOnce: with transactions, a consumer killed
+// between forward and commit leaves an aborted transaction; the record is
+// handled again, but the retry topic holds one forward, so the retry
+// attempt runs once.
+func TestTransactionalCrashForwardsOnce(t *testing.T) {
+	var mu sync.Mutex
+	attempts := map[int]int{}
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		mu.Lock()
+		attempts[d.Attempt]++
+		mu.Unlock()
+		if d.Attempt == 1 {
+			return retry.Retryable(errors.New("once"))
+		}
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h, Policy: brokertest.Policy(), Tiers: brokertest.Tiers, Crash: true},
+		func(o *Options) { o.Transactional, o.TransactionalID = true, name })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "t1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// A sentinel behind it: once it is dead-lettered from the same retry
+	// path, any duplicate forward of t1 would have been handled too.
+	for {
+		mu.Lock()
+		a1, a2 := attempts[1], attempts[2]
+		mu.Unlock()
+		if a2 >= 1 {
+			if a1 != 2 {
+				t.Errorf("attempt 1 ran %d times, want 2 (once before the crash, once after)", a1)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("attempt 2 never ran: %v", attempts)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := p.Publish(ctx, "s", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		mu.Lock()
+		a2 := attempts[2]
+		mu.Unlock()
+		if a2 >= 2 { // t1's and s's second attempts
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("sentinel never reached attempt 2: %v", attempts)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts[2] != 2 {
+		t.Errorf("attempt 2 ran %d times for two messages: the aborted forward was read", attempts[2])
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	h := func(context.Context, []byte) error { return nil }
+	good := Options{Brokers: []string{"127.0.0.1:9092"}, Topics: NewTopics("orders", nil), Group: "g", Handler: h}
+	for _, c := range []struct {
+		mod  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Brokers = nil }, "Brokers must"},
+		{func(o *Options) { o.Topics.Main = "a b" }, "topic names must"},
+		{func(o *Options) { o.Topics.DLQ = o.Topics.Main }, "used twice"},
+		{func(o *Options) { o.Topics.Retry = o.Topics.Retry[:1] }, "one topic per tier"},
+		{func(o *Options) { o.Group = "" }, "Group must"},
+		{func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
+		{func(o *Options) { o.Transactional = true }, "TransactionalID must"},
+		{func(o *Options) { o.MaxPollRecords = -1 }, "MaxPollRecords must"},
+	} {
+		o := good
+		c.mod(&o)
+		if _, err := NewConsumer(o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err = %v, want %q", err, c.want)
+		}
+	}
+	if got := strings.Join(NewTopics("orders", nil).All(), ","); got != "orders,orders-retry-10s,orders-retry-1m,orders-retry-10m,orders-dlq" {
+		t.Errorf("topics %s", got)
+	}
+}
