@@ -195,8 +195,7 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 	if c.opts.Transactional {
 		opts = append(opts,
 			kgo.TransactionalID(c.opts.TransactionalID+"-"+s.suffix),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.RequireStableFetchOffsets())
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 		sess, err = kgo.NewGroupTransactSession(opts...)
 		if err != nil {
 			return fmt.Errorf("kafka: client: %w", err)
