@@ -57,7 +57,7 @@ const (
 // Defaults for zero Options fields.
 const (
 	DefaultAckWait       = 30 * time.Second
-	DefaultMaxAckPending = 256
+	DefaultMaxAckPending = 1000
 	DefaultConcurrency   = 1
 )
 
@@ -89,7 +89,9 @@ type Options struct {
 	// the message (0: DefaultAckWait). The consumer's BackOff for ack
 	// timeouts is max(AckWait, the schedule's delay) per delivery.
 	AckWait time.Duration
-	// MaxAckPending bounds unacknowledged messages (0: DefaultMaxAckPending).
+	// MaxAckPending bounds unacknowledged messages (0: DefaultMaxAckPending,
+	// the server's own default). A message waiting out its NakWithDelay
+	// counts as pending: leave room for the retries in flight.
 	MaxAckPending int
 	// Concurrency is the number of handlers running at once (0:
 	// DefaultConcurrency).

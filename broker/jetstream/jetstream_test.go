@@ -206,7 +206,7 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
 		{func(o *Options) { o.AckWait = -time.Second }, "AckWait must be"},
 		{func(o *Options) { o.MaxAckPending = -1 }, "MaxAckPending must be"},
-		{func(o *Options) { o.Concurrency = 1000 }, "Concurrency must be"},
+		{func(o *Options) { o.MaxAckPending, o.Concurrency = 10, 11 }, "Concurrency must be"},
 		{func(o *Options) { o.DLQStream = "x y" }, "DLQStream must be"},
 		{func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -2} }, "MaxAttempts must be"},
 	} {

@@ -123,14 +123,19 @@ func (c *Consumer) now() time.Time {
 // stage is one topic and its group.
 type stage struct {
 	topic, group, suffix string
+	// maxWait is the fetch long-poll: a resumed partition joins the next
+	// fetch only after the one in flight returns, so it bounds how late a
+	// due record can be.
+	maxWait time.Duration
 }
 
 func (c *Consumer) stages() []stage {
 	t := c.opts.Topics
-	s := []stage{{topic: t.Main, group: c.opts.Group, suffix: "main"}}
+	s := []stage{{topic: t.Main, group: c.opts.Group, suffix: "main", maxWait: 500 * time.Millisecond}}
 	for i, rt := range t.Retry {
 		n := "retry-" + t.Tiers.Name(i)
-		s = append(s, stage{topic: rt, group: c.opts.Group + "-" + n, suffix: n})
+		s = append(s, stage{topic: rt, group: c.opts.Group + "-" + n, suffix: n,
+			maxWait: min(max(t.Tiers[i]/10, 10*time.Millisecond), 500*time.Millisecond)})
 	}
 	return s
 }
@@ -184,7 +189,7 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 		kgo.ConsumeTopics(s.topic),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.FetchMaxWait(s.maxWait),
 	}, c.opts.ClientOpts...)
 	var (
 		cl   *kgo.Client

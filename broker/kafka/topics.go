@@ -18,7 +18,9 @@
 // stage that meets a record not yet due pauses that partition
 // (PauseFetchPartitions), rewinds its fetch position to the record, and
 // resumes it when the record is due; the poll loop keeps serving its other
-// partitions meanwhile. Nothing sleeps.
+// partitions meanwhile. Nothing sleeps. A resumed partition is fetched once
+// the fetch in flight returns, so a retry stage long-polls for a tenth of
+// its tier (10 ms to 500 ms): a record is never early and at most that late.
 //
 // Delivery guarantee. By default forward and commit are two steps: the
 // forward is produced and acknowledged, then the offset is committed. A

@@ -195,7 +195,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	}
 	c.log.Info("rabbitmq: consuming", slog.String("queue", c.opts.Topology.Queue))
 
-	failed := make(chan error, 1)
+	s := &session{conf: conf, failed: make(chan error, 1)}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
@@ -205,11 +205,8 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 				if ctx.Err() != nil {
 					continue // shutting down: left unacknowledged, requeued on close
 				}
-				if err := c.handle(ctx, conf, &d); err != nil {
-					select {
-					case failed <- err:
-					default:
-					}
+				if err := c.handle(ctx, s, &d); err != nil {
+					s.fail(err)
 				}
 			}
 		}()
@@ -219,25 +216,43 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		err = ctx.Err()
 		_ = ch.Cancel(tag, false) // no new deliveries; running handlers finish
 		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
+		go func() { wg.Wait(); s.pending.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-closed:
 		}
 	case e := <-closed:
 		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
-	case e := <-failed:
+	case e := <-s.failed:
 		err = e // a forward failed: drop the connection so RabbitMQ requeues
 	}
 	conn.Close()
 	wg.Wait()
+	s.pending.Wait()
 	return true, err
 }
 
-// handle processes one delivery. An error means the delivery was neither
-// acknowledged nor handed on; the session must end so that RabbitMQ
-// requeues it.
-func (c *Consumer) handle(ctx context.Context, conf *confirmer, d *amqp.Delivery) error {
+// session is one connection's forwarding state.
+type session struct {
+	conf    *confirmer
+	pending sync.WaitGroup // forwards waiting for their confirm
+	failed  chan error
+}
+
+func (s *session) fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
+// handle processes one delivery. A success is acknowledged at once. A
+// forward (retry or dead letter) is published, and a goroutine acknowledges
+// the original once RabbitMQ confirmed the copy, so the handler goroutine
+// goes on with the next delivery meanwhile (prefetch bounds how many wait).
+// An error means the delivery was neither acknowledged nor handed on; the
+// session must end so that RabbitMQ requeues it.
+func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) error {
 	var o broker.Outcome
 	st, err := stateOf(d)
 	if err != nil {
@@ -250,6 +265,7 @@ func (c *Consumer) handle(ctx context.Context, conf *confirmer, d *amqp.Delivery
 		// attempt: requeue as it was.
 		return d.Nack(false, true)
 	}
+	var q string
 	switch o.Action {
 	case broker.Ack:
 		if c.opts.afterSuccess != nil {
@@ -257,32 +273,47 @@ func (c *Consumer) handle(ctx context.Context, conf *confirmer, d *amqp.Delivery
 		}
 		return d.Ack(false)
 	case broker.Retry, broker.Park:
-		tq := c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(o.Delay))
-		err := c.forward(ctx, conf, d, tq, o.State)
-		if errors.Is(err, ErrUnroutable) {
+		q = c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(o.Delay))
+	case broker.Dead:
+		q = c.opts.Topology.DLQ
+	}
+	wait, err := c.forward(ctx, s.conf, d, q, o.State)
+	if err != nil {
+		return err
+	}
+	s.pending.Add(1)
+	go func() {
+		defer s.pending.Done()
+		// The confirm is awaited even after ctx's end: a confirmed copy
+		// whose original is never acknowledged is a duplicate.
+		wctx := context.WithoutCancel(ctx)
+		err := wait(wctx)
+		if errors.Is(err, ErrUnroutable) && q != c.opts.Topology.DLQ {
 			// The wait queue is gone: the retry must not vanish.
-			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", tq), slog.Any("error", err))
+			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
 			st := o.State
 			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", broker.ErrorText(err)
-			err = c.forward(ctx, conf, d, c.opts.Topology.DLQ, st)
+			if wait, err = c.forward(wctx, s.conf, d, c.opts.Topology.DLQ, st); err == nil {
+				err = wait(wctx)
+			}
+		}
+		if err == nil && c.opts.afterForward != nil {
+			c.opts.afterForward()
+		}
+		if err == nil {
+			err = d.Ack(false)
 		}
 		if err != nil {
-			return err
+			s.fail(err)
 		}
-	case broker.Dead:
-		if err := c.forward(ctx, conf, d, c.opts.Topology.DLQ, o.State); err != nil {
-			return err
-		}
-	}
-	if c.opts.afterForward != nil {
-		c.opts.afterForward()
-	}
-	return d.Ack(false)
+	}()
+	return nil
 }
 
 // forward publishes a copy of d with state st to queue q (through the
-// default exchange, mandatory, confirmed).
-func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, q string, st broker.State) error {
+// default exchange, mandatory, in confirm mode) and returns the wait for its
+// confirm.
+func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, q string, st broker.State) (func(context.Context) error, error) {
 	h := d.Headers
 	if _, ok := h[HeaderExchange]; !ok {
 		h = forwardHeaders(h, broker.State{})

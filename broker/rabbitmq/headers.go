@@ -53,7 +53,7 @@ func forwardHeaders(h amqp.Table, st broker.State) amqp.Table {
 		switch k {
 		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
 			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason",
-			broker.HeaderDue, broker.HeaderReason:
+			broker.HeaderDue, broker.HeaderReason, headerPublishTag:
 			continue
 		}
 		out[k] = v
