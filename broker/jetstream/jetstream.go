@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"sync"
@@ -203,11 +204,14 @@ func (c *Consumer) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 	if maxDeliver > 1 {
 		sched := c.opts.Policy.Schedule
+		// A fixed random source: the same policy gives the same consumer
+		// configuration on every start, so a restart does not update it.
+		src := rand.NewPCG(1, 2)
 		var prev time.Duration
 		for n := 1; n < maxDeliver && n <= 100; n++ {
 			d := c.opts.AckWait
 			if sched != nil {
-				prev = sched.Delay(n, prev, c.opts.Policy.Rand)
+				prev = sched.Delay(n, prev, src)
 				d = max(d, prev)
 			}
 			cfg.BackOff = append(cfg.BackOff, d)
