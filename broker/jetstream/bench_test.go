@@ -2,9 +2,7 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker/brokertest"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -27,12 +26,6 @@ import (
 //	cd broker/jetstream && go test -run '^$' -bench . -benchtime 10000x
 
 const benchPending = 4096
-
-func failsOnce(id string, pct uint32) bool {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return h.Sum32()%100 < pct
-}
 
 func benchStream(b *testing.B) (jetstream.JetStream, string) {
 	js := connect(b)
@@ -95,23 +88,8 @@ func BenchmarkConsumer0PctTransient(b *testing.B) { benchConsumer(b, 0) }
 
 func benchConsumer(b *testing.B, pct uint32) {
 	js, name := benchStream(b)
-	var (
-		n        atomic.Int64
-		start    time.Time
-		first    sync.Once
-		finished = make(chan struct{})
-	)
-	h := func(ctx context.Context, _ []byte) error {
-		first.Do(func() { start = time.Now() })
-		d, _ := retry.DeliveryFrom(ctx)
-		if d.Attempt == 1 && failsOnce(d.ID, pct) {
-			return retry.Retryable(errors.New("transient"))
-		}
-		if n.Add(1) == int64(b.N) {
-			close(finished)
-		}
-		return nil
-	}
+	tp := brokertest.NewThroughput(b.N, pct)
+	h := tp.Handler()
 	c, err := NewConsumer(js, Options{Stream: name, Consumer: "stagger", Handler: h, MaxAckPending: benchPending,
 		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
 	if err != nil {
@@ -121,8 +99,8 @@ func benchConsumer(b *testing.B, pct uint32) {
 	done := make(chan error, 1)
 	b.ResetTimer()
 	go func() { done <- c.Run(ctx) }()
-	<-finished
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	<-tp.Done()
+	b.ReportMetric(tp.Rate(), "msgs/s")
 	cancel()
 	<-done
 }

@@ -2,11 +2,7 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"hash/fnv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +11,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -27,12 +24,6 @@ import (
 // not Kafka's throughput. Run them side by side:
 //
 //	cd broker/kafka && go test -run '^$' -bench . -benchtime 20000x
-
-func failsOnce(id string, pct uint32) bool {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return h.Sum32()%100 < pct
-}
 
 func benchCluster(b *testing.B) ([]string, Topics) {
 	topics := NewTopics(fmt.Sprintf("stg-bench-%d", time.Now().UnixNano()), broker.Tiers{time.Millisecond})
@@ -94,23 +85,8 @@ func BenchmarkConsumer0PctTransient(b *testing.B) { benchConsumer(b, 0) }
 
 func benchConsumer(b *testing.B, pct uint32) {
 	addrs, topics := benchCluster(b)
-	var (
-		n        atomic.Int64
-		start    time.Time
-		first    sync.Once
-		finished = make(chan struct{})
-	)
-	h := func(ctx context.Context, _ []byte) error {
-		first.Do(func() { start = time.Now() })
-		d, _ := retry.DeliveryFrom(ctx)
-		if d.Attempt == 1 && failsOnce(d.ID, pct) {
-			return retry.Retryable(errors.New("transient"))
-		}
-		if n.Add(1) == int64(b.N) {
-			close(finished)
-		}
-		return nil
-	}
+	tp := brokertest.NewThroughput(b.N, pct)
+	h := tp.Handler()
 	c, err := NewConsumer(Options{Brokers: addrs, Topics: topics, Group: "stagger", Handler: h,
 		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
 	if err != nil {
@@ -120,8 +96,8 @@ func benchConsumer(b *testing.B, pct uint32) {
 	done := make(chan error, 1)
 	b.ResetTimer()
 	go func() { done <- c.Run(ctx) }()
-	<-finished
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	<-tp.Done()
+	b.ReportMetric(tp.Rate(), "msgs/s")
 	cancel()
 	<-done
 }

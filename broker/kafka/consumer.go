@@ -334,14 +334,7 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 // dead letter; nil after success), or a non-zero due time when the record
 // must wait.
 func (c *Consumer) handle(ctx context.Context, r *kgo.Record) (out *kgo.Record, due time.Time) {
-	get := func(k string) (string, bool) {
-		for _, h := range r.Headers {
-			if h.Key == k {
-				return string(h.Value), true
-			}
-		}
-		return "", false
-	}
+	get := headerGetter(r)
 	st, err := broker.DecodeState(get)
 	var o broker.Outcome
 	if err != nil {
@@ -363,6 +356,18 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) (out *kgo.Record, 
 		o.State.Due = time.Time{}
 	}
 	return forward(r, topic, o.State, get), time.Time{}
+}
+
+// headerGetter reads r's headers by key (the first of a repeated key).
+func headerGetter(r *kgo.Record) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for _, h := range r.Headers {
+			if h.Key == k {
+				return string(h.Value), true
+			}
+		}
+		return "", false
+	}
 }
 
 // messageID is the x-stagger-id header, else the original record's
@@ -410,14 +415,7 @@ func forward(r *kgo.Record, topic string, st broker.State, get func(string) (str
 
 // ParseDeadLetter decodes a record read from the DLQ topic.
 func ParseDeadLetter(r *kgo.Record) (broker.DeadLetter, error) {
-	get := func(k string) (string, bool) {
-		for _, h := range r.Headers {
-			if h.Key == k {
-				return string(h.Value), true
-			}
-		}
-		return "", false
-	}
+	get := headerGetter(r)
 	st, err := broker.DecodeState(get)
 	if err != nil {
 		return broker.DeadLetter{}, err

@@ -2,11 +2,7 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"hash/fnv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +10,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -27,13 +24,6 @@ import (
 //	cd broker/rabbitmq && go test -run '^$' -bench . -benchtime 5000x
 
 const benchPrefetch = 128
-
-// failsOnce reports whether message id is one of the pct% that fail once.
-func failsOnce(id string, pct uint32) bool {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return h.Sum32()%100 < pct
-}
 
 func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 	conn := dial(b)
@@ -101,23 +91,8 @@ func BenchmarkConsumer0PctTransient(b *testing.B) { benchConsumer(b, 0) }
 
 func benchConsumer(b *testing.B, pct uint32) {
 	_, topo := benchSetup(b)
-	var (
-		done     atomic.Int64
-		start    time.Time
-		first    sync.Once
-		finished = make(chan struct{})
-	)
-	h := func(ctx context.Context, _ []byte) error {
-		first.Do(func() { start = time.Now() }) // connection setup not timed
-		d, _ := retry.DeliveryFrom(ctx)
-		if d.Attempt == 1 && failsOnce(d.ID, pct) {
-			return retry.Retryable(errors.New("transient"))
-		}
-		if done.Add(1) == int64(b.N) {
-			close(finished)
-		}
-		return nil
-	}
+	tp := brokertest.NewThroughput(b.N, pct)
+	h := tp.Handler()
 	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: h, Prefetch: benchPrefetch,
 		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
 	if err != nil {
@@ -127,6 +102,6 @@ func benchConsumer(b *testing.B, pct uint32) {
 	defer cancel()
 	b.ResetTimer()
 	go func() { _ = c.Run(ctx) }()
-	<-finished
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	<-tp.Done()
+	b.ReportMetric(tp.Rate(), "msgs/s")
 }
