@@ -326,3 +326,45 @@ func TestBadOptions(t *testing.T) {
 		t.Fatalf("good options: %v", err)
 	}
 }
+
+// TestLongDelayReparked asks for a wait longer than the longest tier: the
+// message bounces through the last wait queue until it is due, without
+// running the handler early.
+func TestLongDelayReparked(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		calls []time.Time
+		ok    = make(chan struct{})
+	)
+	const wait = 1500 * time.Millisecond // > the longest tier, 800 ms
+	h := func(ctx context.Context, _ []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, time.Now())
+		if len(calls) == 1 {
+			return retry.After(errors.New("come back later"), wait)
+		}
+		close(ok)
+		return nil
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers,
+		Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(time.Millisecond), MaxAfter: time.Minute}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "later", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ok:
+	case <-ctx.Done():
+		t.Fatal("never retried")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 {
+		t.Fatalf("handler ran %d times, want 2 (bounces through the wait queue are not attempts)", len(calls))
+	}
+	if gap := calls[1].Sub(calls[0]); gap < wait {
+		t.Fatalf("retried after %v, before the requested %v", gap, wait)
+	}
+}
