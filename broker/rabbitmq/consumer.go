@@ -125,7 +125,9 @@ func NewConsumer(opts Options) (*Consumer, error) {
 // dropped connection are requeued by RabbitMQ and handled again after the
 // reconnect: a drop can duplicate work, never lose it. On ctx's end Run
 // stops taking deliveries, lets running handlers finish and acknowledge,
-// and returns ctx.Err().
+// and returns ctx.Err(). It returns at once, with the error, when the
+// topology exists with other arguments (RabbitMQ's PRECONDITION_FAILED, for
+// example a wait queue declared with another TTL).
 func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		fails int
@@ -141,6 +143,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		connected, err := c.session(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		var fatal fatalError
+		if errors.As(err, &fatal) {
+			return fatal.err
 		}
 		if connected {
 			fails, prev = 0, 0
@@ -161,6 +167,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
+// fatalError ends Run: retrying cannot help.
+type fatalError struct{ err error }
+
+func (f fatalError) Error() string { return f.err.Error() }
+
 // session runs one connection until it drops or ctx ends. connected reports
 // whether it got as far as consuming.
 func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
@@ -179,6 +190,12 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("rabbitmq: open channel: %w", err)
 	}
 	if err := c.opts.Topology.Declare(ch); err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
+			// The queues exist with other arguments (a changed tier TTL):
+			// reconnecting cannot fix it.
+			return false, fatalError{err}
+		}
 		return false, err
 	}
 	if err := ch.Qos(c.opts.Prefetch, 0, false); err != nil {

@@ -368,3 +368,34 @@ func TestLongDelayReparked(t *testing.T) {
 		t.Fatalf("retried after %v, before the requested %v", gap, wait)
 	}
 }
+
+// TestMismatchedQueueRefused: a main queue that exists with other
+// arguments makes Run fail at once with RabbitMQ's PRECONDITION_FAILED,
+// instead of reconnecting forever.
+func TestMismatchedQueueRefused(t *testing.T) {
+	conn := dial(t)
+	topo := NewTopology(uniqueName(t), brokertest.Tiers)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(topo.Queue, true, false, false, false, amqp.Table{"x-max-length": int64(10)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_ = topo.Delete(ch)
+		}
+	})
+	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: func(context.Context, []byte) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed || !strings.Contains(err.Error(), topo.Queue) {
+		t.Fatalf("Run = %v, want PRECONDITION_FAILED naming queue %q", err, topo.Queue)
+	}
+}
