@@ -23,7 +23,7 @@ import (
 // its NakWithDelay counts as pending, so a small MaxAckPending stalls the
 // consumer behind its own retries. Run them side by side:
 //
-//	cd broker/jetstream && go test -run '^$' -bench . -benchtime 10000x
+//	cd broker/jetstream && go test -run '^$' -bench . -benchtime 100000x
 
 const benchPending = 4096
 

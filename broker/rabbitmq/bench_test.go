@@ -18,10 +18,10 @@ import (
 // a consumer takes to finish them all: the raw client's consume+ack loop,
 // and the stagger Consumer with 10% of messages failing transiently once
 // (forwarded through a 1 ms wait queue and handled again). Both use prefetch
-// 32 and one handler goroutine, and time from the first delivery to the
+// 128 and one handler goroutine, and time from the first delivery to the
 // last success (connection setup excluded). Run them side by side:
 //
-//	cd broker/rabbitmq && go test -run '^$' -bench . -benchtime 5000x
+//	cd broker/rabbitmq && go test -run '^$' -bench . -benchtime 10000x
 
 const benchPrefetch = 128
 
