@@ -23,7 +23,7 @@ import (
 // is not a Kafka broker: the numbers compare the two clients' overheads,
 // not Kafka's throughput. Run them side by side:
 //
-//	cd broker/kafka && go test -run '^$' -bench . -benchtime 20000x
+//	cd broker/kafka && go test -run '^$' -bench . -benchtime 200000x
 
 func benchCluster(b *testing.B) ([]string, Topics) {
 	topics := NewTopics(fmt.Sprintf("stg-bench-%d", time.Now().UnixNano()), broker.Tiers{time.Millisecond})
