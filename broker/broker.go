@@ -226,16 +226,15 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 	} else if ok {
 		s.Prev = time.Duration(min(n, int64(backoff.MaxDelay/time.Millisecond))) * time.Millisecond
 	}
-	for _, h := range [...]struct {
-		k string
-		t *time.Time
-	}{{HeaderDue, &s.Due}, {HeaderFirstAttempt, &s.FirstAttempt}, {HeaderFirstFailure, &s.FirstFailure}} {
-		if n, ok, err = num(h.k, 0); err != nil {
+	var times [3]time.Time
+	for i, k := range [...]string{HeaderDue, HeaderFirstAttempt, HeaderFirstFailure} {
+		if n, ok, err = num(k, 0); err != nil {
 			return s, err
 		} else if ok {
-			*h.t = time.UnixMilli(n)
+			times[i] = time.UnixMilli(n)
 		}
 	}
+	s.Due, s.FirstAttempt, s.FirstFailure = times[0], times[1], times[2]
 	s.Error, _ = get(HeaderError)
 	s.Reason, _ = get(HeaderReason)
 	s.Origin, _ = get(HeaderOrigin)
