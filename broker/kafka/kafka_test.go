@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
 	"github.com/staggerhq/stagger/retry"
@@ -206,5 +207,65 @@ func TestBadOptions(t *testing.T) {
 	}
 	if got := strings.Join(NewTopics("orders", nil).All(), ","); got != "orders,orders-retry-10s,orders-retry-1m,orders-retry-10m,orders-dlq" {
 		t.Errorf("topics %s", got)
+	}
+}
+
+// TestPausedPartitionDoesNotBlockOthers: a retry stage waits for a record
+// that is not due by pausing its partition, not by sleeping, so a record
+// due sooner on another partition of the same retry topic is handled first.
+func TestPausedPartitionDoesNotBlockOthers(t *testing.T) {
+	// Two keys the client's default (murmur2) partitioner puts on different
+	// partitions of a two-partition topic.
+	part := kgo.StickyKeyPartitioner(nil).ForTopic("any")
+	slowKey, fastKey := "", ""
+	for i := 0; fastKey == "" && i < 100; i++ {
+		k := fmt.Sprintf("k%d", i)
+		switch p := part.Partition(&kgo.Record{Key: []byte(k)}, 2); {
+		case slowKey == "" && p == 0:
+			slowKey = k
+		case slowKey != "" && p == 1:
+			fastKey = k
+		}
+	}
+	var (
+		mu   sync.Mutex
+		done = map[string]time.Time{}
+		both = make(chan struct{})
+	)
+	h := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		if d.Attempt == 1 {
+			wait, _ := time.ParseDuration(string(payload))
+			return retry.After(errors.New("later"), wait)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		done[d.ID] = time.Now()
+		if len(done) == 2 {
+			close(both)
+		}
+		return nil
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: broker.Tiers{200 * time.Millisecond, 2 * time.Second},
+		Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(time.Millisecond), MaxAfter: 10 * time.Second}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Both wait in the 2s retry topic: slow until +1.5s, fast until +0.3s.
+	if err := Publish(ctx, p.cl, p.topics.Main, "slow", []byte(slowKey), []byte("1500ms")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(ctx, p.cl, p.topics.Main, "fast", []byte(fastKey), []byte("300ms")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-both:
+	case <-ctx.Done():
+		t.Fatal("retries never ran")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !done["fast"].Before(done["slow"]) {
+		t.Fatalf("the record due at +0.3s on partition 1 ran after the one due at +1.5s on partition 0 (%v vs %v): the stage blocked instead of pausing one partition",
+			done["fast"].Format(time.StampMilli), done["slow"].Format(time.StampMilli))
 	}
 }
