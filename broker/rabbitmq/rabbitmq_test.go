@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,10 +171,44 @@ func uniqueName(t *testing.T) string {
 	return fmt.Sprintf("stg-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano()%1e9)
 }
 
-// TestReconnectLosesNothing drops the consumer's connection while deliveries
-// are unacknowledged (one in a running handler, others prefetched) and
-// requires every message to be handled successfully afterwards.
+// TestReconnectLosesNothing drops the consumer's TCP connection while
+// deliveries are unacknowledged (one in a running handler, others
+// prefetched) and requires every message to be handled successfully
+// afterwards.
 func TestReconnectLosesNothing(t *testing.T) {
+	testDropLosesNothing(t, func(t *testing.T, p *pipeline) { p.tcp.drop() })
+}
+
+// TestServerClosedConnectionLosesNothing has RabbitMQ itself close the
+// consumer's connection (rabbitmqctl close_connection, CONNECTION_FORCED),
+// as an operator or a node shutdown would.
+func TestServerClosedConnectionLosesNothing(t *testing.T) {
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		t.Skip("rabbitmqctl not installed: the server-side close needs it (TestReconnectLosesNothing covers the client-side drop)")
+	}
+	testDropLosesNothing(t, func(t *testing.T, p *pipeline) {
+		name := "stagger-rabbitmq " + p.topo.Queue
+		out, err := exec.Command(ctl, "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+		if err != nil {
+			t.Skipf("rabbitmqctl cannot reach the broker (%v): %s", err, out)
+		}
+		var pids []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, `"`+name+`"`) {
+				pids = append(pids, strings.Fields(line)[0])
+			}
+		}
+		if len(pids) != 1 {
+			t.Fatalf("want exactly one connection named %q, found %d in:\n%s", name, len(pids), out)
+		}
+		if out, err := exec.Command(ctl, "-q", "close_connection", pids[0], "stagger test: server-side close").CombinedOutput(); err != nil {
+			t.Fatalf("close_connection: %v: %s", err, out)
+		}
+	})
+}
+
+func testDropLosesNothing(t *testing.T, drop func(*testing.T, *pipeline)) {
 	const n = 20
 	var (
 		mu    sync.Mutex
@@ -205,7 +240,7 @@ func TestReconnectLosesNothing(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("m5 never reached the handler")
 	}
-	p.tcp.drop() // m5 is in the handler, m6.. are prefetched: all unacknowledged
+	drop(t, p) // m5 is in the handler, m6.. are prefetched: all unacknowledged
 	close(block)
 	for {
 		mu.Lock()
