@@ -1,0 +1,63 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// BenchmarkProcessSuccess is the per-message cost every adapter adds on the
+// success path: build the Delivery, run the handler, decide nothing.
+func BenchmarkProcessSuccess(b *testing.B) {
+	p := &broker.Processor{Handler: func(context.Context, []byte) error { return nil }, Source: "bench"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if o := p.Process(ctx, "id", nil, broker.State{}); o.Action != broker.Ack {
+			b.Fatal(o.Action)
+		}
+	}
+}
+
+// BenchmarkProcessRetry is the failure path: classify, decide, new state.
+func BenchmarkProcessRetry(b *testing.B) {
+	err := retry.Retryable(errors.New("503"))
+	p := &broker.Processor{Handler: func(context.Context, []byte) error { return err },
+		Policy: broker.CascadePolicy(broker.DefaultTiers), Source: "bench"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if o := p.Process(ctx, "id", nil, broker.State{}); o.Action != broker.Retry {
+			b.Fatal(o.Action)
+		}
+	}
+}
+
+// BenchmarkDecodeState reads a forwarded message's headers.
+func BenchmarkDecodeState(b *testing.B) {
+	h := map[string]string{}
+	broker.State{Attempts: 2, Prev: time.Second, Due: time.UnixMilli(1_700_000_000_000), FirstAttempt: time.UnixMilli(1_700_000_000_000),
+		FirstFailure: time.UnixMilli(1_700_000_000_000), Error: "503", Origin: "orders/0/17"}.Encode(func(k, v string) { h[k] = v })
+	get := func(k string) (string, bool) { v, ok := h[k]; return v, ok }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := broker.DecodeState(get); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeStateOriginal reads an original message: no state headers.
+func BenchmarkDecodeStateOriginal(b *testing.B) {
+	get := func(string) (string, bool) { return "", false }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := broker.DecodeState(get); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,268 @@
+// Package broker holds what the broker adapters (broker/rabbitmq,
+// broker/kafka, broker/jetstream) share: the headers a message carries
+// between attempts, the delay tiers, and [Processor], which runs a
+// [retry.Handler] on one delivery and turns its error into what the broker
+// must do next — acknowledge, park the message in a delay tier for d, or
+// dead-letter it — by calling the one retry decision, [retry.Policy.Decide].
+//
+// Nothing here waits: a broker adapter never sleeps in its consumer. The
+// delay is the broker's job (a TTL queue, a paused retry topic,
+// NakWithDelay). Nothing here reads the wall clock either: the adapter passes
+// a clock in.
+//
+// Error classes map to broker actions as follows:
+//
+//   - nil: acknowledge.
+//   - [retry.Retryable], [retry.After](d): Decide; retry → park for the
+//     decided delay (After raises it to at least d); give-up (exhausted,
+//     deadline, budget, pushback) → dead letter with that reason.
+//   - [retry.Permanent]: dead letter at once, reason "permanent".
+//   - unknown (no class, and Policy.Classify gives none): dead letter at
+//     once, reason "unknown", with the error text. A broker has no caller to
+//     hand an unknown error back to; requeueing it would redeliver it at once
+//     in a loop (seed 004's thundering herd) and leaving it unacknowledged
+//     blocks a prefetch slot and loops the same way after a reconnect. The
+//     dead-letter queue keeps it visible and replayable without pretending it
+//     was retried. Set Policy.Classify to make unknown errors retryable.
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Header names the adapters write on forwarded and dead-lettered messages.
+// Times are absolute Unix milliseconds, durations whole milliseconds, both in
+// decimal, so every consumer reads them the same way.
+const (
+	// HeaderAttempt is the number of attempts made so far (our own count:
+	// RabbitMQ's x-death changed meaning in 3.13).
+	HeaderAttempt = "x-stagger-attempt"
+	// HeaderDelay is the delay decided after the last failure (the
+	// schedule's prev).
+	HeaderDelay = "x-stagger-delay"
+	// HeaderDue is the time before which the message must not be handled.
+	HeaderDue = "x-stagger-due"
+	// HeaderFirstAttempt is when the first attempt started: the base of
+	// Policy.Timeout's deadline.
+	HeaderFirstAttempt = "x-stagger-first-attempt"
+	// HeaderFirstFailure is when the first attempt failed.
+	HeaderFirstFailure = "x-stagger-first-failure"
+	// HeaderError is the last attempt's error text, at most MaxErrorLen bytes.
+	HeaderError = "x-stagger-error"
+	// HeaderReason is why the message was dead-lettered (retry.Reason's
+	// name: "permanent", "exhausted", "unknown", "deadline", "budget",
+	// "pushback"; or an adapter's own, such as "max_deliveries").
+	HeaderReason = "x-stagger-reason"
+	// HeaderOrigin is the message's original destination (exchange and
+	// routing key, topic/partition/offset, stream subject).
+	HeaderOrigin = "x-stagger-origin"
+	// HeaderID carries the message ID where the broker has no field for it.
+	HeaderID = "x-stagger-id"
+)
+
+// MaxErrorLen bounds the error text copied into HeaderError.
+const MaxErrorLen = 1024
+
+// ErrInvalid is wrapped by every validation error of this package and of the
+// adapters; the message names the field and the rule.
+var ErrInvalid = errors.New("broker: invalid configuration")
+
+// Tiers are the delays of a broker's retry stages, shortest first: one
+// RabbitMQ wait queue or one Kafka retry topic per tier.
+type Tiers []time.Duration
+
+// DefaultTiers is seed 004's cascade: 10 s, 1 min, 10 min (then the DLQ).
+var DefaultTiers = Tiers{10 * time.Second, time.Minute, 10 * time.Minute}
+
+// MaxTier is the longest tier accepted (RabbitMQ's x-message-ttl is a 32-bit
+// millisecond count; a day is far inside it).
+const MaxTier = 24 * time.Hour
+
+// Validate requires at least one tier, each a whole number of milliseconds in
+// [1ms, MaxTier], strictly increasing.
+func (t Tiers) Validate() error {
+	if len(t) == 0 {
+		return fmt.Errorf("%w: Tiers must list at least one delay", ErrInvalid)
+	}
+	for i, d := range t {
+		switch {
+		case d < time.Millisecond || d > MaxTier:
+			return fmt.Errorf("%w: Tiers[%d] must be in [1ms, %v], got %v", ErrInvalid, i, MaxTier, d)
+		case d%time.Millisecond != 0:
+			return fmt.Errorf("%w: Tiers[%d] must be whole milliseconds, got %v", ErrInvalid, i, d)
+		case i > 0 && d <= t[i-1]:
+			return fmt.Errorf("%w: Tiers must increase strictly, got Tiers[%d]=%v after %v", ErrInvalid, i, d, t[i-1])
+		}
+	}
+	return nil
+}
+
+// For returns the index of the tier a message that must wait d goes to: the
+// first tier at least d long, so the broker never delivers it early. When d
+// exceeds every tier it returns the last one; the message carries
+// HeaderDue and is parked again when it comes back too soon.
+func (t Tiers) For(d time.Duration) int {
+	for i, td := range t {
+		if td >= d {
+			return i
+		}
+	}
+	return len(t) - 1
+}
+
+// Name returns a short name for tier i, used in queue and topic names:
+// "10s", "1m", "10m", "1h", "200ms", "1500ms".
+func (t Tiers) Name(i int) string {
+	return DurationName(t[i])
+}
+
+// DurationName writes d compactly for names: the largest of h, m, s, ms that
+// divides it exactly.
+func DurationName(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0ms"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}
+
+// CascadePolicy is the seed-004 policy over tiers: attempt n's failure waits
+// tiers[n-1] (retry.10s → retry.1m → retry.10m), and the message is
+// dead-lettered after len(tiers)+1 attempts. Adapters use it when no Policy
+// is given.
+func CascadePolicy(tiers Tiers) *retry.Policy {
+	return &retry.Policy{
+		MaxAttempts: len(tiers) + 1,
+		Schedule:    backoff.Sequence(tiers),
+		// A tier is the broker's wait, not a dependency's request: any
+		// After(d) a handler returns is honoured up to the longest tier.
+		MaxAfter:   tiers[len(tiers)-1],
+		ClampAfter: true,
+	}
+}
+
+// State is what travels with a message from one attempt to the next, in
+// headers: see the Header constants.
+type State struct {
+	Attempts     int           // attempts made before this delivery
+	Prev         time.Duration // delay decided after the last failure
+	Due          time.Time     // not to be handled before (zero: now)
+	FirstAttempt time.Time     // when attempt 1 started
+	FirstFailure time.Time     // when attempt 1 failed
+	Error        string        // last error text
+	Reason       string        // dead letters only
+	Origin       string        // original destination
+}
+
+// Encode writes s as headers through set, leaving out zero fields.
+func (s State) Encode(set func(key, value string)) {
+	if s.Attempts > 0 {
+		set(HeaderAttempt, strconv.Itoa(s.Attempts))
+	}
+	if s.Prev > 0 {
+		set(HeaderDelay, strconv.FormatInt(s.Prev.Milliseconds(), 10))
+	}
+	for _, h := range [...]struct {
+		k string
+		t time.Time
+	}{{HeaderDue, s.Due}, {HeaderFirstAttempt, s.FirstAttempt}, {HeaderFirstFailure, s.FirstFailure}} {
+		if !h.t.IsZero() {
+			set(h.k, strconv.FormatInt(h.t.UnixMilli(), 10))
+		}
+	}
+	if s.Error != "" {
+		set(HeaderError, s.Error)
+	}
+	if s.Reason != "" {
+		set(HeaderReason, s.Reason)
+	}
+	if s.Origin != "" {
+		set(HeaderOrigin, s.Origin)
+	}
+}
+
+// DecodeState reads the headers written by Encode through get. Missing
+// headers leave fields zero; a malformed one is an error naming it (a
+// message from a foreign producer must not be retried forever on a garbage
+// count).
+func DecodeState(get func(key string) (string, bool)) (State, error) {
+	var s State
+	num := func(k string, lo int64) (int64, bool, error) {
+		v, ok := get(k)
+		if !ok || v == "" {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < lo {
+			return 0, false, fmt.Errorf("broker: header %s must be an integer >= %d, got %q", k, lo, v)
+		}
+		return n, true, nil
+	}
+	n, ok, err := num(HeaderAttempt, 0)
+	if err != nil {
+		return s, err
+	}
+	if ok {
+		if n > 1<<31 {
+			return s, fmt.Errorf("broker: header %s must be <= %d, got %d", HeaderAttempt, 1<<31, n)
+		}
+		s.Attempts = int(n)
+	}
+	if n, ok, err = num(HeaderDelay, 0); err != nil {
+		return s, err
+	} else if ok {
+		s.Prev = time.Duration(min(n, int64(backoff.MaxDelay/time.Millisecond))) * time.Millisecond
+	}
+	var times [3]time.Time
+	for i, k := range [...]string{HeaderDue, HeaderFirstAttempt, HeaderFirstFailure} {
+		if n, ok, err = num(k, 0); err != nil {
+			return s, err
+		} else if ok {
+			times[i] = time.UnixMilli(n)
+		}
+	}
+	s.Due, s.FirstAttempt, s.FirstFailure = times[0], times[1], times[2]
+	s.Error, _ = get(HeaderError)
+	s.Reason, _ = get(HeaderReason)
+	s.Origin, _ = get(HeaderOrigin)
+	return s, nil
+}
+
+// ErrorText is err's text cut to MaxErrorLen bytes (on a rune boundary).
+func ErrorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	cut := MaxErrorLen
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// DeadLetter is a dead-lettered message as an adapter reads it back from its
+// DLQ.
+type DeadLetter struct {
+	ID      string
+	Payload []byte
+	State   // Attempts, Error, Reason, Origin, FirstFailure …
+}

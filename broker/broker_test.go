@@ -1,0 +1,197 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+func TestTiersFor(t *testing.T) {
+	tiers := broker.DefaultTiers
+	for _, c := range []struct {
+		d    time.Duration
+		want int
+	}{{0, 0}, {time.Millisecond, 0}, {10 * time.Second, 0}, {10*time.Second + 1, 1}, {time.Minute, 1}, {5 * time.Minute, 2}, {time.Hour, 2}} {
+		if got := tiers.For(c.d); got != c.want {
+			t.Errorf("For(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+	names := []string{tiers.Name(0), tiers.Name(1), tiers.Name(2), broker.DurationName(200 * time.Millisecond), broker.DurationName(90 * time.Minute), broker.DurationName(2 * time.Hour)}
+	if got := strings.Join(names, ","); got != "10s,1m,10m,200ms,90m,2h" {
+		t.Errorf("names = %s", got)
+	}
+}
+
+func TestTiersValidate(t *testing.T) {
+	if err := broker.DefaultTiers.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tiers broker.Tiers
+		msg   string
+	}{
+		{nil, "at least one"},
+		{broker.Tiers{0}, "Tiers[0] must be in"},
+		{broker.Tiers{-time.Second}, "Tiers[0] must be in"},
+		{broker.Tiers{25 * time.Hour}, "Tiers[0] must be in"},
+		{broker.Tiers{time.Second, 1500 * time.Microsecond}, "Tiers[1] must be whole milliseconds"},
+		{broker.Tiers{time.Second, time.Second}, "increase strictly"},
+	} {
+		err := c.tiers.Validate()
+		if !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("Validate(%v) = %v, want %q", c.tiers, err, c.msg)
+		}
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_123)
+	st := broker.State{Attempts: 2, Prev: 400 * time.Millisecond, Due: now.Add(time.Second), FirstAttempt: now.Add(-time.Second),
+		FirstFailure: now, Error: "boom", Reason: "exhausted", Origin: "orders/orders"}
+	h := map[string]string{}
+	st.Encode(func(k, v string) { h[k] = v })
+	got, err := broker.DecodeState(func(k string) (string, bool) { v, ok := h[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Due.Equal(st.Due) || !got.FirstAttempt.Equal(st.FirstAttempt) || !got.FirstFailure.Equal(st.FirstFailure) {
+		t.Fatalf("times differ: %+v vs %+v", got, st)
+	}
+	got.Due, got.FirstAttempt, got.FirstFailure = st.Due, st.FirstAttempt, st.FirstFailure
+	if got != st {
+		t.Fatalf("round trip: %+v, want %+v", got, st)
+	}
+	for _, bad := range []map[string]string{
+		{broker.HeaderAttempt: "-1"}, {broker.HeaderAttempt: "x"}, {broker.HeaderAttempt: "99999999999"},
+		{broker.HeaderDue: "1.5"}, {broker.HeaderDelay: "-3"},
+	} {
+		_, err := broker.DecodeState(func(k string) (string, bool) { v, ok := bad[k]; return v, ok })
+		if err == nil {
+			t.Errorf("DecodeState(%v) accepted a malformed header", bad)
+		}
+	}
+}
+
+func TestErrorTextBounded(t *testing.T) {
+	long := strings.Repeat("é", broker.MaxErrorLen)
+	s := broker.ErrorText(errors.New(long))
+	if len(s) > broker.MaxErrorLen || !strings.HasPrefix(long, s) || len(s) < broker.MaxErrorLen-1 {
+		t.Fatalf("ErrorText: len %d", len(s))
+	}
+}
+
+// clock is a manual clock for the Processor.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func TestProcessor(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	var seen []retry.Delivery
+	results := map[string]error{}
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		seen = append(seen, d)
+		c.t = c.t.Add(5 * time.Millisecond) // the attempt takes 5ms
+		return results[d.ID]
+	}
+	p := &broker.Processor{Handler: h, Policy: broker.CascadePolicy(broker.DefaultTiers), Source: "test", Now: c.now}
+
+	results["a"] = retry.Retryable(errors.New("503"))
+	o := p.Process(context.Background(), "a", nil, broker.State{})
+	if o.Action != broker.Retry || o.Delay != 10*time.Second || o.State.Attempts != 1 || !o.State.Due.Equal(c.t.Add(10*time.Second)) || o.State.Error != "503" {
+		t.Fatalf("first failure: %+v", o)
+	}
+	if seen[0] != (retry.Delivery{ID: "a", Attempt: 1, MaxAttempts: 4, Source: "test"}) {
+		t.Fatalf("delivery %+v", seen[0])
+	}
+	first := o.State.FirstFailure
+	// Back before it is due: parked again, handler not run, no attempt counted.
+	o2 := p.Process(context.Background(), "a", nil, o.State)
+	if o2.Action != broker.Park || o2.Delay != 10*time.Second || len(seen) != 1 || o2.State.Attempts != 1 {
+		t.Fatalf("early redelivery: %+v", o2)
+	}
+	// Due: attempt 2, cascade moves to the 1m tier.
+	c.t = o.State.Due
+	o = p.Process(context.Background(), "a", nil, o.State)
+	if o.Action != broker.Retry || o.Delay != time.Minute || o.State.Attempts != 2 || !o.State.FirstFailure.Equal(first) {
+		t.Fatalf("second failure: %+v", o)
+	}
+	// After(d) longer than the schedule raises the delay.
+	results["a"] = retry.After(errors.New("busy"), 3*time.Minute)
+	c.t = o.State.Due
+	o = p.Process(context.Background(), "a", nil, o.State)
+	if o.Action != broker.Retry || o.Delay != 10*time.Minute {
+		t.Fatalf("third failure with After(3m): %+v", o)
+	}
+	c.t = o.State.Due
+	o = p.Process(context.Background(), "a", nil, o.State)
+	if o.Action != broker.Dead || o.Reason != retry.Exhausted || o.State.Reason != "exhausted" || o.State.Attempts != 4 {
+		t.Fatalf("fourth failure: %+v", o)
+	}
+
+	results["p"] = retry.Permanent(errors.New("bad json"))
+	if o := p.Process(context.Background(), "p", nil, broker.State{}); o.Action != broker.Dead || o.Reason != retry.PermanentError || o.State.Attempts != 1 {
+		t.Fatalf("permanent: %+v", o)
+	}
+	results["u"] = errors.New("???")
+	if o := p.Process(context.Background(), "u", nil, broker.State{}); o.Action != broker.Dead || o.State.Reason != "unknown" {
+		t.Fatalf("unknown: %+v", o)
+	}
+	// Policy.Classify turns unknown errors retryable.
+	p2 := *p
+	p2.Policy = broker.CascadePolicy(broker.DefaultTiers)
+	p2.Policy.Classify = func(error) retry.Class { return retry.ClassRetryable }
+	if o := p2.Process(context.Background(), "u", nil, broker.State{}); o.Action != broker.Retry {
+		t.Fatalf("unknown with Classify: %+v", o)
+	}
+	if o := p.Process(context.Background(), "ok", nil, broker.State{}); o.Action != broker.Ack {
+		t.Fatalf("success: %+v", o)
+	}
+}
+
+func TestProcessorDeadlineAndBudget(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	fail := func(context.Context, []byte) error { return retry.Retryable(errors.New("down")) }
+	pol := &retry.Policy{MaxAttempts: 10, Schedule: backoff.Constant(time.Second), Timeout: 1500 * time.Millisecond}
+	p := &broker.Processor{Handler: fail, Policy: pol, Now: c.now}
+	o := p.Process(context.Background(), "d", nil, broker.State{})
+	if o.Action != broker.Retry {
+		t.Fatalf("first: %+v", o)
+	}
+	c.t = o.State.Due // 1s after the first attempt; +1s would pass the 1.5s deadline
+	if o = p.Process(context.Background(), "d", nil, o.State); o.Action != broker.Dead || o.Reason != retry.Deadline {
+		t.Fatalf("deadline: %+v", o)
+	}
+
+	b := &budget.TokenBucket{} // starts empty: a retry needs 10 originals' credit
+	p = &broker.Processor{Handler: fail, Policy: &retry.Policy{Budget: b}, Now: c.now}
+	if o = p.Process(context.Background(), "b", nil, broker.State{}); o.Action != broker.Dead || o.Reason != retry.Budget {
+		t.Fatalf("budget: %+v", o)
+	}
+}
+
+func TestProcessorInbox(t *testing.T) {
+	n := 0
+	h := func(context.Context, []byte) error { n++; return nil }
+	p := &broker.Processor{Handler: h, Inbox: queue.NewMemoryInbox()}
+	for i := range 3 {
+		o := p.Process(context.Background(), "m1", nil, broker.State{})
+		if o.Action != broker.Ack || o.Duplicate != (i > 0) {
+			t.Fatalf("delivery %d: %+v", i, o)
+		}
+	}
+	p.Process(context.Background(), "", nil, broker.State{})
+	p.Process(context.Background(), "", nil, broker.State{})
+	if n != 3 {
+		t.Fatalf("handler ran %d times, want 1 for m1 and 2 for the ID-less messages", n)
+	}
+}

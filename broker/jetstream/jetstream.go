@@ -1,0 +1,397 @@
+// Package jetstream runs a stagger retry.Handler on a NATS JetStream
+// consumer with broker-side delayed retries: no consumer ever sleeps.
+//
+//	publisher ──► [stream Stream] ──► durable pull consumer (MaxDeliver = MaxAttempts,
+//	                    ▲  │                BackOff from the schedule for ack timeouts)
+//	                    │  ▼
+//	                    │  Consumer ── nil ─────────────────────► Ack
+//	                    └───────────── retryable ───────────────► NakWithDelay(decided delay)
+//	                       permanent, unknown, exhausted ───────► copy to [DLQStream], then Term
+//
+//	server: delivery count reached MaxDeliver without a decision (ack timeouts, crashes)
+//	   └─► $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>
+//	         └─► [AdvisoryStream] ──► mover ── GetMsg(stream_seq) ──► copy to [DLQStream], Ack
+//
+// Each failure is decided by the shared retry.Policy.Decide; a retry is a
+// NakWithDelay of exactly the decided delay, so the server redelivers it no
+// sooner. The attempt number is the server's delivery count (NumDelivered):
+// a delivery that crashed or timed out counts, as seed 002 counts claims.
+//
+// Dead letters are published with a Nats-Msg-Id derived from the original's
+// stream and sequence, so the consumer's own copy and the advisory mover's
+// copy of the same message are deduplicated by the DLQ stream within its
+// duplicate window.
+//
+// A nak cannot carry headers, so state that RabbitMQ and Kafka keep in
+// headers is not carried between JetStream attempts: the first-attempt and
+// first-failure times are the message's stream timestamp (when it was
+// stored — a lower bound), and the schedule's prev is 0 (Decorrelated
+// schedules restart from their base).
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Headers of our own next to broker's.
+const (
+	HeaderStream    = "x-stagger-stream"     // the original's stream
+	HeaderStreamSeq = "x-stagger-stream-seq" // the original's stream sequence
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultAckWait       = 30 * time.Second
+	DefaultMaxAckPending = 1000
+	DefaultConcurrency   = 1
+)
+
+// Options configure a Consumer.
+type Options struct {
+	// Stream holds the work messages; it must exist (the consumer does not
+	// own its retention or subjects).
+	Stream string
+	// Consumer is the durable consumer's name; created or updated by Setup.
+	Consumer string
+	// FilterSubject narrows the consumer to a subject ("": the whole stream).
+	FilterSubject string
+	// DLQStream receives dead letters on DLQSubject; created by Setup when
+	// missing (default Stream+"_DLQ", subject "dlq."+Stream+"."+Consumer).
+	DLQStream, DLQSubject string
+	// AdvisoryStream captures the consumer's MAX_DELIVERIES advisories;
+	// created by Setup when missing (default Stream+"_ADV").
+	AdvisoryStream string
+	// Handler runs once per delivery with a retry.Delivery (Source
+	// "jetstream", ID = the Nats-Msg-Id header, else "<stream>:<seq>").
+	Handler retry.Handler
+	// Policy decides retries; nil means broker.CascadePolicy of
+	// broker.DefaultTiers (10 s, 1 min, 10 min, then the DLQ). MaxDeliver is
+	// its MaxAttempts.
+	Policy *retry.Policy
+	// Inbox, if set, wraps Handler keyed by the message ID.
+	Inbox queue.Inbox
+	// AckWait is how long a handler may run before the server redelivers
+	// the message (0: DefaultAckWait). The consumer's BackOff for ack
+	// timeouts is max(AckWait, the schedule's delay) per delivery.
+	AckWait time.Duration
+	// MaxAckPending bounds unacknowledged messages (0: DefaultMaxAckPending,
+	// the server's own default). A message waiting out its NakWithDelay
+	// counts as pending: leave room for the retries in flight.
+	MaxAckPending int
+	// Concurrency is the number of handlers running at once (0:
+	// DefaultConcurrency).
+	Concurrency int
+	// Logger receives consume errors and dead-lettering failures (nil:
+	// discarded).
+	Logger *slog.Logger
+	// Now is the clock for decisions (nil: time.Now).
+	Now func() time.Time
+
+	// afterHandle, in tests, runs after the handler's outcome was applied
+	// (effect done, or DLQ copy published) and before the ack; returning
+	// true skips the ack, as a process crashing at that point would.
+	afterHandle func(success bool) (crash bool)
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+
+func (o *Options) setDefaults() error {
+	for _, f := range []struct{ name, v string }{{"Stream", o.Stream}, {"Consumer", o.Consumer}} {
+		if !nameRE.MatchString(f.v) {
+			return fmt.Errorf("%w: %s must be 1..200 of [A-Za-z0-9_-], got %q", broker.ErrInvalid, f.name, f.v)
+		}
+	}
+	if o.Handler == nil {
+		return fmt.Errorf("%w: Handler must not be nil", broker.ErrInvalid)
+	}
+	if o.DLQStream == "" {
+		o.DLQStream = o.Stream + "_DLQ"
+	}
+	if o.DLQSubject == "" {
+		o.DLQSubject = "dlq." + o.Stream + "." + o.Consumer
+	}
+	if o.AdvisoryStream == "" {
+		o.AdvisoryStream = o.Stream + "_ADV"
+	}
+	for _, f := range []struct{ name, v string }{{"DLQStream", o.DLQStream}, {"AdvisoryStream", o.AdvisoryStream}} {
+		if !nameRE.MatchString(f.v) {
+			return fmt.Errorf("%w: %s must be 1..200 of [A-Za-z0-9_-], got %q", broker.ErrInvalid, f.name, f.v)
+		}
+	}
+	if o.Policy == nil {
+		o.Policy = broker.CascadePolicy(broker.DefaultTiers)
+	}
+	if err := o.Policy.Validate(); err != nil {
+		return err
+	}
+	if o.AckWait == 0 {
+		o.AckWait = DefaultAckWait
+	}
+	if o.MaxAckPending == 0 {
+		o.MaxAckPending = DefaultMaxAckPending
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	switch {
+	case o.AckWait < time.Millisecond || o.AckWait > 24*time.Hour:
+		return fmt.Errorf("%w: AckWait must be in [1ms, 24h], got %v", broker.ErrInvalid, o.AckWait)
+	case o.MaxAckPending < 1 || o.MaxAckPending > 1<<20:
+		return fmt.Errorf("%w: MaxAckPending must be in [1, %d], got %d", broker.ErrInvalid, 1<<20, o.MaxAckPending)
+	case o.Concurrency < 1 || o.Concurrency > o.MaxAckPending:
+		return fmt.Errorf("%w: Concurrency must be in [1, MaxAckPending=%d], got %d", broker.ErrInvalid, o.MaxAckPending, o.Concurrency)
+	}
+	return nil
+}
+
+// AdvisorySubject is the MAX_DELIVERIES advisory subject of a consumer.
+func AdvisorySubject(stream, consumer string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
+}
+
+// Consumer consumes a JetStream durable consumer with stagger retries.
+type Consumer struct {
+	js   jetstream.JetStream
+	opts Options
+	proc *broker.Processor
+	log  *slog.Logger
+}
+
+// NewConsumer validates opts. Call Setup (or Run, which calls it) next.
+func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: JetStream must not be nil", broker.ErrInvalid)
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Consumer{js: js, opts: opts, log: log,
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}, nil
+}
+
+// ConsumerConfig is the durable consumer's configuration: explicit acks,
+// MaxDeliver = the policy's MaxAttempts, and BackOff (ack-timeout
+// redeliveries) = max(AckWait, schedule delay n) for n = 1..MaxAttempts-1.
+func (c *Consumer) ConsumerConfig() jetstream.ConsumerConfig {
+	maxDeliver := c.proc.MaxAttempts()
+	cfg := jetstream.ConsumerConfig{
+		Durable:       c.opts.Consumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		MaxDeliver:    maxDeliver,
+		MaxAckPending: c.opts.MaxAckPending,
+		FilterSubject: c.opts.FilterSubject,
+		AckWait:       c.opts.AckWait,
+	}
+	if maxDeliver > 1 {
+		sched := c.opts.Policy.Schedule
+		// A fixed random source: the same policy gives the same consumer
+		// configuration on every start, so a restart does not update it.
+		src := rand.NewPCG(1, 2)
+		var prev time.Duration
+		for n := 1; n < maxDeliver && n <= 100; n++ {
+			d := c.opts.AckWait
+			if sched != nil {
+				prev = sched.Delay(n, prev, src)
+				d = max(d, prev)
+			}
+			cfg.BackOff = append(cfg.BackOff, d)
+		}
+		cfg.AckWait = 0 // the server takes BackOff[0] as the ack wait
+	}
+	return cfg
+}
+
+// Setup creates or updates the durable consumer and creates the DLQ and
+// advisory streams and the advisory mover's consumer when missing.
+func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Consumer, error) {
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.Stream, c.ConsumerConfig())
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream: consumer %q on stream %q: %w", c.opts.Consumer, c.opts.Stream, err)
+	}
+	if _, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: c.opts.DLQStream, Subjects: []string{c.opts.DLQSubject}, Duplicates: 10 * time.Minute,
+	}); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil, nil, fmt.Errorf("jetstream: DLQ stream %q: %w", c.opts.DLQStream, err)
+	}
+	if _, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: c.opts.AdvisoryStream, Subjects: []string{AdvisorySubject(c.opts.Stream, c.opts.Consumer)},
+	}); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil, nil, fmt.Errorf("jetstream: advisory stream %q: %w", c.opts.AdvisoryStream, err)
+	}
+	mover, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.AdvisoryStream, jetstream.ConsumerConfig{
+		Durable: c.opts.Consumer + "_dlq", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream: advisory consumer on %q: %w", c.opts.AdvisoryStream, err)
+	}
+	return cons, mover, nil
+}
+
+// Run sets up and consumes until ctx is done, then stops taking messages,
+// lets running handlers finish and returns ctx.Err(). The nats.Conn
+// reconnects by itself; unacknowledged messages are redelivered by the
+// server after their ack wait.
+func (c *Consumer) Run(ctx context.Context) error {
+	cons, mover, err := c.Setup(ctx)
+	if err != nil {
+		return err
+	}
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range c.opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range work {
+				c.handle(ctx, m)
+			}
+		}()
+	}
+	errh := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.log.Warn("jetstream: consume", slog.Any("error", err))
+	})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case work <- m:
+		case <-ctx.Done(): // not handled: redelivered after its ack wait
+		}
+	}, jetstream.PullMaxMessages(min(c.opts.MaxAckPending, 512)), errh)
+	if err != nil {
+		close(work)
+		wg.Wait()
+		return fmt.Errorf("jetstream: consume: %w", err)
+	}
+	mc, err := mover.Consume(func(m jetstream.Msg) { c.moveAdvisory(ctx, m) }, errh)
+	if err != nil {
+		cc.Stop()
+		close(work)
+		wg.Wait()
+		return fmt.Errorf("jetstream: consume advisories: %w", err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	mc.Stop()
+	<-cc.Closed()
+	<-mc.Closed()
+	close(work)
+	wg.Wait()
+	return ctx.Err()
+}
+
+// messageID is the inbox key: the Nats-Msg-Id header, else stream:seq.
+func messageID(m jetstream.Msg, md *jetstream.MsgMetadata) string {
+	if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		return id
+	}
+	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+}
+
+func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		c.log.Error("jetstream: message without metadata, terminating it", slog.Any("error", err))
+		_ = m.TermWithReason("stagger: no metadata")
+		return
+	}
+	id := messageID(m, md)
+	st := broker.State{
+		Attempts:     int(min(md.NumDelivered, 1<<31)) - 1,
+		FirstAttempt: md.Timestamp,
+		FirstFailure: md.Timestamp,
+		Origin:       m.Subject(),
+	}
+	o := c.proc.Process(ctx, id, m.Data(), st)
+	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
+		return // shutting down: redelivered after its ack wait
+	}
+	switch o.Action {
+	case broker.Retry, broker.Park:
+		if err := m.NakWithDelay(o.Delay); err != nil {
+			c.log.Warn("jetstream: nak", slog.Any("error", err))
+		}
+		return
+	case broker.Dead:
+		if err := c.deadLetter(ctx, id, md.Stream, md.Sequence.Stream, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
+			// Not copied: leave it unacknowledged; it is redelivered, and at
+			// MaxDeliver the advisory mover copies it.
+			c.log.Error("jetstream: dead-letter copy failed", slog.String("id", id), slog.Any("error", err))
+			return
+		}
+	}
+	if c.opts.afterHandle != nil && c.opts.afterHandle(o.Action == broker.Ack) {
+		return
+	}
+	if o.Action == broker.Dead {
+		err = m.TermWithReason("stagger: " + o.State.Reason)
+	} else {
+		err = m.Ack()
+	}
+	if err != nil {
+		c.log.Warn("jetstream: ack", slog.Any("error", err))
+	}
+}
+
+// deadLetter publishes a copy of a message to the DLQ stream, deduplicated
+// by the original's stream and sequence.
+func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, subject string, h nats.Header, data []byte, st broker.State) error {
+	out := nats.NewMsg(c.opts.DLQSubject)
+	for k, v := range h {
+		out.Header[k] = append([]string(nil), v...)
+	}
+	if st.Origin == "" {
+		st.Origin = subject
+	}
+	st.Due = time.Time{}
+	st.Encode(func(k, v string) { out.Header.Set(k, v) })
+	out.Header.Set(broker.HeaderID, id)
+	out.Header.Set(HeaderStream, stream)
+	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+	out.Header.Del(jetstream.MsgIDHeader)
+	out.Data = data
+	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+stream+":"+strconv.FormatUint(seq, 10)))
+	return err
+}
+
+// advisory is the part of a MAX_DELIVERIES advisory the mover reads.
+type advisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries int    `json:"deliveries"`
+}
+
+// ParseDeadLetter decodes a message read from the DLQ stream.
+func ParseDeadLetter(m jetstream.Msg) (broker.DeadLetter, error) {
+	h := m.Headers()
+	st, err := broker.DecodeState(func(k string) (string, bool) {
+		v := h.Values(k)
+		if len(v) == 0 {
+			return "", false
+		}
+		return v[0], true
+	})
+	if err != nil {
+		return broker.DeadLetter{}, err
+	}
+	return broker.DeadLetter{ID: h.Get(broker.HeaderID), Payload: m.Data(), State: st}, nil
+}

@@ -1,0 +1,225 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/retry"
+)
+
+func natsURL() string {
+	if u := os.Getenv("STAGGER_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// connect reaches the test NATS server, skipping (failing under CI=true)
+// when it or its JetStream is unavailable.
+func connect(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	fail := func(err error) {
+		msg := fmt.Sprintf("NATS JetStream unreachable at STAGGER_NATS_URL (default nats://127.0.0.1:4222): %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	nc, err := nats.Connect(natsURL(), nats.Timeout(3*time.Second), nats.Name("stagger-test"))
+	if err != nil {
+		fail(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		fail(err)
+	}
+	return js
+}
+
+type pipeline struct {
+	js      jetstream.JetStream
+	subject string
+	dlq     chan jetstream.Msg
+}
+
+func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
+	_, err := p.js.Publish(ctx, p.subject, payload, jetstream.WithMsgID(id))
+	return err
+}
+
+func (p *pipeline) NextDeadLetter(ctx context.Context) (broker.DeadLetter, error) {
+	select {
+	case m := <-p.dlq:
+		return ParseDeadLetter(m)
+	case <-ctx.Done():
+		return broker.DeadLetter{}, ctx.Err()
+	}
+}
+
+// start creates s's streams, runs a Consumer on them and returns the
+// pipeline; streams are deleted when the test ends.
+func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
+	t.Helper()
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	subject := s.Name + ".in"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.Name, Subjects: []string{subject}}); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Stream: s.Name, Consumer: "work", Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, AckWait: time.Second}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, name := range []string{s.Name, s.Name + "_DLQ", s.Name + "_ADV"} {
+			if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("delete stream %s: %v", name, err)
+			}
+		}
+	})
+	if s.Crash || s.CrashAfterSuccess {
+		var once sync.Once
+		opts.afterHandle = func(success bool) (crash bool) {
+			if s.Crash || success {
+				once.Do(func() { crash = true })
+			}
+			return crash
+		}
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	c, err := NewConsumer(js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+	})
+	dc, err := js.OrderedConsumer(ctx, c.opts.DLQStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq := make(chan jetstream.Msg, 64)
+	cc, err := dc.Consume(func(m jetstream.Msg) { dlq <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return &pipeline{js: js, subject: subject, dlq: dlq}
+}
+
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, nil)
+	})
+}
+
+func uniqueName(t *testing.T) string {
+	return fmt.Sprintf("stg-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano()%1e9)
+}
+
+// TestMaxDeliveriesAdvisory never acknowledges (a consumer that keeps
+// crashing after its handler): the server gives up at MaxDeliver, emits the
+// MAX_DELIVERIES advisory, and the mover copies the original to the DLQ.
+func TestMaxDeliveriesAdvisory(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	h := func(ctx context.Context, _ []byte) error { mu.Lock(); n++; mu.Unlock(); return nil }
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Policy: &retry.Policy{MaxAttempts: 3}},
+		func(o *Options) {
+			o.AckWait = 300 * time.Millisecond
+			o.Policy.Schedule = nil
+			o.afterHandle = func(bool) bool { return true }
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "stuck", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.ID != "stuck" || dl.Reason != ReasonMaxDeliveries || dl.Attempts != 3 || string(dl.Payload) != "payload" || dl.Origin != p.subject {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != 3 {
+		t.Errorf("handler ran %d times, want MaxDeliver = 3", n)
+	}
+}
+
+func TestConsumerConfig(t *testing.T) {
+	h := func(context.Context, []byte) error { return nil }
+	c, err := NewConsumer(nopJS{}, Options{Stream: "S", Consumer: "C", Handler: h, AckWait: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.ConsumerConfig()
+	// Default policy: the seed cascade, 4 attempts.
+	want := []time.Duration{15 * time.Second, time.Minute, 10 * time.Minute}
+	if cfg.MaxDeliver != 4 || fmt.Sprint(cfg.BackOff) != fmt.Sprint(want) || cfg.AckPolicy != jetstream.AckExplicitPolicy {
+		t.Fatalf("config %+v", cfg)
+	}
+	if c.opts.DLQStream != "S_DLQ" || c.opts.DLQSubject != "dlq.S.C" || c.opts.AdvisoryStream != "S_ADV" {
+		t.Fatalf("defaults %+v", c.opts)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	h := func(context.Context, []byte) error { return nil }
+	good := Options{Stream: "S", Consumer: "C", Handler: h}
+	for _, c := range []struct {
+		mod  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Stream = "a.b" }, "Stream must be"},
+		{func(o *Options) { o.Consumer = "" }, "Consumer must be"},
+		{func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
+		{func(o *Options) { o.AckWait = -time.Second }, "AckWait must be"},
+		{func(o *Options) { o.MaxAckPending = -1 }, "MaxAckPending must be"},
+		{func(o *Options) { o.MaxAckPending, o.Concurrency = 10, 11 }, "Concurrency must be"},
+		{func(o *Options) { o.DLQStream = "x y" }, "DLQStream must be"},
+		{func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -2} }, "MaxAttempts must be"},
+	} {
+		o := good
+		c.mod(&o)
+		if _, err := NewConsumer(nopJS{}, o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err = %v, want %q", err, c.want)
+		}
+	}
+	if _, err := NewConsumer(nil, good); err == nil {
+		t.Error("nil JetStream accepted")
+	}
+}
+
+// nopJS satisfies jetstream.JetStream for option tests.
+type nopJS struct{ jetstream.JetStream }

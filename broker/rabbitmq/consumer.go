@@ -1,0 +1,390 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultPrefetch    = 32
+	DefaultConcurrency = 1
+	MaxPrefetch        = 65535
+)
+
+// DefaultReconnect paces reconnection attempts after a connection drop.
+var DefaultReconnect backoff.Schedule = backoff.Exponential{Base: 100 * time.Millisecond, Cap: 10 * time.Second, Jitter: backoff.Full}
+
+// Options configure a Consumer.
+type Options struct {
+	// URL is the AMQP URL, amqp://user:pass@host:port/vhost. The password
+	// never appears in logs or errors.
+	URL string
+	// Topology names the queues; the consumer declares it on every
+	// (re)connect.
+	Topology Topology
+	// Handler runs once per delivery, with a retry.Delivery (Source
+	// "rabbitmq", ID = the message's MessageId) in its context.
+	Handler retry.Handler
+	// Policy decides retries; nil means broker.CascadePolicy(Tiers): attempt
+	// n waits tier n, dead-lettered after len(Tiers)+1 attempts.
+	Policy *retry.Policy
+	// Inbox, if set, wraps Handler keyed by MessageId so a redelivered
+	// message whose effect was applied is acknowledged without running the
+	// handler again. Messages without a MessageId bypass it.
+	Inbox queue.Inbox
+	// Prefetch is the channel's QoS: unacknowledged deliveries at once
+	// (0: DefaultPrefetch).
+	Prefetch int
+	// Concurrency is the number of handlers running at once (0:
+	// DefaultConcurrency); at most Prefetch.
+	Concurrency int
+	// Dial opens the TCP connection; nil means net.DialTimeout with 30 s.
+	Dial func(network, addr string) (net.Conn, error)
+	// Reconnect paces reconnection after a drop (nil: DefaultReconnect).
+	Reconnect backoff.Schedule
+	// Logger receives connection events and forwarding failures (nil:
+	// discarded).
+	Logger *slog.Logger
+	// Now is the clock for decisions and due times (nil: time.Now).
+	Now func() time.Time
+
+	// afterForward and afterSuccess, in tests, run after a forward was
+	// confirmed, or after a handler success, and before the original is
+	// acknowledged.
+	afterForward, afterSuccess func()
+}
+
+// Consumer consumes a Topology's main queue and retries failures through the
+// wait queues. Create it with NewConsumer and call Run.
+type Consumer struct {
+	opts Options
+	proc *broker.Processor
+	log  *slog.Logger
+}
+
+// NewConsumer validates opts and returns a Consumer.
+func NewConsumer(opts Options) (*Consumer, error) {
+	if _, err := amqp.ParseURI(opts.URL); err != nil {
+		return nil, fmt.Errorf("%w: URL must be an amqp:// or amqps:// URL: %v", broker.ErrInvalid, redactErr(err, opts.URL))
+	}
+	if err := opts.Topology.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Handler == nil {
+		return nil, fmt.Errorf("%w: Handler must not be nil", broker.ErrInvalid)
+	}
+	if opts.Prefetch == 0 {
+		opts.Prefetch = DefaultPrefetch
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	switch {
+	case opts.Prefetch < 0 || opts.Prefetch > MaxPrefetch:
+		return nil, fmt.Errorf("%w: Prefetch must be in [1, %d], got %d", broker.ErrInvalid, MaxPrefetch, opts.Prefetch)
+	case opts.Concurrency < 0 || opts.Concurrency > opts.Prefetch:
+		return nil, fmt.Errorf("%w: Concurrency must be in [1, Prefetch=%d], got %d", broker.ErrInvalid, opts.Prefetch, opts.Concurrency)
+	}
+	if opts.Policy == nil {
+		opts.Policy = broker.CascadePolicy(opts.Topology.Tiers)
+	}
+	if err := opts.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Reconnect == nil {
+		opts.Reconnect = DefaultReconnect
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Consumer{
+		opts: opts,
+		log:  log,
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "rabbitmq", Now: opts.Now},
+	}, nil
+}
+
+// Run consumes until ctx is done, reconnecting (paced by Options.Reconnect)
+// whenever the connection or channel drops. Unacknowledged deliveries of a
+// dropped connection are requeued by RabbitMQ and handled again after the
+// reconnect: a drop can duplicate work, never lose it. On ctx's end Run
+// stops taking deliveries, lets running handlers finish and acknowledge,
+// and returns ctx.Err(). It returns at once, with the error, when the
+// topology exists with other arguments (RabbitMQ's PRECONDITION_FAILED, for
+// example a wait queue declared with another TTL).
+func (c *Consumer) Run(ctx context.Context) error {
+	var (
+		fails int
+		prev  time.Duration
+		timer *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		connected, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fatal fatalError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		if connected {
+			fails, prev = 0, 0
+		}
+		fails++
+		prev = c.opts.Reconnect.Delay(fails, prev, nil)
+		c.log.Warn("rabbitmq: connection lost, reconnecting", slog.Any("error", err), slog.Duration("in", prev), slog.Int("failures", fails))
+		if timer == nil {
+			timer = time.NewTimer(prev)
+		} else {
+			timer.Reset(prev)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// fatalError ends Run: retrying cannot help.
+type fatalError struct{ err error }
+
+func (f fatalError) Error() string { return f.err.Error() }
+
+// session runs one connection until it drops or ctx ends. connected reports
+// whether it got as far as consuming.
+func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
+	conn, err := amqp.DialConfig(c.opts.URL, amqp.Config{
+		Dial:       c.opts.Dial,
+		Heartbeat:  10 * time.Second,
+		Properties: amqp.Table{"connection_name": "stagger-rabbitmq " + c.opts.Topology.Queue},
+	})
+	if err != nil {
+		return false, fmt.Errorf("rabbitmq: dial: %w", redactErr(err, c.opts.URL))
+	}
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("rabbitmq: open channel: %w", err)
+	}
+	if err := c.opts.Topology.Declare(ch); err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
+			// The queues exist with other arguments (a changed tier TTL):
+			// reconnecting cannot fix it.
+			return false, fatalError{err}
+		}
+		return false, err
+	}
+	if err := ch.Qos(c.opts.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("rabbitmq: qos: %w", err)
+	}
+	conf, err := newConfirmer(conn)
+	if err != nil {
+		return false, err
+	}
+	const tag = "stagger"
+	deliveries, err := ch.Consume(c.opts.Topology.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("rabbitmq: consume %q: %w", c.opts.Topology.Queue, err)
+	}
+	c.log.Info("rabbitmq: consuming", slog.String("queue", c.opts.Topology.Queue))
+
+	s := &session{conf: conf, failed: make(chan error, 1)}
+	var wg sync.WaitGroup
+	for range c.opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				if ctx.Err() != nil {
+					continue // shutting down: left unacknowledged, requeued on close
+				}
+				if err := c.handle(ctx, s, &d); err != nil {
+					s.fail(err)
+				}
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+		_ = ch.Cancel(tag, false) // no new deliveries; running handlers finish
+		done := make(chan struct{})
+		go func() { wg.Wait(); s.pending.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-closed:
+		}
+	case e := <-closed:
+		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
+	case e := <-s.failed:
+		err = e // a forward failed: drop the connection so RabbitMQ requeues
+	}
+	conn.Close()
+	wg.Wait()
+	s.pending.Wait()
+	return true, err
+}
+
+// session is one connection's forwarding state.
+type session struct {
+	conf    *confirmer
+	pending sync.WaitGroup // forwards waiting for their confirm
+	failed  chan error
+}
+
+func (s *session) fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
+// handle processes one delivery. A success is acknowledged at once. A
+// forward (retry or dead letter) is published, and a goroutine acknowledges
+// the original once RabbitMQ confirmed the copy, so the handler goroutine
+// goes on with the next delivery meanwhile (prefetch bounds how many wait).
+// An error means the delivery was neither acknowledged nor handed on; the
+// session must end so that RabbitMQ requeues it.
+func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) error {
+	var o broker.Outcome
+	st, err := stateOf(d)
+	if err != nil {
+		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: "malformed", Error: err.Error()}}
+	} else {
+		o = c.proc.Process(ctx, d.MessageId, d.Body, st)
+	}
+	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
+		// Shutting down: the failure may be the cancellation itself. Not an
+		// attempt: requeue as it was.
+		return d.Nack(false, true)
+	}
+	var q string
+	switch o.Action {
+	case broker.Ack:
+		if c.opts.afterSuccess != nil {
+			c.opts.afterSuccess()
+		}
+		return d.Ack(false)
+	case broker.Retry, broker.Park:
+		q = c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(o.Delay))
+	case broker.Dead:
+		q = c.opts.Topology.DLQ
+	}
+	wait, err := c.forward(ctx, s.conf, d, q, o.State)
+	if err != nil {
+		return err
+	}
+	s.pending.Add(1)
+	go func() {
+		defer s.pending.Done()
+		// The confirm is awaited even after ctx's end: a confirmed copy
+		// whose original is never acknowledged is a duplicate.
+		wctx := context.WithoutCancel(ctx)
+		err := wait(wctx)
+		if errors.Is(err, ErrUnroutable) && q != c.opts.Topology.DLQ {
+			// The wait queue is gone: the retry must not vanish.
+			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
+			st := o.State
+			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", broker.ErrorText(err)
+			if wait, err = c.forward(wctx, s.conf, d, c.opts.Topology.DLQ, st); err == nil {
+				err = wait(wctx)
+			}
+		}
+		if err == nil && c.opts.afterForward != nil {
+			c.opts.afterForward()
+		}
+		if err == nil {
+			err = d.Ack(false)
+		}
+		if err != nil {
+			s.fail(err)
+		}
+	}()
+	return nil
+}
+
+// forward publishes a copy of d with state st to queue q (through the
+// default exchange, mandatory, in confirm mode) and returns the wait for its
+// confirm.
+func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, q string, st broker.State) (func(context.Context) error, error) {
+	h := d.Headers
+	if _, ok := h[HeaderExchange]; !ok {
+		h = forwardHeaders(h, broker.State{})
+		h[HeaderExchange] = d.Exchange
+		h[HeaderRoutingKey] = d.RoutingKey
+	}
+	if st.Origin == "" {
+		st.Origin = fmt.Sprintf("%v/%v", h[HeaderExchange], h[HeaderRoutingKey])
+	}
+	return conf.publish(ctx, "", q, amqp.Publishing{
+		Headers:         forwardHeaders(h, st),
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	})
+}
+
+// redactErr keeps the URL's password out of err's text, also when the URL
+// does not parse.
+func redactErr(err error, url string) error {
+	secret := password(url)
+	if err == nil || secret == "" {
+		return err
+	}
+	return redacted{err: err, secret: secret}
+}
+
+// password returns the password part of scheme://user:password@host/…
+func password(url string) string {
+	_, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return ""
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	_, pw, _ := strings.Cut(rest[:at], ":")
+	return pw
+}
+
+type redacted struct {
+	err    error
+	secret string
+}
+
+func (r redacted) Error() string { return strings.ReplaceAll(r.err.Error(), r.secret, "xxxxx") }
+
+func (r redacted) Unwrap() error { return r.err }

@@ -1,0 +1,72 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"strconv"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/staggerhq/stagger/broker"
+)
+
+// Headers of our own next to broker's: the message's original exchange and
+// routing key, kept across wait queues (the delivery's own fields then name
+// the main exchange again).
+const (
+	HeaderExchange   = "x-stagger-exchange"
+	HeaderRoutingKey = "x-stagger-routing-key"
+)
+
+// tableGet reads a header as a string, whatever AMQP type a producer used.
+func tableGet(h amqp.Table) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := h[k]
+		if !ok || v == nil {
+			return "", false
+		}
+		switch x := v.(type) {
+		case string:
+			return x, true
+		case []byte:
+			return string(x), true
+		case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
+			return fmt.Sprint(x), true
+		case float32:
+			return strconv.FormatFloat(float64(x), 'f', -1, 64), true
+		case float64:
+			return strconv.FormatFloat(x, 'f', -1, 64), true
+		}
+		return fmt.Sprint(v), true
+	}
+}
+
+// stateOf reads the stagger state of a delivery.
+func stateOf(d *amqp.Delivery) (broker.State, error) {
+	return broker.DecodeState(tableGet(d.Headers))
+}
+
+// forwardHeaders copies h without x-death bookkeeping (we keep our own
+// count) and with st written over it.
+func forwardHeaders(h amqp.Table, st broker.State) amqp.Table {
+	out := make(amqp.Table, len(h)+8)
+	for k, v := range h {
+		switch k {
+		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason",
+			broker.HeaderDue, broker.HeaderReason, headerPublishTag:
+			continue
+		}
+		out[k] = v
+	}
+	st.Encode(func(k, v string) { out[k] = v })
+	return out
+}
+
+// ParseDeadLetter decodes a message read from the DLQ.
+func ParseDeadLetter(d amqp.Delivery) (broker.DeadLetter, error) {
+	st, err := stateOf(&d)
+	if err != nil {
+		return broker.DeadLetter{}, err
+	}
+	return broker.DeadLetter{ID: d.MessageId, Payload: d.Body, State: st}, nil
+}

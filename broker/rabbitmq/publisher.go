@@ -1,0 +1,142 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrUnroutable is returned when RabbitMQ returned a mandatory publish: no
+// queue was bound to take it (a wait queue or the DLQ was deleted).
+var ErrUnroutable = errors.New("rabbitmq: message unroutable")
+
+// ErrNacked is returned when RabbitMQ refused a publish (basic.nack).
+var ErrNacked = errors.New("rabbitmq: publish not confirmed (nack)")
+
+// headerPublishTag marks each publish of a confirmer so that a basic.return
+// is matched to its publish while several are in flight.
+const headerPublishTag = "x-stagger-publish-tag"
+
+// returnsBuffer holds basic.returns until a confirm wait reads them. The
+// client library gives up on a full buffer after 5 s, so it must not fill:
+// every returned publish is also confirmed, and each confirm wait drains it.
+const returnsBuffer = 1024
+
+// confirmer publishes on a channel in confirm mode and reports, for each
+// publish, whether RabbitMQ took responsibility for it: confirmed and not
+// returned. Publishes are pipelined: publish returns at once with a wait
+// function, so a handler goroutine need not sit out the broker's fsync.
+type confirmer struct {
+	mu       sync.Mutex // publish order = delivery tag order
+	ch       *amqp.Channel
+	seq      uint64
+	rmu      sync.Mutex
+	returns  chan amqp.Return
+	returned map[string]amqp.Return
+}
+
+func newConfirmer(conn *amqp.Connection) (*confirmer, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("rabbitmq: confirm mode: %w", err)
+	}
+	return &confirmer{
+		ch:       ch,
+		returns:  ch.NotifyReturn(make(chan amqp.Return, returnsBuffer)),
+		returned: map[string]amqp.Return{},
+	}, nil
+}
+
+// publish sends msg mandatory and returns a function that waits for its
+// confirm: nil when RabbitMQ confirmed and routed it, ErrNacked or
+// ErrUnroutable (wrapped) otherwise. msg.Headers is not modified.
+func (c *confirmer) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (wait func(context.Context) error, err error) {
+	h := make(amqp.Table, len(msg.Headers)+1)
+	for k, v := range msg.Headers {
+		h[k] = v
+	}
+	c.mu.Lock()
+	c.seq++
+	tag := strconv.FormatUint(c.seq, 10)
+	h[headerPublishTag] = tag
+	msg.Headers = h
+	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: publish to %q/%q: %w", exchange, key, err)
+	}
+	return func(ctx context.Context) error {
+		ok, err := dc.WaitContext(ctx)
+		if err != nil {
+			return fmt.Errorf("rabbitmq: wait for confirm of %q/%q: %w", exchange, key, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: %q/%q", ErrNacked, exchange, key)
+		}
+		// RabbitMQ sends a publish's basic.return before its basic.ack, and
+		// the client hands returns over before it resolves confirms: a
+		// return for this publish is in the buffer or the map by now.
+		c.rmu.Lock()
+		defer c.rmu.Unlock()
+		for drained := false; !drained; {
+			select {
+			case r := <-c.returns:
+				if t, ok := r.Headers[headerPublishTag].(string); ok {
+					c.returned[t] = r
+				}
+			default:
+				drained = true
+			}
+		}
+		if r, ok := c.returned[tag]; ok {
+			delete(c.returned, tag)
+			return fmt.Errorf("%w: exchange %q routing key %q: %d %s", ErrUnroutable, exchange, key, r.ReplyCode, r.ReplyText)
+		}
+		return nil
+	}, nil
+}
+
+// Publisher publishes original messages to a Topology's exchange, with
+// mandatory and publisher confirms: Publish returns nil only when RabbitMQ
+// has routed and confirmed the message. Safe for concurrent use.
+type Publisher struct {
+	c    *confirmer
+	topo Topology
+}
+
+// NewPublisher opens a confirm-mode channel on conn for topo.
+func NewPublisher(conn *amqp.Connection, topo Topology) (*Publisher, error) {
+	if err := topo.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := newConfirmer(conn)
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher{c: c, topo: topo}, nil
+}
+
+// Publish sends body as a persistent message with MessageId id (the key an
+// inbox deduplicates on) and waits for the confirm.
+func (p *Publisher) Publish(ctx context.Context, id string, body []byte) error {
+	wait, err := p.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
+		MessageId:    id,
+		DeliveryMode: amqp.Persistent,
+		Body:         body,
+	})
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
+
+// Close closes the publisher's channel.
+func (p *Publisher) Close() error { return p.c.ch.Close() }

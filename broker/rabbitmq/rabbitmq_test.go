@@ -1,0 +1,436 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/retry"
+)
+
+func amqpURL() string {
+	if u := os.Getenv("STAGGER_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// dial connects to the test RabbitMQ, skipping (failing under CI=true)
+// when it is unreachable.
+func dial(t testing.TB) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	if err != nil {
+		msg := fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL (default amqp://guest:***@127.0.0.1:5672/): %v", redactErr(err, amqpURL()))
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// tcpTracker remembers the consumer's TCP connections so a test can drop
+// them, as a network failure or a broker restart would.
+type tcpTracker struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	drops atomic.Int32
+}
+
+func (tr *tcpTracker) dial(network, addr string) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, 3*time.Second)
+	if err == nil {
+		tr.mu.Lock()
+		tr.conns = append(tr.conns, c)
+		tr.mu.Unlock()
+	}
+	return c, err
+}
+
+func (tr *tcpTracker) drop() {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, c := range tr.conns {
+		c.Close()
+	}
+	tr.conns = nil
+	tr.drops.Add(1)
+}
+
+// pipeline is the brokertest.Pipeline of a RabbitMQ consumer.
+type pipeline struct {
+	pub  *Publisher
+	dlq  <-chan amqp.Delivery
+	topo Topology
+	tcp  *tcpTracker
+}
+
+func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
+	return p.pub.Publish(ctx, id, payload)
+}
+
+func (p *pipeline) NextDeadLetter(ctx context.Context) (broker.DeadLetter, error) {
+	select {
+	case d, ok := <-p.dlq:
+		if !ok {
+			return broker.DeadLetter{}, errors.New("DLQ consumer closed")
+		}
+		return ParseDeadLetter(d)
+	case <-ctx.Done():
+		return broker.DeadLetter{}, ctx.Err()
+	}
+}
+
+// start declares s's topology, starts a consumer on it and returns the
+// pipeline; everything is torn down when the test ends.
+func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
+	t.Helper()
+	conn := dial(t)
+	topo := NewTopology(s.Name, s.Tiers)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		if err == nil {
+			err = topo.Delete(ch)
+		}
+		if err != nil {
+			t.Errorf("tear down: %v", err)
+		}
+	})
+	pub, err := NewPublisher(conn, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := &tcpTracker{}
+	opts := Options{
+		URL: amqpURL(), Topology: topo, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox,
+		Dial: tcp.dial, Reconnect: backoff.Constant(50 * time.Millisecond),
+	}
+	var once sync.Once
+	if s.Crash {
+		opts.afterForward = func() { once.Do(tcp.drop) } // forwarded and confirmed, not acked
+	}
+	if s.CrashAfterSuccess {
+		opts.afterSuccess = func() { once.Do(tcp.drop) } // effect applied, not acked
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	cons, err := NewConsumer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+	})
+	dch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq, err := dch.Consume(topo.DLQ, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pipeline{pub: pub, dlq: dlq, topo: topo, tcp: tcp}
+}
+
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, nil)
+	})
+}
+
+func uniqueName(t *testing.T) string {
+	return fmt.Sprintf("stg-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano()%1e9)
+}
+
+// TestReconnectLosesNothing drops the consumer's TCP connection while
+// deliveries are unacknowledged (one in a running handler, others
+// prefetched) and requires every message to be handled successfully
+// afterwards.
+func TestReconnectLosesNothing(t *testing.T) {
+	testDropLosesNothing(t, func(t *testing.T, p *pipeline) { p.tcp.drop() })
+}
+
+// TestServerClosedConnectionLosesNothing has RabbitMQ itself close the
+// consumer's connection (rabbitmqctl close_connection, CONNECTION_FORCED),
+// as an operator or a node shutdown would.
+func TestServerClosedConnectionLosesNothing(t *testing.T) {
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		t.Skip("rabbitmqctl not installed: the server-side close needs it (TestReconnectLosesNothing covers the client-side drop)")
+	}
+	testDropLosesNothing(t, func(t *testing.T, p *pipeline) {
+		name := "stagger-rabbitmq " + p.topo.Queue
+		out, err := exec.Command(ctl, "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+		if err != nil {
+			t.Skipf("rabbitmqctl cannot reach the broker (%v): %s", err, out)
+		}
+		var pids []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, `"`+name+`"`) {
+				pids = append(pids, strings.Fields(line)[0])
+			}
+		}
+		if len(pids) != 1 {
+			t.Fatalf("want exactly one connection named %q, found %d in:\n%s", name, len(pids), out)
+		}
+		if out, err := exec.Command(ctl, "-q", "close_connection", pids[0], "stagger test: server-side close").CombinedOutput(); err != nil {
+			t.Fatalf("close_connection: %v: %s", err, out)
+		}
+	})
+}
+
+func testDropLosesNothing(t *testing.T, drop func(*testing.T, *pipeline)) {
+	const n = 20
+	var (
+		mu    sync.Mutex
+		ok    = map[string]int{}
+		block = make(chan struct{})
+		inH   = make(chan struct{})
+		once  sync.Once
+	)
+	h := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		if d.ID == "m5" {
+			once.Do(func() { close(inH); <-block }) // first delivery of m5 waits for the drop
+		}
+		mu.Lock()
+		ok[d.ID]++
+		mu.Unlock()
+		return nil
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers}, func(o *Options) { o.Prefetch = 8 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		if err := p.Publish(ctx, fmt.Sprintf("m%d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-inH:
+	case <-ctx.Done():
+		t.Fatal("m5 never reached the handler")
+	}
+	drop(t, p) // m5 is in the handler, m6.. are prefetched: all unacknowledged
+	close(block)
+	for {
+		mu.Lock()
+		missing := []string{}
+		for i := range n {
+			if ok[fmt.Sprintf("m%d", i)] == 0 {
+				missing = append(missing, fmt.Sprintf("m%d", i))
+			}
+		}
+		m5 := ok["m5"]
+		mu.Unlock()
+		if len(missing) == 0 && m5 >= 2 {
+			break // m5 ran twice: its ack was lost with the connection, so it was redelivered
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after a connection drop: missing %v, m5 handled %d times (want >= 2)", missing, m5)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestUnroutableRetryIsDeadLettered deletes a wait queue under a running
+// consumer: the retry's publish is returned (mandatory), and the message
+// goes to the DLQ instead of vanishing.
+func TestUnroutableRetryIsDeadLettered(t *testing.T) {
+	okSeen := make(chan struct{}, 1)
+	h := func(ctx context.Context, payload []byte) error {
+		if string(payload) == "ok" {
+			okSeen <- struct{}{}
+			return nil
+		}
+		return retry.Retryable(errors.New("try later"))
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "warm", []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	<-okSeen // the consumer is up and has declared its topology
+	ch, err := dial(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(p.topo.TierQueue(0), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctx, "lost?", []byte("fail")); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.ID != "lost?" || dl.Reason != "unroutable" || dl.Attempts != 1 || !strings.Contains(dl.Error, "unroutable") {
+		t.Fatalf("dead letter %+v, want lost? with reason unroutable after 1 attempt", dl)
+	}
+}
+
+// TestOwnAttemptHeader checks that forwarded copies count attempts in our
+// header and drop x-death, and that the original destination is kept.
+func TestOwnAttemptHeader(t *testing.T) {
+	h := func(ctx context.Context, _ []byte) error { return retry.Retryable(errors.New("no")) }
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers,
+		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "x", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-p.dlq:
+		if _, ok := d.Headers["x-death"]; ok {
+			t.Error("dead letter carries x-death; the attempt count must be our own")
+		}
+		if d.Headers[broker.HeaderAttempt] != "3" || d.Headers[HeaderExchange] != p.topo.Exchange || d.Headers[HeaderRoutingKey] != p.topo.RoutingKey {
+			t.Errorf("headers %v", d.Headers)
+		}
+		if d.Headers[broker.HeaderReason] != "exhausted" {
+			t.Errorf("reason %v", d.Headers[broker.HeaderReason])
+		}
+	case <-ctx.Done():
+		t.Fatal("no dead letter")
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	h := func(context.Context, []byte) error { return nil }
+	good := Options{URL: "amqp://guest:guest@127.0.0.1:5672/", Topology: NewTopology("q", nil), Handler: h}
+	for _, c := range []struct {
+		name string
+		mod  func(*Options)
+		want string
+	}{
+		{"url", func(o *Options) { o.URL = "http://u:s3cret@host/" }, "URL must be"},
+		{"url-port", func(o *Options) { o.URL = "amqp://u:s3cret@host:port/" }, "URL must be"},
+		{"handler", func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
+		{"prefetch", func(o *Options) { o.Prefetch = -1 }, "Prefetch must be in"},
+		{"prefetch-big", func(o *Options) { o.Prefetch = 70000 }, "Prefetch must be in"},
+		{"concurrency", func(o *Options) { o.Prefetch, o.Concurrency = 2, 3 }, "Concurrency must be in"},
+		{"tiers", func(o *Options) { o.Topology.Tiers = broker.Tiers{time.Second, time.Second} }, "Tiers must increase"},
+		{"queue", func(o *Options) { o.Topology.Queue = "" }, "Topology.Queue must be"},
+		{"reserved", func(o *Options) { o.Topology.DLQ = "amq.x" }, "reserved prefix"},
+		{"policy", func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -1} }, "MaxAttempts must be"},
+	} {
+		o := good
+		c.mod(&o)
+		_, err := NewConsumer(o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: error leaks the password: %v", c.name, err)
+		}
+	}
+	if _, err := NewConsumer(good); err != nil {
+		t.Fatalf("good options: %v", err)
+	}
+}
+
+// TestLongDelayReparked asks for a wait longer than the longest tier: the
+// message bounces through the last wait queue until it is due, without
+// running the handler early.
+func TestLongDelayReparked(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		calls []time.Time
+		ok    = make(chan struct{})
+	)
+	const wait = 1500 * time.Millisecond // > the longest tier, 800 ms
+	h := func(ctx context.Context, _ []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, time.Now())
+		if len(calls) == 1 {
+			return retry.After(errors.New("come back later"), wait)
+		}
+		close(ok)
+		return nil
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers,
+		Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(time.Millisecond), MaxAfter: time.Minute}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "later", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ok:
+	case <-ctx.Done():
+		t.Fatal("never retried")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 {
+		t.Fatalf("handler ran %d times, want 2 (bounces through the wait queue are not attempts)", len(calls))
+	}
+	if gap := calls[1].Sub(calls[0]); gap < wait {
+		t.Fatalf("retried after %v, before the requested %v", gap, wait)
+	}
+}
+
+// TestMismatchedQueueRefused: a main queue that exists with other
+// arguments makes Run fail at once with RabbitMQ's PRECONDITION_FAILED,
+// instead of reconnecting forever.
+func TestMismatchedQueueRefused(t *testing.T) {
+	conn := dial(t)
+	topo := NewTopology(uniqueName(t), brokertest.Tiers)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(topo.Queue, true, false, false, false, amqp.Table{"x-max-length": int64(10)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_ = topo.Delete(ch)
+		}
+	})
+	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: func(context.Context, []byte) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed || !strings.Contains(err.Error(), topo.Queue) {
+		t.Fatalf("Run = %v, want PRECONDITION_FAILED naming queue %q", err, topo.Queue)
+	}
+}
