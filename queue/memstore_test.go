@@ -10,3 +10,7 @@ import (
 func TestMemoryStoreConformance(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) queue.Store { return queue.NewMemoryStore() })
 }
+
+func TestMemoryInboxConformance(t *testing.T) {
+	queuetest.RunInbox(t, func(t *testing.T) queue.Inbox { return queue.NewMemoryInbox() })
+}
