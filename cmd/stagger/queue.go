@@ -446,13 +446,13 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // ---- stats ----
 
 type statsJSON struct {
-	Pending            int64 `json:"pending"`
-	PendingDue         int64 `json:"pending_due"`
-	PendingScheduled   int64 `json:"pending_scheduled"`
-	Leased             int64 `json:"leased"`
-	LeasedExpired      int64 `json:"leased_expired"`
-	Done               int64 `json:"done"`
-	Dead               struct {
+	Pending          int64 `json:"pending"`
+	PendingDue       int64 `json:"pending_due"`
+	PendingScheduled int64 `json:"pending_scheduled"`
+	Leased           int64 `json:"leased"`
+	LeasedExpired    int64 `json:"leased_expired"`
+	Done             int64 `json:"done"`
+	Dead             struct {
 		Exhausted int64 `json:"exhausted"`
 		Deadline  int64 `json:"deadline"`
 		Permanent int64 `json:"permanent"`
