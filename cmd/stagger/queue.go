@@ -437,6 +437,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
 		return exitUsage
 	}
+	fmt.Fprintf(stderr, "%s: working on %s with %d loops\n", f.fs.Name(), redactDSN(f.db), concurrency)
 	if err := w.Run(ctx); err != nil {
 		return f.fail(stderr, err)
 	}
