@@ -138,14 +138,18 @@ func TestQueueChaosSQLite(t *testing.T) {
 	runChaos(t, chaosBackend{
 		db: db, store: s,
 		violations: func() ([]string, error) { return sqlStrings(s.DB(), `SELECT id || ': ' || what FROM audit_violation`) },
-		doneCounts: func() (map[string]int, error) { return sqlCounts(s.DB(), `SELECT id, COUNT(*) FROM audit_done GROUP BY id`) },
+		doneCounts: func() (map[string]int, error) {
+			return sqlCounts(s.DB(), `SELECT id, COUNT(*) FROM audit_done GROUP BY id`)
+		},
 		effect: func(ctx context.Context, id string) (bool, error) {
 			return inbox.ProcessTx(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO effects VALUES (?)`, id)
 				return err
 			})
 		},
-		effects: func() (map[string]int, error) { return sqlCounts(rs.DB(), `SELECT id, COUNT(*) FROM effects GROUP BY id`) },
+		effects: func() (map[string]int, error) {
+			return sqlCounts(rs.DB(), `SELECT id, COUNT(*) FROM effects GROUP BY id`)
+		},
 	})
 }
 
@@ -521,4 +525,3 @@ func pgCounts(p *pgxpool.Pool, q string) (map[string]int, error) {
 	}
 	return out, rows.Err()
 }
-
