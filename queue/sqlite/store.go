@@ -46,6 +46,8 @@ type Store struct {
 	w, r  *sql.DB // one writer connection; a pool of readers
 	opts  Options
 	inbox *Inbox
+	// Statements prepared once on the writer connection.
+	insert, claimSel, claimOne, record, extend *sql.Stmt
 }
 
 var _ queue.Store = (*Store)(nil)
@@ -110,8 +112,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
+	if err := s.prepare(ctx); err != nil {
+		s.closeStmts()
+		w.Close()
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
 	r, err := sql.Open("sqlite", dsn("deferred"))
 	if err != nil {
+		s.closeStmts()
 		w.Close()
 		return nil, err
 	}
@@ -170,7 +178,46 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return errors.Join(s.r.Close(), s.w.Close()) }
+func (s *Store) Close() error {
+	s.closeStmts()
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+const (
+	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_due
+		WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
+		ORDER BY available_at, id LIMIT ?2`
+	claimUpd  = `UPDATE stagger_jobs SET state = 'leased', attempts = attempts + 1, lease_until = ?2, available_at = ?2, updated_at = ?1 WHERE id `
+	extendSQL = `UPDATE stagger_jobs SET lease_until = ?3, available_at = ?3, updated_at = ?4 WHERE id = ?1 AND state = 'leased' AND attempts = ?2`
+)
+
+// prepare prepares the hot statements once (SQLite parsing is a large part
+// of a small transaction's cost).
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&s.insert, insertSQL}, {&s.claimSel, claimSelSQL}, {&s.claimOne, claimUpd + `= ?3`},
+		{&s.record, recordSQL}, {&s.extend, extendSQL},
+	} {
+		st, err := s.w.PrepareContext(ctx, p.q)
+		if err != nil {
+			return err
+		}
+		*p.dst = st
+	}
+	return nil
+}
+
+func (s *Store) closeStmts() {
+	for _, st := range []*sql.Stmt{s.insert, s.claimSel, s.claimOne, s.record, s.extend} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
 
 // DB returns the writer connection pool (one connection; transactions are
 // BEGIN IMMEDIATE): for an application's own tables next to the queue's.
@@ -212,11 +259,7 @@ func scan(r scanner) (queue.Job, error) {
 func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
 	out := make([]queue.Inserted, len(jobs))
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		ins, err := tx.PrepareContext(ctx, `INSERT INTO stagger_jobs (`+cols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`)
-		if err != nil {
-			return err
-		}
-		defer ins.Close()
+		ins := tx.StmtContext(ctx, s.insert)
 		for i, j := range jobs {
 			p := j.Payload
 			if p == nil {
@@ -250,9 +293,7 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs
-			WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
-			ORDER BY available_at, id LIMIT ?2`, now, limit)
+		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
 		if err != nil {
 			return err
 		}
@@ -271,15 +312,20 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 		if len(out) == 0 {
 			return nil
 		}
-		args := make([]any, 0, len(out)+2)
-		args = append(args, now, leaseUntil)
-		for _, j := range out {
-			args = append(args, j.ID)
-		}
-		q := `UPDATE stagger_jobs SET state = 'leased', attempts = attempts + 1, lease_until = ?2, available_at = ?2, updated_at = ?1 WHERE id IN (?` +
-			strings.Repeat(",?", len(out)-1) + `)`
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return err
+		if len(out) == 1 {
+			if _, err := tx.StmtContext(ctx, s.claimOne).ExecContext(ctx, now, leaseUntil, out[0].ID); err != nil {
+				return err
+			}
+		} else {
+			args := make([]any, 0, len(out)+2)
+			args = append(args, now, leaseUntil)
+			for _, j := range out {
+				args = append(args, j.ID)
+			}
+			q := claimUpd + `IN (?3` + strings.Repeat(",?", len(out)-1) + `)`
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
 		}
 		for i := range out {
 			j := &out[i]
@@ -306,11 +352,7 @@ const recordSQL = `UPDATE stagger_jobs SET
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, recordSQL)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		st := tx.StmtContext(ctx, s.record)
 		for i := range outcomes {
 			o := &outcomes[i]
 			res, err := st.ExecContext(ctx, o.ID, o.Attempt, string(o.State), o.AvailableAt, string(o.DeadReason), o.LastError, o.Now)
@@ -330,12 +372,7 @@ func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
 // Extend implements queue.Store.
 func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `UPDATE stagger_jobs SET lease_until = ?3, available_at = ?3, updated_at = ?4
-			WHERE id = ?1 AND state = 'leased' AND attempts = ?2`)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		st := tx.StmtContext(ctx, s.extend)
 		for i := range leases {
 			res, err := st.ExecContext(ctx, leases[i].ID, leases[i].Attempt, leaseUntil, now)
 			if err != nil {
