@@ -156,6 +156,15 @@ func call(ctx context.Context, h retry.Handler, payload []byte) (err error) {
 
 // record writes the outcomes in one transaction, even when ctx is done.
 func (b *batch) record(ctx context.Context) error {
+	return b.recordWith(ctx, func(ctx context.Context, outs []Outcome) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.q.recordTO)
+		defer cancel()
+		return b.q.store.Record(rctx, outs)
+	})
+}
+
+// recordWith records the outcomes with rec and mirrors them on the jobs.
+func (b *batch) recordWith(ctx context.Context, rec func(context.Context, []Outcome) error) error {
 	outs := make([]Outcome, 0, len(b.outs))
 	idx := make([]int, 0, len(b.outs))
 	for i, ok := range b.rec {
@@ -167,9 +176,7 @@ func (b *batch) record(ctx context.Context) error {
 	if len(outs) == 0 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.q.recordTO)
-	defer cancel()
-	if err := b.q.store.Record(rctx, outs); err != nil {
+	if err := rec(ctx, outs); err != nil {
 		return fmt.Errorf("queue: recording outcomes: %w", err)
 	}
 	for k, o := range outs {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -29,14 +30,12 @@ var ErrShutdownTimeout = errors.New("queue: worker: handlers still running after
 
 // WorkerConfig configures a Worker; zero fields take their defaults.
 type WorkerConfig struct {
-	// Concurrency is the number of claim loops, each running one handler
-	// at a time (1 to MaxConcurrency). Default 1.
+	// Concurrency is how many handlers run at once (1 to
+	// MaxConcurrency). Default 1.
 	Concurrency int
-	// BatchSize is how many jobs a loop claims at once (1 to MaxBatchSize).
-	// A loop runs its batch one job after the other, keeps all their leases
-	// alive, and records their outcomes in one transaction: larger batches
-	// trade latency for throughput on stores where a commit is expensive.
-	// Default 1.
+	// BatchSize caps how many jobs one claim transaction takes (1 to
+	// MaxBatchSize). A claim never takes more jobs than there are idle
+	// handlers, so no claimed job waits for a handler. Default: Concurrency.
 	BatchSize int
 	// PollInterval is the mean wait of an idle loop before it looks for
 	// due jobs again; each wait is drawn uniformly from [0.5, 1.5)×, so
@@ -62,7 +61,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 		c.Concurrency = 1
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 1
+		c.BatchSize = min(max(c.Concurrency, 1), MaxBatchSize)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -77,7 +76,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
 		return c, fmt.Errorf("%w: Concurrency must be in [1, %d] (0 means 1), got %d", ErrInvalid, MaxConcurrency, c.Concurrency)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means 1), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
+		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means Concurrency), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
 	}
 	if err := checkDuration("PollInterval", c.PollInterval, time.Millisecond); err != nil {
 		return c, err
@@ -91,15 +90,24 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	return c, nil
 }
 
-// Worker runs a handler on a queue's jobs until its context is done:
-// Concurrency claim loops, woken by enqueues and store notifications or by
-// jittered polling, with lease heartbeats for long handlers, a per-attempt
-// timeout (Config.AttemptTimeout), a periodic sweep of jobs that can never
-// run again, and a graceful shutdown.
+// Worker runs a handler on a queue's jobs until its context is done: a
+// claim loop that takes as many due jobs as there are idle handlers (up to
+// BatchSize) in one transaction, Concurrency handlers, wake-ups by enqueues
+// and store notifications or by jittered polling, lease heartbeats for long
+// handlers, a per-attempt timeout (Config.AttemptTimeout), a periodic sweep
+// of jobs that can never run again, and a graceful shutdown.
+//
+// Outcomes are group-committed: outcomes that arrive while another outcome
+// transaction is in flight are combined into the next one, so under load
+// one commit serves several jobs without any added wait. A handler's slot
+// is freed when its outcome is queued, so the next claim overlaps the
+// commit; at most 8×Concurrency outcomes wait to be committed at once (a
+// crash loses them: those jobs run again when their leases expire).
 type Worker struct {
-	q   *Queue
-	h   retry.Handler
-	cfg WorkerConfig
+	q      *Queue
+	h      retry.Handler
+	cfg    WorkerConfig
+	writes *recordGroup
 }
 
 // NewWorker returns a Worker running h on q's jobs.
@@ -114,7 +122,7 @@ func NewWorker(q *Queue, h retry.Handler, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{q: q, h: h, cfg: cfg}, nil
+	return &Worker{q: q, h: h, cfg: cfg, writes: &recordGroup{store: q.store, timeout: q.recordTO}}, nil
 }
 
 // Run processes jobs until ctx is done, then shuts down: it stops claiming,
@@ -125,13 +133,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 
-	var wg sync.WaitGroup
+	var bg sync.WaitGroup
 	if n, ok := w.q.store.(Notifier); ok {
 		wake, cancel := n.Subscribe()
 		defer cancel()
-		wg.Add(1)
+		bg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer bg.Done()
 			for {
 				select {
 				case <-ctx.Done():
@@ -145,51 +153,77 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	wg.Add(1)
+	bg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer bg.Done()
 		w.sweep(ctx)
 	}()
-	loops := make(chan struct{})
-	var lwg sync.WaitGroup
-	for range w.cfg.Concurrency {
-		lwg.Add(1)
+
+	var handlers sync.WaitGroup
+	slots := make(chan struct{}, w.cfg.Concurrency)               // a token per running handler
+	pending := make(chan struct{}, maxPending(w.cfg.Concurrency)) // a token per outcome not yet committed
+	var claimers sync.WaitGroup
+	for range claimLoops(w.cfg.Concurrency) {
+		claimers.Add(1)
 		go func() {
-			defer lwg.Done()
-			w.loop(ctx, hctx)
+			defer claimers.Done()
+			w.claimLoop(ctx, hctx, slots, pending, &handlers)
 		}()
 	}
-	go func() {
-		lwg.Wait()
-		close(loops)
-	}()
+	claimers.Wait()
+	bg.Wait()
 
-	<-ctx.Done()
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() {
+		handlers.Wait()
+		close(finished)
+	}()
 	grace := time.NewTimer(w.cfg.Grace)
 	defer grace.Stop()
 	select {
-	case <-loops:
+	case <-finished:
 		return nil
 	case <-grace.C:
 	}
 	hcancel()
 	grace.Reset(w.cfg.Grace)
 	select {
-	case <-loops:
+	case <-finished:
 		return nil
 	case <-grace.C:
 		return ErrShutdownTimeout
 	}
 }
 
-// loop claims and runs batches until ctx is done.
-func (w *Worker) loop(ctx, hctx context.Context) {
+// claimLoop claims jobs for idle handlers until ctx is done and starts a
+// goroutine per claimed job.
+func (w *Worker) claimLoop(ctx, hctx context.Context, slots, pending chan struct{}, handlers *sync.WaitGroup) {
 	q := w.q
 	for ctx.Err() == nil {
+		// Wait for one idle handler, then take every other idle one (up
+		// to BatchSize) without waiting.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+		runtime.Gosched() // let handlers finishing at the same moment free their slots
+	more:
+		for n < w.cfg.BatchSize {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
 		wake := q.waitChan() // before the claim, so no enqueue is missed
 		t0 := q.now()
-		jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), w.cfg.BatchSize)
+		jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), n)
+		for range n - len(jobs) {
+			<-slots
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				w.report(fmt.Errorf("queue: claim: %w", err))
@@ -201,15 +235,37 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 			w.idle(ctx, wake, w.cfg.PollInterval)
 			continue
 		}
-		b := q.newBatch(jobs, t0)
-		b.run(hctx, w.h)
-		if err := b.record(hctx); err != nil {
-			w.report(err)
+		for i := range jobs {
+			handlers.Add(1)
+			go func(b *batch) {
+				defer handlers.Done()
+				b.run(hctx, w.h)
+				pending <- struct{}{}
+				<-slots // the next claim may overlap this commit
+				w.finish(hctx, b)
+				<-pending
+			}(q.newBatch(jobs[i:i+1:i+1], t0))
 		}
-		for i, err := range b.errs {
-			if err != nil && !errors.Is(err, context.Canceled) {
-				w.report(fmt.Errorf("queue: job %q attempt %d: %w", b.jobs[i].ID, b.jobs[i].Attempts, err))
-			}
+	}
+}
+
+// claimLoops is how many claims of one worker may be in flight at once:
+// while one waits for its commit, another can take the handlers that freed
+// up meanwhile.
+func claimLoops(concurrency int) int { return min(concurrency, 2) }
+
+// maxPending bounds the outcomes of one worker waiting to be committed: a
+// few claims' worth, so that claims and commits overlap.
+func maxPending(concurrency int) int { return min(8*concurrency, 8192) }
+
+// finish records a batch's outcomes and reports its errors.
+func (w *Worker) finish(ctx context.Context, b *batch) {
+	if err := b.recordWith(ctx, w.writes.record); err != nil {
+		w.report(err)
+	}
+	for i, err := range b.errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			w.report(fmt.Errorf("queue: job %q attempt %d: %w", b.jobs[i].ID, b.jobs[i].Attempts, err))
 		}
 	}
 }

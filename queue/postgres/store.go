@@ -156,6 +156,18 @@ func (s *Store) migrate(ctx context.Context) error {
 				return err
 			}
 		}
+		// A table that was never analyzed makes the planner guess: it
+		// sorts every due row per claim instead of walking the due index.
+		// Statistics of the (empty) new table let it extrapolate instead.
+		var tuples float64
+		if err := tx.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, s.jobs).Scan(&tuples); err != nil {
+			return err
+		}
+		if tuples < 0 {
+			if _, err := tx.Exec(ctx, `ANALYZE `+s.jobs); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 }
