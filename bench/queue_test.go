@@ -87,7 +87,7 @@ func BenchmarkQueueSQLite(b *testing.B) {
 		})
 		b.Run("sync="+sync+"/goqite", func(b *testing.B) { runGoqite(b, openSQL(b, sync)) })
 		b.Run("sync="+sync+"/river", func(b *testing.B) { runRiverSQLite(b, openSQL(b, sync)) })
-		for _, batch := range []int{1, 32} {
+		for _, batch := range []int{1, 4, 32} {
 			b.Run(fmt.Sprintf("sync=%s/ceiling/batch=%d", sync, batch), func(b *testing.B) {
 				ceilingSQLite(b, openSQL(b, sync), batch)
 			})
@@ -110,7 +110,7 @@ func BenchmarkQueuePostgres(b *testing.B) {
 		runStagger(b, s)
 	})
 	b.Run("river", func(b *testing.B) { runRiverPG(b, pool, pgSchema(b, pool)) })
-	for _, batch := range []int{1, 32} {
+	for _, batch := range []int{1, 4, 32} {
 		b.Run(fmt.Sprintf("ceiling/batch=%d", batch), func(b *testing.B) { ceilingPG(b, pool, pgSchema(b, pool), batch) })
 	}
 }
@@ -121,6 +121,10 @@ func BenchmarkQueuePostgres(b *testing.B) {
 // (claims take as many jobs as there are idle handlers; outcomes are
 // group-committed).
 func runStagger(b *testing.B, s queue.Store) {
+	runStaggerCfg(b, s, queue.WorkerConfig{Concurrency: benchWorkers, PollInterval: 50 * time.Millisecond})
+}
+
+func runStaggerCfg(b *testing.B, s queue.Store, wc queue.WorkerConfig) {
 	ctx := context.Background()
 	q, err := queue.New(s, queue.Config{})
 	if err != nil {
@@ -130,13 +134,13 @@ func runStagger(b *testing.B, s queue.Store) {
 	var done atomic.Int64
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	wc.OnError = func(err error) { b.Error(err) }
 	w, err := queue.NewWorker(q, func(context.Context, []byte) error {
 		if done.Add(1) == int64(n) {
 			cancel()
 		}
 		return nil
-	}, queue.WorkerConfig{Concurrency: benchWorkers, PollInterval: 50 * time.Millisecond,
-		OnError: func(err error) { b.Error(err) }})
+	}, wc)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -206,33 +206,7 @@ func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
 	defer m.mu.Unlock()
 	s := Stats{Now: now}
 	for _, j := range m.jobs {
-		switch j.State {
-		case Pending:
-			if j.AvailableAt <= now {
-				s.PendingDue++
-				if s.PendingDue == 1 || j.AvailableAt < s.OldestDueAt {
-					s.OldestDueAt = j.AvailableAt
-				}
-			} else {
-				s.PendingScheduled++
-			}
-		case Leased:
-			s.Leased++
-			if j.AvailableAt <= now {
-				s.LeasedExpired++
-			}
-		case Done:
-			s.Done++
-		case Dead:
-			switch j.DeadReason {
-			case Exhausted:
-				s.DeadExhausted++
-			case DeadlineReached:
-				s.DeadDeadline++
-			case PermanentFailure:
-				s.DeadPermanent++
-			}
-		}
+		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, 1, j.AvailableAt)
 	}
 	return s, nil
 }

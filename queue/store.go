@@ -141,6 +141,39 @@ type Stats struct {
 	Now int64
 }
 
+// Add counts n jobs of one (state, dead reason, due) group into s, for
+// stores that count with one GROUP BY: due says AvailableAt <= Now, oldest
+// is the group's smallest AvailableAt.
+func (s *Stats) Add(state State, reason DeadReason, due bool, n, oldest int64) {
+	switch state {
+	case Pending:
+		if due {
+			s.PendingDue += n
+			if s.PendingDue == n || oldest < s.OldestDueAt {
+				s.OldestDueAt = oldest
+			}
+		} else {
+			s.PendingScheduled += n
+		}
+	case Leased:
+		s.Leased += n
+		if due {
+			s.LeasedExpired += n
+		}
+	case Done:
+		s.Done += n
+	case Dead:
+		switch reason {
+		case Exhausted:
+			s.DeadExhausted += n
+		case DeadlineReached:
+			s.DeadDeadline += n
+		case PermanentFailure:
+			s.DeadPermanent += n
+		}
+	}
+}
+
 // Pending is PendingDue + PendingScheduled. Pending going down is not
 // success: jobs may have moved to dead.
 func (s Stats) Pending() int64 { return s.PendingDue + s.PendingScheduled }

@@ -399,8 +399,8 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	hf.register(f.fs)
 	var concurrency, batch int
 	var poll, sweep, grace time.Duration
-	f.fs.IntVar(&concurrency, "concurrency", 4, "claim loops (handlers running at once)")
-	f.fs.IntVar(&batch, "batch", 1, "jobs each loop claims at once")
+	f.fs.IntVar(&concurrency, "concurrency", 4, "handlers running at once")
+	f.fs.IntVar(&batch, "batch", 0, "most jobs one claim takes (0: --concurrency); a claim never takes more than the idle handlers")
 	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
 	f.fs.DurationVar(&sweep, "sweep", queue.DefaultSweepInterval, "mean interval of the sweep that buries jobs that can never run again")
 	f.fs.DurationVar(&grace, "grace", queue.DefaultGrace, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
@@ -409,7 +409,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	for _, err := range []error{
 		intFlag("--concurrency", concurrency, 1, queue.MaxConcurrency),
-		intFlag("--batch", batch, 1, queue.MaxBatchSize),
+		intFlag("--batch", batch, 0, queue.MaxBatchSize),
 		durationFlag("--poll", poll, time.Millisecond),
 		durationFlag("--sweep", sweep, time.Millisecond),
 		durationFlag("--grace", grace, time.Millisecond),
@@ -437,7 +437,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "%s: working on %s with %d loops\n", f.fs.Name(), redactDSN(f.db), concurrency)
+	fmt.Fprintf(stderr, "%s: working on %s with %d handlers\n", f.fs.Name(), redactDSN(f.db), concurrency)
 	if err := w.Run(ctx); err != nil {
 		return f.fail(stderr, err)
 	}

@@ -518,30 +518,7 @@ func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
 		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
 			return st, err
 		}
-		switch queue.State(state) {
-		case queue.Pending:
-			if due {
-				st.PendingDue, st.OldestDueAt = n, oldest
-			} else {
-				st.PendingScheduled = n
-			}
-		case queue.Leased:
-			st.Leased += n
-			if due {
-				st.LeasedExpired = n
-			}
-		case queue.Done:
-			st.Done += n
-		case queue.Dead:
-			switch queue.DeadReason(reason) {
-			case queue.Exhausted:
-				st.DeadExhausted += n
-			case queue.DeadlineReached:
-				st.DeadDeadline += n
-			case queue.PermanentFailure:
-				st.DeadPermanent += n
-			}
-		}
+		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
 	}
 	return st, rows.Err()
 }
