@@ -162,15 +162,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var handlers sync.WaitGroup
 	slots := make(chan struct{}, w.cfg.Concurrency)               // a token per running handler
 	pending := make(chan struct{}, maxPending(w.cfg.Concurrency)) // a token per outcome not yet committed
-	var claimers sync.WaitGroup
-	for range claimLoops(w.cfg.Concurrency) {
-		claimers.Add(1)
-		go func() {
-			defer claimers.Done()
-			w.claimLoop(ctx, hctx, slots, pending, &handlers)
-		}()
-	}
-	claimers.Wait()
+	w.claimLoop(ctx, hctx, slots, pending, &handlers)
 	bg.Wait()
 
 	finished := make(chan struct{})
@@ -196,7 +188,8 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // claimLoop claims jobs for idle handlers until ctx is done and starts a
-// goroutine per claimed job.
+// goroutine per claimed job. One claim is in flight at a time (measured on
+// PostgreSQL: more concurrent claims of fewer jobs each were slower).
 func (w *Worker) claimLoop(ctx, hctx context.Context, slots, pending chan struct{}, handlers *sync.WaitGroup) {
 	q := w.q
 	for ctx.Err() == nil {
@@ -248,11 +241,6 @@ func (w *Worker) claimLoop(ctx, hctx context.Context, slots, pending chan struct
 		}
 	}
 }
-
-// claimLoops is how many claims of one worker may be in flight at once:
-// while one waits for its commit, another can take the handlers that freed
-// up meanwhile.
-func claimLoops(concurrency int) int { return min(concurrency, 2) }
 
 // maxPending bounds the outcomes of one worker waiting to be committed: a
 // few claims' worth, so that claims and commits overlap.
