@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
@@ -48,6 +49,10 @@ type Store struct {
 	inbox *Inbox
 	// Statements prepared once on the writer connection.
 	insert, claimSel, claimOne, record, extend *sql.Stmt
+	// idle is set when a claim found nothing: the next claim first looks
+	// with a reader, so idle pollers (of many processes) do not take the
+	// write lock.
+	idle atomic.Bool
 }
 
 var _ queue.Store = (*Store)(nil)
@@ -291,6 +296,17 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 
 // Claim implements queue.Store.
 func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if s.idle.Load() {
+		var one int
+		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_due
+			WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
@@ -309,6 +325,7 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 		if err := rows.Close(); err != nil {
 			return err
 		}
+		s.idle.Store(len(out) == 0)
 		if len(out) == 0 {
 			return nil
 		}
