@@ -53,6 +53,21 @@ func (m *MemoryStore) Claim(ctx context.Context, now, leaseUntil int64, limit in
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.claim(now, leaseUntil, limit), nil
+}
+
+// RecordAndClaim implements RecordClaimer.
+func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.record(outcomes)
+	return m.claim(now, leaseUntil, limit), nil
+}
+
+func (m *MemoryStore) claim(now, leaseUntil int64, limit int) []Job {
 	var due []*Job
 	for _, j := range m.jobs {
 		if (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
@@ -70,7 +85,7 @@ func (m *MemoryStore) Claim(ctx context.Context, now, leaseUntil int64, limit in
 		j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = Leased, j.Attempts+1, leaseUntil, leaseUntil, now
 		out[i] = clone(j)
 	}
-	return out, nil
+	return out
 }
 
 // Record implements Store.
@@ -80,6 +95,11 @@ func (m *MemoryStore) Record(ctx context.Context, outcomes []Outcome) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.record(outcomes)
+	return nil
+}
+
+func (m *MemoryStore) record(outcomes []Outcome) {
 	for i := range outcomes {
 		o := &outcomes[i]
 		j, ok := m.jobs[o.ID]
@@ -88,7 +108,6 @@ func (m *MemoryStore) Record(ctx context.Context, outcomes []Outcome) error {
 			apply(j, *o)
 		}
 	}
-	return nil
 }
 
 // Extend implements Store.

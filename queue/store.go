@@ -190,6 +190,17 @@ func (s Stats) OldestPendingAge() int64 {
 	return s.Now - s.OldestDueAt
 }
 
+// RecordClaimer is implemented by stores that can record outcomes and claim
+// new jobs in one transaction: Record(outcomes) followed by Claim(now,
+// leaseUntil, limit), both as specified by Store, committed together (or
+// not at all). A Worker on such a store pays one commit per turn instead of
+// two. Implement it where commits are serialized (SQLite: one writer, one
+// fsync per commit); where concurrent commits share a flush (PostgreSQL),
+// the Worker's default — outcomes committed beside the claims — is faster.
+type RecordClaimer interface {
+	RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error)
+}
+
 // Notifier is implemented by stores that can wake workers when a job may
 // have become claimable (PostgreSQL's LISTEN/NOTIFY). Subscribe returns a
 // channel that receives (coalesced) wake-ups until cancel is called.

@@ -90,24 +90,21 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	return c, nil
 }
 
-// Worker runs a handler on a queue's jobs until its context is done: a
-// claim loop that takes as many due jobs as there are idle handlers (up to
-// BatchSize) in one transaction, Concurrency handlers, wake-ups by enqueues
-// and store notifications or by jittered polling, lease heartbeats for long
-// handlers, a per-attempt timeout (Config.AttemptTimeout), a periodic sweep
-// of jobs that can never run again, and a graceful shutdown.
-//
-// Outcomes are group-committed: outcomes that arrive while another outcome
-// transaction is in flight are combined into the next one, so under load
-// one commit serves several jobs without any added wait. A handler's slot
-// is freed when its outcome is queued, so the next claim overlaps the
-// commit; at most 8×Concurrency outcomes wait to be committed at once (a
-// crash loses them: those jobs run again when their leases expire).
+// Worker runs a handler on a queue's jobs until its context is done:
+// Concurrency handlers fed by one loop that, each turn, claims as many due
+// jobs as there are idle handlers (up to BatchSize), so no claimed job
+// waits for a handler, and commits the outcomes of the handlers that
+// finished: in the claim's transaction when the store is a RecordClaimer
+// (SQLite: one commit per turn), otherwise in group-committed transactions
+// running beside the claims (PostgreSQL: concurrent commits share a flush). Idle, it wakes on enqueues
+// in this process and store notifications (Notifier) or polls at a
+// jittered interval. It keeps long handlers' leases alive, bounds each
+// attempt (Config.AttemptTimeout), sweeps jobs that can never run again,
+// and shuts down gracefully.
 type Worker struct {
-	q      *Queue
-	h      retry.Handler
-	cfg    WorkerConfig
-	writes *recordGroup
+	q   *Queue
+	h   retry.Handler
+	cfg WorkerConfig
 }
 
 // NewWorker returns a Worker running h on q's jobs.
@@ -122,7 +119,7 @@ func NewWorker(q *Queue, h retry.Handler, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{q: q, h: h, cfg: cfg, writes: &recordGroup{store: q.store, timeout: q.recordTO}}, nil
+	return &Worker{q: q, h: h, cfg: cfg}, nil
 }
 
 // Run processes jobs until ctx is done, then shuts down: it stops claiming,
@@ -159,113 +156,276 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.sweep(ctx)
 	}()
 
-	var handlers sync.WaitGroup
-	slots := make(chan struct{}, w.cfg.Concurrency)               // a token per running handler
-	pending := make(chan struct{}, maxPending(w.cfg.Concurrency)) // a token per outcome not yet committed
-	w.claimLoop(ctx, hctx, slots, pending, &handlers)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		w.loop(ctx, hctx)
+	}()
+	<-ctx.Done()
 	bg.Wait()
 
-	finished := make(chan struct{})
-	go func() {
-		handlers.Wait()
-		close(finished)
-	}()
 	grace := time.NewTimer(w.cfg.Grace)
 	defer grace.Stop()
 	select {
-	case <-finished:
+	case <-loopDone:
 		return nil
 	case <-grace.C:
 	}
 	hcancel()
 	grace.Reset(w.cfg.Grace)
 	select {
-	case <-finished:
+	case <-loopDone:
 		return nil
 	case <-grace.C:
 		return ErrShutdownTimeout
 	}
 }
 
-// claimLoop claims jobs for idle handlers until ctx is done and starts a
-// goroutine per claimed job. One claim is in flight at a time (measured on
-// PostgreSQL: more concurrent claims of fewer jobs each were slower).
-func (w *Worker) claimLoop(ctx, hctx context.Context, slots, pending chan struct{}, handlers *sync.WaitGroup) {
+// loop is the worker's one committer. Each turn it commits the outcomes of
+// the handlers that finished and claims jobs for the idle handlers (up to
+// BatchSize) — in one transaction when the store is a RecordClaimer — and
+// starts a goroutine per claimed job. So a busy worker pays about one
+// commit per turn, and no claimed job waits for a handler. After ctx is
+// done it stops claiming and returns once every running handler's outcome
+// is committed.
+func (w *Worker) loop(ctx, hctx context.Context) {
 	q := w.q
-	for ctx.Err() == nil {
-		// Wait for one idle handler, then take every other idle one (up
-		// to BatchSize) without waiting.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+	st := &loopState{finished: make(chan *batch, w.cfg.Concurrency)}
+	fails := 0 // consecutive failed commits
+	var async *committer
+	if _, merged := q.store.(RecordClaimer); !merged {
+		async = &committer{w: w, in: make(chan []*batch, w.cfg.Concurrency), done: make(chan struct{})}
+		go async.run(ctx)
+		defer func() {
+			close(async.in)
+			<-async.done
+		}()
+	}
+	for {
+		if st.busy > 0 {
+			runtime.Gosched() // let handlers that are about to finish report first
+		}
+		st.drain()
+		stopping := ctx.Err() != nil
+		if stopping && st.busy == 0 && len(st.queued) == 0 {
 			return
 		}
-		n := 1
-		runtime.Gosched() // let handlers finishing at the same moment free their slots
-	more:
-		for n < w.cfg.BatchSize {
+		n := 0
+		if !stopping {
+			n = min(w.cfg.Concurrency-st.busy, w.cfg.BatchSize)
+		}
+		if n == 0 && len(st.queued) == 0 {
+			// Every handler is busy (or shutting down): wait for one to
+			// finish, or for the shutdown.
+			var done <-chan struct{}
+			if !stopping {
+				done = ctx.Done()
+			}
 			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
+			case b := <-st.finished:
+				st.take(b)
+			case <-done:
+			}
+			continue
+		}
+		if async != nil && len(st.queued) > 0 {
+			// Outcomes are committed beside the claims (see committer).
+			async.in <- st.queued
+			st.queued = nil
+			if n == 0 {
+				continue
 			}
 		}
 		wake := q.waitChan() // before the claim, so no enqueue is missed
-		t0 := q.now()
-		jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), n)
-		for range n - len(jobs) {
-			<-slots
+		jobs, t0, settled, err := w.commit(ctx, st.queued, n)
+		if settled {
+			st.queued = nil
 		}
 		if err != nil {
-			if ctx.Err() == nil {
-				w.report(fmt.Errorf("queue: claim: %w", err))
+			fails++
+			if !stopping || fails > 1 {
+				w.report(err)
 			}
-			w.idle(ctx, nil, w.cfg.PollInterval)
+			st.wait(ctx, nil, jitter(w.cfg.PollInterval))
 			continue
 		}
-		if len(jobs) == 0 {
-			w.idle(ctx, wake, w.cfg.PollInterval)
-			continue
-		}
+		fails = 0
 		for i := range jobs {
-			handlers.Add(1)
+			st.busy++
 			go func(b *batch) {
-				defer handlers.Done()
 				b.run(hctx, w.h)
-				pending <- struct{}{}
-				<-slots // the next claim may overlap this commit
-				w.finish(hctx, b)
-				<-pending
+				st.finished <- b
 			}(q.newBatch(jobs[i:i+1:i+1], t0))
 		}
-	}
-}
-
-// maxPending bounds the outcomes of one worker waiting to be committed: a
-// few claims' worth, so that claims and commits overlap.
-func maxPending(concurrency int) int { return min(8*concurrency, 8192) }
-
-// finish records a batch's outcomes and reports its errors.
-func (w *Worker) finish(ctx context.Context, b *batch) {
-	if err := b.recordWith(ctx, w.writes.record); err != nil {
-		w.report(err)
-	}
-	for i, err := range b.errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			w.report(fmt.Errorf("queue: job %q attempt %d: %w", b.jobs[i].ID, b.jobs[i].Attempts, err))
+		if n > 0 && len(jobs) == 0 {
+			// Nothing due: wait for an enqueue, a notification, the next
+			// jittered poll, or a handler to finish.
+			st.wait(ctx, wake, jitter(w.cfg.PollInterval))
 		}
 	}
 }
 
-// idle waits a jittered interval, or until wake or ctx is done.
-func (w *Worker) idle(ctx context.Context, wake <-chan struct{}, mean time.Duration) {
-	t := time.NewTimer(jitter(mean))
+// committer records outcomes in its own transactions, concurrently with
+// the loop's claims: on PostgreSQL, where concurrent commits share one WAL
+// flush, this beats merging them into the claim's transaction. Outcomes
+// that arrive while a commit is in flight share the next one (group
+// commit, no timer). A failed commit is retried after a jittered pause:
+// outcomes are never dropped (their leases keep the jobs meanwhile).
+type committer struct {
+	w    *Worker
+	in   chan []*batch
+	done chan struct{}
+}
+
+func (c *committer) run(ctx context.Context) {
+	defer close(c.done)
+	w := c.w
+	for first := range c.in {
+		queued := first
+	gather:
+		for {
+			select {
+			case more, ok := <-c.in:
+				if !ok {
+					break gather
+				}
+				queued = append(queued, more...)
+			default:
+				break gather
+			}
+		}
+		var outs []Outcome
+		for _, b := range queued {
+			for k, ok := range b.rec {
+				if ok {
+					outs = append(outs, b.outs[k])
+				}
+			}
+		}
+		for len(outs) > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.q.recordTO)
+			err := w.q.store.Record(rctx, outs)
+			cancel()
+			if err == nil {
+				break
+			}
+			w.report(fmt.Errorf("queue: recording outcomes: %w", err))
+			time.Sleep(jitter(w.cfg.PollInterval))
+		}
+		w.settle(queued, outs)
+	}
+}
+
+// loopState is what the loop knows about its handlers.
+type loopState struct {
+	finished chan *batch // handlers send their batch when done
+	busy     int         // handlers running
+	queued   []*batch    // finished, outcomes not yet committed
+}
+
+func (st *loopState) take(b *batch) {
+	st.busy--
+	st.queued = append(st.queued, b)
+}
+
+// drain collects finished handlers without waiting.
+func (st *loopState) drain() {
+	for {
+		select {
+		case b := <-st.finished:
+			st.take(b)
+		default:
+			return
+		}
+	}
+}
+
+// wait returns after d, on wake, when a handler finishes, or when ctx ends
+// (if it has not ended already: a shutting-down loop still waits between
+// failed commits).
+func (st *loopState) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
+	var done <-chan struct{}
+	if ctx.Err() == nil {
+		done = ctx.Done()
+	}
 	select {
-	case <-ctx.Done():
-	case <-wake:
 	case <-t.C:
+	case <-wake:
+	case <-done:
+	case b := <-st.finished:
+		st.take(b)
+	}
+}
+
+// commit records the outcomes of the queued batches and claims up to n
+// jobs, in one transaction when the store allows it. It returns the claimed
+// jobs, their claim time, and whether the queued outcomes were committed.
+func (w *Worker) commit(ctx context.Context, queued []*batch, n int) ([]Job, int64, bool, error) {
+	q := w.q
+	var outs []Outcome
+	for _, b := range queued {
+		for k, ok := range b.rec {
+			if ok {
+				outs = append(outs, b.outs[k])
+			}
+		}
+	}
+	t0 := q.now()
+	leaseUntil := addMs(t0, q.leaseMs)
+	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.recordTO)
+		jobs, err := rc.RecordAndClaim(rctx, outs, t0, leaseUntil, n)
+		cancel()
+		if err != nil {
+			return nil, t0, false, fmt.Errorf("queue: recording outcomes and claiming: %w", err)
+		}
+		w.settle(queued, outs)
+		return jobs, t0, true, nil
+	}
+	if len(outs) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.recordTO)
+		err := q.store.Record(rctx, outs)
+		cancel()
+		if err != nil {
+			return nil, t0, false, fmt.Errorf("queue: recording outcomes: %w", err)
+		}
+	}
+	w.settle(queued, outs)
+	if n == 0 {
+		return nil, t0, true, nil
+	}
+	jobs, err := q.store.Claim(ctx, t0, leaseUntil, n)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, t0, true, nil // shutting down: nothing claimed
+		}
+		return nil, t0, true, fmt.Errorf("queue: claim: %w", err)
+	}
+	return jobs, t0, true, nil
+}
+
+// settle mirrors committed outcomes on their batches and reports errors.
+func (w *Worker) settle(queued []*batch, outs []Outcome) {
+	k := 0
+	for _, b := range queued {
+		for j, ok := range b.rec {
+			if !ok {
+				continue
+			}
+			if o := outs[k]; o.Applied {
+				apply(&b.jobs[j], o)
+			} else {
+				b.errs[j] = errors.Join(ErrLeaseLost, b.errs[j])
+			}
+			k++
+		}
+		for j, err := range b.errs {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				w.report(fmt.Errorf("queue: job %q attempt %d: %w", b.jobs[j].ID, b.jobs[j].Attempts, err))
+			}
+		}
 	}
 }
 
@@ -276,7 +436,12 @@ func jitter(mean time.Duration) time.Duration {
 
 func (w *Worker) sweep(ctx context.Context) {
 	for {
-		w.idle(ctx, nil, w.cfg.SweepInterval)
+		t := time.NewTimer(jitter(w.cfg.SweepInterval))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 		if ctx.Err() != nil {
 			return
 		}

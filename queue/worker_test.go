@@ -18,12 +18,26 @@ import (
 // virtualNow is the bubble's clock in Unix ms (synctest makes time.Now virtual).
 func virtualNow() int64 { return time.Now().UnixMilli() }
 
+// plainStore hides the MemoryStore's RecordAndClaim, so the Worker takes
+// its other path: outcomes committed beside the claims.
+type plainStore struct{ queue.Store }
+
+// storeKinds are the two commit paths of a Worker.
+var storeKinds = map[string]func() queue.Store{
+	"merged":   func() queue.Store { return queue.NewMemoryStore() },
+	"separate": func() queue.Store { return plainStore{queue.NewMemoryStore()} },
+}
+
 func newQueue(t *testing.T, cfg queue.Config) *queue.Queue {
+	return newQueueOn(t, queue.NewMemoryStore(), cfg)
+}
+
+func newQueueOn(t *testing.T, s queue.Store, cfg queue.Config) *queue.Queue {
 	t.Helper()
 	if cfg.Now == nil {
 		cfg.Now = virtualNow
 	}
-	q, err := queue.New(queue.NewMemoryStore(), cfg)
+	q, err := queue.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,8 +45,14 @@ func newQueue(t *testing.T, cfg queue.Config) *queue.Queue {
 }
 
 func TestWorkerProcessesEverything(t *testing.T) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testWorkerProcessesEverything(t, newStore) })
+	}
+}
+
+func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond})
+		q := newQueueOn(t, newStore(), queue.Config{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond})
 		const n = 200
 		var jobs []queue.NewJob
 		for i := range n {
@@ -160,8 +180,14 @@ func TestAttemptTimeoutIsRetryable(t *testing.T) {
 }
 
 func TestShutdownGrace(t *testing.T) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testShutdownGrace(t, newStore) })
+	}
+}
+
+func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "finishes", MaxAttempts: 3})
 		q.Enqueue(ctx, queue.NewJob{ID: "canceled", MaxAttempts: 3})
@@ -202,8 +228,14 @@ func TestShutdownGrace(t *testing.T) {
 }
 
 func TestShutdownTimeoutLeavesLeased(t *testing.T) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testShutdownTimeoutLeavesLeased(t, newStore) })
+	}
+}
+
+func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
 		release := make(chan struct{})

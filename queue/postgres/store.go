@@ -301,9 +301,18 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 	return out, nil
 }
 
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // Claim implements queue.Store.
 func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `WITH c AS (
+	return s.claim(ctx, s.pool, now, leaseUntil, limit)
+}
+
+func (s *Store) claim(ctx context.Context, q querier, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	rows, err := q.Query(ctx, `WITH c AS (
 			SELECT id, available_at AS prev FROM `+s.jobs+`
 			WHERE state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
@@ -348,6 +357,22 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
+	retried, err := s.record(ctx, s.pool, outcomes)
+	if err == nil && retried {
+		s.notify(ctx)
+	}
+	return err
+}
+
+// notify wakes the listeners: a retried or released job may be due soon.
+// Best effort: polling covers a lost notification.
+func (s *Store) notify(ctx context.Context) {
+	s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+}
+
+// record applies the outcomes and reports whether one of them made a job
+// pending again.
+func (s *Store) record(ctx context.Context, q querier, outcomes []queue.Outcome) (bool, error) {
 	n := len(outcomes)
 	ids, attempts := make([]string, n), make([]int32, n)
 	states, reasons, errs := make([]string, n), make([]string, n), make([]string, n)
@@ -359,7 +384,7 @@ func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
 		outcomes[i].Applied = false
 		retry = retry || o.State == queue.Pending
 	}
-	q := `WITH r AS (UPDATE ` + s.jobs + ` j SET
+	sqlText := `WITH r AS (UPDATE ` + s.jobs + ` j SET
 			state = o.state,
 			available_at = CASE WHEN o.state = 'pending' THEN o.available_at ELSE j.available_at END,
 			dead_reason = o.dead_reason,
@@ -371,18 +396,18 @@ func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
 			AS o(id, attempt, state, available_at, dead_reason, last_error, now)
 		WHERE j.id = o.id AND j.state = 'leased' AND j.attempts = o.attempt
 		RETURNING j.id, o.attempt)`
-	q += ` SELECT id, attempt FROM r`
+	sqlText += ` SELECT id, attempt FROM r`
 	args := []any{ids, attempts, states, avail, reasons, errs, nows}
-	rows, err := s.pool.Query(ctx, q, args...)
+	rows, err := q.Query(ctx, sqlText, args...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var attempt int32
 		if err := rows.Scan(&id, &attempt); err != nil {
-			return err
+			return false, err
 		}
 		for i := range outcomes {
 			if outcomes[i].ID == id && outcomes[i].Attempt == int(attempt) {
@@ -391,15 +416,7 @@ func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if retry {
-		// A retried or released job may be due soon: wake the listeners.
-		// Best effort: polling covers a lost notification.
-		s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
-	}
-	return nil
+	return retry, rows.Err()
 }
 
 // Extend implements queue.Store.

@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreRequeue", testStoreRequeue},
 		{"StoreStats", testStoreStats},
 		{"StoreConcurrentClaims", testStoreConcurrentClaims},
+		{"StoreRecordAndClaim", testStoreRecordAndClaim},
 		{"EnqueueIdempotent", testEnqueueIdempotent},
 		{"EnqueueValidation", testEnqueueValidation},
 		{"RunOnceNothingDue", testNothingDue},
@@ -581,6 +582,44 @@ func testStoreConcurrentClaims(t *testing.T, s queue.Store) {
 	}
 	if st, _ := s.Stats(ctx, Start); st.Done != n {
 		t.Fatalf("done = %d, want %d", st.Done, n)
+	}
+}
+
+// testStoreRecordAndClaim checks the optional queue.RecordClaimer.
+func testStoreRecordAndClaim(t *testing.T, s queue.Store) {
+	rc, ok := s.(queue.RecordClaimer)
+	if !ok {
+		t.Skip("the store does not implement the optional queue.RecordClaimer")
+	}
+	ctx := context.Background()
+	insert(t, s, row("a", Start, Start+10000, 5), row("b", Start+1, Start+10000, 5), row("c", Start+2, Start+10000, 5))
+	if got, err := s.Claim(ctx, Start, Start+100, 1); err != nil || !slices.Equal(ids(got), []string{"a"}) {
+		t.Fatal(ids(got), err)
+	}
+	outs := []queue.Outcome{
+		{ID: "a", Attempt: 1, State: queue.Done, Now: Start + 5},
+		{ID: "b", Attempt: 1, State: queue.Done, Now: Start + 5}, // b is not leased
+	}
+	got, err := rc.RecordAndClaim(ctx, outs, Start+10, Start+110, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !outs[0].Applied || outs[1].Applied {
+		t.Fatalf("applied = %v", applied(outs))
+	}
+	if !slices.Equal(ids(got), []string{"b", "c"}) || got[0].Attempts != 1 || got[0].LeaseUntil != Start+110 || got[0].State != queue.Leased {
+		t.Fatalf("claimed %+v", got)
+	}
+	if a, _ := s.Get(ctx, "a"); a.State != queue.Done || a.FinishedAt != Start+5 {
+		t.Fatalf("a = %+v", a)
+	}
+	// Nothing to claim: the outcomes are still recorded.
+	outs = []queue.Outcome{{ID: "b", Attempt: 1, State: queue.Pending, AvailableAt: Start + 500, LastError: "later", Now: Start + 20}}
+	if got, err := rc.RecordAndClaim(ctx, outs, Start+20, Start+120, 3); err != nil || len(got) != 0 || !outs[0].Applied {
+		t.Fatalf("claimed %v, err %v, applied %v", ids(got), err, outs[0].Applied)
+	}
+	if b, _ := s.Get(ctx, "b"); b.State != queue.Pending || b.AvailableAt != Start+500 {
+		t.Fatalf("b = %+v", b)
 	}
 }
 

@@ -57,6 +57,7 @@ type Store struct {
 
 var _ queue.Store = (*Store)(nil)
 var _ queue.InboxStore = (*Store)(nil)
+var _ queue.RecordClaimer = (*Store)(nil)
 
 const schemaVersion = 1
 
@@ -309,6 +310,40 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 	}
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RecordAndClaim implements queue.RecordClaimer: Record and Claim in one
+// transaction.
+func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	var out []queue.Job
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.recordTx(ctx, tx, outcomes); err != nil {
+			return err
+		}
+		var err error
+		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		return err
+	})
+	if err != nil {
+		for i := range outcomes {
+			outcomes[i].Applied = false
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	var out []queue.Job
+	err := func() error {
 		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
 		if err != nil {
 			return err
@@ -349,11 +384,8 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 			j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = queue.Leased, j.Attempts+1, leaseUntil, leaseUntil, now
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	}()
+	return out, err
 }
 
 const recordSQL = `UPDATE stagger_jobs SET
@@ -368,22 +400,24 @@ const recordSQL = `UPDATE stagger_jobs SET
 
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		st := tx.StmtContext(ctx, s.record)
-		for i := range outcomes {
-			o := &outcomes[i]
-			res, err := st.ExecContext(ctx, o.ID, o.Attempt, string(o.State), o.AvailableAt, string(o.DeadReason), o.LastError, o.Now)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			o.Applied = n == 1
+	return s.tx(ctx, func(tx *sql.Tx) error { return s.recordTx(ctx, tx, outcomes) })
+}
+
+func (s *Store) recordTx(ctx context.Context, tx *sql.Tx, outcomes []queue.Outcome) error {
+	st := tx.StmtContext(ctx, s.record)
+	for i := range outcomes {
+		o := &outcomes[i]
+		res, err := st.ExecContext(ctx, o.ID, o.Attempt, string(o.State), o.AvailableAt, string(o.DeadReason), o.LastError, o.Now)
+		if err != nil {
+			return err
 		}
-		return nil
-	})
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		o.Applied = n == 1
+	}
+	return nil
 }
 
 // Extend implements queue.Store.
