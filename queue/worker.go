@@ -191,7 +191,6 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) loop(ctx, hctx context.Context) {
 	q := w.q
 	st := &loopState{finished: make(chan *batch, w.cfg.Concurrency)}
-	fails := 0 // consecutive failed commits
 	var async *committer
 	if _, merged := q.store.(RecordClaimer); !merged {
 		async = &committer{w: w, in: make(chan []*batch, w.cfg.Concurrency), done: make(chan struct{})}
@@ -242,14 +241,10 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 			st.queued = nil
 		}
 		if err != nil {
-			fails++
-			if !stopping || fails > 1 {
-				w.report(err)
-			}
+			w.report(err)
 			st.wait(ctx, nil, jitter(w.cfg.PollInterval))
 			continue
 		}
-		fails = 0
 		for i := range jobs {
 			st.busy++
 			go func(b *batch) {

@@ -347,3 +347,54 @@ func TestWorkerConfigValidation(t *testing.T) {
 type fixed float64
 
 func (r fixed) Uint64() uint64 { return uint64(float64(r)*(1<<53)) << 11 }
+
+// flakyStore fails its first Record calls, as a database that is briefly
+// unreachable.
+type flakyStore struct {
+	queue.Store
+	fails atomic.Int32
+}
+
+func (f *flakyStore) Record(ctx context.Context, outs []queue.Outcome) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("db down")
+	}
+	return f.Store.Record(ctx, outs)
+}
+
+func TestWorkerRetriesFailedCommits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &flakyStore{Store: queue.NewMemoryStore()}
+		s.fails.Store(3)
+		q := newQueueOn(t, s, queue.Config{})
+		ctx := context.Background()
+		for i := range 5 {
+			q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprint("j", i)})
+		}
+		var mu sync.Mutex
+		var errs []error
+		var calls atomic.Int32
+		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { calls.Add(1); return nil },
+			queue.WorkerConfig{Concurrency: 2, PollInterval: 100 * time.Millisecond,
+				OnError: func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- w.Run(rctx) }()
+		for {
+			time.Sleep(100 * time.Millisecond)
+			if st, _ := q.Stats(ctx); st.Done == 5 {
+				break
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() != 5 {
+			t.Fatalf("handler ran %d times for 5 jobs: a failed commit must be retried, not re-run", calls.Load())
+		}
+		if len(errs) != 3 || !strings.Contains(errs[0].Error(), "db down") {
+			t.Fatalf("reported %v, want the 3 failed commits", errs)
+		}
+	})
+}
