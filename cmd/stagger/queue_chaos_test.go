@@ -54,35 +54,19 @@ func chaosSize() chaosConfig {
 	return chaosConfig{jobs: 500, kills: 50, workers: 3}
 }
 
-// buildBinary builds the CLI once per test run.
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
+// buildCLI builds the CLI into the test's temporary directory (the build
+// cache makes the second build a link).
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stagger-chaos-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "stagger")
-		args := []string{"build", "-o", binPath}
-		if raceEnabled && os.Getenv("STAGGER_CHAOS_RACE") == "1" {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	bin := filepath.Join(t.TempDir(), "stagger")
+	args := []string{"build", "-o", bin}
+	if raceEnabled && os.Getenv("STAGGER_CHAOS_RACE") == "1" {
+		args = append(args, "-race")
 	}
-	return binPath
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // chaosBackend is a store under test, seen from the test process.
