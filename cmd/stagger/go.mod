@@ -1,12 +1,36 @@
 module github.com/staggerhq/stagger/cmd/stagger
 
-go 1.25
+go 1.25.0
 
 require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger/queue/postgres v0.0.0
+	github.com/staggerhq/stagger/queue/sqlite v0.0.0
 )
 
-require github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+require (
+	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-strftime v1.0.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+	modernc.org/libc v1.75.7 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+	modernc.org/sqlite v1.59.0 // indirect
+)
 
-replace github.com/staggerhq/stagger => ../..
+replace (
+	github.com/staggerhq/stagger => ../..
+	github.com/staggerhq/stagger/queue/postgres => ../../queue/postgres
+	github.com/staggerhq/stagger/queue/sqlite => ../../queue/sqlite
+)

@@ -1,0 +1,662 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+func init() {
+	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show", run: runQueue})
+}
+
+var queueSubcommands = map[string]struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}{
+	"enqueue":  {"add jobs (flags, or one JSON object per line on stdin)", queueEnqueue},
+	"run-once": {"process one due job with --http or --exec", queueRunOnce},
+	"work":     {"process jobs until interrupted (SIGINT/SIGTERM)", queueWork},
+	"stats":    {"count jobs by state", queueStats},
+	"dead":     {"list dead jobs with their reason and last error", queueDead},
+	"requeue":  {"give a dead job new attempts and a new deadline", queueRequeue},
+	"show":     {"print one job", queueShow},
+}
+
+func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		w := stdout
+		if len(args) == 0 {
+			w = stderr
+		}
+		fmt.Fprintln(w, "Usage: stagger queue <subcommand> [flags]   (--help for its flags)")
+		fmt.Fprintln(w)
+		names := make([]string, 0, len(queueSubcommands))
+		for n := range queueSubcommands {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(w, "  %-9s %s\n", n, queueSubcommands[n].summary)
+		}
+		fmt.Fprintln(w, "\n--db is an SQLite file (default ./stagger.db) or a postgres:// URL.")
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	sc, ok := queueSubcommands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "stagger queue: unknown subcommand %q\n", args[0])
+		return exitUsage
+	}
+	return sc.run(ctx, args[1:], stdout, stderr)
+}
+
+// queueFlags are the flags every subcommand shares.
+type queueFlags struct {
+	fs         *flag.FlagSet
+	db         string
+	sqliteSync string
+	jsonOut    bool
+	// queue settings
+	base, cap, lease, timeout time.Duration
+	maxPayload                int
+}
+
+func newQueueFlags(name string, stderr io.Writer, withRunSettings bool) *queueFlags {
+	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError)}
+	f.fs.SetOutput(stderr)
+	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
+	f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
+	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
+	f.fs.IntVar(&f.maxPayload, "max-payload", queue.DefaultMaxPayload, "largest payload in bytes")
+	if withRunSettings {
+		f.fs.DurationVar(&f.base, "base", queue.DefaultBase, "retry delay base: the window after the first failure")
+		f.fs.DurationVar(&f.cap, "cap", queue.DefaultCap, "retry delay cap: the largest window")
+		f.fs.DurationVar(&f.lease, "lease", queue.DefaultLease, "how long a claim holds a job (extended while the handler runs)")
+		f.fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-attempt handler timeout")
+	} else {
+		f.base, f.cap, f.lease, f.timeout = queue.DefaultBase, queue.DefaultCap, queue.DefaultLease, queue.DefaultAttemptTimeout
+	}
+	return f
+}
+
+// parse parses args; it returns a usage exit code when they are bad.
+func (f *queueFlags) parse(args []string, stderr io.Writer) (int, bool) {
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if f.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", f.fs.Name(), f.fs.Args())
+		return exitUsage, false
+	}
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// check validates the numeric settings, naming the flag.
+func (f *queueFlags) check() error {
+	if err := durationFlag("--base", f.base, time.Millisecond); err != nil {
+		return err
+	}
+	if err := durationFlag("--cap", f.cap, time.Millisecond); err != nil {
+		return err
+	}
+	if f.cap < f.base {
+		return fmt.Errorf("--cap (%v) must be >= --base (%v)", f.cap, f.base)
+	}
+	if err := durationFlag("--lease", f.lease, queue.MinLease); err != nil {
+		return err
+	}
+	if err := durationFlag("--timeout", f.timeout, queue.MinLease); err != nil {
+		return err
+	}
+	if err := intFlag("--max-payload", f.maxPayload, 1, queue.MaxPayloadLimit); err != nil {
+		return err
+	}
+	if s := strings.ToUpper(f.sqliteSync); s != "FULL" && s != "NORMAL" {
+		return fmt.Errorf("--sqlite-sync must be FULL or NORMAL, got %q", f.sqliteSync)
+	}
+	return nil
+}
+
+func durationFlag(name string, v, min time.Duration) error {
+	if v < min || v > queue.MaxDuration {
+		return fmt.Errorf("%s must be in [%v, %v], got %v", name, min, queue.MaxDuration, v)
+	}
+	return nil
+}
+
+func intFlag(name string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s must be in [%d, %d], got %d", name, lo, hi, v)
+	}
+	return nil
+}
+
+// open opens the store and the queue; on failure it prints the error and
+// returns the exit code.
+func (f *queueFlags) open(ctx context.Context, stderr io.Writer) (*queue.Queue, func() error, int) {
+	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return nil, nil, exitUsage
+	}
+	q, err := queue.New(s, queue.Config{
+		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload,
+	})
+	if err != nil {
+		closeFn()
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return nil, nil, exitUsage
+	}
+	return q, closeFn, 0
+}
+
+func (f *queueFlags) fail(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redactErr(f.db, err))
+	return exitFail
+}
+
+// ---- enqueue ----
+
+func queueEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return queueEnqueueFrom(ctx, args, os.Stdin, stdout, stderr)
+}
+
+func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	f := newQueueFlags("enqueue", stderr, false)
+	var id, payload, payloadFile, deadline string
+	var maxAttempts int
+	f.fs.StringVar(&id, "id", "", "job ID (without it, jobs are read from stdin: one JSON object per line\n"+
+		`with "id", "payload", "max_attempts", "deadline")`)
+	f.fs.StringVar(&payload, "payload", "", "payload")
+	f.fs.StringVar(&payloadFile, "payload-file", "", "read the payload from this file")
+	f.fs.IntVar(&maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "attempt budget (the first attempt included)")
+	f.fs.StringVar(&deadline, "deadline", "24h", "last time an attempt may start: a duration from now (1h) or an RFC 3339 time")
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	now := time.Now().UnixMilli()
+	var jobs []queue.NewJob
+	var lines []int
+	usage := func(err error) int {
+		fmt.Fprintf(stderr, "%s: %v; nothing was written\n", f.fs.Name(), err)
+		return exitUsage
+	}
+	if id == "" {
+		if payload != "" || payloadFile != "" {
+			return usage(errors.New("--payload and --payload-file need --id"))
+		}
+		var err error
+		jobs, lines, err = readJobLines(stdin, now, f.maxPayload)
+		if err != nil {
+			return usage(err)
+		}
+		// Flags give the defaults of lines that leave a field out.
+		dl, err := parseDeadline("--deadline", deadline, now)
+		if err != nil {
+			return usage(err)
+		}
+		if err := intFlag("--max-attempts", maxAttempts, 1, queue.MaxMaxAttempts); err != nil {
+			return usage(err)
+		}
+		for i := range jobs {
+			if jobs[i].MaxAttempts == 0 {
+				jobs[i].MaxAttempts = maxAttempts
+			}
+			if jobs[i].Deadline == 0 {
+				jobs[i].Deadline = dl
+			}
+		}
+	} else {
+		if err := intFlag("--max-attempts", maxAttempts, 1, queue.MaxMaxAttempts); err != nil {
+			return usage(err)
+		}
+		dl, err := parseDeadline("--deadline", deadline, now)
+		if err != nil {
+			return usage(err)
+		}
+		j := queue.NewJob{ID: id, MaxAttempts: maxAttempts, Deadline: dl, Payload: []byte(payload)}
+		if payloadFile != "" {
+			if payload != "" {
+				return usage(errors.New("give --payload or --payload-file, not both"))
+			}
+			if j.Payload, err = readCapped(payloadFile, f.maxPayload); err != nil {
+				return usage(err)
+			}
+		}
+		jobs = []queue.NewJob{j}
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	for i, j := range jobs {
+		if err := q.ValidateNewJob(j, now); err != nil {
+			if lines != nil {
+				err = fmt.Errorf("line %d: %w", lines[i], err)
+			}
+			return usage(err)
+		}
+	}
+	res, err := q.EnqueueMany(ctx, jobs)
+	if err != nil {
+		if errors.Is(err, queue.ErrInvalid) {
+			return usage(err)
+		}
+		return f.fail(stderr, err)
+	}
+	for _, r := range res {
+		if f.jsonOut {
+			writeJSON(stdout, struct {
+				Created bool    `json:"created"`
+				Job     jobJSON `json:"job"`
+			}{r.Created, toJobJSON(r.Job, false)})
+			continue
+		}
+		verb := "created"
+		if !r.Created {
+			verb = "exists "
+		}
+		fmt.Fprintf(stdout, "%s %s (attempts %d/%d, deadline %s)\n", verb, r.Job.ID, r.Job.Attempts, r.Job.MaxAttempts, fmtMs(r.Job.Deadline))
+	}
+	return exitOK
+}
+
+// readCapped reads a file of at most max bytes.
+func readCapped(path string, max int) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--payload-file: %w", err)
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("--payload-file: %w", err)
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("--payload-file: payload must be at most %d bytes (--max-payload)", max)
+	}
+	return b, nil
+}
+
+// ---- handlers ----
+
+type handlerFlags struct {
+	httpURL, execCmd, retryStatus, contentType string
+}
+
+func (h *handlerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.httpURL, "http", "", "handler: POST the payload to this URL (2xx done; errors, timeouts, --retry-status retryable with Retry-After; other statuses permanent)")
+	fs.StringVar(&h.execCmd, "exec", "", "handler: run this shell command with the payload on stdin (exit 0 done, 75 retryable, 65 permanent, else unknown)")
+	fs.StringVar(&h.retryStatus, "retry-status", "408,429,500-599", "with --http: the statuses that are retryable")
+	fs.StringVar(&h.contentType, "content-type", "application/octet-stream", "with --http: the Content-Type of the request")
+}
+
+func (h *handlerFlags) build() (retry.Handler, error) {
+	switch {
+	case (h.httpURL == "") == (h.execCmd == ""):
+		return nil, errors.New("give exactly one handler: --http URL or --exec CMD")
+	case h.execCmd != "":
+		return (&execHandler{cmd: h.execCmd}).handle, nil
+	}
+	if !strings.HasPrefix(h.httpURL, "http://") && !strings.HasPrefix(h.httpURL, "https://") {
+		return nil, fmt.Errorf("--http must be an http:// or https:// URL, got %q", h.httpURL)
+	}
+	set, err := parseStatusSet(h.retryStatus)
+	if err != nil {
+		return nil, err
+	}
+	return (&httpHandler{
+		client: &http.Client{}, url: h.httpURL, contentType: h.contentType, retryable: set, now: time.Now,
+	}).handle, nil
+}
+
+// ---- run-once ----
+
+func queueRunOnce(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("run-once", stderr, true)
+	var hf handlerFlags
+	hf.register(f.fs)
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	h, err := hf.build()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return exitUsage
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	j, err := q.RunOnce(ctx, h)
+	if j == nil && err == nil {
+		if f.jsonOut {
+			writeJSON(stdout, nil)
+		} else {
+			fmt.Fprintln(stdout, "nothing due")
+		}
+		return exitOK
+	}
+	if j != nil {
+		if f.jsonOut {
+			writeJSON(stdout, toJobJSON(*j, false))
+		} else {
+			fmt.Fprintln(stdout, describe(*j, q.Now()))
+		}
+	}
+	if err != nil {
+		return f.fail(stderr, err)
+	}
+	return exitOK
+}
+
+// describe is a one-line summary of a job after an attempt.
+func describe(j queue.Job, now int64) string {
+	s := fmt.Sprintf("%s: attempt %d/%d → %s", j.ID, j.Attempts, j.MaxAttempts, j.State)
+	switch j.State {
+	case queue.Pending:
+		s += fmt.Sprintf(" (retry in %v)", time.Duration(max(j.AvailableAt-now, 0))*time.Millisecond)
+	case queue.Dead:
+		s += " (" + string(j.DeadReason) + ")"
+	case queue.Leased:
+		s += " until " + fmtMs(j.LeaseUntil)
+	}
+	if j.LastError != "" && j.State != queue.Done {
+		s += ": " + j.LastError
+	}
+	return s
+}
+
+// ---- work ----
+
+func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("work", stderr, true)
+	var hf handlerFlags
+	hf.register(f.fs)
+	var concurrency, batch int
+	var poll, sweep, grace time.Duration
+	f.fs.IntVar(&concurrency, "concurrency", 4, "handlers running at once")
+	f.fs.IntVar(&batch, "batch", 0, "most jobs one claim takes (0: --concurrency); a claim never takes more than the idle handlers")
+	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
+	f.fs.DurationVar(&sweep, "sweep", queue.DefaultSweepInterval, "mean interval of the sweep that buries jobs that can never run again")
+	f.fs.DurationVar(&grace, "grace", queue.DefaultGrace, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	for _, err := range []error{
+		intFlag("--concurrency", concurrency, 1, queue.MaxConcurrency),
+		intFlag("--batch", batch, 0, queue.MaxBatchSize),
+		durationFlag("--poll", poll, time.Millisecond),
+		durationFlag("--sweep", sweep, time.Millisecond),
+		durationFlag("--grace", grace, time.Millisecond),
+	} {
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+			return exitUsage
+		}
+	}
+	h, err := hf.build()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return exitUsage
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	w, err := queue.NewWorker(q, h, queue.WorkerConfig{
+		Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
+		OnError: func(err error) { fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redactErr(f.db, err)) },
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "%s: working on %s with %d handlers\n", f.fs.Name(), redactDSN(f.db), concurrency)
+	if err := w.Run(ctx); err != nil {
+		return f.fail(stderr, err)
+	}
+	return exitOK
+}
+
+// ---- stats ----
+
+type statsJSON struct {
+	Pending          int64 `json:"pending"`
+	PendingDue       int64 `json:"pending_due"`
+	PendingScheduled int64 `json:"pending_scheduled"`
+	Leased           int64 `json:"leased"`
+	LeasedExpired    int64 `json:"leased_expired"`
+	Done             int64 `json:"done"`
+	Dead             struct {
+		Exhausted int64 `json:"exhausted"`
+		Deadline  int64 `json:"deadline"`
+		Permanent int64 `json:"permanent"`
+	} `json:"dead"`
+	OldestPendingAgeMs int64 `json:"oldest_pending_age_ms"`
+}
+
+func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("stats", stderr, false)
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	st, err := q.Stats(ctx)
+	if err != nil {
+		return f.fail(stderr, err)
+	}
+	var out statsJSON
+	out.Pending, out.PendingDue, out.PendingScheduled = st.Pending(), st.PendingDue, st.PendingScheduled
+	out.Leased, out.LeasedExpired, out.Done = st.Leased, st.LeasedExpired, st.Done
+	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent
+	out.OldestPendingAgeMs = st.OldestPendingAge()
+	if f.jsonOut {
+		writeJSON(stdout, out)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "pending  %d (due %d, scheduled %d; oldest due waiting %v)\n", out.Pending, out.PendingDue, out.PendingScheduled,
+		time.Duration(out.OldestPendingAgeMs)*time.Millisecond)
+	fmt.Fprintf(stdout, "leased   %d (lease expired %d)\n", out.Leased, out.LeasedExpired)
+	fmt.Fprintf(stdout, "done     %d\n", out.Done)
+	fmt.Fprintf(stdout, "dead     %d (exhausted %d, deadline %d, permanent %d)\n", st.Dead(), out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent)
+	return exitOK
+}
+
+// ---- dead ----
+
+func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("dead", stderr, false)
+	var limit int
+	var after string
+	f.fs.IntVar(&limit, "limit", 100, "list at most this many jobs (1-10000)")
+	f.fs.StringVar(&after, "after", "", "list jobs whose ID sorts after this one (paging)")
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	if err := intFlag("--limit", limit, 1, 10000); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return exitUsage
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	jobs, err := q.Dead(ctx, after, limit)
+	if err != nil {
+		return f.fail(stderr, err)
+	}
+	for _, j := range jobs {
+		if f.jsonOut {
+			writeJSON(stdout, toJobJSON(j, false))
+			continue
+		}
+		fmt.Fprintf(stdout, "%s\t%s\tattempts %d/%d\t%s\n", j.ID, j.DeadReason, j.Attempts, j.MaxAttempts, j.LastError)
+	}
+	return exitOK
+}
+
+// ---- requeue ----
+
+func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("requeue", stderr, false)
+	var id, deadline string
+	var attempts int
+	f.fs.StringVar(&id, "id", "", "the dead job's ID (required)")
+	f.fs.IntVar(&attempts, "attempts", 0, "new attempts granted on top of those spent (required, 1-1000000)")
+	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required)")
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	now := time.Now().UnixMilli()
+	bad := func(err error) int {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return exitUsage
+	}
+	if id == "" {
+		return bad(errors.New("--id is required"))
+	}
+	if err := intFlag("--attempts", attempts, 1, queue.MaxMaxAttempts); err != nil {
+		return bad(err)
+	}
+	if deadline == "" {
+		return bad(errors.New("--deadline is required: requeue grants a new deadline explicitly"))
+	}
+	dl, err := parseDeadline("--deadline", deadline, now)
+	if err != nil {
+		return bad(err)
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	j, err := q.Requeue(ctx, id, attempts, dl)
+	switch {
+	case errors.Is(err, queue.ErrInvalid), errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrNotDead):
+		return bad(err)
+	case err != nil:
+		return f.fail(stderr, err)
+	}
+	if f.jsonOut {
+		writeJSON(stdout, toJobJSON(j, false))
+	} else {
+		fmt.Fprintf(stdout, "requeued %s: attempts %d/%d, deadline %s\n", j.ID, j.Attempts, j.MaxAttempts, fmtMs(j.Deadline))
+	}
+	return exitOK
+}
+
+// ---- show ----
+
+func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("show", stderr, false)
+	var id string
+	f.fs.StringVar(&id, "id", "", "the job's ID (required)")
+	if code, ok := f.parse(args, stderr); !ok {
+		return code
+	}
+	if id == "" {
+		fmt.Fprintf(stderr, "%s: --id is required\n", f.fs.Name())
+		return exitUsage
+	}
+	q, closeFn, code := f.open(ctx, stderr)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	j, err := q.Get(ctx, id)
+	if errors.Is(err, queue.ErrNotFound) {
+		fmt.Fprintf(stderr, "%s: no job %q\n", f.fs.Name(), id)
+		return exitFail
+	}
+	if err != nil {
+		return f.fail(stderr, err)
+	}
+	jj := toJobJSON(j, true)
+	if f.jsonOut {
+		writeJSON(stdout, jj)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "id            %s\nstate         %s %s\nattempts      %d/%d\navailable_at  %s\ndeadline      %s\nlease_until   %s\nlast_error    %s\ncreated_at    %s\nupdated_at    %s\nfinished_at   %s\npayload       %d bytes\n",
+		j.ID, j.State, j.DeadReason, j.Attempts, j.MaxAttempts, fmtMs(j.AvailableAt), fmtMs(j.Deadline), fmtMs(j.LeaseUntil),
+		j.LastError, fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
+	return exitOK
+}
+
+// jobJSON is the JSON form of a job.
+type jobJSON struct {
+	ID            string  `json:"id"`
+	State         string  `json:"state"`
+	DeadReason    string  `json:"dead_reason"`
+	Attempts      int     `json:"attempts"`
+	MaxAttempts   int     `json:"max_attempts"`
+	AvailableAtMs int64   `json:"available_at_ms"`
+	DeadlineMs    int64   `json:"deadline_ms"`
+	LeaseUntilMs  int64   `json:"lease_until_ms"`
+	LastError     string  `json:"last_error"`
+	CreatedAtMs   int64   `json:"created_at_ms"`
+	UpdatedAtMs   int64   `json:"updated_at_ms"`
+	FinishedAtMs  int64   `json:"finished_at_ms"`
+	Payload       *string `json:"payload,omitempty"`
+	PayloadBase64 []byte  `json:"payload_base64,omitempty"`
+}
+
+func toJobJSON(j queue.Job, withPayload bool) jobJSON {
+	out := jobJSON{
+		ID: j.ID, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: j.LastError,
+		CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt, FinishedAtMs: j.FinishedAt,
+	}
+	if withPayload {
+		if utf8.Valid(j.Payload) {
+			s := string(j.Payload)
+			out.Payload = &s
+		} else {
+			out.PayloadBase64 = j.Payload
+		}
+	}
+	return out
+}
+
+func writeJSON(w io.Writer, v any) {
+	b, _ := json.Marshal(v)
+	w.Write(append(b, '\n'))
+}
+
+// fmtMs formats Unix ms as RFC 3339 (UTC), "-" for 0.
+func fmtMs(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}

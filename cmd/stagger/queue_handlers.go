@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/staggerhq/stagger/retry"
+)
+
+// statusSet is a set of HTTP statuses written as "408,429,500-599".
+type statusSet [600]bool
+
+// parseStatusSet parses a comma-separated list of statuses and ranges.
+func parseStatusSet(s string) (*statusSet, error) {
+	var set statusSet
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 100 || b > 599 || a > b {
+			return nil, fmt.Errorf("--retry-status: %q is not a status or range within 100-599", part)
+		}
+		for c := a; c <= b; c++ {
+			set[c] = true
+		}
+	}
+	return &set, nil
+}
+
+// httpHandler POSTs the payload to one endpoint.
+type httpHandler struct {
+	client      *http.Client
+	url         string
+	contentType string
+	retryable   *statusSet
+	now         func() time.Time
+}
+
+// maxErrorBody bounds how much of a response body goes into an error.
+const maxErrorBody = 512
+
+// handle is a retry.Handler: 2xx done; connection errors, timeouts and the
+// retryable statuses (default 408, 429, 5xx) retryable, honouring
+// Retry-After; every other status permanent.
+func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(payload))
+	if err != nil {
+		return retry.Permanent(err)
+	}
+	req.Header.Set("Content-Type", h.contentType)
+	if d, ok := retry.DeliveryFrom(ctx); ok {
+		// The receiver's inbox deduplicates on this key.
+		req.Header.Set("Idempotency-Key", d.ID)
+		req.Header.Set("Stagger-Attempt", strconv.Itoa(d.Attempt))
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return err // canceled by the worker: unknown, the job is released
+		}
+		return retry.Retryable(fmt.Errorf("POST %s: %w", h.url, err))
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	err = fmt.Errorf("POST %s: %s", h.url, resp.Status)
+	if tail := strings.TrimSpace(string(body)); tail != "" {
+		err = fmt.Errorf("%w: %s", err, tail)
+	}
+	if resp.StatusCode < len(h.retryable) && h.retryable[resp.StatusCode] {
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
+			return retry.After(err, d)
+		}
+		return retry.Retryable(err)
+	}
+	return retry.Permanent(err)
+}
+
+// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		if n > int64(maxDuration/time.Second) {
+			return maxDuration, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+const maxDuration = time.Duration(1<<63 - 1)
+
+// Exit codes of an --exec command (sysexits.h).
+const (
+	exitTempFail = 75 // EX_TEMPFAIL: retryable
+	exitDataErr  = 65 // EX_DATAERR: permanent
+)
+
+// execHandler runs a shell command with the payload on stdin.
+type execHandler struct {
+	cmd string
+}
+
+// handle is a retry.Handler: exit 0 done, 75 retryable, 65 permanent,
+// anything else (other codes, signals, a failure to start) unknown.
+func (h *execHandler) handle(ctx context.Context, payload []byte) error {
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", h.cmd)
+	c.Stdin = bytes.NewReader(payload)
+	var stderr tailBuffer
+	c.Stderr = &stderr
+	c.Stdout = io.Discard
+	c.Env = os.Environ()
+	if d, ok := retry.DeliveryFrom(ctx); ok {
+		c.Env = append(c.Env, "STAGGER_JOB_ID="+d.ID, "STAGGER_ATTEMPT="+strconv.Itoa(d.Attempt),
+			"STAGGER_MAX_ATTEMPTS="+strconv.Itoa(d.MaxAttempts))
+	}
+	// Kill the whole process group when the attempt is canceled.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.WaitDelay = time.Second
+	err := c.Run()
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		msg := fmt.Errorf("exec %q: %v", h.cmd, ee)
+		if tail := strings.TrimSpace(stderr.String()); tail != "" {
+			msg = fmt.Errorf("%w: %s", msg, tail)
+		}
+		switch ee.ExitCode() {
+		case exitTempFail:
+			return retry.Retryable(msg)
+		case exitDataErr:
+			return retry.Permanent(msg)
+		}
+		return msg
+	}
+	return fmt.Errorf("exec %q: %w", h.cmd, err)
+}
+
+// tailBuffer keeps the last 1 KiB written to it.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 1024 {
+		t.b = append(t.b[:0], t.b[len(t.b)-1024:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }

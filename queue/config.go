@@ -1,0 +1,145 @@
+package queue
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultBase           = time.Second
+	DefaultCap            = 5 * time.Minute
+	DefaultLease          = 30 * time.Second
+	DefaultAttemptTimeout = time.Minute
+	DefaultMaxPayload     = 1 << 20
+	DefaultMaxAttempts    = 10
+	DefaultDeadline       = 24 * time.Hour
+)
+
+// Bounds of Config's durations.
+const (
+	// MinLease is the shortest lease (and the shortest attempt timeout).
+	MinLease = 10 * time.Millisecond
+	// MaxDuration bounds every duration setting: ten years.
+	MaxDuration = 10 * 365 * 24 * time.Hour
+	// MaxTime is the latest time a job may carry: 9999-12-31T23:59:59.999Z
+	// in Unix milliseconds.
+	MaxTime int64 = 253402300799999
+)
+
+// Config configures a Queue. The zero value is usable: every zero field
+// takes its default. Negative values, values out of range and a Cap below
+// Base are rejected by New with an error naming the field.
+type Config struct {
+	// Base and Cap are the retry schedule (seed 002): after failed attempt
+	// n the job waits floor(min(Cap, Base·2^(n−1))·ratio) with a fresh
+	// random ratio in [0, 1) per retry (backoff.Ratio). Defaults 1s and 5m.
+	Base, Cap time.Duration
+	// Lease is how long a claim holds a job before another worker may take
+	// it; a running handler's lease is extended every Lease/3. Default 30s.
+	Lease time.Duration
+	// AttemptTimeout bounds each handler call. An attempt that hits it with
+	// an error of no class counts as retryable. Default 1m.
+	AttemptTimeout time.Duration
+	// MaxPayload is the largest payload Enqueue accepts, in bytes
+	// (at most MaxPayloadLimit). Default 1 MiB.
+	MaxPayload int
+	// MaxAttempts is the attempt budget of jobs enqueued without one.
+	// Default 10.
+	MaxAttempts int
+	// Deadline is the deadline, from the enqueue time, of jobs enqueued
+	// without one. Default 24h.
+	Deadline time.Duration
+	// Now is the clock: the current Unix time in milliseconds. nil means
+	// the system clock. Every worker of one store should read the same time.
+	Now func() int64
+	// Rand is the random source of the retry ratio; nil means the runtime's
+	// generator. It is used under a lock, so any Source will do.
+	Rand rand.Source
+}
+
+// validate fills defaults and checks every field.
+func (c Config) withDefaults() (Config, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Base, DefaultBase)
+	def(&c.Cap, max(DefaultCap, c.Base))
+	def(&c.Lease, DefaultLease)
+	def(&c.AttemptTimeout, DefaultAttemptTimeout)
+	def(&c.Deadline, DefaultDeadline)
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"Base", c.Base, time.Millisecond},
+		{"Cap", c.Cap, time.Millisecond},
+		{"Lease", c.Lease, MinLease},
+		{"AttemptTimeout", c.AttemptTimeout, MinLease},
+		{"Deadline", c.Deadline, time.Millisecond},
+	} {
+		if err := checkDuration(d.name, d.v, d.min); err != nil {
+			return c, err
+		}
+	}
+	switch {
+	case c.Cap < c.Base:
+		return c, fmt.Errorf("%w: Cap (%v) must be >= Base (%v)", ErrInvalid, c.Cap, c.Base)
+	case c.MaxPayload < 1 || c.MaxPayload > MaxPayloadLimit:
+		return c, fmt.Errorf("%w: MaxPayload must be in [1, %d] bytes (0 means %d), got %d", ErrInvalid, MaxPayloadLimit, DefaultMaxPayload, c.MaxPayload)
+	case c.MaxAttempts < 1 || c.MaxAttempts > MaxMaxAttempts:
+		return c, fmt.Errorf("%w: MaxAttempts must be in [1, %d] (0 means %d), got %d", ErrInvalid, MaxMaxAttempts, DefaultMaxAttempts, c.MaxAttempts)
+	}
+	return c, nil
+}
+
+func checkDuration(name string, v, min time.Duration) error {
+	if v < min || v > MaxDuration {
+		return fmt.Errorf("%w: %s must be in [%v, %v] (0 means the default), got %v", ErrInvalid, name, min, MaxDuration, v)
+	}
+	return nil
+}
+
+func systemNow() int64 { return time.Now().UnixMilli() }
+
+// lockedSource makes any rand.Source safe for concurrent use.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
+}
+
+func (l *lockedSource) Uint64() uint64 {
+	l.mu.Lock()
+	v := l.src.Uint64()
+	l.mu.Unlock()
+	return v
+}
+
+// ceilMs converts a delay to whole milliseconds, rounding up so that a
+// requested minimum wait (After) is never shortened.
+func ceilMs(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+// addMs is a+b saturating at MaxTime.
+func addMs(a, b int64) int64 {
+	if b > MaxTime-a {
+		return MaxTime
+	}
+	return a + b
+}

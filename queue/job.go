@@ -1,0 +1,111 @@
+package queue
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// State is where a job is in its life.
+type State string
+
+// The four states of a job. A job moves pending → leased (a claim) and from
+// leased to done, back to pending (a retry, or a release at shutdown), or to
+// dead; an operator's Requeue moves a dead job back to pending. A leased job
+// whose lease expired is claimable again.
+const (
+	Pending State = "pending" // waiting for its available_at
+	Leased  State = "leased"  // claimed by a worker until lease_until
+	Done    State = "done"    // its handler succeeded
+	Dead    State = "dead"    // quarantined, see DeadReason
+)
+
+// DeadReason says why a job was quarantined.
+type DeadReason string
+
+// The dead reasons of seed 002.
+const (
+	// Exhausted: attempts reached max_attempts (the last attempt failed, or
+	// its lease expired with its outcome unknown).
+	Exhausted DeadReason = "exhausted"
+	// DeadlineReached: the next attempt could not start before the deadline
+	// (now + delay >= deadline; equality counts as past).
+	DeadlineReached DeadReason = "deadline"
+	// PermanentFailure: the handler returned a Permanent error.
+	PermanentFailure DeadReason = "permanent"
+)
+
+// Job is one unit of durable work. Every time is an absolute Unix time in
+// milliseconds, read from the queue's injected clock, never a process-relative
+// duration, so every worker on every host reads it the same way.
+type Job struct {
+	// ID identifies the job; enqueueing an existing ID returns the stored job.
+	ID string
+	// Payload is handed to the handler.
+	Payload []byte
+	// Attempts counts claims: an attempt is spent when a worker claims the
+	// job, before its handler runs, and is never given back.
+	Attempts int
+	// MaxAttempts is this job's attempt budget.
+	MaxAttempts int
+	// AvailableAt is the reservation "may be claimed from this time": the
+	// next retry's time for a pending job, the lease expiry for a leased one.
+	AvailableAt int64
+	// Deadline is the time by which an attempt must have started; a retry
+	// never extends it (only an operator's Requeue sets a new one).
+	Deadline int64
+	// State is pending, leased, done or dead.
+	State State
+	// DeadReason is set when State is Dead.
+	DeadReason DeadReason
+	// LastError is the message of the last failed attempt ("" when none).
+	LastError string
+	// LeaseUntil is the lease expiry of a leased job, 0 otherwise.
+	LeaseUntil int64
+	// CreatedAt, UpdatedAt and FinishedAt (done or dead; 0 otherwise).
+	CreatedAt, UpdatedAt, FinishedAt int64
+}
+
+// Limits on a job's fields.
+const (
+	// MaxIDLen is the longest job ID in bytes.
+	MaxIDLen = 255
+	// MaxLastErrorLen is the longest stored error message in bytes; longer
+	// messages are truncated.
+	MaxLastErrorLen = 2048
+	// MaxMaxAttempts is the largest attempt budget a job may have.
+	MaxMaxAttempts = 1_000_000
+	// MaxPayloadLimit is the largest Config.MaxPayload.
+	MaxPayloadLimit = 64 << 20
+)
+
+// ValidateID reports whether id is a usable job ID: 1 to MaxIDLen bytes of
+// valid UTF-8 without control characters.
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: id must not be empty", ErrInvalid)
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("%w: id must be at most %d bytes, got %d", ErrInvalid, MaxIDLen, len(id))
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: id must be valid UTF-8", ErrInvalid)
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%w: id must not contain control characters", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// truncateError bounds an error message to MaxLastErrorLen bytes on a rune
+// boundary.
+func truncateError(s string) string {
+	if len(s) <= MaxLastErrorLen {
+		return s
+	}
+	s = s[:MaxLastErrorLen]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

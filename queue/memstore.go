@@ -1,0 +1,231 @@
+package queue
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+)
+
+// MemoryStore is a Store in process memory: for tests, examples and
+// single-process use where losing every job at exit is acceptable. It passes
+// the same conformance suite (queuetest) as the durable stores. Claims scan
+// every job, so keep it small.
+type MemoryStore struct {
+	mu   sync.Mutex
+	jobs map[string]*Job
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore { return &MemoryStore{jobs: map[string]*Job{}} }
+
+func clone(j *Job) Job {
+	c := *j
+	c.Payload = bytes.Clone(j.Payload)
+	return c
+}
+
+// Insert implements Store.
+func (m *MemoryStore) Insert(ctx context.Context, jobs []Job) ([]Inserted, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Inserted, len(jobs))
+	for i := range jobs {
+		if j, ok := m.jobs[jobs[i].ID]; ok {
+			out[i] = Inserted{Job: clone(j)}
+			continue
+		}
+		j := clone(&jobs[i])
+		m.jobs[j.ID] = &j
+		out[i] = Inserted{Job: clone(&j), Created: true}
+	}
+	return out, nil
+}
+
+// Claim implements Store.
+func (m *MemoryStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.claim(now, leaseUntil, limit), nil
+}
+
+// RecordAndClaim implements RecordClaimer.
+func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.record(outcomes)
+	return m.claim(now, leaseUntil, limit), nil
+}
+
+func (m *MemoryStore) claim(now, leaseUntil int64, limit int) []Job {
+	var due []*Job
+	for _, j := range m.jobs {
+		if (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
+			due = append(due, j)
+		}
+	}
+	slices.SortFunc(due, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(a.AvailableAt, b.AvailableAt), cmp.Compare(a.ID, b.ID))
+	})
+	if len(due) > limit {
+		due = due[:max(limit, 0)]
+	}
+	out := make([]Job, len(due))
+	for i, j := range due {
+		j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = Leased, j.Attempts+1, leaseUntil, leaseUntil, now
+		out[i] = clone(j)
+	}
+	return out
+}
+
+// Record implements Store.
+func (m *MemoryStore) Record(ctx context.Context, outcomes []Outcome) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.record(outcomes)
+	return nil
+}
+
+func (m *MemoryStore) record(outcomes []Outcome) {
+	for i := range outcomes {
+		o := &outcomes[i]
+		j, ok := m.jobs[o.ID]
+		o.Applied = ok && j.State == Leased && j.Attempts == o.Attempt
+		if o.Applied {
+			apply(j, *o)
+		}
+	}
+}
+
+// Extend implements Store.
+func (m *MemoryStore) Extend(ctx context.Context, leases []Lease, now, leaseUntil int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range leases {
+		j, ok := m.jobs[leases[i].ID]
+		leases[i].Held = ok && j.State == Leased && j.Attempts == leases[i].Attempt
+		if leases[i].Held {
+			j.LeaseUntil, j.AvailableAt, j.UpdatedAt = leaseUntil, leaseUntil, now
+		}
+	}
+	return nil
+}
+
+// UnknownOutcome is the LastError Bury writes on a job whose last attempt's
+// lease expired without a recorded error.
+const UnknownOutcome = "lease expired: the outcome of the last attempt is unknown"
+
+// Bury implements Store.
+func (m *MemoryStore) Bury(ctx context.Context, now int64, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, j := range m.jobs {
+		if n >= limit {
+			break
+		}
+		if !(j.State == Pending || (j.State == Leased && j.AvailableAt <= now)) {
+			continue
+		}
+		switch {
+		case j.Attempts >= j.MaxAttempts:
+			j.DeadReason = Exhausted
+			if j.LastError == "" {
+				j.LastError = UnknownOutcome
+			}
+		case j.Deadline <= now:
+			j.DeadReason = DeadlineReached
+		default:
+			continue
+		}
+		j.State, j.LeaseUntil, j.FinishedAt, j.UpdatedAt = Dead, 0, now, now
+		n++
+	}
+	return n, nil
+}
+
+// Get implements Store.
+func (m *MemoryStore) Get(ctx context.Context, id string) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	if !ok {
+		return Job{}, ErrNotFound
+	}
+	return clone(j), nil
+}
+
+// List implements Store.
+func (m *MemoryStore) List(ctx context.Context, state State, after string, limit int) ([]Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Job
+	for _, j := range m.jobs {
+		if j.State == state && j.ID > after {
+			out = append(out, clone(j))
+		}
+	}
+	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.ID, b.ID) })
+	if len(out) > limit {
+		out = out[:max(limit, 0)]
+	}
+	return out, nil
+}
+
+// Requeue implements Store.
+func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadline, now int64) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	switch {
+	case !ok:
+		return Job{}, ErrNotFound
+	case j.State != Dead:
+		return Job{}, ErrNotDead
+	}
+	j.State, j.MaxAttempts, j.Deadline, j.AvailableAt, j.UpdatedAt = Pending, j.Attempts+grant, deadline, now, now
+	j.DeadReason, j.FinishedAt, j.LeaseUntil = "", 0, 0
+	return clone(j), nil
+}
+
+// Stats implements Store.
+func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Stats{Now: now}
+	for _, j := range m.jobs {
+		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, 1, j.AvailableAt)
+	}
+	return s, nil
+}

@@ -1,0 +1,629 @@
+// Package postgres is the PostgreSQL store of stagger's durable retry queue
+// (pgx v5): claims with FOR UPDATE SKIP LOCKED, so any number of workers on
+// any number of hosts can share one table; LISTEN/NOTIFY wake-ups; a schema
+// migration run on Open. Every transition is one committed statement or
+// transaction; PostgreSQL's own durability settings (synchronous_commit,
+// fsync) decide what survives a crash of the server.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/staggerhq/stagger/queue"
+)
+
+// Options configure a Store; zero fields take their defaults.
+type Options struct {
+	// Schema holds the queue's tables; "" means the connection's
+	// search_path (usually public). It is created if missing. Lower-case
+	// letters, digits and underscores, at most 40 bytes.
+	Schema string
+	// InboxLease is how long an Inbox delivery holds its ID before another
+	// delivery may take it over (10ms to 24h). Default 5m.
+	InboxLease time.Duration
+	// Now is the inbox's clock in Unix ms; nil means the system clock.
+	Now func() int64
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+func (o *Options) fill() error {
+	if o.InboxLease == 0 {
+		o.InboxLease = 5 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	switch {
+	case o.Schema != "" && !schemaName.MatchString(o.Schema):
+		return fmt.Errorf("%w: Schema must match %s, got %q", queue.ErrInvalid, schemaName, o.Schema)
+	case o.InboxLease < 10*time.Millisecond || o.InboxLease > 24*time.Hour:
+		return fmt.Errorf("%w: InboxLease must be in [10ms, 24h], got %v", queue.ErrInvalid, o.InboxLease)
+	}
+	return nil
+}
+
+// Store is a queue.Store (and a queue.InboxStore, and a queue.Notifier) on
+// PostgreSQL.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	opts    Options
+	jobs    string // qualified table names
+	inboxT  string
+	channel string // LISTEN/NOTIFY channel
+	inbox   *Inbox
+
+	lmu     sync.Mutex
+	subs    map[chan struct{}]struct{}
+	lcancel context.CancelFunc
+	ldone   chan struct{}
+}
+
+var (
+	_ queue.Store      = (*Store)(nil)
+	_ queue.InboxStore = (*Store)(nil)
+	_ queue.Notifier   = (*Store)(nil)
+)
+
+// Open connects to dsn (a postgres:// URL or key=value string), migrates the
+// schema and returns the store; Close closes the pool. Errors never contain
+// the DSN's password.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("postgres: cannot parse the connection string (its text is not repeated here: it may hold a password)")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// New returns a store on an existing pool (which the caller closes) and
+// migrates the schema.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	prefix, channel := "", "stagger_jobs"
+	if opts.Schema != "" {
+		prefix, channel = `"`+opts.Schema+`".`, "stagger_jobs_"+opts.Schema
+	}
+	s := &Store{
+		pool: pool, opts: opts, jobs: prefix + "stagger_jobs", inboxT: prefix + "stagger_inbox",
+		channel: channel, subs: map[chan struct{}]struct{}{},
+	}
+	s.inbox = &Inbox{s: s}
+	if err := s.migrate(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: migrating: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Serialize concurrent migrations (many workers starting at once).
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7400117)`); err != nil {
+			return err
+		}
+		var stmts []string
+		if s.opts.Schema != "" {
+			stmts = append(stmts, `CREATE SCHEMA IF NOT EXISTS "`+s.opts.Schema+`"`)
+		}
+		stmts = append(stmts,
+			`CREATE TABLE IF NOT EXISTS `+s.jobs+` (
+				id           text PRIMARY KEY,
+				payload      bytea NOT NULL,
+				attempts     integer NOT NULL,
+				max_attempts integer NOT NULL,
+				available_at bigint NOT NULL,
+				deadline     bigint NOT NULL,
+				state        text NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')),
+				dead_reason  text NOT NULL DEFAULT '',
+				last_error   text NOT NULL DEFAULT '',
+				lease_until  bigint NOT NULL DEFAULT 0,
+				created_at   bigint NOT NULL,
+				updated_at   bigint NOT NULL,
+				finished_at  bigint NOT NULL DEFAULT 0)`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_due ON `+s.jobs+` (available_at, id) WHERE state IN ('pending', 'leased')`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_state ON `+s.jobs+` (state, dead_reason, id)`,
+			`CREATE TABLE IF NOT EXISTS `+s.inboxT+` (
+				id          text PRIMARY KEY,
+				state       text NOT NULL CHECK (state IN ('running', 'done')),
+				token       bigint NOT NULL,
+				lease_until bigint NOT NULL,
+				done_at     bigint NOT NULL DEFAULT 0)`,
+		)
+		for _, q := range stmts {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		// A table that was never analyzed makes the planner guess: it
+		// sorts every due row per claim instead of walking the due index.
+		// Statistics of the (empty) new table let it extrapolate instead.
+		var tuples float64
+		if err := tx.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, s.jobs).Scan(&tuples); err != nil {
+			return err
+		}
+		if tuples < 0 {
+			if _, err := tx.Exec(ctx, `ANALYZE `+s.jobs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Close stops the notification listener and, for a store made by Open,
+// closes the pool.
+func (s *Store) Close() {
+	s.lmu.Lock()
+	if s.lcancel != nil {
+		s.lcancel()
+	}
+	done := s.ldone
+	s.lmu.Unlock()
+	if done != nil {
+		<-done
+	}
+	if s.ownPool {
+		s.pool.Close()
+	}
+}
+
+// Pool returns the connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Inbox returns the store's durable inbox.
+func (s *Store) Inbox() queue.Inbox { return s.inbox }
+
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at`
+
+func prefixed(p string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}
+
+var jCols = prefixed("j.")
+
+func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
+	var j queue.Job
+	var state, reason string
+	dst := []any{&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt}
+	err := row.Scan(append(dst, extra...)...)
+	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
+	if j.Payload == nil {
+		j.Payload = []byte{}
+	}
+	return j, err
+}
+
+// Insert implements queue.Store.
+func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
+	n := len(jobs)
+	var (
+		ids                                         = make([]string, n)
+		payloads                                    = make([][]byte, n)
+		maxA                                        = make([]int32, n)
+		avail, dl, created, updated, finished, leas = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		attempts                                    = make([]int32, n)
+		states, reasons, lastErr                    = make([]string, n), make([]string, n), make([]string, n)
+	)
+	for i, j := range jobs {
+		ids[i], payloads[i], attempts[i], maxA[i] = j.ID, j.Payload, int32(j.Attempts), int32(j.MaxAttempts)
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		avail[i], dl[i], states[i], reasons[i], lastErr[i] = j.AvailableAt, j.Deadline, string(j.State), string(j.DeadReason), j.LastError
+		leas[i], created[i], updated[i], finished[i] = j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt
+	}
+	out := make([]queue.Inserted, n)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO `+s.jobs+` (`+cols+`)
+			SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::int[], $5::bigint[], $6::bigint[], $7::text[],
+				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])
+			ON CONFLICT (id) DO NOTHING RETURNING id`,
+			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished)
+		if err != nil {
+			return err
+		}
+		made, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		isNew := make(map[string]bool, len(made))
+		for _, id := range made {
+			isNew[id] = true
+		}
+		var missing []string
+		for i, j := range jobs {
+			if isNew[j.ID] {
+				isNew[j.ID] = false // a later duplicate in the input is not created
+				j.Payload = payloads[i]
+				out[i] = queue.Inserted{Job: j, Created: true}
+			} else {
+				missing = append(missing, j.ID)
+			}
+		}
+		if len(missing) > 0 {
+			rows, err := tx.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE id = ANY($1)`, missing)
+			if err != nil {
+				return err
+			}
+			cur := map[string]queue.Job{}
+			for rows.Next() {
+				j, err := scanJob(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				cur[j.ID] = j
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for i := range out {
+				if !out[i].Created {
+					out[i].Job = cur[jobs[i].ID]
+				}
+			}
+		}
+		if len(made) > 0 {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Claim implements queue.Store.
+func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	return s.claim(ctx, s.pool, now, leaseUntil, limit)
+}
+
+func (s *Store) claim(ctx context.Context, q querier, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	rows, err := q.Query(ctx, `WITH c AS (
+			SELECT id, available_at AS prev FROM `+s.jobs+`
+			WHERE state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
+			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE `+s.jobs+` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
+		FROM c WHERE j.id = c.id
+		RETURNING `+jCols+`, c.prev`, now, leaseUntil, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type claimed struct {
+		j    queue.Job
+		prev int64
+	}
+	var cs []claimed
+	for rows.Next() {
+		var c claimed
+		var err error
+		if c.j, err = scanJob(rows, &c.prev); err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(cs, func(a, b claimed) int {
+		if a.prev != b.prev {
+			if a.prev < b.prev {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.j.ID, b.j.ID)
+	})
+	out := make([]queue.Job, len(cs))
+	for i := range cs {
+		out[i] = cs[i].j
+	}
+	return out, nil
+}
+
+// Record implements queue.Store.
+func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
+	retried, err := s.record(ctx, s.pool, outcomes)
+	if err == nil && retried {
+		s.notify(ctx)
+	}
+	return err
+}
+
+// notify wakes the listeners: a retried or released job may be due soon.
+// Best effort: polling covers a lost notification.
+func (s *Store) notify(ctx context.Context) {
+	s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+}
+
+// record applies the outcomes and reports whether one of them made a job
+// pending again.
+func (s *Store) record(ctx context.Context, q querier, outcomes []queue.Outcome) (bool, error) {
+	n := len(outcomes)
+	ids, attempts := make([]string, n), make([]int32, n)
+	states, reasons, errs := make([]string, n), make([]string, n), make([]string, n)
+	avail, nows := make([]int64, n), make([]int64, n)
+	retry := false
+	for i, o := range outcomes {
+		ids[i], attempts[i], states[i], reasons[i], errs[i] = o.ID, int32(o.Attempt), string(o.State), string(o.DeadReason), o.LastError
+		avail[i], nows[i] = o.AvailableAt, o.Now
+		outcomes[i].Applied = false
+		retry = retry || o.State == queue.Pending
+	}
+	sqlText := `WITH r AS (UPDATE ` + s.jobs + ` j SET
+			state = o.state,
+			available_at = CASE WHEN o.state = 'pending' THEN o.available_at ELSE j.available_at END,
+			dead_reason = o.dead_reason,
+			last_error = CASE WHEN o.state = 'done' THEN j.last_error ELSE o.last_error END,
+			lease_until = CASE WHEN o.state = 'leased' THEN j.lease_until ELSE 0 END,
+			finished_at = CASE WHEN o.state IN ('done', 'dead') THEN o.now ELSE j.finished_at END,
+			updated_at = o.now
+		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[])
+			AS o(id, attempt, state, available_at, dead_reason, last_error, now)
+		WHERE j.id = o.id AND j.state = 'leased' AND j.attempts = o.attempt
+		RETURNING j.id, o.attempt)`
+	sqlText += ` SELECT id, attempt FROM r`
+	args := []any{ids, attempts, states, avail, reasons, errs, nows}
+	rows, err := q.Query(ctx, sqlText, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var attempt int32
+		if err := rows.Scan(&id, &attempt); err != nil {
+			return false, err
+		}
+		for i := range outcomes {
+			if outcomes[i].ID == id && outcomes[i].Attempt == int(attempt) {
+				outcomes[i].Applied = true
+			}
+		}
+	}
+	rows.Close()
+	return retry, rows.Err()
+}
+
+// Extend implements queue.Store.
+func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	ids, attempts := make([]string, len(leases)), make([]int32, len(leases))
+	for i, l := range leases {
+		ids[i], attempts[i] = l.ID, int32(l.Attempt)
+		leases[i].Held = false
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE `+s.jobs+` j SET lease_until = $3, available_at = $3, updated_at = $4
+		FROM unnest($1::text[], $2::int[]) AS l(id, attempt)
+		WHERE j.id = l.id AND j.state = 'leased' AND j.attempts = l.attempt
+		RETURNING j.id, l.attempt`, ids, attempts, leaseUntil, now)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var attempt int32
+		if err := rows.Scan(&id, &attempt); err != nil {
+			return err
+		}
+		for i := range leases {
+			if leases[i].ID == id && leases[i].Attempt == int(attempt) {
+				leases[i].Held = true
+			}
+		}
+	}
+	return rows.Err()
+}
+
+// Bury implements queue.Store.
+func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.jobs+` SET state = 'dead',
+			dead_reason = CASE WHEN attempts >= max_attempts THEN 'exhausted' ELSE 'deadline' END,
+			last_error = CASE WHEN attempts >= max_attempts AND last_error = '' THEN $3 ELSE last_error END,
+			lease_until = 0, finished_at = $1, updated_at = $1
+		WHERE id IN (SELECT id FROM `+s.jobs+`
+			WHERE (state = 'pending' OR (state = 'leased' AND available_at <= $1))
+			AND (attempts >= max_attempts OR deadline <= $1)
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit, queue.UnknownOutcome)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Get implements queue.Store.
+func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return queue.Job{}, queue.ErrNotFound
+	}
+	return j, err
+}
+
+// List implements queue.Store.
+func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		string(state), after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []queue.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// Requeue implements queue.Store.
+func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now int64) (queue.Job, error) {
+	var j queue.Job
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM `+s.jobs+` WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return queue.ErrNotFound
+		case err != nil:
+			return err
+		case state != string(queue.Dead):
+			return queue.ErrNotDead
+		}
+		j, err = scanJob(tx.QueryRow(ctx, `UPDATE `+s.jobs+` SET state = 'pending', max_attempts = attempts + $2,
+			deadline = $3, available_at = $4, updated_at = $4, dead_reason = '', finished_at = 0, lease_until = 0
+			WHERE id = $1 RETURNING `+cols, id, grant, deadline, now))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+		return err
+	})
+	return j, err
+}
+
+// Stats implements queue.Store.
+func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
+	st := queue.Stats{Now: now}
+	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1, count(*), min(available_at)
+		FROM `+s.jobs+` GROUP BY 1, 2, 3`, now)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state, reason string
+		var due bool
+		var n, oldest int64
+		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
+			return st, err
+		}
+		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
+	}
+	return st, rows.Err()
+}
+
+// Subscribe implements queue.Notifier: wake-ups from LISTEN on the store's
+// channel, sent by every insert, requeue and retry. One connection listens
+// for all subscribers of the store; it reconnects after errors.
+func (s *Store) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.lmu.Lock()
+	s.subs[ch] = struct{}{}
+	if s.lcancel == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.lcancel, s.ldone = cancel, make(chan struct{})
+		go s.listen(ctx, s.ldone)
+	}
+	s.lmu.Unlock()
+	return ch, func() {
+		s.lmu.Lock()
+		delete(s.subs, ch)
+		if len(s.subs) == 0 && s.lcancel != nil {
+			s.lcancel()
+			s.lcancel = nil
+		}
+		s.lmu.Unlock()
+	}
+}
+
+func (s *Store) listen(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // the workers' jittered polling covers the gap
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		s.broadcast() // something may have been missed while disconnected
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `LISTEN "`+s.channel+`"`); err != nil {
+		return err
+	}
+	defer func() {
+		// Leave the pooled connection clean.
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `UNLISTEN *`); err != nil {
+			conn.Conn().Close(uctx)
+		}
+	}()
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		s.broadcast()
+	}
+}
+
+func (s *Store) broadcast() {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Schema returns the quoted schema of the store's tables ("" for the
+// search_path), for an application's own tables next to the queue's.
+func (s *Store) Schema() string {
+	if s.opts.Schema == "" {
+		return ""
+	}
+	return `"` + s.opts.Schema + `"`
+}

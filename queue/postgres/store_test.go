@@ -1,0 +1,179 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/postgres"
+	"github.com/staggerhq/stagger/queue/queuetest"
+)
+
+const defaultURL = "postgres://postgres@127.0.0.1:5432/test"
+
+var (
+	poolOnce sync.Once
+	pool     *pgxpool.Pool
+	poolErr  error
+)
+
+// sharedPool connects once to STAGGER_POSTGRES_URL. When the server is
+// unreachable the tests skip, except under CI=true where they fail.
+func sharedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	poolOnce.Do(func() {
+		url := os.Getenv("STAGGER_POSTGRES_URL")
+		if url == "" {
+			url = defaultURL
+		}
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			poolErr = errors.New("STAGGER_POSTGRES_URL does not parse")
+			return
+		}
+		cfg.MaxConns = 24
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pool, poolErr = pgxpool.NewWithConfig(ctx, cfg)
+		if poolErr == nil {
+			poolErr = pool.Ping(ctx)
+		}
+	})
+	if poolErr != nil {
+		msg := "PostgreSQL unreachable at STAGGER_POSTGRES_URL (default " + defaultURL + "): " + poolErr.Error()
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return pool
+}
+
+// newStore returns a store in a fresh schema, dropped after the test.
+func newStore(t *testing.T) *postgres.Store {
+	t.Helper()
+	p := sharedPool(t)
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	s, err := postgres.New(context.Background(), p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		if _, err := p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping %s: %v", schema, err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) queue.Store { return newStore(t) })
+}
+
+func TestInboxConformance(t *testing.T) {
+	queuetest.RunInbox(t, func(t *testing.T) queue.Inbox { return newStore(t).Inbox() })
+}
+
+func TestNotifyWakesSubscribers(t *testing.T) {
+	s := newStore(t)
+	wake, cancel := s.Subscribe()
+	defer cancel()
+	ctx := context.Background()
+	// LISTEN is asynchronous: insert until a wake-up arrives (bounded).
+	clock := queuetest.NewClock(queuetest.Start)
+	q, _ := queue.New(s, queue.Config{Now: clock.Now})
+	deadline := time.After(10 * time.Second)
+	for i := 0; ; i++ {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "n" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wake:
+			return
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no notification after inserts")
+		}
+	}
+}
+
+func TestProcessTxExactlyOnce(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	schema := s.Schema()
+	if _, err := s.Pool().Exec(ctx, `CREATE TABLE `+schema+`.effects (id text, n int)`); err != nil {
+		t.Fatal(err)
+	}
+	in := s.Inbox().(*postgres.Inbox)
+	var wg sync.WaitGroup
+	for range 4 {
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := "m" + string(rune('a'+i))
+				_, err := in.ProcessTx(ctx, id, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.effects VALUES ($1, 1)`, id)
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	boom := errors.New("boom")
+	if _, err := in.ProcessTx(ctx, "fail", func(ctx context.Context, tx pgx.Tx) error {
+		tx.Exec(ctx, `INSERT INTO `+schema+`.effects VALUES ('fail', 1)`)
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	var rows, distinct int
+	s.Pool().QueryRow(ctx, `SELECT count(*), count(DISTINCT id) FROM `+schema+`.effects`).Scan(&rows, &distinct)
+	if rows != 20 || distinct != 20 {
+		t.Fatalf("effects: %d rows over %d ids, want 20 each", rows, distinct)
+	}
+	if ok, _ := in.Processed(ctx, "fail"); ok {
+		t.Fatal("failed effect marked processed")
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	p := sharedPool(t)
+	for field, o := range map[string]postgres.Options{
+		"Schema":     {Schema: `x"; DROP TABLE y; --`},
+		"InboxLease": {InboxLease: -time.Second},
+	} {
+		if _, err := postgres.New(context.Background(), p, o); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", o, err, field)
+		}
+	}
+}
+
+func TestOpenRedactsPassword(t *testing.T) {
+	_, err := postgres.Open(context.Background(), "postgres://u:s3cr3tpw@127.0.0.1:1/db?connect_timeout=1", postgres.Options{})
+	if err == nil {
+		t.Fatal("connected to port 1")
+	}
+	if strings.Contains(err.Error(), "s3cr3tpw") {
+		t.Fatalf("error shows the password: %v", err)
+	}
+	_, err = postgres.Open(context.Background(), "postgres://u:s3cr3tpw@[bad", postgres.Options{})
+	if err == nil || strings.Contains(err.Error(), "s3cr3tpw") {
+		t.Fatalf("parse error shows the password: %v", err)
+	}
+}

@@ -1,0 +1,303 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Queue is the durable retry queue: the seed-002 rules on top of a Store.
+// It is safe for concurrent use; many Queues (in many processes) may share
+// one store.
+type Queue struct {
+	store    Store
+	cfg      Config
+	now      func() int64
+	sched    backoff.Schedule
+	rand     rand.Source
+	leaseMs  int64
+	recordTO time.Duration
+
+	wmu  sync.Mutex
+	wake chan struct{} // closed and replaced by signal
+}
+
+// New returns a Queue on store.
+func New(store Store, cfg Config) (*Queue, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: store must not be nil", ErrInvalid)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{
+		store:    store,
+		cfg:      cfg,
+		now:      cfg.Now,
+		sched:    backoff.Ratio{Base: cfg.Base, Cap: cfg.Cap},
+		leaseMs:  ceilMs(cfg.Lease),
+		recordTO: 30 * time.Second,
+		wake:     make(chan struct{}),
+	}
+	if q.now == nil {
+		q.now = systemNow
+	}
+	if cfg.Rand != nil {
+		q.rand = &lockedSource{src: cfg.Rand}
+	}
+	return q, nil
+}
+
+// Store returns the queue's store.
+func (q *Queue) Store() Store { return q.store }
+
+// Config returns the queue's configuration with its defaults filled in.
+func (q *Queue) Config() Config { return q.cfg }
+
+// Now reads the queue's clock (Unix milliseconds).
+func (q *Queue) Now() int64 { return q.now() }
+
+// NewJob is what Enqueue needs to create a job.
+type NewJob struct {
+	// ID identifies the job (see ValidateID). Required.
+	ID string
+	// Payload is at most Config.MaxPayload bytes.
+	Payload []byte
+	// MaxAttempts is the attempt budget, 1 to MaxMaxAttempts; 0 means
+	// Config.MaxAttempts.
+	MaxAttempts int
+	// Deadline is the absolute Unix time in milliseconds by which an
+	// attempt must have started; it must be later than now. 0 means now +
+	// Config.Deadline.
+	Deadline int64
+	// AvailableAt delays the first attempt (Unix ms, before Deadline);
+	// 0 means now.
+	AvailableAt int64
+}
+
+// Enqueue stores a job unless one with the same ID exists. It returns the
+// stored job and whether it was created: re-submitting an existing ID
+// returns the existing job unchanged and never resets its attempts, its
+// deadline or its state.
+func (q *Queue) Enqueue(ctx context.Context, j NewJob) (Job, bool, error) {
+	res, err := q.EnqueueMany(ctx, []NewJob{j})
+	if err != nil {
+		return Job{}, false, err
+	}
+	return res[0].Job, res[0].Created, nil
+}
+
+// EnqueueMany validates every job and then stores them in one transaction:
+// if any job is invalid nothing is written. Results are in input order.
+func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error) {
+	now := q.now()
+	rows := make([]Job, len(js))
+	for i, j := range js {
+		row, err := q.newRow(j, now)
+		if err != nil {
+			if len(js) > 1 {
+				return nil, fmt.Errorf("job %d: %w", i+1, err)
+			}
+			return nil, err
+		}
+		rows[i] = row
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	res, err := q.store.Insert(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	q.signal()
+	return res, nil
+}
+
+// ValidateNewJob checks j against the queue's limits at now (Unix ms)
+// without storing it, returning an error that names the field.
+func (q *Queue) ValidateNewJob(j NewJob, now int64) error {
+	_, err := q.newRow(j, now)
+	return err
+}
+
+func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
+	if err := ValidateID(j.ID); err != nil {
+		return Job{}, err
+	}
+	if len(j.Payload) > q.cfg.MaxPayload {
+		return Job{}, fmt.Errorf("%w: payload must be at most %d bytes, got %d", ErrInvalid, q.cfg.MaxPayload, len(j.Payload))
+	}
+	maxA := j.MaxAttempts
+	switch {
+	case maxA == 0:
+		maxA = q.cfg.MaxAttempts
+	case maxA < 0 || maxA > MaxMaxAttempts:
+		return Job{}, fmt.Errorf("%w: max_attempts must be in [1, %d], got %d", ErrInvalid, MaxMaxAttempts, maxA)
+	}
+	dl := j.Deadline
+	switch {
+	case dl == 0:
+		dl = addMs(now, ceilMs(q.cfg.Deadline))
+	case dl <= now:
+		return Job{}, fmt.Errorf("%w: deadline (%d ms) must be later than now (%d ms)", ErrInvalid, dl, now)
+	case dl > MaxTime:
+		return Job{}, fmt.Errorf("%w: deadline (%d ms) must be at most %d ms (year 9999)", ErrInvalid, dl, MaxTime)
+	}
+	at := j.AvailableAt
+	switch {
+	case at == 0:
+		at = now
+	case at < 0 || at >= dl:
+		return Job{}, fmt.Errorf("%w: available_at (%d ms) must be >= 0 and before the deadline (%d ms)", ErrInvalid, at, dl)
+	}
+	return Job{
+		ID: j.ID, Payload: j.Payload, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
+		State: Pending, CreatedAt: now, UpdatedAt: now,
+	}, nil
+}
+
+var errNilHandler = errors.New("queue: nil handler")
+
+// RunOnce processes one due job: it claims it (attempts + 1 and a lease, in
+// one committed transaction), calls h outside any transaction or lock with
+// a retry.Delivery in the context, and records the outcome:
+//
+//   - nil: done;
+//   - Retryable or After(d): pending again at now + delay, the delay from
+//     backoff.RetryDelay with a random ratio (After raises it to at least d,
+//     rounded up to whole ms) — or dead(deadline) when now + delay >=
+//     deadline, dead(exhausted) when attempts = max_attempts;
+//   - Permanent: dead(permanent);
+//   - any other error: returned to the caller with the job, which stays
+//     leased (its LastError written) until the lease expires; the attempt
+//     stays spent. The same holds when the handler fails because ctx was
+//     canceled, except that the job is released: pending at once.
+//
+// The decision is retry.Policy.Decide, the one every stagger driver uses.
+// With nothing due it returns nil, nil (after burying jobs that can never
+// run again: expired leases on their last attempt, passed deadlines).
+//
+// The clock is read at the claim and after the handler. If the second
+// reading is earlier, RunOnce returns ErrClockBackwards and records only
+// what does not depend on the clock: a successful job is done (its effect
+// happened), a failed one stays leased with its error, exactly as for an
+// unknown error, so the decision is taken again, with a sane clock, by the
+// next claim after the lease expires.
+//
+// If the lease was lost before the outcome could be recorded (it expired
+// and another worker claimed the job), RunOnce returns ErrLeaseLost and the
+// job as claimed.
+func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
+	if h == nil {
+		return nil, errNilHandler
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t0 := q.now()
+	jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	b := q.newBatch(jobs, t0)
+	b.run(ctx, h)
+	if err := b.record(ctx); err != nil {
+		return &b.jobs[0], err
+	}
+	return &b.jobs[0], b.errs[0]
+}
+
+// buryBatch bounds the jobs one Bury call moves.
+const buryBatch = 1000
+
+// Sweep buries jobs that can never be claimed again (see Store.Bury) and
+// returns how many it moved. Workers sweep on their own; call it when
+// driving the queue with RunOnce alone.
+func (q *Queue) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := q.store.Bury(ctx, q.now(), buryBatch)
+		total += n
+		if err != nil || n < buryBatch {
+			return total, err
+		}
+	}
+}
+
+// Get returns the job with that ID, or ErrNotFound.
+func (q *Queue) Get(ctx context.Context, id string) (Job, error) { return q.store.Get(ctx, id) }
+
+// Dead lists up to limit (1 to 10000) dead jobs with ID > after, ordered by
+// ID, each with its dead reason and last error.
+func (q *Queue) Dead(ctx context.Context, after string, limit int) ([]Job, error) {
+	if limit < 1 || limit > 10000 {
+		return nil, fmt.Errorf("%w: limit must be in [1, 10000], got %d", ErrInvalid, limit)
+	}
+	return q.store.List(ctx, Dead, after, limit)
+}
+
+// Requeue is the operator's action on a dead job: it explicitly grants
+// grant new attempts (max_attempts becomes attempts + grant; the attempts
+// already spent stay counted) and a new deadline (absolute Unix ms, later
+// than now), and makes the job due now. It is the only way a deadline
+// moves. A job that is not dead is left alone with ErrNotDead.
+func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int64) (Job, error) {
+	now := q.now()
+	switch {
+	case grant < 1 || grant > MaxMaxAttempts:
+		return Job{}, fmt.Errorf("%w: attempts (granted) must be in [1, %d], got %d", ErrInvalid, MaxMaxAttempts, grant)
+	case deadline <= now:
+		return Job{}, fmt.Errorf("%w: deadline (%d ms) must be later than now (%d ms)", ErrInvalid, deadline, now)
+	case deadline > MaxTime:
+		return Job{}, fmt.Errorf("%w: deadline (%d ms) must be at most %d ms (year 9999)", ErrInvalid, deadline, MaxTime)
+	}
+	if err := ValidateID(id); err != nil {
+		return Job{}, err
+	}
+	j, err := q.store.Requeue(ctx, id, grant, deadline, now)
+	if err == nil {
+		q.signal()
+	}
+	return j, err
+}
+
+// Stats counts the jobs by state now.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) { return q.store.Stats(ctx, q.now()) }
+
+// signal wakes this process's idle workers.
+func (q *Queue) signal() {
+	q.wmu.Lock()
+	close(q.wake)
+	q.wake = make(chan struct{})
+	q.wmu.Unlock()
+}
+
+func (q *Queue) waitChan() <-chan struct{} {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	return q.wake
+}
+
+// policy is the shared retry decision for one job.
+func (q *Queue) decide(j *Job, err error, now int64) retry.Decision {
+	p := retry.Policy{
+		MaxAttempts: j.MaxAttempts,
+		Schedule:    q.sched,
+		MaxAfter:    backoff.MaxDelay,
+		Rand:        q.rand,
+	}
+	return p.Decide(j.Attempts, err, time.UnixMilli(now), time.UnixMilli(j.Deadline), 0)
+}

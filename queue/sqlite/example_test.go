@@ -1,0 +1,50 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/queuetest"
+	"github.com/staggerhq/stagger/queue/sqlite"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// A durable queue in one SQLite file: enqueue, a failed attempt that is
+// scheduled again, a restart of the process (a new Store on the same file)
+// that keeps the spent attempt, and the successful retry.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "stagger-example")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "jobs.db")
+	clock := queuetest.NewClock(queuetest.Start)
+	cfg := queue.Config{Base: 100 * time.Millisecond, Cap: time.Second, Now: clock.Now, Rand: queuetest.FixedRatio(0.5)}
+
+	store, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		panic(err)
+	}
+	q, _ := queue.New(store, cfg)
+	q.Enqueue(ctx, queue.NewJob{ID: "webhook-7", Payload: []byte("ping"), MaxAttempts: 3})
+	j, _ := q.RunOnce(ctx, func(context.Context, []byte) error {
+		return retry.Retryable(errors.New("connection refused"))
+	})
+	fmt.Println(j.State, j.Attempts, "retry in", j.AvailableAt-clock.Now(), "ms")
+	store.Close()
+
+	// The process restarts.
+	store, _ = sqlite.Open(ctx, path, sqlite.Options{})
+	defer store.Close()
+	q, _ = queue.New(store, cfg)
+	clock.Advance(50)
+	j, _ = q.RunOnce(ctx, func(context.Context, []byte) error { return nil })
+	fmt.Println(j.State, j.Attempts)
+	// Output:
+	// pending 1 retry in 50 ms
+	// done 2
+}

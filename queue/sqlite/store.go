@@ -1,0 +1,533 @@
+// Package sqlite is the embedded default store of stagger's durable retry
+// queue: one SQLite file (modernc.org/sqlite, pure Go, no cgo) in WAL mode,
+// every write an immediate transaction on a single writer connection, with
+// a busy timeout so that several processes can share the file.
+//
+// Durability: with Synchronous "FULL" (the default) every commit is fsynced
+// before it returns, so a claim or an outcome survives a power loss; with
+// "NORMAL" a commit survives the process being killed (SIGKILL) but the last
+// commits before a power loss may be lost.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/staggerhq/stagger/queue"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+)
+
+// Options configure a Store; zero fields take their defaults.
+type Options struct {
+	// Synchronous is "FULL" (default: fsync at every commit) or "NORMAL"
+	// (WAL without an fsync per commit: safe against a killed process, not
+	// against power loss).
+	Synchronous string
+	// BusyTimeout is how long a write waits for another process's write
+	// lock (1ms to 1h). Default 5s.
+	BusyTimeout time.Duration
+	// Readers is the size of the read-only connection pool used by Get,
+	// List and Stats (1 to 64). Default 4.
+	Readers int
+	// InboxLease is how long an Inbox delivery holds its ID before another
+	// delivery may take it over (10ms to 24h). Default 5m.
+	InboxLease time.Duration
+	// Now is the inbox's clock in Unix ms; nil means the system clock.
+	Now func() int64
+}
+
+// Store is a queue.Store (and a queue.InboxStore) on one SQLite file.
+type Store struct {
+	w, r  *sql.DB // one writer connection; a pool of readers
+	opts  Options
+	inbox *Inbox
+	// Statements prepared once on the writer connection.
+	insert, claimSel, claimOne, record, extend *sql.Stmt
+	// idle is set when a claim found nothing: the next claim first looks
+	// with a reader, so idle pollers (of many processes) do not take the
+	// write lock.
+	idle atomic.Bool
+}
+
+var _ queue.Store = (*Store)(nil)
+var _ queue.InboxStore = (*Store)(nil)
+var _ queue.RecordClaimer = (*Store)(nil)
+
+const schemaVersion = 1
+
+const schema = `
+CREATE TABLE IF NOT EXISTS stagger_jobs (
+	id           TEXT PRIMARY KEY,
+	payload      BLOB NOT NULL,
+	attempts     INTEGER NOT NULL,
+	max_attempts INTEGER NOT NULL,
+	available_at INTEGER NOT NULL,
+	deadline     INTEGER NOT NULL,
+	state        TEXT NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')),
+	dead_reason  TEXT NOT NULL DEFAULT '',
+	last_error   TEXT NOT NULL DEFAULT '',
+	lease_until  INTEGER NOT NULL DEFAULT 0,
+	created_at   INTEGER NOT NULL,
+	updated_at   INTEGER NOT NULL,
+	finished_at  INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS stagger_jobs_due ON stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased');
+CREATE INDEX IF NOT EXISTS stagger_jobs_state ON stagger_jobs (state, dead_reason, id);
+CREATE TABLE IF NOT EXISTS stagger_inbox (
+	id          TEXT PRIMARY KEY,
+	state       TEXT NOT NULL CHECK (state IN ('running', 'done')),
+	token       INTEGER NOT NULL,
+	lease_until INTEGER NOT NULL,
+	done_at     INTEGER NOT NULL DEFAULT 0
+);
+PRAGMA user_version = 1;
+`
+
+// Open opens (creating if needed) the SQLite database at path and migrates
+// its schema.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("%w: sqlite path must be a non-empty file name without '?' or '#', got %q", queue.ErrInvalid, path)
+	}
+	dsn := func(txlock string) string {
+		v := url.Values{}
+		v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+		v.Add("_pragma", "journal_mode(WAL)")
+		v.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		v.Set("_txlock", txlock)
+		return "file:" + path + "?" + v.Encode()
+	}
+	w, err := sql.Open("sqlite", dsn("immediate"))
+	if err != nil {
+		return nil, err
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	s := &Store{w: w, opts: opts}
+	if err := s.migrate(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+	if err := s.prepare(ctx); err != nil {
+		s.closeStmts()
+		w.Close()
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn("deferred"))
+	if err != nil {
+		s.closeStmts()
+		w.Close()
+		return nil, err
+	}
+	r.SetMaxOpenConns(opts.Readers)
+	r.SetMaxIdleConns(opts.Readers)
+	s.r = r
+	s.inbox = &Inbox{s: s}
+	return s, nil
+}
+
+func (o *Options) fill() error {
+	if o.Synchronous == "" {
+		o.Synchronous = "FULL"
+	}
+	o.Synchronous = strings.ToUpper(o.Synchronous)
+	if o.BusyTimeout == 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.Readers == 0 {
+		o.Readers = 4
+	}
+	if o.InboxLease == 0 {
+		o.InboxLease = 5 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	switch {
+	case o.Synchronous != "FULL" && o.Synchronous != "NORMAL":
+		return fmt.Errorf("%w: Synchronous must be FULL or NORMAL, got %q", queue.ErrInvalid, o.Synchronous)
+	case o.BusyTimeout < time.Millisecond || o.BusyTimeout > time.Hour:
+		return fmt.Errorf("%w: BusyTimeout must be in [1ms, 1h], got %v", queue.ErrInvalid, o.BusyTimeout)
+	case o.Readers < 1 || o.Readers > 64:
+		return fmt.Errorf("%w: Readers must be in [1, 64], got %d", queue.ErrInvalid, o.Readers)
+	case o.InboxLease < 10*time.Millisecond || o.InboxLease > 24*time.Hour:
+		return fmt.Errorf("%w: InboxLease must be in [10ms, 24h], got %v", queue.ErrInvalid, o.InboxLease)
+	}
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var v int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return err
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("schema version %d is newer than this build's %d", v, schemaVersion)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, schema)
+		return err
+	})
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	s.closeStmts()
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+const (
+	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_due
+		WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
+		ORDER BY available_at, id LIMIT ?2`
+	claimUpd  = `UPDATE stagger_jobs SET state = 'leased', attempts = attempts + 1, lease_until = ?2, available_at = ?2, updated_at = ?1 WHERE id `
+	extendSQL = `UPDATE stagger_jobs SET lease_until = ?3, available_at = ?3, updated_at = ?4 WHERE id = ?1 AND state = 'leased' AND attempts = ?2`
+)
+
+// prepare prepares the hot statements once (SQLite parsing is a large part
+// of a small transaction's cost).
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&s.insert, insertSQL}, {&s.claimSel, claimSelSQL}, {&s.claimOne, claimUpd + `= ?3`},
+		{&s.record, recordSQL}, {&s.extend, extendSQL},
+	} {
+		st, err := s.w.PrepareContext(ctx, p.q)
+		if err != nil {
+			return err
+		}
+		*p.dst = st
+	}
+	return nil
+}
+
+func (s *Store) closeStmts() {
+	for _, st := range []*sql.Stmt{s.insert, s.claimSel, s.claimOne, s.record, s.extend} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// DB returns the writer connection pool (one connection; transactions are
+// BEGIN IMMEDIATE): for an application's own tables next to the queue's.
+func (s *Store) DB() *sql.DB { return s.w }
+
+// Inbox returns the store's durable inbox.
+func (s *Store) Inbox() queue.Inbox { return s.inbox }
+
+// tx runs fn in an immediate write transaction.
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scan(r scanner) (queue.Job, error) {
+	var j queue.Job
+	var state, reason string
+	err := r.Scan(&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt)
+	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
+	if j.Payload == nil {
+		j.Payload = []byte{}
+	}
+	return j, err
+}
+
+// Insert implements queue.Store.
+func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
+	out := make([]queue.Inserted, len(jobs))
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		ins := tx.StmtContext(ctx, s.insert)
+		for i, j := range jobs {
+			p := j.Payload
+			if p == nil {
+				p = []byte{}
+			}
+			res, err := ins.ExecContext(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
+				string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				j.Payload = p
+				out[i] = queue.Inserted{Job: j, Created: true}
+				continue
+			}
+			cur, err := scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, j.ID))
+			if err != nil {
+				return err
+			}
+			out[i] = queue.Inserted{Job: cur}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Claim implements queue.Store.
+func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if s.idle.Load() {
+		var one int
+		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_due
+			WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	var out []queue.Job
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RecordAndClaim implements queue.RecordClaimer: Record and Claim in one
+// transaction.
+func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	var out []queue.Job
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.recordTx(ctx, tx, outcomes); err != nil {
+			return err
+		}
+		var err error
+		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		return err
+	})
+	if err != nil {
+		for i := range outcomes {
+			outcomes[i].Applied = false
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	var out []queue.Job
+	err := func() error {
+		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for rows.Next() {
+			j, err := scan(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, j)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		s.idle.Store(len(out) == 0)
+		if len(out) == 0 {
+			return nil
+		}
+		if len(out) == 1 {
+			if _, err := tx.StmtContext(ctx, s.claimOne).ExecContext(ctx, now, leaseUntil, out[0].ID); err != nil {
+				return err
+			}
+		} else {
+			args := make([]any, 0, len(out)+2)
+			args = append(args, now, leaseUntil)
+			for _, j := range out {
+				args = append(args, j.ID)
+			}
+			q := claimUpd + `IN (?3` + strings.Repeat(",?", len(out)-1) + `)`
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+		}
+		for i := range out {
+			j := &out[i]
+			j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = queue.Leased, j.Attempts+1, leaseUntil, leaseUntil, now
+		}
+		return nil
+	}()
+	return out, err
+}
+
+const recordSQL = `UPDATE stagger_jobs SET
+	state = ?3,
+	available_at = CASE WHEN ?3 = 'pending' THEN ?4 ELSE available_at END,
+	dead_reason = ?5,
+	last_error = CASE WHEN ?3 = 'done' THEN last_error ELSE ?6 END,
+	lease_until = CASE WHEN ?3 = 'leased' THEN lease_until ELSE 0 END,
+	finished_at = CASE WHEN ?3 IN ('done', 'dead') THEN ?7 ELSE finished_at END,
+	updated_at = ?7
+	WHERE id = ?1 AND state = 'leased' AND attempts = ?2`
+
+// Record implements queue.Store.
+func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
+	return s.tx(ctx, func(tx *sql.Tx) error { return s.recordTx(ctx, tx, outcomes) })
+}
+
+func (s *Store) recordTx(ctx context.Context, tx *sql.Tx, outcomes []queue.Outcome) error {
+	st := tx.StmtContext(ctx, s.record)
+	for i := range outcomes {
+		o := &outcomes[i]
+		res, err := st.ExecContext(ctx, o.ID, o.Attempt, string(o.State), o.AvailableAt, string(o.DeadReason), o.LastError, o.Now)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		o.Applied = n == 1
+	}
+	return nil
+}
+
+// Extend implements queue.Store.
+func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		st := tx.StmtContext(ctx, s.extend)
+		for i := range leases {
+			res, err := st.ExecContext(ctx, leases[i].ID, leases[i].Attempt, leaseUntil, now)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			leases[i].Held = n == 1
+		}
+		return nil
+	})
+}
+
+// Bury implements queue.Store.
+func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE stagger_jobs SET state = 'dead',
+			dead_reason = CASE WHEN attempts >= max_attempts THEN 'exhausted' ELSE 'deadline' END,
+			last_error = CASE WHEN attempts >= max_attempts AND last_error = '' THEN ?3 ELSE last_error END,
+			lease_until = 0, finished_at = ?1, updated_at = ?1
+			WHERE id IN (SELECT id FROM stagger_jobs
+				WHERE (state = 'pending' OR (state = 'leased' AND available_at <= ?1))
+				AND (attempts >= max_attempts OR deadline <= ?1) LIMIT ?2)`, now, limit, queue.UnknownOutcome)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// Get implements queue.Store.
+func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
+	j, err := scan(s.r.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return queue.Job{}, queue.ErrNotFound
+	}
+	return j, err
+}
+
+// List implements queue.Store.
+func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []queue.Job
+	for rows.Next() {
+		j, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// Requeue implements queue.Store.
+func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now int64) (queue.Job, error) {
+	var j queue.Job
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var state string
+		err := tx.QueryRowContext(ctx, `SELECT state FROM stagger_jobs WHERE id = ?`, id).Scan(&state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return queue.ErrNotFound
+		case err != nil:
+			return err
+		case state != string(queue.Dead):
+			return queue.ErrNotDead
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE stagger_jobs SET state = 'pending', max_attempts = attempts + ?2,
+			deadline = ?3, available_at = ?4, updated_at = ?4, dead_reason = '', finished_at = 0, lease_until = 0
+			WHERE id = ?1`, id, grant, deadline, now); err != nil {
+			return err
+		}
+		j, err = scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, id))
+		return err
+	})
+	return j, err
+}
+
+// Stats implements queue.Store.
+func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
+	st := queue.Stats{Now: now}
+	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1, COUNT(*), MIN(available_at)
+		FROM stagger_jobs GROUP BY 1, 2, 3`, now)
+	if err != nil {
+		return st, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state, reason string
+		var due bool
+		var n, oldest int64
+		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
+			return st, err
+		}
+		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
+	}
+	return st, rows.Err()
+}

@@ -1,0 +1,128 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/queuetest"
+	"github.com/staggerhq/stagger/queue/sqlite"
+)
+
+func open(t *testing.T, opts sqlite.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T) queue.Store { return open(t, sqlite.Options{Synchronous: "NORMAL"}) })
+}
+
+func TestConformanceFullSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	queuetest.Run(t, func(t *testing.T) queue.Store { return open(t, sqlite.Options{}) })
+}
+
+func TestInboxConformance(t *testing.T) {
+	queuetest.RunInbox(t, func(t *testing.T) queue.Inbox { return open(t, sqlite.Options{Synchronous: "NORMAL"}).Inbox() })
+}
+
+func TestReopenKeepsJobs(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := queuetest.NewClock(queuetest.Start)
+	q, _ := queue.New(s, queue.Config{Now: clock.Now})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "keep", Payload: []byte("x"), MaxAttempts: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, clock.Now(), clock.Now()+1000, 1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	j, err := s2.Get(ctx, "keep")
+	if err != nil || j.Attempts != 1 || j.State != queue.Leased || string(j.Payload) != "x" {
+		t.Fatalf("after reopen: %+v %v", j, err)
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	dir := t.TempDir()
+	for field, o := range map[string]sqlite.Options{
+		"Synchronous": {Synchronous: "OFF"},
+		"BusyTimeout": {BusyTimeout: -1},
+		"Readers":     {Readers: 100},
+		"InboxLease":  {InboxLease: 1},
+	} {
+		_, err := sqlite.Open(context.Background(), filepath.Join(dir, "x.db"), o)
+		if !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), field) {
+			t.Errorf("Open(%+v) = %v, want an error naming %s", o, err, field)
+		}
+	}
+	if _, err := sqlite.Open(context.Background(), "a?b", sqlite.Options{}); !errors.Is(err, queue.ErrInvalid) {
+		t.Errorf("path with '?' accepted: %v", err)
+	}
+}
+
+func TestProcessTxExactlyOnce(t *testing.T) {
+	s := open(t, sqlite.Options{Synchronous: "NORMAL"})
+	ctx := context.Background()
+	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE effects (id TEXT, n INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	in := s.Inbox().(*sqlite.Inbox)
+	var wg sync.WaitGroup
+	for range 4 {
+		for i := range 25 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := string(rune('a'+i%26)) + "-msg"
+				_, err := in.ProcessTx(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, `INSERT INTO effects VALUES (?, 1)`, id)
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	// A failing effect rolls back with its mark.
+	boom := errors.New("boom")
+	if _, err := in.ProcessTx(ctx, "z-fail", func(ctx context.Context, tx *sql.Tx) error {
+		tx.ExecContext(ctx, `INSERT INTO effects VALUES ('z-fail', 1)`)
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	var rows, distinct int
+	s.DB().QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id) FROM effects`).Scan(&rows, &distinct)
+	if rows != 25 || distinct != 25 {
+		t.Fatalf("effects: %d rows over %d ids, want 25 each", rows, distinct)
+	}
+	if ok, _ := in.Processed(ctx, "z-fail"); ok {
+		t.Fatal("failed effect marked processed")
+	}
+}

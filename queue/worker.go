@@ -1,0 +1,453 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Defaults for the zero fields of WorkerConfig.
+const (
+	DefaultPollInterval  = time.Second
+	DefaultSweepInterval = 10 * time.Second
+	DefaultGrace         = 10 * time.Second
+	// MaxConcurrency bounds WorkerConfig.Concurrency, MaxBatchSize its
+	// BatchSize.
+	MaxConcurrency = 1024
+	MaxBatchSize   = 1000
+)
+
+// ErrShutdownTimeout is returned by Worker.Run when handlers were still
+// running a grace period after they were canceled. Their jobs stay leased
+// and are claimable again when their leases expire.
+var ErrShutdownTimeout = errors.New("queue: worker: handlers still running after the grace period")
+
+// WorkerConfig configures a Worker; zero fields take their defaults.
+type WorkerConfig struct {
+	// Concurrency is how many handlers run at once (1 to
+	// MaxConcurrency). Default 1.
+	Concurrency int
+	// BatchSize caps how many jobs one claim transaction takes (1 to
+	// MaxBatchSize). A claim never takes more jobs than there are idle
+	// handlers, so no claimed job waits for a handler. Default: Concurrency.
+	BatchSize int
+	// PollInterval is the mean wait of an idle loop before it looks for
+	// due jobs again; each wait is drawn uniformly from [0.5, 1.5)×, so
+	// workers never poll in step. An enqueue in this process, or a store
+	// notification (Notifier), wakes idle loops at once. Default 1s.
+	PollInterval time.Duration
+	// SweepInterval is the mean interval (jittered like PollInterval) at
+	// which the worker buries jobs that can never run again. Default 10s.
+	SweepInterval time.Duration
+	// Grace is how long Run lets in-flight handlers finish after its
+	// context is done before canceling them (their jobs are then released:
+	// pending at once, the attempt spent); Run waits one more Grace for
+	// them to return. Default 10s.
+	Grace time.Duration
+	// OnError receives errors the worker cannot return: store errors,
+	// unknown handler errors (the job stays leased), lost leases, a clock
+	// that went backwards. It is called from the worker's goroutines.
+	OnError func(error)
+}
+
+func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = min(max(c.Concurrency, 1), MaxBatchSize)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return c, fmt.Errorf("%w: Concurrency must be in [1, %d] (0 means 1), got %d", ErrInvalid, MaxConcurrency, c.Concurrency)
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means Concurrency), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
+	}
+	if err := checkDuration("PollInterval", c.PollInterval, time.Millisecond); err != nil {
+		return c, err
+	}
+	if err := checkDuration("SweepInterval", c.SweepInterval, time.Millisecond); err != nil {
+		return c, err
+	}
+	if err := checkDuration("Grace", c.Grace, time.Millisecond); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Worker runs a handler on a queue's jobs until its context is done:
+// Concurrency handlers fed by one loop that, each turn, claims as many due
+// jobs as there are idle handlers (up to BatchSize), so no claimed job
+// waits for a handler, and commits the outcomes of the handlers that
+// finished: in the claim's transaction when the store is a RecordClaimer
+// (SQLite: one commit per turn), otherwise in group-committed transactions
+// running beside the claims (PostgreSQL: concurrent commits share a flush). Idle, it wakes on enqueues
+// in this process and store notifications (Notifier) or polls at a
+// jittered interval. It keeps long handlers' leases alive, bounds each
+// attempt (Config.AttemptTimeout), sweeps jobs that can never run again,
+// and shuts down gracefully.
+type Worker struct {
+	q   *Queue
+	h   retry.Handler
+	cfg WorkerConfig
+}
+
+// NewWorker returns a Worker running h on q's jobs.
+func NewWorker(q *Queue, h retry.Handler, cfg WorkerConfig) (*Worker, error) {
+	if q == nil {
+		return nil, fmt.Errorf("%w: queue must not be nil", ErrInvalid)
+	}
+	if h == nil {
+		return nil, errNilHandler
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{q: q, h: h, cfg: cfg}, nil
+}
+
+// Run processes jobs until ctx is done, then shuts down: it stops claiming,
+// lets in-flight handlers finish for Grace, cancels those still running
+// (their jobs are released), and returns nil — or ErrShutdownTimeout if
+// some handler ignored the cancellation for another Grace.
+func (w *Worker) Run(ctx context.Context) error {
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+
+	var bg sync.WaitGroup
+	if n, ok := w.q.store.(Notifier); ok {
+		wake, cancel := n.Subscribe()
+		defer cancel()
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-wake:
+					if !ok {
+						return
+					}
+					w.q.signal()
+				}
+			}
+		}()
+	}
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		w.sweep(ctx)
+	}()
+
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		w.loop(ctx, hctx)
+	}()
+	<-ctx.Done()
+	bg.Wait()
+
+	grace := time.NewTimer(w.cfg.Grace)
+	defer grace.Stop()
+	select {
+	case <-loopDone:
+		return nil
+	case <-grace.C:
+	}
+	hcancel()
+	grace.Reset(w.cfg.Grace)
+	select {
+	case <-loopDone:
+		return nil
+	case <-grace.C:
+		return ErrShutdownTimeout
+	}
+}
+
+// loop is the worker's one committer. Each turn it commits the outcomes of
+// the handlers that finished and claims jobs for the idle handlers (up to
+// BatchSize) — in one transaction when the store is a RecordClaimer — and
+// starts a goroutine per claimed job. So a busy worker pays about one
+// commit per turn, and no claimed job waits for a handler. After ctx is
+// done it stops claiming and returns once every running handler's outcome
+// is committed.
+func (w *Worker) loop(ctx, hctx context.Context) {
+	q := w.q
+	st := &loopState{finished: make(chan *batch, w.cfg.Concurrency)}
+	var async *committer
+	if _, merged := q.store.(RecordClaimer); !merged {
+		async = &committer{w: w, in: make(chan []*batch, w.cfg.Concurrency), done: make(chan struct{})}
+		go async.run(ctx)
+		defer func() {
+			close(async.in)
+			<-async.done
+		}()
+	}
+	for {
+		if st.busy > 0 {
+			runtime.Gosched() // let handlers that are about to finish report first
+		}
+		st.drain()
+		stopping := ctx.Err() != nil
+		if stopping && st.busy == 0 && len(st.queued) == 0 {
+			return
+		}
+		n := 0
+		if !stopping {
+			n = min(w.cfg.Concurrency-st.busy, w.cfg.BatchSize)
+		}
+		if n == 0 && len(st.queued) == 0 {
+			// Every handler is busy (or shutting down): wait for one to
+			// finish, or for the shutdown.
+			var done <-chan struct{}
+			if !stopping {
+				done = ctx.Done()
+			}
+			select {
+			case b := <-st.finished:
+				st.take(b)
+			case <-done:
+			}
+			continue
+		}
+		if async != nil && len(st.queued) > 0 {
+			// Outcomes are committed beside the claims (see committer).
+			async.in <- st.queued
+			st.queued = nil
+			if n == 0 {
+				continue
+			}
+		}
+		wake := q.waitChan() // before the claim, so no enqueue is missed
+		jobs, t0, settled, err := w.commit(ctx, st.queued, n)
+		if settled {
+			st.queued = nil
+		}
+		if err != nil {
+			w.report(err)
+			st.wait(ctx, nil, jitter(w.cfg.PollInterval))
+			continue
+		}
+		for i := range jobs {
+			st.busy++
+			go func(b *batch) {
+				b.run(hctx, w.h)
+				st.finished <- b
+			}(q.newBatch(jobs[i:i+1:i+1], t0))
+		}
+		if n > 0 && len(jobs) == 0 {
+			// Nothing due: wait for an enqueue, a notification, the next
+			// jittered poll, or a handler to finish.
+			st.wait(ctx, wake, jitter(w.cfg.PollInterval))
+		}
+	}
+}
+
+// committer records outcomes in its own transactions, concurrently with
+// the loop's claims: on PostgreSQL, where concurrent commits share one WAL
+// flush, this beats merging them into the claim's transaction. Outcomes
+// that arrive while a commit is in flight share the next one (group
+// commit, no timer). A failed commit is retried after a jittered pause:
+// outcomes are never dropped (their leases keep the jobs meanwhile).
+type committer struct {
+	w    *Worker
+	in   chan []*batch
+	done chan struct{}
+}
+
+func (c *committer) run(ctx context.Context) {
+	defer close(c.done)
+	w := c.w
+	for first := range c.in {
+		queued := first
+	gather:
+		for {
+			select {
+			case more, ok := <-c.in:
+				if !ok {
+					break gather
+				}
+				queued = append(queued, more...)
+			default:
+				break gather
+			}
+		}
+		var outs []Outcome
+		for _, b := range queued {
+			for k, ok := range b.rec {
+				if ok {
+					outs = append(outs, b.outs[k])
+				}
+			}
+		}
+		for len(outs) > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.q.recordTO)
+			err := w.q.store.Record(rctx, outs)
+			cancel()
+			if err == nil {
+				break
+			}
+			w.report(fmt.Errorf("queue: recording outcomes: %w", err))
+			time.Sleep(jitter(w.cfg.PollInterval))
+		}
+		w.settle(queued, outs)
+	}
+}
+
+// loopState is what the loop knows about its handlers.
+type loopState struct {
+	finished chan *batch // handlers send their batch when done
+	busy     int         // handlers running
+	queued   []*batch    // finished, outcomes not yet committed
+}
+
+func (st *loopState) take(b *batch) {
+	st.busy--
+	st.queued = append(st.queued, b)
+}
+
+// drain collects finished handlers without waiting.
+func (st *loopState) drain() {
+	for {
+		select {
+		case b := <-st.finished:
+			st.take(b)
+		default:
+			return
+		}
+	}
+}
+
+// wait returns after d, on wake, when a handler finishes, or when ctx ends
+// (if it has not ended already: a shutting-down loop still waits between
+// failed commits).
+func (st *loopState) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var done <-chan struct{}
+	if ctx.Err() == nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-done:
+	case b := <-st.finished:
+		st.take(b)
+	}
+}
+
+// commit records the outcomes of the queued batches and claims up to n
+// jobs, in one transaction when the store allows it. It returns the claimed
+// jobs, their claim time, and whether the queued outcomes were committed.
+func (w *Worker) commit(ctx context.Context, queued []*batch, n int) ([]Job, int64, bool, error) {
+	q := w.q
+	var outs []Outcome
+	for _, b := range queued {
+		for k, ok := range b.rec {
+			if ok {
+				outs = append(outs, b.outs[k])
+			}
+		}
+	}
+	t0 := q.now()
+	leaseUntil := addMs(t0, q.leaseMs)
+	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.recordTO)
+		jobs, err := rc.RecordAndClaim(rctx, outs, t0, leaseUntil, n)
+		cancel()
+		if err != nil {
+			return nil, t0, false, fmt.Errorf("queue: recording outcomes and claiming: %w", err)
+		}
+		w.settle(queued, outs)
+		return jobs, t0, true, nil
+	}
+	if len(outs) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.recordTO)
+		err := q.store.Record(rctx, outs)
+		cancel()
+		if err != nil {
+			return nil, t0, false, fmt.Errorf("queue: recording outcomes: %w", err)
+		}
+	}
+	w.settle(queued, outs)
+	if n == 0 {
+		return nil, t0, true, nil
+	}
+	jobs, err := q.store.Claim(ctx, t0, leaseUntil, n)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, t0, true, nil // shutting down: nothing claimed
+		}
+		return nil, t0, true, fmt.Errorf("queue: claim: %w", err)
+	}
+	return jobs, t0, true, nil
+}
+
+// settle mirrors committed outcomes on their batches and reports errors.
+func (w *Worker) settle(queued []*batch, outs []Outcome) {
+	k := 0
+	for _, b := range queued {
+		for j, ok := range b.rec {
+			if !ok {
+				continue
+			}
+			if o := outs[k]; o.Applied {
+				apply(&b.jobs[j], o)
+			} else {
+				b.errs[j] = errors.Join(ErrLeaseLost, b.errs[j])
+			}
+			k++
+		}
+		for j, err := range b.errs {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				w.report(fmt.Errorf("queue: job %q attempt %d: %w", b.jobs[j].ID, b.jobs[j].Attempts, err))
+			}
+		}
+	}
+}
+
+// jitter draws uniformly from [0.5, 1.5)×mean.
+func jitter(mean time.Duration) time.Duration {
+	return mean/2 + rand.N(mean)
+}
+
+func (w *Worker) sweep(ctx context.Context) {
+	for {
+		t := time.NewTimer(jitter(w.cfg.SweepInterval))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
+			w.report(fmt.Errorf("queue: sweep: %w", err))
+		}
+	}
+}
+
+func (w *Worker) report(err error) {
+	if w.cfg.OnError != nil {
+		w.cfg.OnError(err)
+	}
+}

@@ -1,0 +1,400 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// virtualNow is the bubble's clock in Unix ms (synctest makes time.Now virtual).
+func virtualNow() int64 { return time.Now().UnixMilli() }
+
+// plainStore hides the MemoryStore's RecordAndClaim, so the Worker takes
+// its other path: outcomes committed beside the claims.
+type plainStore struct{ queue.Store }
+
+// storeKinds are the two commit paths of a Worker.
+var storeKinds = map[string]func() queue.Store{
+	"merged":   func() queue.Store { return queue.NewMemoryStore() },
+	"separate": func() queue.Store { return plainStore{queue.NewMemoryStore()} },
+}
+
+func newQueue(t *testing.T, cfg queue.Config) *queue.Queue {
+	return newQueueOn(t, queue.NewMemoryStore(), cfg)
+}
+
+func newQueueOn(t *testing.T, s queue.Store, cfg queue.Config) *queue.Queue {
+	t.Helper()
+	if cfg.Now == nil {
+		cfg.Now = virtualNow
+	}
+	q, err := queue.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func TestWorkerProcessesEverything(t *testing.T) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testWorkerProcessesEverything(t, newStore) })
+	}
+}
+
+func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueueOn(t, newStore(), queue.Config{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond})
+		const n = 200
+		var jobs []queue.NewJob
+		for i := range n {
+			jobs = append(jobs, queue.NewJob{ID: fmt.Sprintf("j%03d", i), MaxAttempts: 5})
+		}
+		if _, err := q.EnqueueMany(context.Background(), jobs); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		calls := map[string]int{}
+		h := func(ctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(ctx)
+			mu.Lock()
+			calls[d.ID]++
+			c := calls[d.ID]
+			mu.Unlock()
+			time.Sleep(3 * time.Millisecond)
+			if c == 1 && strings.HasSuffix(d.ID, "7") {
+				return retry.Retryable(errors.New("flaky"))
+			}
+			return nil
+		}
+		var errs []error
+		w, err := queue.NewWorker(q, h, queue.WorkerConfig{Concurrency: 4, BatchSize: 3, PollInterval: 20 * time.Millisecond,
+			OnError: func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Run(ctx) }()
+		for {
+			time.Sleep(50 * time.Millisecond)
+			st, _ := q.Stats(context.Background())
+			if st.Done == n {
+				break
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if len(errs) > 0 {
+			t.Fatalf("worker errors: %v", errs)
+		}
+		for i := range n {
+			id := fmt.Sprintf("j%03d", i)
+			want := 1
+			if strings.HasSuffix(id, "7") {
+				want = 2
+			}
+			if calls[id] != want {
+				t.Fatalf("%s called %d times, want %d", id, calls[id], want)
+			}
+			if j, _ := q.Get(context.Background(), id); j.Attempts != want || j.State != queue.Done {
+				t.Fatalf("%s: %+v", id, j)
+			}
+		}
+	})
+}
+
+func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
+		ctx := context.Background()
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "long", MaxAttempts: 3}); err != nil {
+			t.Fatal(err)
+		}
+		var stolen atomic.Int32
+		j, err := q.RunOnce(ctx, func(ctx context.Context, _ []byte) error {
+			for range 10 { // 2 s, well past the 300 ms lease
+				time.Sleep(200 * time.Millisecond)
+				other, err := q.RunOnce(ctx, func(context.Context, []byte) error { return nil })
+				if err != nil || other != nil {
+					stolen.Add(1)
+				}
+			}
+			return nil
+		})
+		if err != nil || j.State != queue.Done || j.Attempts != 1 || stolen.Load() != 0 {
+			t.Fatalf("job %+v err %v; claimed by another worker %d times", j, err, stolen.Load())
+		}
+	})
+}
+
+func TestLostLeaseCancelsHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "x", MaxAttempts: 3})
+		var cause error
+		_, err := q.RunOnce(ctx, func(hctx context.Context, _ []byte) error {
+			// An operator (or a bug) takes the job away: another claim at a
+			// time past the lease, as if this worker's clock had stalled.
+			if _, err := q.Store().Claim(ctx, virtualNow()+time.Hour.Milliseconds(), virtualNow()+2*time.Hour.Milliseconds(), 1); err != nil {
+				t.Error(err)
+			}
+			<-hctx.Done()
+			cause = context.Cause(hctx)
+			return hctx.Err()
+		})
+		if !errors.Is(err, queue.ErrLeaseLost) || !errors.Is(cause, queue.ErrLeaseLost) {
+			t.Fatalf("err %v cause %v, want ErrLeaseLost", err, cause)
+		}
+		if j, _ := q.Get(ctx, "x"); j.Attempts != 2 || j.State != queue.Leased {
+			t.Fatalf("the new owner's lease was touched: %+v", j)
+		}
+	})
+}
+
+func TestAttemptTimeoutIsRetryable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: fixed(0.5)})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "slow", MaxAttempts: 3})
+		start := virtualNow()
+		j, err := q.RunOnce(ctx, func(ctx context.Context, _ []byte) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if err != nil || j.State != queue.Pending || j.AvailableAt != start+50+500 {
+			t.Fatalf("timed-out attempt: %+v, %v", j, err)
+		}
+	})
+}
+
+func TestShutdownGrace(t *testing.T) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testShutdownGrace(t, newStore) })
+	}
+}
+
+func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "finishes", MaxAttempts: 3})
+		q.Enqueue(ctx, queue.NewJob{ID: "canceled", MaxAttempts: 3})
+		q.Enqueue(ctx, queue.NewJob{ID: "waiting", MaxAttempts: 3, AvailableAt: virtualNow() + 60_000})
+		h := func(hctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(hctx)
+			if d.ID == "finishes" {
+				time.Sleep(time.Second) // within the grace period
+				return nil
+			}
+			<-hctx.Done() // only the grace period's end stops it
+			return hctx.Err()
+		}
+		w, err := queue.NewWorker(q, h, queue.WorkerConfig{Concurrency: 2, Grace: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		start := time.Now()
+		go func() { done <- w.Run(rctx) }()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(start); el < 5*time.Second || el > 6*time.Second {
+			t.Fatalf("shutdown took %v, want the 5s grace period", el)
+		}
+		f, _ := q.Get(ctx, "finishes")
+		c, _ := q.Get(ctx, "canceled")
+		wt, _ := q.Get(ctx, "waiting")
+		if f.State != queue.Done || c.State != queue.Pending || c.Attempts != 1 || !strings.Contains(c.LastError, "released") || wt.Attempts != 0 {
+			t.Fatalf("after shutdown: %+v\n%+v\n%+v", f, c, wt)
+		}
+	})
+}
+
+func TestShutdownTimeoutLeavesLeased(t *testing.T) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testShutdownTimeoutLeavesLeased(t, newStore) })
+	}
+}
+
+func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
+		release := make(chan struct{})
+		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { <-release; return nil }, queue.WorkerConfig{Grace: time.Second})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- w.Run(rctx) }()
+		synctest.Wait()
+		cancel()
+		if err := <-done; !errors.Is(err, queue.ErrShutdownTimeout) {
+			t.Fatalf("Run = %v, want ErrShutdownTimeout", err)
+		}
+		if j, _ := q.Get(ctx, "stubborn"); j.State != queue.Leased {
+			t.Fatalf("stubborn job %+v", j)
+		}
+		close(release)
+		synctest.Wait()
+	})
+}
+
+func TestEnqueueWakesIdleWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{})
+		ran := make(chan time.Time, 1)
+		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { ran <- time.Now(); return nil },
+			queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Run(ctx) }()
+		time.Sleep(time.Minute) // idle, far from the next poll
+		synctest.Wait()
+		at := time.Now()
+		q.Enqueue(context.Background(), queue.NewJob{ID: "now"})
+		if got := <-ran; got.Sub(at) != 0 {
+			t.Fatalf("job ran %v after the enqueue, want at once", got.Sub(at))
+		}
+		cancel()
+		<-done
+	})
+}
+
+func TestPollJitterSpreads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Two idle workers on one store must not poll in step.
+		s := &countingStore{MemoryStore: queue.NewMemoryStore()}
+		q, _ := queue.New(s, queue.Config{Now: virtualNow})
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 2 {
+			w, _ := queue.NewWorker(q, func(context.Context, []byte) error { return nil },
+				queue.WorkerConfig{PollInterval: 100 * time.Millisecond, SweepInterval: time.Hour})
+			wg.Add(1)
+			go func() { defer wg.Done(); w.Run(ctx) }()
+		}
+		time.Sleep(10 * time.Second)
+		cancel()
+		wg.Wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.claims) < 150 || len(s.claims) > 250 {
+			t.Fatalf("%d claims in 10s from 2 workers polling every 100ms on average", len(s.claims))
+		}
+		same := 0
+		for i := 1; i < len(s.claims); i++ {
+			if s.claims[i] == s.claims[i-1] {
+				same++
+			}
+		}
+		if same > len(s.claims)/10 {
+			t.Fatalf("%d of %d claims at the same instant as another: polling in step", same, len(s.claims))
+		}
+	})
+}
+
+type countingStore struct {
+	*queue.MemoryStore
+	mu     sync.Mutex
+	claims []time.Time
+}
+
+func (c *countingStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	c.mu.Lock()
+	c.claims = append(c.claims, time.Now())
+	c.mu.Unlock()
+	return c.MemoryStore.Claim(ctx, now, leaseUntil, limit)
+}
+
+func TestWorkerConfigValidation(t *testing.T) {
+	q := newQueue(t, queue.Config{})
+	h := func(context.Context, []byte) error { return nil }
+	for field, cfg := range map[string]queue.WorkerConfig{
+		"Concurrency":   {Concurrency: -1},
+		"Concurrency ":  {Concurrency: queue.MaxConcurrency + 1},
+		"BatchSize":     {BatchSize: -5},
+		"PollInterval":  {PollInterval: -time.Second},
+		"SweepInterval": {SweepInterval: time.Microsecond},
+		"Grace":         {Grace: queue.MaxDuration + 1},
+	} {
+		if _, err := queue.NewWorker(q, h, cfg); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), strings.TrimSpace(field)) {
+			t.Errorf("NewWorker(%+v) = %v, want an error naming %s", cfg, err, field)
+		}
+	}
+	if _, err := queue.NewWorker(q, nil, queue.WorkerConfig{}); err == nil {
+		t.Error("nil handler accepted")
+	}
+}
+
+// fixed is a rand.Source giving backoff.Float64 == r.
+type fixed float64
+
+func (r fixed) Uint64() uint64 { return uint64(float64(r)*(1<<53)) << 11 }
+
+// flakyStore fails its first Record calls, as a database that is briefly
+// unreachable.
+type flakyStore struct {
+	queue.Store
+	fails atomic.Int32
+}
+
+func (f *flakyStore) Record(ctx context.Context, outs []queue.Outcome) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("db down")
+	}
+	return f.Store.Record(ctx, outs)
+}
+
+func TestWorkerRetriesFailedCommits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &flakyStore{Store: queue.NewMemoryStore()}
+		s.fails.Store(3)
+		q := newQueueOn(t, s, queue.Config{})
+		ctx := context.Background()
+		for i := range 5 {
+			q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprint("j", i)})
+		}
+		var mu sync.Mutex
+		var errs []error
+		var calls atomic.Int32
+		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { calls.Add(1); return nil },
+			queue.WorkerConfig{Concurrency: 2, PollInterval: 100 * time.Millisecond,
+				OnError: func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- w.Run(rctx) }()
+		for {
+			time.Sleep(100 * time.Millisecond)
+			if st, _ := q.Stats(ctx); st.Done == 5 {
+				break
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() != 5 {
+			t.Fatalf("handler ran %d times for 5 jobs: a failed commit must be retried, not re-run", calls.Load())
+		}
+		if len(errs) != 3 || !strings.Contains(errs[0].Error(), "db down") {
+			t.Fatalf("reported %v, want the 3 failed commits", errs)
+		}
+	})
+}
