@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -158,6 +159,10 @@ func parseError(err error) string {
 	}
 	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag --", 1)
 	msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
+	// The flag package's own number flags say only "parse error" or
+	// "value out of range".
+	msg = strings.Replace(msg, ": parse error", ": want a whole number", 1)
+	msg = strings.Replace(msg, ": value out of range", ": the number is too large", 1)
 	return msg
 }
 
@@ -170,4 +175,32 @@ func flagWasSet(fs *flag.FlagSet, name string) bool {
 		}
 	})
 	return set
+}
+
+// parseFlags is how every subcommand reads its flags. The flag package
+// prints nothing: --help prints help(stdout) and ends with exitOK; a bad
+// flag prints one line naming it (as written on the command line) and a
+// hint, and ends with exitUsage; positional arguments are refused, since
+// every setting is a flag. ok is true when the command should go on.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help func(io.Writer)) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			help(stdout)
+			return exitOK, false
+		}
+		return usageError(stderr, fs.Name(), "%s", parseError(err)), false
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, fs.Name(), "unexpected argument %q (every setting is a flag)", fs.Arg(0)), false
+	}
+	return exitOK, true
+}
+
+// usageError prints "<command>: <message>" and the --help hint on stderr
+// and returns exitUsage.
+func usageError(stderr io.Writer, command, format string, a ...any) int {
+	fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", command, fmt.Sprintf(format, a...), command)
+	return exitUsage
 }

@@ -84,21 +84,11 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(intValue{&capacity, 0, lab.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
 	fs.Var(durationValue{p: &attemptTimeout, max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
 
-	fs.Usage = func() {} // printed below for --help only; errors get one line
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			labUsage(stdout, fs)
-			return nil, exitOK
-		}
-		fmt.Fprintf(stderr, "stagger lab: %s\nRun 'stagger lab --help' for the flags.\n", parseError(err))
-		return nil, exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { labUsage(w, fs) }); !ok {
+		return nil, code
 	}
 	usageErr := func(format string, a ...any) (*labConfig, int) {
-		fmt.Fprintf(stderr, "stagger lab: "+format+"\nRun 'stagger lab --help' for the flags.\n", a...)
-		return nil, exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q (every setting is a flag)", fs.Arg(0))
+		return nil, usageError(stderr, fs.Name(), format, a...)
 	}
 	if len(names) == 0 {
 		return usageErr("--strategy: give at least one strategy")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -82,21 +81,11 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to")
 	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
 	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			proxyUsage(stdout, fs)
-			return nil, exitOK
-		}
-		fmt.Fprintf(stderr, "stagger proxy: %s\nRun 'stagger proxy --help' for the flags.\n", parseError(err))
-		return nil, exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, fs) }); !ok {
+		return nil, code
 	}
 	usageErr := func(format string, a ...any) (*proxyConfig, int) {
-		fmt.Fprintf(stderr, "stagger proxy: "+format+"\nRun 'stagger proxy --help' for the flags.\n", a...)
-		return nil, exitUsage
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q (every setting is a flag)", fs.Arg(0))
+		return nil, usageError(stderr, fs.Name(), format, a...)
 	}
 	if upstream == "" {
 		return usageErr("--upstream is required: the URL of the service to forward to")

@@ -95,20 +95,17 @@ func newQueueFlags(name string, stderr io.Writer, withRunSettings bool) *queueFl
 }
 
 // parse parses args; it returns a usage exit code when they are bad.
-func (f *queueFlags) parse(args []string, stderr io.Writer) (int, bool) {
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
+func (f *queueFlags) parse(args []string, stdout, stderr io.Writer) (int, bool) {
+	help := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", f.fs.Name())
+		f.fs.SetOutput(w)
+		f.fs.PrintDefaults()
 	}
-	if f.fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", f.fs.Name(), f.fs.Args())
-		return exitUsage, false
+	if code, ok := parseFlags(f.fs, args, stdout, stderr, help); !ok {
+		return code, false
 	}
 	if err := f.check(); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return exitUsage, false
+		return usageError(stderr, f.fs.Name(), "%v", err), false
 	}
 	return 0, true
 }
@@ -193,7 +190,7 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 	f.fs.StringVar(&payloadFile, "payload-file", "", "read the payload from this file")
 	f.fs.IntVar(&maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "attempt budget (the first attempt included)")
 	f.fs.StringVar(&deadline, "deadline", "24h", "last time an attempt may start: a duration from now (1h) or an RFC 3339 time")
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	now := time.Now().UnixMilli()
@@ -339,13 +336,12 @@ func queueRunOnce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f := newQueueFlags("run-once", stderr, true)
 	var hf handlerFlags
 	hf.register(f.fs)
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	h, err := hf.build()
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return exitUsage
+		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
 	q, closeFn, code := f.open(ctx, stderr)
 	if q == nil {
@@ -404,7 +400,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
 	f.fs.DurationVar(&sweep, "sweep", queue.DefaultSweepInterval, "mean interval of the sweep that buries jobs that can never run again")
 	f.fs.DurationVar(&grace, "grace", queue.DefaultGrace, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	for _, err := range []error{
@@ -415,14 +411,12 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		durationFlag("--grace", grace, time.Millisecond),
 	} {
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-			return exitUsage
+			return usageError(stderr, f.fs.Name(), "%v", err)
 		}
 	}
 	h, err := hf.build()
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return exitUsage
+		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
 	q, closeFn, code := f.open(ctx, stderr)
 	if q == nil {
@@ -434,8 +428,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		OnError: func(err error) { fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redactErr(f.db, err)) },
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return exitUsage
+		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
 	fmt.Fprintf(stderr, "%s: working on %s with %d handlers\n", f.fs.Name(), redactDSN(f.db), concurrency)
 	if err := w.Run(ctx); err != nil {
@@ -463,7 +456,7 @@ type statsJSON struct {
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f := newQueueFlags("stats", stderr, false)
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	q, closeFn, code := f.open(ctx, stderr)
@@ -500,12 +493,11 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var after string
 	f.fs.IntVar(&limit, "limit", 100, "list at most this many jobs (1-10000)")
 	f.fs.StringVar(&after, "after", "", "list jobs whose ID sorts after this one (paging)")
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	if err := intFlag("--limit", limit, 1, 10000); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return exitUsage
+		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
 	q, closeFn, code := f.open(ctx, stderr)
 	if q == nil {
@@ -535,13 +527,12 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f.fs.StringVar(&id, "id", "", "the dead job's ID (required)")
 	f.fs.IntVar(&attempts, "attempts", 0, "new attempts granted on top of those spent (required, 1-1000000)")
 	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required)")
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	now := time.Now().UnixMilli()
 	bad := func(err error) int {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return exitUsage
+		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
 	if id == "" {
 		return bad(errors.New("--id is required"))
@@ -582,7 +573,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f := newQueueFlags("show", stderr, false)
 	var id string
 	f.fs.StringVar(&id, "id", "", "the job's ID (required)")
-	if code, ok := f.parse(args, stderr); !ok {
+	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
 	if id == "" {

@@ -86,29 +86,19 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	for _, p := range params {
 		fs.Var(p, p.Name, p.Usage)
 	}
-	fs.Usage = func() {} // the error alone; --help prints the flags
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: stagger sim %s [flags]\n\n%s\n\nFlags:\n", sc.Name, sc.Summary)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return exitOK
-		}
-		// the flag package has printed the error, naming the flag
-		fmt.Fprintf(stderr, "(stagger sim %s --help lists the flags)\n", sc.Name)
-		return exitUsage
+	help := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: stagger sim %s [flags]\n\n%s\n\nFlags:\n", sc.Name, sc.Summary)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "stagger sim %s: unexpected argument %q\n", sc.Name, fs.Arg(0))
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, help); !ok {
+		return code
 	}
 	if f.json && f.csv {
-		fmt.Fprintf(stderr, "stagger sim %s: --json and --csv: choose one\n", sc.Name)
-		return exitUsage
+		return usageError(stderr, fs.Name(), "--json and --csv: choose one")
 	}
 	if f.parallel < 0 || f.parallel > 1024 {
-		fmt.Fprintf(stderr, "stagger sim %s: --parallel must be in [0, 1024], got %d\n", sc.Name, f.parallel)
-		return exitUsage
+		return usageError(stderr, fs.Name(), "--parallel must be in [0, 1024], got %d", f.parallel)
 	}
 	if f.report != "" {
 		if err := checkReportPath(f.report); err != nil {
