@@ -84,7 +84,10 @@ func (c *HerdConfig) policy(name string) *retry.Policy {
 		p.Schedule = expo
 	case "expo-full+budget":
 		p.Schedule = expo
-		p.Budget = &budget.TokenBucket{} // seed 003: +1 per order, 10 per retry, cap 200; shared by the workers
+		// seed 003: +1 per order, 10 per retry, cap 200; shared by the workers,
+		// full when the database reboots (as after a healthy while; the lab's
+		// +budget starts full too).
+		p.Budget = &budget.TokenBucket{Initial: budget.DefaultMax}
 	}
 	return p
 }
