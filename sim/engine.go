@@ -124,7 +124,13 @@ func (e *Engine) push(ev Event) {
 	q[i] = ev
 }
 
-// down places ev, which replaces the root, by sifting the hole down.
+// down places ev, the queue's former last element, after the root was
+// taken: Floyd's bottom-up deletion. The hole left by the root walks down
+// to a leaf, always taking the least child (3 comparisons per level, none
+// against ev), then ev sifts up from there. ev came from the end of the
+// heap, so it is usually large and rises a level or two at most: fewer
+// comparisons, and far fewer mispredicted branches, than comparing ev at
+// every level on the way down.
 func (e *Engine) down(ev Event) {
 	q := e.q
 	n := len(q)
@@ -132,7 +138,6 @@ func (e *Engine) down(ev Event) {
 	for {
 		c := i<<2 + 1
 		if c+3 < n {
-			// all four children exist: pick the least in two rounds
 			m0, m1 := c, c+2
 			if less(&q[c+1], &q[c]) {
 				m0 = c + 1
@@ -143,27 +148,29 @@ func (e *Engine) down(ev Event) {
 			if less(&q[m1], &q[m0]) {
 				m0 = m1
 			}
-			if !less(&q[m0], &ev) {
-				break
-			}
 			q[i] = q[m0]
 			i = m0
 			continue
 		}
-		if c >= n {
-			break
-		}
-		m := c
-		for j := c + 1; j < n; j++ {
-			if less(&q[j], &q[m]) {
-				m = j
+		if c < n {
+			m := c
+			for j := c + 1; j < n; j++ {
+				if less(&q[j], &q[m]) {
+					m = j
+				}
 			}
-		}
-		if less(&q[m], &ev) {
 			q[i] = q[m]
 			i = m
 		}
 		break
+	}
+	for i > 0 {
+		p := (i - 1) >> 2
+		if !less(&ev, &q[p]) {
+			break
+		}
+		q[i] = q[p]
+		i = p
 	}
 	q[i] = ev
 }
