@@ -128,7 +128,7 @@ func BenchmarkQueuePostgres(b *testing.B) {
 
 // runStagger drains b.N jobs with a Worker in its default configuration
 // (claims take as many jobs as there are idle handlers; outcomes are
-// group-committed).
+// committed with the next claim).
 func runStagger(b *testing.B, s queue.Store) {
 	runStaggerCfg(b, s, queue.WorkerConfig{Concurrency: benchWorkers, PollInterval: 50 * time.Millisecond})
 }

@@ -95,10 +95,12 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 // jobs as there are idle handlers (up to BatchSize), so no claimed job
 // waits for a handler, and commits the outcomes of the handlers that
 // finished: in the claim's transaction when the store is a RecordClaimer
-// (SQLite: one commit per turn), otherwise in group-committed transactions
-// running beside the claims (PostgreSQL: concurrent commits share a flush). Idle, it wakes on enqueues
-// in this process and store notifications (Notifier) or polls at a
-// jittered interval. It keeps long handlers' leases alive, bounds each
+// (SQLite, PostgreSQL: one commit per turn), otherwise in group-committed
+// transactions running beside the claims. When handlers are short next to
+// a commit, a turn waits briefly for the handlers of the previous claim so
+// that it claims a job for each of them (see loopState.linger). Idle, it
+// wakes on enqueues in this process and store notifications (Notifier) or
+// polls at a jittered interval. It keeps long handlers' leases alive, bounds each
 // attempt (Config.AttemptTimeout), sweeps jobs that can never run again,
 // and shuts down gracefully.
 type Worker struct {
@@ -272,10 +274,9 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 }
 
 // committer records outcomes in its own transactions, concurrently with
-// the loop's claims: on PostgreSQL, where concurrent commits share one WAL
-// flush, this beats merging them into the claim's transaction. Outcomes
-// that arrive while a commit is in flight share the next one (group
-// commit, no timer). A failed commit is retried after a jittered pause:
+// the loop's claims, for stores that cannot merge them into the claim's
+// transaction (not a RecordClaimer). Outcomes that arrive while a commit
+// is in flight share the next one (group commit, no timer). A failed commit is retried after a jittered pause:
 // outcomes are never dropped (their leases keep the jobs meanwhile).
 type committer struct {
 	w    *Worker
