@@ -1,17 +1,14 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/postgres"
 )
 
 // TestHotPathPlans checks the plans of the claim and of the outcome update
@@ -21,33 +18,9 @@ import (
 // due row), and the outcome update must look jobs up by primary key (no
 // scan of the state or due index).
 func TestHotPathPlans(t *testing.T) {
+	s := newStore(t)
 	ctx := context.Background()
-	url := os.Getenv("STAGGER_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/test"
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("PostgreSQL unreachable at STAGGER_POSTGRES_URL: ", err)
-		}
-		t.Skip("PostgreSQL unreachable at STAGGER_POSTGRES_URL: ", err)
-	}
-	defer pool.Close()
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "stagger_t_" + hex.EncodeToString(b)
-	s, err := New(ctx, pool, Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		s.Close()
-		pool.Exec(ctx, `DROP SCHEMA "`+schema+`" CASCADE`)
-	}()
+	pool := s.Pool()
 	const now, n = int64(1_000_000), 3000
 	jobs := make([]queue.Job, n)
 	for i := range jobs {
@@ -65,7 +38,7 @@ func TestHotPathPlans(t *testing.T) {
 	for i, j := range claimed {
 		outs[i] = queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now}
 	}
-	args, _ := recordArgs(outs)
+	args := postgres.RecordArgs(outs)
 
 	explain := func(prologue, sql string, args ...any) string {
 		t.Helper()
@@ -89,11 +62,11 @@ func TestHotPathPlans(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
-	plan := explain(claimPlan, s.claimSQL(), now, now+1000, 4)
+	plan := explain(postgres.ClaimPlan, s.ClaimSQL(), now, now+1000, 4)
 	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_due") {
 		t.Errorf("the claim does not walk the due index in order:\n%s", plan)
 	}
-	for name, sql := range map[string]string{"outcome": s.recordSQL(), "heartbeat": s.extendSQL()} {
+	for name, sql := range map[string]string{"outcome": s.RecordSQL(), "heartbeat": s.ExtendSQL()} {
 		a := args
 		if name == "heartbeat" {
 			a = []any{args[0], args[1], now + 2000, now}
