@@ -107,11 +107,20 @@ func BenchmarkQueuePostgres(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
+		defer pgCounters(b, pool)()
 		runStagger(b, s)
 	})
-	b.Run("river", func(b *testing.B) { runRiverPG(b, pool, pgSchema(b, pool)) })
+	b.Run("river", func(b *testing.B) {
+		schema := pgSchema(b, pool)
+		defer pgCounters(b, pool)()
+		runRiverPG(b, pool, schema)
+	})
 	for _, batch := range []int{1, 4, 32} {
-		b.Run(fmt.Sprintf("ceiling/batch=%d", batch), func(b *testing.B) { ceilingPG(b, pool, pgSchema(b, pool), batch) })
+		b.Run(fmt.Sprintf("ceiling/batch=%d", batch), func(b *testing.B) {
+			schema := pgSchema(b, pool)
+			defer pgCounters(b, pool)()
+			ceilingPG(b, pool, schema, batch)
+		})
 	}
 }
 
@@ -119,7 +128,7 @@ func BenchmarkQueuePostgres(b *testing.B) {
 
 // runStagger drains b.N jobs with a Worker in its default configuration
 // (claims take as many jobs as there are idle handlers; outcomes are
-// group-committed).
+// committed with the next claim).
 func runStagger(b *testing.B, s queue.Store) {
 	runStaggerCfg(b, s, queue.WorkerConfig{Concurrency: benchWorkers, PollInterval: 50 * time.Millisecond})
 }
@@ -437,6 +446,38 @@ func ceilingPG(b *testing.B, pool *pgxpool.Pool, schema string, batch int) {
 }
 
 // ---- PostgreSQL plumbing ----
+
+// pgCounters, when STAGGER_BENCH_PGSTATS=1, reads the server's commit and
+// WAL-flush counters and returns a function that reports their increase per
+// job: commits/job (transactions committed in the database) and flushes/job
+// (WAL syncs, the fsyncs durable commits wait for; concurrent commits may
+// share one). They count everything the server did meanwhile, so another
+// client adds to them. Backends publish their counters when they exit, so
+// the report closes the pool's connections first (after the timer).
+func pgCounters(b *testing.B, pool *pgxpool.Pool) func() {
+	if os.Getenv("STAGGER_BENCH_PGSTATS") != "1" {
+		return func() {}
+	}
+	read := func() (commits, syncs int64) {
+		pool.Reset()
+		time.Sleep(200 * time.Millisecond) // let the backends exit
+		ctx := context.Background()
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Release()
+		conn.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits)
+		conn.QueryRow(ctx, `SELECT wal_sync FROM pg_stat_wal`).Scan(&syncs)
+		return commits, syncs
+	}
+	c0, s0 := read()
+	return func() {
+		c1, s1 := read()
+		b.ReportMetric(float64(c1-c0)/float64(b.N), "commits/job")
+		b.ReportMetric(float64(s1-s0)/float64(b.N), "flushes/job")
+	}
+}
 
 func pgPool(b *testing.B) *pgxpool.Pool {
 	b.Helper()

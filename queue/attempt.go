@@ -21,6 +21,9 @@ type batch struct {
 	errs []error
 	rec  []bool // outs[i] is to be recorded
 
+	turn uint64        // the Worker's claim that took the jobs
+	took time.Duration // how long run took
+
 	mu      sync.Mutex
 	lost    []bool
 	settled []bool // outcome known: no longer heartbeat

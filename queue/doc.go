@@ -16,8 +16,8 @@
 //     clock (absolute Unix milliseconds, read before and after the handler),
 //     operator actions (Dead, Requeue) and Stats.
 //   - Worker runs a handler continuously: claims sized to idle handlers,
-//     wake-ups, jittered polling, lease heartbeats, per-attempt timeouts,
-//     group-committed outcomes, a sweep, graceful shutdown.
+//     outcomes committed with the next claim, wake-ups, jittered polling,
+//     lease heartbeats, per-attempt timeouts, a sweep, graceful shutdown.
 //   - Inbox is the receiver's side: the effect of a message ID applied once
 //     even when a lease expiry delivers it twice.
 //

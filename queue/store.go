@@ -194,9 +194,9 @@ func (s Stats) OldestPendingAge() int64 {
 // new jobs in one transaction: Record(outcomes) followed by Claim(now,
 // leaseUntil, limit), both as specified by Store, committed together (or
 // not at all). A Worker on such a store pays one commit per turn instead of
-// two. Implement it where commits are serialized (SQLite: one writer, one
-// fsync per commit); where concurrent commits share a flush (PostgreSQL),
-// the Worker's default — outcomes committed beside the claims — is faster.
+// two (SQLite: one transaction on the one writer; PostgreSQL: one pipelined
+// round trip); on other stores it commits outcomes in transactions of
+// their own, beside the claims.
 type RecordClaimer interface {
 	RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error)
 }

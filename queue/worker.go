@@ -95,10 +95,12 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 // jobs as there are idle handlers (up to BatchSize), so no claimed job
 // waits for a handler, and commits the outcomes of the handlers that
 // finished: in the claim's transaction when the store is a RecordClaimer
-// (SQLite: one commit per turn), otherwise in group-committed transactions
-// running beside the claims (PostgreSQL: concurrent commits share a flush). Idle, it wakes on enqueues
-// in this process and store notifications (Notifier) or polls at a
-// jittered interval. It keeps long handlers' leases alive, bounds each
+// (SQLite, PostgreSQL: one commit per turn), otherwise in group-committed
+// transactions running beside the claims. When handlers are short next to
+// a commit, a turn waits briefly for the handlers of the previous claim so
+// that it claims a job for each of them (see loopState.linger). Idle, it
+// wakes on enqueues in this process and store notifications (Notifier) or
+// polls at a jittered interval. It keeps long handlers' leases alive, bounds each
 // attempt (Config.AttemptTimeout), sweeps jobs that can never run again,
 // and shuts down gracefully.
 type Worker struct {
@@ -211,6 +213,9 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 		}
 		n := 0
 		if !stopping {
+			if st.busy < w.cfg.Concurrency {
+				st.linger(ctx)
+			}
 			n = min(w.cfg.Concurrency-st.busy, w.cfg.BatchSize)
 		}
 		if n == 0 && len(st.queued) == 0 {
@@ -236,6 +241,7 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 			}
 		}
 		wake := q.waitChan() // before the claim, so no enqueue is missed
+		start := time.Now()
 		jobs, t0, settled, err := w.commit(ctx, st.queued, n)
 		if settled {
 			st.queued = nil
@@ -245,12 +251,19 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 			st.wait(ctx, nil, jitter(w.cfg.PollInterval))
 			continue
 		}
+		if n > 0 {
+			st.claimed(start, len(jobs))
+		}
 		for i := range jobs {
 			st.busy++
-			go func(b *batch) {
+			b := q.newBatch(jobs[i:i+1:i+1], t0)
+			b.turn = st.turn
+			go func() {
+				began := time.Now()
 				b.run(hctx, w.h)
+				b.took = time.Since(began)
 				st.finished <- b
-			}(q.newBatch(jobs[i:i+1:i+1], t0))
+			}()
 		}
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
@@ -261,10 +274,9 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 }
 
 // committer records outcomes in its own transactions, concurrently with
-// the loop's claims: on PostgreSQL, where concurrent commits share one WAL
-// flush, this beats merging them into the claim's transaction. Outcomes
-// that arrive while a commit is in flight share the next one (group
-// commit, no timer). A failed commit is retried after a jittered pause:
+// the loop's claims, for stores that cannot merge them into the claim's
+// transaction (not a RecordClaimer). Outcomes that arrive while a commit
+// is in flight share the next one (group commit, no timer). A failed commit is retried after a jittered pause:
 // outcomes are never dropped (their leases keep the jobs meanwhile).
 type committer struct {
 	w    *Worker
@@ -316,11 +328,67 @@ type loopState struct {
 	finished chan *batch // handlers send their batch when done
 	busy     int         // handlers running
 	queued   []*batch    // finished, outcomes not yet committed
+
+	// For linger: the latest claim (its number, when it returned, how many
+	// of its handlers still run) and running means (EWMA) of how long a
+	// claim's commit and a handler take.
+	turn        uint64
+	claimedAt   time.Time
+	fresh       int
+	commitMean  time.Duration
+	handlerMean time.Duration
+	lingerTimer *time.Timer
 }
 
 func (st *loopState) take(b *batch) {
 	st.busy--
 	st.queued = append(st.queued, b)
+	if b.turn == st.turn {
+		st.fresh--
+	}
+	st.handlerMean += (b.took - st.handlerMean) / 8
+}
+
+// claimed notes a claim that started at start and returned got jobs.
+func (st *loopState) claimed(start time.Time, got int) {
+	st.claimedAt = time.Now()
+	st.commitMean += (st.claimedAt.Sub(start) - st.commitMean) / 8
+	st.turn++
+	st.fresh = got
+}
+
+// linger waits a little for the handlers of the latest claim when they are
+// short next to a claim's commit, so that the next claim takes a job for
+// each of them instead of leaving them to yet another commit: a busy
+// worker then pays one commit per Concurrency jobs (no-op handlers finish
+// within microseconds; a commit takes milliseconds). It waits at most an
+// eighth of the mean commit time after the latest claim, and not at all
+// when handlers usually take longer than that.
+func (st *loopState) linger(ctx context.Context) {
+	limit := st.commitMean / 8
+	if st.fresh == 0 || st.handlerMean > limit {
+		return
+	}
+	wait := time.Until(st.claimedAt.Add(limit))
+	if wait <= 0 {
+		return
+	}
+	if st.lingerTimer == nil {
+		st.lingerTimer = time.NewTimer(wait)
+	} else {
+		st.lingerTimer.Reset(wait)
+	}
+	defer st.lingerTimer.Stop()
+	for st.fresh > 0 {
+		select {
+		case b := <-st.finished:
+			st.take(b)
+		case <-st.lingerTimer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // drain collects finished handlers without waiting.

@@ -398,3 +398,118 @@ func TestWorkerRetriesFailedCommits(t *testing.T) {
 		}
 	})
 }
+
+// slowClaims makes every claim take 2ms (of the bubble's virtual time) and
+// records the limit of each.
+type slowClaims struct {
+	queue.Store
+	mu     sync.Mutex
+	limits []int
+}
+
+func (s *slowClaims) note(limit int) {
+	time.Sleep(2 * time.Millisecond)
+	s.mu.Lock()
+	s.limits = append(s.limits, limit)
+	s.mu.Unlock()
+}
+
+func (s *slowClaims) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	s.note(limit)
+	return s.Store.Claim(ctx, now, leaseUntil, limit)
+}
+
+// slowMergedClaims is slowClaims on a RecordClaimer.
+type slowMergedClaims struct{ *slowClaims }
+
+func (s slowMergedClaims) RecordAndClaim(ctx context.Context, outs []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	s.note(limit)
+	return s.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, now, leaseUntil, limit)
+}
+
+func TestWorkerClaimsForEveryShortHandler(t *testing.T) {
+	for _, merged := range []bool{true, false} {
+		t.Run(fmt.Sprint("merged=", merged), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sc := &slowClaims{Store: queue.NewMemoryStore()}
+				var s queue.Store = sc
+				if merged {
+					s = slowMergedClaims{sc}
+				}
+				q := newQueueOn(t, s, queue.Config{})
+				ctx := context.Background()
+				const n = 80
+				for i := range n {
+					q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("j%02d", i)})
+				}
+				var done atomic.Int32
+				rctx, cancel := context.WithCancel(ctx)
+				w, _ := queue.NewWorker(q, func(context.Context, []byte) error {
+					if done.Add(1) == n {
+						cancel()
+					}
+					return nil
+				}, queue.WorkerConfig{Concurrency: 4, PollInterval: time.Second})
+				if err := w.Run(rctx); err != nil {
+					t.Fatal(err)
+				}
+				// Handlers finish in no (virtual) time, a claim takes 2 ms: once
+				// the worker has timed a claim, it waits for the handlers of the
+				// latest claim and claims a job for each of them, so claims take
+				// 4 jobs, not whatever handlers happened to have reported.
+				sc.mu.Lock()
+				defer sc.mu.Unlock()
+				short := 0
+				for _, l := range sc.limits[1 : n/4] {
+					if l != 4 {
+						short++
+					}
+				}
+				if short > 0 {
+					t.Fatalf("%d of the claims after the first asked for fewer than 4 jobs: %v", short, sc.limits)
+				}
+			})
+		})
+	}
+}
+
+func TestWorkerDoesNotWaitForLongHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := &slowClaims{Store: queue.NewMemoryStore()}
+		q := newQueueOn(t, slowMergedClaims{sc}, queue.Config{Lease: time.Minute})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "a-slow"})
+		const fast = 20
+		for i := range fast {
+			q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("b%02d", i)})
+		}
+		var done atomic.Int32
+		allFast := make(chan time.Time, 1)
+		w, _ := queue.NewWorker(q, func(ctx context.Context, _ []byte) error {
+			if d, _ := retry.DeliveryFrom(ctx); d.ID == "a-slow" {
+				select {
+				case <-time.After(10 * time.Second):
+				case <-ctx.Done():
+				}
+				return nil
+			}
+			if done.Add(1) == fast {
+				allFast <- time.Now()
+			}
+			return nil
+		}, queue.WorkerConfig{Concurrency: 2, PollInterval: time.Second})
+		rctx, cancel := context.WithCancel(ctx)
+		start := time.Now()
+		ran := make(chan error)
+		go func() { ran <- w.Run(rctx) }()
+		// 20 claims of 2 ms each through the free handler: the worker must not
+		// hold them back waiting for the one that runs for 10 s.
+		if took := (<-allFast).Sub(start); took > 100*time.Millisecond {
+			t.Errorf("the fast jobs took %v beside a long handler", took)
+		}
+		cancel()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	})
+}

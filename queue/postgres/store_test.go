@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ var (
 
 // sharedPool connects once to STAGGER_POSTGRES_URL. When the server is
 // unreachable the tests skip, except under CI=true where they fail.
-func sharedPool(t *testing.T) *pgxpool.Pool {
+func sharedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	poolOnce.Do(func() {
 		url := os.Getenv("STAGGER_POSTGRES_URL")
@@ -59,7 +60,7 @@ func sharedPool(t *testing.T) *pgxpool.Pool {
 }
 
 // newStore returns a store in a fresh schema, dropped after the test.
-func newStore(t *testing.T) *postgres.Store {
+func newStore(t testing.TB) *postgres.Store {
 	t.Helper()
 	p := sharedPool(t)
 	b := make([]byte, 6)
@@ -175,5 +176,75 @@ func TestOpenRedactsPassword(t *testing.T) {
 	_, err = postgres.Open(context.Background(), "postgres://u:s3cr3tpw@[bad", postgres.Options{})
 	if err == nil || strings.Contains(err.Error(), "s3cr3tpw") {
 		t.Fatalf("parse error shows the password: %v", err)
+	}
+}
+
+// TestRecordAndClaimIsOneTransaction: the outcomes and the claim are sent
+// as one pipeline; when the claim fails, the outcomes must not have been
+// committed either.
+func TestRecordAndClaimIsOneTransaction(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	const now = queuetest.Start
+	if _, err := s.Insert(ctx, []queue.Job{
+		{ID: "a", Payload: []byte{}, MaxAttempts: 3, AvailableAt: now, Deadline: now + 10000, State: queue.Pending, CreatedAt: now, UpdatedAt: now},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, now, now+100, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	outs := []queue.Outcome{{ID: "a", Attempt: 1, State: queue.Done, Now: now + 5}}
+	// A negative LIMIT fails the claim statement after the outcome's update
+	// has run in the same transaction.
+	if _, err := s.RecordAndClaim(ctx, outs, now+10, now+110, -1); err == nil {
+		t.Fatal("RecordAndClaim with limit -1 succeeded")
+	}
+	if outs[0].Applied {
+		t.Fatal("a failed RecordAndClaim reports its outcome applied")
+	}
+	if a, _ := s.Get(ctx, "a"); a.State != queue.Leased || a.FinishedAt != 0 {
+		t.Fatalf("the outcome of a failed RecordAndClaim was committed: %+v", a)
+	}
+	// The connection is usable again and the outcome can be recorded.
+	if _, err := s.RecordAndClaim(ctx, outs, now+10, now+110, 1); err != nil || !outs[0].Applied {
+		t.Fatal(err, outs[0].Applied)
+	}
+	if a, _ := s.Get(ctx, "a"); a.State != queue.Done {
+		t.Fatalf("a = %+v", a)
+	}
+}
+
+// BenchmarkRecordAndClaim is a busy Worker's turn on PostgreSQL: record
+// the outcomes of the 4 jobs claimed last turn and claim 4 more, in one
+// transaction (one commit: the server's durability settings apply), with a
+// backlog of due jobs.
+func BenchmarkRecordAndClaim(b *testing.B) {
+	s := newStore(b)
+	ctx := context.Background()
+	const now, batch = queuetest.Start, 4
+	n := b.N*batch + 1000
+	for i := 0; i < n; i += 1000 {
+		jobs := make([]queue.Job, 0, 1000)
+		for k := i; k < min(i+1000, n); k++ {
+			jobs = append(jobs, queue.Job{ID: fmt.Sprintf("job-%09d", k), Payload: []byte("{}"), MaxAttempts: 3,
+				AvailableAt: now, Deadline: now + 1e9, State: queue.Pending, CreatedAt: now, UpdatedAt: now})
+		}
+		if _, err := s.Insert(ctx, jobs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var outs []queue.Outcome
+	b.ResetTimer()
+	for range b.N {
+		got, err := s.RecordAndClaim(ctx, outs, now+1, now+1e6, batch)
+		if err != nil || len(got) != batch {
+			b.Fatal(len(got), err)
+		}
+		outs = outs[:0]
+		for _, j := range got {
+			outs = append(outs, queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now + 1})
+		}
 	}
 }

@@ -1,0 +1,80 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/postgres"
+)
+
+// TestHotPathPlans checks the plans of the claim and of the outcome update
+// on a new table with a backlog, the case where the planner has no useful
+// statistics (the table was analyzed empty at migration; autovacuum has
+// not run): the claim must walk the due index in order (no sort of every
+// due row), and the outcome update must look jobs up by primary key (no
+// scan of the state or due index).
+func TestHotPathPlans(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	pool := s.Pool()
+	const now, n = int64(1_000_000), 3000
+	jobs := make([]queue.Job, n)
+	for i := range jobs {
+		jobs[i] = queue.Job{ID: fmt.Sprintf("job-%05d", i), Payload: []byte("{}"), MaxAttempts: 5,
+			AvailableAt: now - n + int64(i), Deadline: now + 1_000_000, State: queue.Pending, CreatedAt: now, UpdatedAt: now}
+	}
+	if _, err := s.Insert(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.Claim(ctx, now, now+1000, 4)
+	if err != nil || len(claimed) != 4 {
+		t.Fatal(claimed, err)
+	}
+	outs := make([]queue.Outcome, len(claimed))
+	for i, j := range claimed {
+		outs[i] = queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now}
+	}
+	args := postgres.RecordArgs(outs)
+
+	explain := func(prologue, sql string, args ...any) string {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if prologue != "" {
+			if _, err := tx.Exec(ctx, prologue); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN `+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	plan := explain(postgres.ClaimPlan, s.ClaimSQL(), now, now+1000, 4)
+	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_due") {
+		t.Errorf("the claim does not walk the due index in order:\n%s", plan)
+	}
+	for name, sql := range map[string]string{"outcome": s.RecordSQL(), "heartbeat": s.ExtendSQL()} {
+		a := args
+		if name == "heartbeat" {
+			a = []any{args[0], args[1], now + 2000, now}
+		}
+		plan = explain("", sql, a...)
+		if strings.Contains(plan, "stagger_jobs_state") || strings.Contains(plan, "stagger_jobs_due") ||
+			!strings.Contains(plan, "stagger_jobs_pkey") {
+			t.Errorf("the %s update does not look jobs up by primary key:\n%s", name, plan)
+		}
+	}
+}
