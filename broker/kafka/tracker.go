@@ -116,13 +116,14 @@ type snapshot struct {
 	inFlight int // polls not committable yet
 	ready    bool
 	err      error
+	stopped  bool
 	bell     <-chan struct{}
 }
 
 func (t *tracker) state() snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return snapshot{len(t.polls), len(t.ready) > 0, t.err, t.bell}
+	return snapshot{len(t.polls), len(t.ready) > 0, t.err, t.stopped, t.bell}
 }
 
 // wait blocks while max polls are not committable yet. It returns the
@@ -170,10 +171,10 @@ func (t *tracker) commitLoop(ctx context.Context, cl *kgo.Client, stop context.C
 }
 
 // drain waits until every poll is committable (or a forward failed, or ctx
-// ends) and commits what is.
+// ends) and commits what is. A halted tracker neither waits nor commits.
 func (t *tracker) drain(ctx context.Context, cl *kgo.Client, afterForward, afterSuccess func() bool) error {
 wait:
-	for s := t.state(); s.err == nil && s.inFlight > 0; s = t.state() {
+	for s := t.state(); !s.stopped && s.err == nil && s.inFlight > 0; s = t.state() {
 		select {
 		case <-s.bell:
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -54,5 +55,27 @@ func TestTrackerCommitsInPollOrder(t *testing.T) {
 	}
 	if err := tr.wait(context.Background(), 100); err == nil {
 		t.Fatal("wait after a failed forward returned nil, want the forward's error")
+	}
+}
+
+// TestTrackerHaltedDrainReturns: after a crash or a failure the session
+// halts its tracker before closing the client; the close's revoke callback
+// must neither wait for forwards in flight nor commit.
+func TestTrackerHaltedDrainReturns(t *testing.T) {
+	tr := newTracker("orders")
+	p := tr.open()
+	p.offsets[0] = kgo.EpochOffset{Offset: 10}
+	tr.forward(p) // never acknowledged
+	tr.seal(p)
+	tr.halt()
+	done := make(chan error, 1)
+	go func() { done <- tr.drain(context.Background(), nil, nil, nil) }() // a nil client: any commit would panic
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("drain of a halted tracker waited for a forward")
 	}
 }
