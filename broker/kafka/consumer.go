@@ -287,11 +287,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, s stage, cl *kgo.Client, t
 		if fetches.IsClientClosed() {
 			return errors.New("kafka: client closed")
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.log.Warn("kafka: fetch", slog.String("topic", t), slog.Int("partition", int(p)), slog.Any("error", err))
-			}
-		})
+		c.logFetchErrors(fetches)
 		// The attempts' start: no record of this poll is handled earlier.
 		b := polled{fetches: fetches, poll: t.open(), at: c.now()}
 		if paused != nil {
@@ -302,6 +298,15 @@ func (c *Consumer) consume(ctx, sctx context.Context, s stage, cl *kgo.Client, t
 		}
 		cl.AllowRebalance()
 	}
+}
+
+// logFetchErrors logs a poll's fetch errors, except the poll's own deadline.
+func (c *Consumer) logFetchErrors(fetches kgo.Fetches) {
+	fetches.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			c.log.Warn("kafka: fetch", slog.String("topic", t), slog.Int("partition", int(p)), slog.Any("error", err))
+		}
+	})
 }
 
 // polled is one poll's records on their way to handlePoll.
@@ -436,16 +441,10 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		sess.CloseAllowingRebalance()
 	}()
 
-	paused := map[int32]time.Time{} // partition → when its head record is due
+	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}}
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if len(paused) > 0 {
-			earliest := time.Time{}
-			for _, due := range paused {
-				if earliest.IsZero() || due.Before(earliest) {
-					earliest = due
-				}
-			}
+		if earliest, ok := paused.earliest(); ok {
 			pctx, cancel = context.WithTimeout(ctx, max(earliest.Sub(c.now()), 0))
 		}
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
@@ -456,40 +455,21 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		if fetches.IsClientClosed() {
 			return errors.New("kafka: client closed")
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.log.Warn("kafka: fetch", slog.String("topic", t), slog.Int("partition", int(p)), slog.Any("error", err))
-			}
-		})
+		c.logFetchErrors(fetches)
 		now := c.now()
-		var resume []int32
-		for p, due := range paused {
-			if !now.Before(due) {
-				resume = append(resume, p)
-				delete(paused, p)
-			}
-		}
-		if len(resume) > 0 {
-			cl.ResumeFetchPartitions(map[string][]int32{s.topic: resume})
-		}
+		paused.resume(cl, now)
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("kafka: begin transaction: %w", err)
 		}
 		var (
 			fwd     []*kgo.Record
-			rewinds map[int32]kgo.EpochOffset
 			handled int
 		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			for _, r := range p.Records {
 				out, due := c.handle(ctx, r, now, true)
 				if !due.IsZero() {
-					cl.PauseFetchPartitions(map[string][]int32{s.topic: {p.Partition}})
-					paused[p.Partition] = due
-					if rewinds == nil {
-						rewinds = map[int32]kgo.EpochOffset{}
-					}
-					rewinds[p.Partition] = kgo.EpochOffset{Epoch: -1, Offset: r.Offset}
+					paused.pause(cl, r, due)
 					return
 				}
 				handled++
@@ -498,9 +478,7 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 				}
 			}
 		})
-		if len(rewinds) > 0 {
-			cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{s.topic: rewinds})
-		}
+		paused.rewind(cl)
 		if len(fwd) > 0 {
 			if err := cl.ProduceSync(ctx, fwd...).FirstErr(); err != nil {
 				_, _ = sess.End(ctx, kgo.TryAbort)
