@@ -145,6 +145,10 @@ func (c *Consumer) stages() []stage {
 // errCrash ends a session without committing (test seam).
 var errCrash = errors.New("kafka: simulated crash")
 
+// errSessionEnded is the session context's cause once its poll loop
+// returned for any other reason.
+var errSessionEnded = errors.New("kafka: session ended")
+
 // Run runs every stage until ctx is done and returns ctx.Err(). A stage
 // whose client fails (a forward not acknowledged, a commit refused) is
 // restarted from its last committed offset, after a pause that grows to 5 s.
@@ -219,7 +223,7 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go t.commitLoop(sctx, cl, stop, c.opts.afterForward, c.opts.afterSuccess)
-	err = c.consume(ctx, sctx, s, cl, t)
+	err = c.consume(ctx, sctx, stop, s, cl, t)
 	if ctx.Err() != nil && !t.halted() {
 		// Shutting down: the forwards in flight are acknowledged (or fail)
 		// within the client's timeouts; commit what they allow.
@@ -249,7 +253,7 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 // Records come in order and are handled in order, one at a time. A retry
 // stage handles its polls itself: a record that is not due yet pauses its
 // partition, which must take effect before the next poll.
-func (c *Consumer) consume(ctx, sctx context.Context, s stage, cl *kgo.Client, t *tracker) error {
+func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFunc, s stage, cl *kgo.Client, t *tracker) error {
 	var (
 		work   chan polled
 		paused *pauser
@@ -266,6 +270,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, s stage, cl *kgo.Client, t
 			}
 		}()
 		defer func() {
+			stop(errSessionEnded) // the handler leaves the polls still queued
 			close(work)
 			<-done
 		}()
