@@ -169,29 +169,46 @@ type State struct {
 
 // Encode writes s as headers through set, leaving out zero fields.
 func (s State) Encode(set func(key, value string)) {
+	var buf [160]byte
+	s.EncodeBytes(buf[:0], func(k string, v []byte) { set(k, string(v)) })
+}
+
+// EncodeBytes is Encode for adapters whose header values are byte slices
+// (Kafka's): the values are appended to buf, and set receives each key and
+// a slice of the returned buffer holding its value. With room in buf for
+// every value, the headers cost no allocation beyond buf itself.
+func (s State) EncodeBytes(buf []byte, set func(key string, value []byte)) []byte {
+	put := func(k string, start int) {
+		set(k, buf[start:len(buf):len(buf)])
+	}
 	if s.Attempts > 0 {
-		set(HeaderAttempt, strconv.Itoa(s.Attempts))
+		n := len(buf)
+		buf = strconv.AppendInt(buf, int64(s.Attempts), 10)
+		put(HeaderAttempt, n)
 	}
 	if s.Prev > 0 {
-		set(HeaderDelay, strconv.FormatInt(s.Prev.Milliseconds(), 10))
+		n := len(buf)
+		buf = strconv.AppendInt(buf, s.Prev.Milliseconds(), 10)
+		put(HeaderDelay, n)
 	}
 	for _, h := range [...]struct {
 		k string
 		t time.Time
 	}{{HeaderDue, s.Due}, {HeaderFirstAttempt, s.FirstAttempt}, {HeaderFirstFailure, s.FirstFailure}} {
 		if !h.t.IsZero() {
-			set(h.k, strconv.FormatInt(h.t.UnixMilli(), 10))
+			n := len(buf)
+			buf = strconv.AppendInt(buf, h.t.UnixMilli(), 10)
+			put(h.k, n)
 		}
 	}
-	if s.Error != "" {
-		set(HeaderError, s.Error)
+	for _, h := range [...]struct{ k, v string }{{HeaderError, s.Error}, {HeaderReason, s.Reason}, {HeaderOrigin, s.Origin}} {
+		if h.v != "" {
+			n := len(buf)
+			buf = append(buf, h.v...)
+			put(h.k, n)
+		}
 	}
-	if s.Reason != "" {
-		set(HeaderReason, s.Reason)
-	}
-	if s.Origin != "" {
-		set(HeaderOrigin, s.Origin)
-	}
+	return buf
 }
 
 // DecodeState reads the headers written by Encode through get. Missing

@@ -10,6 +10,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -193,5 +194,81 @@ func TestProcessorInbox(t *testing.T) {
 	p.Process(context.Background(), "", nil, broker.State{})
 	if n != 3 {
 		t.Fatalf("handler ran %d times, want 1 for m1 and 2 for the ID-less messages", n)
+	}
+}
+
+func TestEncodeBytesMatchesEncode(t *testing.T) {
+	st := broker.State{Attempts: 3, Prev: 400 * time.Millisecond, Due: time.UnixMilli(1_700_000_001_000), FirstAttempt: time.UnixMilli(1_700_000_000_000),
+		FirstFailure: time.UnixMilli(1_700_000_000_005), Error: "boom", Reason: "exhausted", Origin: "orders/0/7"}
+	want := map[string]string{}
+	st.Encode(func(k, v string) { want[k] = v })
+	got := map[string]string{}
+	buf := st.EncodeBytes(make([]byte, 0, 8), func(k string, v []byte) { got[k] = string(v) }) // grows: earlier values stay valid
+	if len(want) != 8 || len(got) != len(want) {
+		t.Fatalf("Encode wrote %d headers, EncodeBytes %d", len(want), len(got))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: EncodeBytes %q, Encode %q", k, got[k], v)
+		}
+	}
+	if len(buf) == 0 {
+		t.Error("EncodeBytes returned an empty buffer")
+	}
+}
+
+func TestProcessorLimiterRefusalDeadLetters(t *testing.T) {
+	ran := 0
+	h := func(context.Context, []byte) error { ran++; return nil }
+	lim, err := limit.NewBulkhead(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lim.TryAcquire() { // the only slot is taken elsewhere
+		t.Fatal("bulkhead refused its first slot")
+	}
+	p := &broker.Processor{Handler: h, Policy: &retry.Policy{Limiter: lim}}
+	o := p.Process(context.Background(), "l", nil, broker.State{Attempts: 1, Error: "503"})
+	if o.Action != broker.Dead || o.Reason != retry.Limited || o.State.Reason != "limited" || o.State.Attempts != 1 || o.State.Error != "503" || ran != 0 {
+		t.Fatalf("limited: %+v (handler ran %d times)", o, ran)
+	}
+	lim.Release(true)
+	if o := p.Process(context.Background(), "l", nil, broker.State{}); o.Action != broker.Ack || ran != 1 {
+		t.Fatalf("with a free slot: %+v", o)
+	}
+	if !lim.TryAcquire() {
+		t.Fatal("the Processor did not give its slot back (End)")
+	}
+}
+
+// TestProcessorClockReads: a success reads the clock once (the start), or
+// never when the adapter passes the start; a failure reads it again; a
+// budget needs the end time of every attempt.
+func TestProcessorClockReads(t *testing.T) {
+	reads := 0
+	now := func() time.Time { reads++; return time.UnixMilli(1_700_000_000_000) }
+	var fail error
+	p := &broker.Processor{Handler: func(context.Context, []byte) error { return fail }, Policy: broker.CascadePolicy(broker.DefaultTiers), Now: now}
+	for _, c := range []struct {
+		name   string
+		fail   error
+		start  time.Time
+		budget bool
+		want   int
+	}{
+		{"success", nil, time.Time{}, false, 1},
+		{"success with start", nil, time.UnixMilli(1_700_000_000_000), false, 0},
+		{"failure with start", retry.Retryable(errors.New("x")), time.UnixMilli(1_700_000_000_000), false, 1},
+		{"success with budget", nil, time.UnixMilli(1_700_000_000_000), true, 1},
+	} {
+		reads, fail = 0, c.fail
+		p.Policy.Budget = nil
+		if c.budget {
+			p.Policy.Budget = &budget.TokenBucket{}
+		}
+		p.ProcessAt(context.Background(), "c", nil, broker.State{}, c.start)
+		if reads != c.want {
+			t.Errorf("%s: %d clock reads, want %d", c.name, reads, c.want)
+		}
 	}
 }

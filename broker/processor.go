@@ -49,14 +49,21 @@ type Outcome struct {
 // Processor runs a Handler on deliveries and decides what happens next. It
 // is what every broker adapter shares; it holds no per-message state and is
 // safe for concurrent use.
+//
+// Each delivery goes through the steps every stagger driver takes
+// (retry.Policy.Begin, the attempt, End, and Decide for a failure), so a
+// broker retries, gives up and charges budgets exactly as retry.Do does.
 type Processor struct {
 	// Handler is the user's handler, the same one retry.Run runs.
 	Handler retry.Handler
 	// Policy is the retry policy: MaxAttempts, Schedule, MaxAfter, Timeout
 	// (measured from the first attempt's start, carried in a header),
-	// Budget, Classify and Hooks are honoured; Limiter and AttemptTimeout
-	// are not (concurrency is the adapter's prefetch and workers; bound a
-	// handler's time in the handler or with the broker's ack timeout).
+	// Budget, Limiter, Classify and Hooks are honoured; AttemptTimeout is
+	// not (bound a handler's time in the handler or with the broker's ack
+	// timeout). As in retry.Do, an attempt the Budget or the Limiter refuses
+	// does not run and the message is dead-lettered with that reason
+	// ("budget", "limited"); an adapter's own concurrency (prefetch,
+	// workers) is usually the better bound for a consumer.
 	Policy *retry.Policy
 	// Inbox, if set, wraps the handler keyed by the message ID, so a
 	// redelivered message whose effect was applied is acknowledged without
@@ -88,19 +95,40 @@ func (p *Processor) MaxAttempts() int {
 // previous attempts are described by st, and returns what to do with it.
 // The handler runs with a retry.Delivery in its context.
 func (p *Processor) Process(ctx context.Context, id string, payload []byte, st State) Outcome {
+	return p.ProcessAt(ctx, id, payload, st, time.Time{})
+}
+
+// ProcessAt is Process for a delivery the adapter took in at start, a
+// reading of the Processor's clock (zero: the Processor reads it). An
+// adapter that handles a batch of deliveries passes the time it received
+// the batch and so saves a clock read per message. A start earlier than the
+// attempt's real start is safe: a message is never handled before its due
+// time, and Policy.Timeout's deadline (based on the first attempt's start)
+// is never later than configured.
+//
+// The clock is read again only when the handler fails (the failure time
+// bases the next due time, so a retry is never early) or when the policy
+// has a Budget.
+func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st State, start time.Time) Outcome {
 	pol := p.Policy
 	if pol == nil {
 		pol = &retry.Policy{}
 	}
-	start := p.now()
+	if start.IsZero() {
+		start = p.now()
+	}
 	if !st.Due.IsZero() && start.Before(st.Due) {
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
 	attempt := st.Attempts + 1
-	if attempt == 1 && pol.Budget != nil && !pol.Budget.Request(start) {
-		st.Reason = retry.Budget.String()
-		st.Error = retry.ErrBudget.Error()
-		return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: retry.Budget})
+	if r := pol.Begin(attempt, start); r != retry.NoReason {
+		// Refused before it started, as retry.Do gives up: not an attempt.
+		st.Due = time.Time{}
+		st.Reason = r.String()
+		if st.Error == "" {
+			st.Error = r.Err().Error()
+		}
+		return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: r})
 	}
 	if h := pol.Hooks.OnAttempt; h != nil {
 		h(retry.Event{Attempt: attempt})
@@ -115,11 +143,11 @@ func (p *Processor) Process(ctx context.Context, id string, payload []byte, st S
 	} else {
 		err = p.Handler(hctx, payload)
 	}
-	now := p.now()
-	if pol.Budget != nil {
-		c, _ := retry.Classify(err)
-		pol.Budget.Result(now, err == nil || c == retry.ClassPermanent)
+	var now time.Time
+	if err != nil || pol.NeedsNow() {
+		now = p.now()
 	}
+	pol.End(err, now)
 	if err == nil {
 		if h := pol.Hooks.OnSuccess; h != nil {
 			h(retry.Event{Attempt: attempt})

@@ -2,6 +2,8 @@ package brokertest_test
 
 import (
 	"context"
+	"hash/fnv"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -84,4 +86,22 @@ func TestSuiteInMemory(t *testing.T) {
 			dlq:     make(chan broker.DeadLetter, 16),
 		}
 	})
+}
+
+func TestFailsOnceIsFNV1a(t *testing.T) {
+	n := 0
+	for i := range 10000 {
+		id := "m" + strconv.Itoa(i)
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		if want := h.Sum32()%100 < 10; brokertest.FailsOnce(id, 10) != want {
+			t.Fatalf("FailsOnce(%q, 10) = %v, want %v", id, !want, want)
+		}
+		if brokertest.FailsOnce(id, 10) {
+			n++
+		}
+	}
+	if n < 900 || n > 1100 {
+		t.Fatalf("%d of 10000 IDs fail once at 10%%", n)
+	}
 }

@@ -251,41 +251,68 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 // lets running handlers finish and returns ctx.Err(). The nats.Conn
 // reconnects by itself; unacknowledged messages are redelivered by the
 // server after their ack wait.
+//
+// With Concurrency 1 the handler runs in the consume callback itself, as a
+// hand-written consumer would; with more, the callback hands each message
+// to one of Concurrency goroutines.
 func (c *Consumer) Run(ctx context.Context) error {
 	cons, mover, err := c.Setup(ctx)
 	if err != nil {
 		return err
 	}
-	work := make(chan jetstream.Msg)
-	var wg sync.WaitGroup
-	for range c.opts.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for m := range work {
-				c.handle(ctx, m)
+	var (
+		work    chan jetstream.Msg
+		wg      sync.WaitGroup
+		running sync.Mutex // held while the callback handles a message (Concurrency 1)
+		stopped bool
+	)
+	handler := func(m jetstream.Msg) {
+		running.Lock()
+		defer running.Unlock()
+		if stopped || ctx.Err() != nil {
+			return // not handled: redelivered after its ack wait
+		}
+		c.handle(ctx, m)
+	}
+	if c.opts.Concurrency > 1 {
+		work = make(chan jetstream.Msg)
+		for range c.opts.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for m := range work {
+					c.handle(ctx, m)
+				}
+			}()
+		}
+		handler = func(m jetstream.Msg) {
+			select {
+			case work <- m:
+			case <-ctx.Done(): // not handled: redelivered after its ack wait
 			}
-		}()
+		}
+	}
+	stop := func() {
+		if work != nil {
+			close(work)
+		}
+		wg.Wait()
+		running.Lock() // waits for a message being handled in the callback
+		stopped = true
+		running.Unlock()
 	}
 	errh := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		c.log.Warn("jetstream: consume", slog.Any("error", err))
 	})
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case work <- m:
-		case <-ctx.Done(): // not handled: redelivered after its ack wait
-		}
-	}, jetstream.PullMaxMessages(min(c.opts.MaxAckPending, 512)), errh)
+	cc, err := cons.Consume(handler, jetstream.PullMaxMessages(min(c.opts.MaxAckPending, 512)), errh)
 	if err != nil {
-		close(work)
-		wg.Wait()
+		stop()
 		return fmt.Errorf("jetstream: consume: %w", err)
 	}
 	mc, err := mover.Consume(func(m jetstream.Msg) { c.moveAdvisory(ctx, m) }, errh)
 	if err != nil {
 		cc.Stop()
-		close(work)
-		wg.Wait()
+		stop()
 		return fmt.Errorf("jetstream: consume advisories: %w", err)
 	}
 	<-ctx.Done()
@@ -293,37 +320,43 @@ func (c *Consumer) Run(ctx context.Context) error {
 	mc.Stop()
 	<-cc.Closed()
 	<-mc.Closed()
-	close(work)
-	wg.Wait()
+	stop()
 	return ctx.Err()
 }
 
 // messageID is the inbox key: the Nats-Msg-Id header, else stream:seq.
-func messageID(m jetstream.Msg, md *jetstream.MsgMetadata) string {
+func messageID(m jetstream.Msg, md *ackMeta) string {
 	if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		return id
 	}
-	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+	return md.stream + ":" + strconv.FormatUint(md.streamSeq, 10)
 }
 
 func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
-	md, err := m.Metadata()
-	if err != nil {
-		c.log.Error("jetstream: message without metadata, terminating it", slog.Any("error", err))
-		_ = m.TermWithReason("stagger: no metadata")
-		return
+	md, ok := parseAckReply(m.Reply())
+	if !ok {
+		// Not a format the fast parser knows: ask the client library.
+		full, err := m.Metadata()
+		if err != nil {
+			c.log.Error("jetstream: message without metadata, terminating it", slog.Any("error", err))
+			_ = m.TermWithReason("stagger: no metadata")
+			return
+		}
+		md = ackMeta{stream: full.Stream, delivered: full.NumDelivered, streamSeq: full.Sequence.Stream, timestamp: full.Timestamp.UnixNano()}
 	}
-	id := messageID(m, md)
+	id := messageID(m, &md)
+	stored := time.Unix(0, md.timestamp)
 	st := broker.State{
-		Attempts:     int(min(md.NumDelivered, 1<<31)) - 1,
-		FirstAttempt: md.Timestamp,
-		FirstFailure: md.Timestamp,
+		Attempts:     int(min(md.delivered, 1<<31)) - 1,
+		FirstAttempt: stored,
+		FirstFailure: stored,
 		Origin:       m.Subject(),
 	}
 	o := c.proc.Process(ctx, id, m.Data(), st)
 	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
 		return // shutting down: redelivered after its ack wait
 	}
+	var err error
 	switch o.Action {
 	case broker.Retry, broker.Park:
 		if err := m.NakWithDelay(o.Delay); err != nil {
@@ -331,7 +364,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		}
 		return
 	case broker.Dead:
-		if err := c.deadLetter(ctx, id, md.Stream, md.Sequence.Stream, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
+		if err := c.deadLetter(ctx, id, md.stream, md.streamSeq, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
 			// Not copied: leave it unacknowledged; it is redelivered, and at
 			// MaxDeliver the advisory mover copies it.
 			c.log.Error("jetstream: dead-letter copy failed", slog.String("id", id), slog.Any("error", err))
@@ -349,6 +382,72 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 	if err != nil {
 		c.log.Warn("jetstream: ack", slog.Any("error", err))
 	}
+}
+
+// ackMeta is what the consumer reads from a message's ack reply subject.
+type ackMeta struct {
+	stream    string
+	delivered uint64 // the server's delivery count: the attempt number
+	streamSeq uint64
+	timestamp int64 // Unix ns when the message was stored
+}
+
+// parseAckReply reads the ack reply subject the server sends with each
+// message, without allocating:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>…]
+//
+// ok is false for anything else (the caller then asks the client library).
+func parseAckReply(reply string) (md ackMeta, ok bool) {
+	const prefix = "$JS.ACK."
+	if len(reply) <= len(prefix) || reply[:len(prefix)] != prefix {
+		return md, false
+	}
+	var tok [12]string
+	n := 2
+	for start, i := len(prefix), len(prefix); i <= len(reply); i++ {
+		if i == len(reply) || reply[i] == '.' {
+			if n == len(tok) {
+				break // v2's extra tokens: not needed
+			}
+			tok[n] = reply[start:i]
+			n++
+			start = i + 1
+		}
+	}
+	base := 0 // v1: stream is token 2
+	switch {
+	case n == 9:
+	case n >= 11:
+		base = 2 // v2: domain and account hash first
+	default:
+		return md, false
+	}
+	num := func(s string) (uint64, bool) {
+		if s == "" || len(s) > 19 {
+			return 0, false
+		}
+		var v uint64
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return 0, false
+			}
+			v = v*10 + uint64(s[i]-'0')
+		}
+		return v, true
+	}
+	var ts uint64
+	md.stream = tok[base+2]
+	md.delivered, ok = num(tok[base+4])
+	if ok {
+		md.streamSeq, ok = num(tok[base+5])
+	}
+	if ok {
+		ts, ok = num(tok[base+7])
+		md.timestamp = int64(ts)
+	}
+	return md, ok && md.stream != "" && md.delivered > 0 && ts <= 1<<63-1
 }
 
 // deadLetter publishes a copy of a message to the DLQ stream, deduplicated

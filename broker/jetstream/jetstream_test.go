@@ -223,3 +223,81 @@ func TestBadOptions(t *testing.T) {
 
 // nopJS satisfies jetstream.JetStream for option tests.
 type nopJS struct{ jetstream.JetStream }
+
+// TestConformanceConcurrent runs the suite with handler goroutines (the
+// callback hands messages over) rather than in the consume callback.
+func TestConformanceConcurrent(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, func(o *Options) { o.Concurrency = 4 })
+	})
+}
+
+func TestParseAckReply(t *testing.T) {
+	for _, c := range []struct {
+		reply string
+		want  ackMeta
+		ok    bool
+	}{
+		{"$JS.ACK.ORDERS.work.3.1042.1040.1700000000123456789.7", ackMeta{"ORDERS", 3, 1042, 1700000000123456789}, true},
+		{"$JS.ACK._.ACCHASH.ORDERS.work.1.5.5.1700000000000000001.0.rnd", ackMeta{"ORDERS", 1, 5, 1700000000000000001}, true},
+		{"$JS.ACK.hub.ACCHASH.ORDERS.work.2.6.6.1700000000000000001.0", ackMeta{"ORDERS", 2, 6, 1700000000000000001}, true},
+		{"$JS.ACK.hub.ACCHASH.ORDERS.work.2.6.6.1700000000000000001.0.rnd.more", ackMeta{"ORDERS", 2, 6, 1700000000000000001}, true},
+		{"$JS.ACK.ORDERS.work.x.1042.1040.1700000000123456789.7", ackMeta{}, false},  // not a number
+		{"$JS.ACK.ORDERS.work.0.1042.1040.1700000000123456789.7", ackMeta{}, false},  // delivered 0
+		{"$JS.ACK.ORDERS.work.3.1042.1040.1700000000123456789", ackMeta{}, false},    // 8 tokens
+		{"$JS.ACK.b.ORDERS.work.3.1042.1040.17.7", ackMeta{}, false},                 // 10 tokens
+		{"$JS.ACK.ORDERS.work.3.1042.1040.99999999999999999999.7", ackMeta{}, false}, // overflows
+		{"_INBOX.abc", ackMeta{}, false},
+		{"", ackMeta{}, false},
+	} {
+		got, ok := parseAckReply(c.reply)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("parseAckReply(%q) = %+v, %v; want %+v, %v", c.reply, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestParseAckReplyMatchesServer compares the fast parser with the client
+// library's on messages from the running server.
+func TestParseAckReplyMatchesServer(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := uniqueName(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	for i := range 3 {
+		if _, err := js.Publish(ctx, name+".in", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 2; round++ { // delivered 1, then 2 after a nak
+		batch, err := cons.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := parseAckReply(m.Reply())
+			want := ackMeta{md.Stream, md.NumDelivered, md.Sequence.Stream, md.Timestamp.UnixNano()}
+			if !ok || got != want || got.delivered != uint64(round) {
+				t.Errorf("round %d: parseAckReply(%q) = %+v, %v; the client library reads %+v", round, m.Reply(), got, ok, want)
+			}
+			_ = m.Nak()
+		}
+		if n != 3 {
+			t.Fatalf("round %d: fetched %d messages, want 3", round, n)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,8 +64,8 @@ type Options struct {
 	Now func() time.Time
 
 	// afterForward and afterSuccess, in tests, run after a poll's forwards
-	// were produced (or its handlers succeeded) and before its offsets are
-	// committed; true abandons the stage's client there, as a crashing
+	// were acknowledged (or its handlers succeeded) and before its offsets
+	// are committed; true abandons the stage's client there, as a crashing
 	// process would.
 	afterForward, afterSuccess func() (crash bool)
 }
@@ -123,6 +124,7 @@ func (c *Consumer) now() time.Time {
 // stage is one topic and its group.
 type stage struct {
 	topic, group, suffix string
+	retry                bool
 	// maxWait is the fetch long-poll: a resumed partition joins the next
 	// fetch only after the one in flight returns, so it bounds how late a
 	// due record can be.
@@ -134,7 +136,7 @@ func (c *Consumer) stages() []stage {
 	s := []stage{{topic: t.Main, group: c.opts.Group, suffix: "main", maxWait: 500 * time.Millisecond}}
 	for i, rt := range t.Retry {
 		n := "retry-" + t.Tiers.Name(i)
-		s = append(s, stage{topic: rt, group: c.opts.Group + "-" + n, suffix: n,
+		s = append(s, stage{topic: rt, group: c.opts.Group + "-" + n, suffix: n, retry: true,
 			maxWait: min(max(t.Tiers[i]/10, 10*time.Millisecond), 500*time.Millisecond)})
 	}
 	return s
@@ -142,6 +144,10 @@ func (c *Consumer) stages() []stage {
 
 // errCrash ends a session without committing (test seam).
 var errCrash = errors.New("kafka: simulated crash")
+
+// errSessionEnded is the session context's cause once its poll loop
+// returned for any other reason.
+var errSessionEnded = errors.New("kafka: session ended")
 
 // Run runs every stage until ctx is done and returns ctx.Err(). A stage
 // whose client fails (a forward not acknowledged, a commit refused) is
@@ -176,70 +182,277 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// poller is what a session needs of a client or a transact session.
-type poller interface {
-	PollRecords(ctx context.Context, n int) kgo.Fetches
-}
+// maxPollsInFlight bounds the polls whose forwards are not all acknowledged
+// yet: the records handled but not committable, which a crash duplicates.
+const maxPollsInFlight = 32
 
 // session consumes one stage with one client until an error or ctx's end.
 func (c *Consumer) session(ctx context.Context, s stage) error {
-	opts := append([]kgo.Opt{
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.opts.Brokers...),
 		kgo.ConsumerGroup(s.group),
 		kgo.ConsumeTopics(s.topic),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(s.maxWait),
-	}, c.opts.ClientOpts...)
-	var (
-		cl   *kgo.Client
-		sess *kgo.GroupTransactSession
-		poll poller
-		err  error
-	)
-	if c.opts.Transactional {
-		opts = append(opts,
-			kgo.TransactionalID(c.opts.TransactionalID+"-"+s.suffix),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-		sess, err = kgo.NewGroupTransactSession(opts...)
-		if err != nil {
-			return fmt.Errorf("kafka: client: %w", err)
-		}
-		cl, poll = sess.Client(), sess
-	} else {
-		cl, err = kgo.NewClient(append(opts, kgo.BlockRebalanceOnPoll())...)
-		if err != nil {
-			return fmt.Errorf("kafka: client: %w", err)
-		}
-		poll = cl
 	}
+	if c.opts.Transactional {
+		return c.transactSession(ctx, s, append(append(opts,
+			kgo.TransactionalID(c.opts.TransactionalID+"-"+s.suffix),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted())), c.opts.ClientOpts...))
+	}
+	t := newTracker(s.topic)
+	opts = append(opts,
+		kgo.BlockRebalanceOnPoll(),
+		// Forwards are produced as records are handled and acknowledged
+		// while the stage goes on: no linger, the next batch fills while a
+		// produce request is in flight.
+		kgo.ProducerLinger(0),
+		// Before partitions move to another member, wait for this member's
+		// forwards and commit what they allow, so a rebalance does not
+		// duplicate the polls in flight.
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
+			if err := t.drain(ctx, cl, c.opts.afterForward, c.opts.afterSuccess); err != nil {
+				c.log.Warn("kafka: commit before rebalance", slog.String("topic", s.topic), slog.Any("error", err))
+			}
+		}))
+	cl, err := kgo.NewClient(append(opts, c.opts.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: client: %w", err)
+	}
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go t.commitLoop(sctx, cl, stop, c.opts.afterForward, c.opts.afterSuccess)
+	err = c.consume(ctx, sctx, stop, s, cl, t)
+	if ctx.Err() != nil && !t.halted() {
+		// Shutting down: the forwards in flight are acknowledged (or fail)
+		// within the client's timeouts; commit what they allow.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if derr := t.drain(fctx, cl, c.opts.afterForward, c.opts.afterSuccess); derr != nil {
+			c.log.Warn("kafka: final commit", slog.String("topic", s.topic), slog.Any("error", derr))
+		}
+		cancel()
+	}
+	// A crash (test seam) or a failure ends the session without committing
+	// anything more: the next session re-reads from the last commit.
+	t.halt()
+	stop(nil)
+	cl.CloseAllowingRebalance()
+	return err
+}
+
+// consume is the poll loop of a non-transactional session. Each record is
+// handled once; its forward (a retry or a dead letter) is produced without
+// waiting, and the tracker lets the committer commit a poll's offsets only
+// after that poll's forwards, and every earlier poll's, are acknowledged:
+// at-least-once, with the produce and commit round trips off the loop.
+//
+// The main stage hands each poll to a handler goroutine, so that the
+// client fetches the next records while the handler works through these
+// (the client fetches again only once a fetch's records are all polled).
+// Records come in order and are handled in order, one at a time. A retry
+// stage handles its polls itself: a record that is not due yet pauses its
+// partition, which must take effect before the next poll.
+func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFunc, s stage, cl *kgo.Client, t *tracker) error {
+	var (
+		work   chan polled
+		paused *pauser
+	)
+	if s.retry {
+		paused = &pauser{topic: s.topic, due: map[int32]time.Time{}}
+	} else {
+		work = make(chan polled, maxPollsInFlight)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for b := range work {
+				c.handlePoll(ctx, sctx, cl, t, b, nil)
+			}
+		}()
+		defer func() {
+			stop(errSessionEnded) // the handler leaves the polls still queued
+			close(work)
+			<-done
+		}()
+	}
+	for {
+		if err := t.wait(sctx, maxPollsInFlight); err != nil {
+			return c.sessionErr(ctx, sctx, err)
+		}
+		wctx, cancel := sctx, context.CancelFunc(func() {})
+		if earliest, ok := paused.earliest(); ok {
+			// Wall-clock deadline for the poll: the earliest due time.
+			wctx, cancel = context.WithTimeout(sctx, max(earliest.Sub(c.now()), 0))
+		}
+		fetches := cl.PollRecords(wctx, c.opts.MaxPollRecords)
+		cancel()
+		if sctx.Err() != nil {
+			return c.sessionErr(ctx, sctx, sctx.Err())
+		}
+		if fetches.IsClientClosed() {
+			return errors.New("kafka: client closed")
+		}
+		c.logFetchErrors(fetches)
+		// The attempts' start: no record of this poll is handled earlier.
+		b := polled{fetches: fetches, poll: t.open(), at: c.now()}
+		if paused != nil {
+			paused.resume(cl, b.at)
+			c.handlePoll(ctx, sctx, cl, t, b, paused)
+		} else {
+			work <- b
+		}
+		cl.AllowRebalance()
+	}
+}
+
+// logFetchErrors logs a poll's fetch errors, except the poll's own deadline.
+func (c *Consumer) logFetchErrors(fetches kgo.Fetches) {
+	fetches.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			c.log.Warn("kafka: fetch", slog.String("topic", t), slog.Int("partition", int(p)), slog.Any("error", err))
+		}
+	})
+}
+
+// polled is one poll's records on their way to handlePoll.
+type polled struct {
+	fetches kgo.Fetches
+	poll    *poll
+	at      time.Time // when the poll returned
+}
+
+// handlePoll handles b's records in order, produces their forwards, and
+// seals the poll. It stops early when the session ends (the records not
+// handled are not committed: the next session reads them). With paused
+// (retry stages), a record that is not due pauses its partition; without
+// (the main stage) it is parked again in its tier.
+func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *tracker, b polled, paused *pauser) {
+	pctx := context.WithoutCancel(ctx) // forwards are not failed by shutdown
+	promise := func(_ *kgo.Record, err error) { t.forwarded(b.poll, err) }
+	b.fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		var last *kgo.Record
+		for _, r := range p.Records {
+			if sctx.Err() != nil {
+				break
+			}
+			out, due := c.handle(ctx, r, b.at, paused != nil)
+			if !due.IsZero() {
+				paused.pause(cl, r, due)
+				break
+			}
+			last = r
+			if out != nil {
+				b.poll.forwards = true
+				t.forward(b.poll)
+				cl.Produce(pctx, out, promise)
+			} else {
+				b.poll.successes = true
+			}
+		}
+		if last != nil {
+			b.poll.offsets[p.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		}
+	})
+	paused.rewind(cl)
+	t.seal(b.poll)
+}
+
+// pauser is a retry stage's record of partitions paused until their head
+// record is due.
+type pauser struct {
+	topic   string
+	due     map[int32]time.Time // partition → when its head record is due
+	rewinds map[int32]kgo.EpochOffset
+}
+
+func (p *pauser) earliest() (time.Time, bool) {
+	if p == nil || len(p.due) == 0 {
+		return time.Time{}, false
+	}
+	var e time.Time
+	for _, d := range p.due {
+		if e.IsZero() || d.Before(e) {
+			e = d
+		}
+	}
+	return e, true
+}
+
+// resume resumes the partitions due at now.
+func (p *pauser) resume(cl *kgo.Client, now time.Time) {
+	var parts []int32
+	for part, due := range p.due {
+		if !now.Before(due) {
+			parts = append(parts, part)
+			delete(p.due, part)
+		}
+	}
+	if len(parts) > 0 {
+		cl.ResumeFetchPartitions(map[string][]int32{p.topic: parts})
+	}
+}
+
+// pause pauses r's partition until due and remembers to fetch it again
+// from r.
+func (p *pauser) pause(cl *kgo.Client, r *kgo.Record, due time.Time) {
+	cl.PauseFetchPartitions(map[string][]int32{p.topic: {r.Partition}})
+	p.due[r.Partition] = due
+	if p.rewinds == nil {
+		p.rewinds = map[int32]kgo.EpochOffset{}
+	}
+	// Epoch -1: the offset was just read, there is nothing to validate
+	// (an epoch would cost an OffsetForLeaderEpoch request).
+	p.rewinds[r.Partition] = kgo.EpochOffset{Epoch: -1, Offset: r.Offset}
+}
+
+// rewind sets the paused partitions' fetch offsets back to their head
+// records.
+func (p *pauser) rewind(cl *kgo.Client) {
+	if p == nil || len(p.rewinds) == 0 {
+		return
+	}
+	cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: p.rewinds})
+	p.rewinds = nil
+}
+
+// sessionErr is what consume returns when it stops: ctx's error on
+// shutdown, else the tracker's (a forward or a commit failed, or a test
+// crash).
+func (c *Consumer) sessionErr(ctx, sctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if cause := context.Cause(sctx); cause != nil {
+		return cause
+	}
+	return err
+}
+
+// transactSession consumes one stage in transactions: each poll's forwards
+// and its offsets are one transaction.
+func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt) error {
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka: client: %w", err)
+	}
+	cl := sess.Client()
 	crashed := false
 	defer func() {
-		switch {
-		case crashed:
-			// No commit, no transaction end: as if the process died.
+		if crashed {
+			// No transaction end: as if the process died.
 			cl.CloseAllowingRebalance()
-		case sess != nil:
-			sess.CloseAllowingRebalance()
-		default:
-			cl.CloseAllowingRebalance()
+			return
 		}
+		sess.CloseAllowingRebalance()
 	}()
 
-	paused := map[int32]time.Time{} // partition → when its head record is due
+	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}}
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if len(paused) > 0 {
-			earliest := time.Time{}
-			for _, due := range paused {
-				if earliest.IsZero() || due.Before(earliest) {
-					earliest = due
-				}
-			}
-			// Wall-clock deadline for the poll: the earliest due time.
+		if earliest, ok := paused.earliest(); ok {
 			pctx, cancel = context.WithTimeout(ctx, max(earliest.Sub(c.now()), 0))
 		}
-		fetches := poll.PollRecords(pctx, c.opts.MaxPollRecords)
+		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -247,45 +460,21 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 		if fetches.IsClientClosed() {
 			return errors.New("kafka: client closed")
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.log.Warn("kafka: fetch", slog.String("topic", t), slog.Int("partition", int(p)), slog.Any("error", err))
-			}
-		})
+		c.logFetchErrors(fetches)
 		now := c.now()
-		var resume []int32
-		for p, due := range paused {
-			if !now.Before(due) {
-				resume = append(resume, p)
-				delete(paused, p)
-			}
-		}
-		if len(resume) > 0 {
-			cl.ResumeFetchPartitions(map[string][]int32{s.topic: resume})
-		}
-
-		if sess != nil {
-			if err := sess.Begin(); err != nil {
-				return fmt.Errorf("kafka: begin transaction: %w", err)
-			}
+		paused.resume(cl, now)
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("kafka: begin transaction: %w", err)
 		}
 		var (
 			fwd     []*kgo.Record
-			rewinds map[int32]kgo.EpochOffset
 			handled int
 		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			for _, r := range p.Records {
-				out, due := c.handle(ctx, r)
+				out, due := c.handle(ctx, r, now, true)
 				if !due.IsZero() {
-					// Not due: pause the partition and fetch again from
-					// this record when it is.
-					cl.PauseFetchPartitions(map[string][]int32{s.topic: {p.Partition}})
-					paused[p.Partition] = due
-					if rewinds == nil {
-						rewinds = map[int32]kgo.EpochOffset{}
-					}
-					rewinds[p.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+					paused.pause(cl, r, due)
 					return
 				}
 				handled++
@@ -294,14 +483,10 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 				}
 			}
 		})
-		if len(rewinds) > 0 {
-			cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{s.topic: rewinds})
-		}
+		paused.rewind(cl)
 		if len(fwd) > 0 {
 			if err := cl.ProduceSync(ctx, fwd...).FirstErr(); err != nil {
-				if sess != nil {
-					_, _ = sess.End(ctx, kgo.TryAbort)
-				}
+				_, _ = sess.End(ctx, kgo.TryAbort)
 				return fmt.Errorf("kafka: forward: %w", err)
 			}
 			if c.opts.afterForward != nil && c.opts.afterForward() {
@@ -313,37 +498,48 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 			crashed = true
 			return errCrash
 		}
-		if sess != nil {
-			committed, err := sess.End(ctx, kgo.TryCommit)
-			if err != nil {
-				return fmt.Errorf("kafka: end transaction: %w", err)
-			}
-			if !committed {
-				c.log.Warn("kafka: transaction aborted; its records are polled again", slog.String("topic", s.topic))
-			}
-			continue
+		committed, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			return fmt.Errorf("kafka: end transaction: %w", err)
 		}
-		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-			return fmt.Errorf("kafka: commit: %w", err)
+		if !committed {
+			c.log.Warn("kafka: transaction aborted; its records are polled again", slog.String("topic", s.topic))
 		}
-		cl.AllowRebalance()
 	}
 }
 
-// handle runs one record. It returns the record to produce (a retry or a
-// dead letter; nil after success), or a non-zero due time when the record
-// must wait.
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record) (out *kgo.Record, due time.Time) {
-	get := headerGetter(r)
-	st, err := broker.DecodeState(get)
-	var o broker.Outcome
-	if err != nil {
+// handle runs one record of a poll that returned at start. It returns the
+// record to produce (a retry or a dead letter; nil after success), or, when
+// mayPause, a non-zero due time when the record must wait (without, a
+// record that is not due is parked again in its tier).
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time) {
+	id, state := scanHeaders(r)
+	var (
+		get func(string) (string, bool) // only for forwarded records and failures
+		st  broker.State
+		err error
+		o   broker.Outcome
+	)
+	if state || id == "" {
+		get = headerGetter(r)
+	}
+	if state {
+		st, err = broker.DecodeState(get)
+	}
+	switch {
+	case err != nil:
 		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: "malformed", Error: err.Error()}}
-	} else {
-		if !st.Due.IsZero() && c.now().Before(st.Due) {
-			return nil, st.Due
+	default:
+		if !st.Due.IsZero() {
+			// A retry: its due time is checked against a fresh reading.
+			if start = c.now(); mayPause && start.Before(st.Due) {
+				return nil, st.Due
+			}
 		}
-		o = c.proc.Process(ctx, messageID(r, get), r.Value, st)
+		if id == "" {
+			id = origin(r, get)
+		}
+		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
 	}
 	var topic string
 	switch o.Action {
@@ -355,7 +551,29 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) (out *kgo.Record, 
 		topic = c.opts.Topics.DLQ
 		o.State.Due = time.Time{}
 	}
+	if get == nil {
+		get = headerGetter(r)
+	}
 	return forward(r, topic, o.State, get), time.Time{}
+}
+
+// scanHeaders reads r's headers once: the message ID (x-stagger-id, "" when
+// absent) and whether any other header of ours is present (a forwarded
+// record, whose state DecodeState reads; an original has none).
+func scanHeaders(r *kgo.Record) (id string, state bool) {
+	const ours = "x-stagger-"
+	found := false
+	for _, h := range r.Headers {
+		switch {
+		case h.Key == broker.HeaderID:
+			if !found {
+				id, found = string(h.Value), true
+			}
+		case strings.HasPrefix(h.Key, ours):
+			state = true
+		}
+	}
+	return id, state
 }
 
 // headerGetter reads r's headers by key (the first of a repeated key).
@@ -370,15 +588,6 @@ func headerGetter(r *kgo.Record) func(string) (string, bool) {
 	}
 }
 
-// messageID is the x-stagger-id header, else the original record's
-// topic/partition/offset.
-func messageID(r *kgo.Record, get func(string) (string, bool)) string {
-	if id, ok := get(broker.HeaderID); ok && id != "" {
-		return id
-	}
-	return origin(r, get)
-}
-
 func origin(r *kgo.Record, get func(string) (string, bool)) string {
 	if t, ok := get(HeaderTopic); ok {
 		p, _ := get(HeaderPartition)
@@ -388,28 +597,48 @@ func origin(r *kgo.Record, get func(string) (string, bool)) string {
 	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
-// forward copies r to topic with state st in its headers.
+// stateHeader reports whether k is a header broker.State writes: a forward
+// replaces them.
+func stateHeader(k string) bool {
+	switch k {
+	case broker.HeaderAttempt, broker.HeaderDelay, broker.HeaderDue, broker.HeaderFirstAttempt,
+		broker.HeaderFirstFailure, broker.HeaderError, broker.HeaderReason, broker.HeaderOrigin:
+		return true
+	}
+	return false
+}
+
+// forward copies r to topic with state st in its headers. The new header
+// values share one buffer.
 func forward(r *kgo.Record, topic string, st broker.State, get func(string) (string, bool)) *kgo.Record {
-	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value}
-	ours := map[string]bool{broker.HeaderAttempt: true, broker.HeaderDelay: true, broker.HeaderDue: true,
-		broker.HeaderFirstAttempt: true, broker.HeaderFirstFailure: true, broker.HeaderError: true,
-		broker.HeaderReason: true, broker.HeaderOrigin: true}
+	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+12)}
 	for _, h := range r.Headers {
-		if !ours[h.Key] {
+		if !stateHeader(h.Key) {
 			out.Headers = append(out.Headers, h)
 		}
 	}
+	st.Origin = origin(r, get)
+	buf := make([]byte, 0, 128+len(r.Topic)+2*len(st.Origin)+len(st.Error)+len(st.Reason))
+	add := func(k string, start int) {
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: buf[start:len(buf):len(buf)]})
+	}
 	if _, ok := get(HeaderTopic); !ok {
-		out.Headers = append(out.Headers,
-			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))})
+		n := len(buf)
+		buf = append(buf, r.Topic...)
+		add(HeaderTopic, n)
+		n = len(buf)
+		buf = strconv.AppendInt(buf, int64(r.Partition), 10)
+		add(HeaderPartition, n)
+		n = len(buf)
+		buf = strconv.AppendInt(buf, r.Offset, 10)
+		add(HeaderOffset, n)
 	}
 	if _, ok := get(broker.HeaderID); !ok {
-		out.Headers = append(out.Headers, kgo.RecordHeader{Key: broker.HeaderID, Value: []byte(origin(r, get))})
+		n := len(buf)
+		buf = append(buf, st.Origin...)
+		add(broker.HeaderID, n)
 	}
-	st.Origin = origin(r, get)
-	st.Encode(func(k, v string) { out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)}) })
+	st.EncodeBytes(buf, func(k string, v []byte) { out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: v}) })
 	return out
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,9 +22,10 @@ import (
 )
 
 type pipeline struct {
-	cl     *kgo.Client
-	topics Topics
-	dlq    chan *kgo.Record
+	cluster *kfake.Cluster
+	cl      *kgo.Client
+	topics  Topics
+	dlq     chan *kgo.Record
 }
 
 func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
@@ -99,7 +101,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 		wg.Wait()
 		dcl.Close()
 	})
-	return &pipeline{cl: cl, topics: topics, dlq: dlq}
+	return &pipeline{cluster: cluster, cl: cl, topics: topics, dlq: dlq}
 }
 
 func TestConformance(t *testing.T) {
@@ -303,5 +305,80 @@ func TestPausedPartitionDoesNotBlockOthers(t *testing.T) {
 	if !done["fast"].Before(done["slow"]) {
 		t.Fatalf("the record due at +0.3s on partition 1 ran after the one due at +1.5s on partition 0 (%v vs %v): the stage blocked instead of pausing one partition",
 			done["fast"].Format(time.StampMilli), done["slow"].Format(time.StampMilli))
+	}
+}
+
+// TestFailedForwardIsNotCommitted: forwards are produced without waiting,
+// but the original's offset is committed only after its forward is
+// acknowledged. A forward the broker refuses ends the session before any
+// commit past it; the next session handles the record again and forwards
+// it: a duplicate attempt, never a lost retry.
+func TestFailedForwardIsNotCommitted(t *testing.T) {
+	var mu sync.Mutex
+	attempts := map[int]int{}
+	retried := make(chan struct{})
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[d.Attempt]++
+		if d.Attempt == 1 {
+			return retry.Retryable(errors.New("once"))
+		}
+		if attempts[2] == 1 {
+			close(retried)
+		}
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h, Policy: brokertest.Policy(), Tiers: brokertest.Tiers}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Newer produce requests name topics by ID.
+	retryTopic := p.topics.Retry[0]
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(retryTopic)
+	mreq.Topics = append(mreq.Topics, mt)
+	mresp, err := mreq.RequestWith(ctx, p.cl)
+	if err != nil || len(mresp.Topics) != 1 {
+		t.Fatalf("metadata of %s: %v", retryTopic, err)
+	}
+	retryID := mresp.Topics[0].TopicID
+	var refused atomic.Int32
+	p.cluster.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		if len(req.Topics) == 0 || (req.Topics[0].Topic != retryTopic && req.Topics[0].TopicID != retryID) {
+			return nil, nil, false // not a forward: handled as usual
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.InvalidRecord.Code // not retriable: the forward fails
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true // one refusal, then the control is dropped
+	})
+	if err := p.Publish(ctx, "f1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-retried:
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the retry never ran after a refused forward (attempts %v, refusals %d): lost", attempts, refused.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refused.Load() != 1 || attempts[1] != 2 {
+		t.Fatalf("refusals %d, attempt 1 ran %d times; want 1 refusal and attempt 1 twice (the original handled again, not committed)", refused.Load(), attempts[1])
 	}
 }

@@ -21,12 +21,21 @@
 // partitions meanwhile. Nothing sleeps. A resumed partition is fetched once
 // the fetch in flight returns, so a retry stage long-polls for a tenth of
 // its tier (10 ms to 500 ms): a record is never early and at most that late.
+// The main stage never pauses: a record there that carries a due time still
+// ahead (a forwarded record copied back by hand) is parked in its tier again.
 //
 // Delivery guarantee. By default forward and commit are two steps: the
 // forward is produced and acknowledged, then the offset is committed. A
 // consumer that dies between the two re-reads the record and forwards it
 // again: a duplicate in the retry topic, never a loss (at-least-once; use an
-// inbox for effects). With Options.Transactional the forward and the commit
+// inbox for effects). The steps are pipelined, not relaxed: the stage
+// produces forwards without waiting and keeps polling, and a separate
+// committer commits a poll's offsets only once that poll's forwards, and
+// every earlier poll's, are acknowledged (at most 32 polls in flight). A
+// refused forward stops all further commits and restarts the stage from
+// its last commit. Before partitions move to another member the stage
+// waits for its forwards and commits, so a rebalance normally duplicates
+// nothing. With Options.Transactional the forward and the commit
 // are one Kafka transaction (GroupTransactSession): a consumer that dies
 // between them leaves an aborted transaction, and read_committed stages
 // never see its forward.

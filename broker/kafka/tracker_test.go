@@ -1,0 +1,81 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func readyOffsets(t *tracker) map[int32]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[int32]int64{}
+	for p, o := range t.ready {
+		out[p] = o.Offset
+	}
+	return out
+}
+
+// TestTrackerCommitsInPollOrder: a poll's offsets become committable only
+// when its forwards and every earlier poll's are acknowledged; after a
+// failed forward nothing more becomes committable.
+func TestTrackerCommitsInPollOrder(t *testing.T) {
+	tr := newTracker("orders")
+	p1 := tr.open()
+	p1.offsets[0] = kgo.EpochOffset{Offset: 10}
+	tr.forward(p1)
+	tr.seal(p1)
+	p2 := tr.open()
+	p2.offsets[0] = kgo.EpochOffset{Offset: 20}
+	p2.offsets[1] = kgo.EpochOffset{Offset: 5}
+	tr.forward(p2)
+	tr.seal(p2)
+	tr.forwarded(p2, nil)
+	if got := readyOffsets(tr); len(got) != 0 {
+		t.Fatalf("committable %v while poll 1's forward is in flight", got)
+	}
+	p3 := tr.open() // not sealed: still being handled
+	p3.offsets[0] = kgo.EpochOffset{Offset: 30}
+	tr.forwarded(p1, nil)
+	if got, want := readyOffsets(tr), map[int32]int64{0: 20, 1: 5}; !maps.Equal(got, want) {
+		t.Fatalf("committable %v, want %v (polls 1 and 2, not the unsealed poll 3)", got, want)
+	}
+	tr.forward(p3)
+	tr.seal(p3)
+	p4 := tr.open()
+	p4.offsets[0] = kgo.EpochOffset{Offset: 40}
+	tr.seal(p4) // successes only, but behind poll 3
+	tr.forwarded(p3, errors.New("refused"))
+	if got, want := readyOffsets(tr), map[int32]int64{0: 20, 1: 5}; !maps.Equal(got, want) {
+		t.Fatalf("committable %v after a failed forward, want still %v", got, want)
+	}
+	if err := tr.wait(context.Background(), 100); err == nil {
+		t.Fatal("wait after a failed forward returned nil, want the forward's error")
+	}
+}
+
+// TestTrackerHaltedDrainReturns: after a crash or a failure the session
+// halts its tracker before closing the client; the close's revoke callback
+// must neither wait for forwards in flight nor commit.
+func TestTrackerHaltedDrainReturns(t *testing.T) {
+	tr := newTracker("orders")
+	p := tr.open()
+	p.offsets[0] = kgo.EpochOffset{Offset: 10}
+	tr.forward(p) // never acknowledged
+	tr.seal(p)
+	tr.halt()
+	done := make(chan error, 1)
+	go func() { done <- tr.drain(context.Background(), nil, nil, nil) }() // a nil client: any commit would panic
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("drain of a halted tracker waited for a forward")
+	}
+}
