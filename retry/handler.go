@@ -27,15 +27,34 @@ type Delivery struct {
 
 type deliveryKey struct{}
 
-// WithDelivery returns a context carrying d.
+// deliveryCtx carries a Delivery in one allocation: Value hands out a
+// pointer to the field (no boxing), and every other key goes to the parent,
+// so cancellation and deadlines propagate as for any derived context.
+type deliveryCtx struct {
+	context.Context
+	d Delivery
+}
+
+func (c *deliveryCtx) Value(key any) any {
+	if _, ok := key.(deliveryKey); ok {
+		return &c.d
+	}
+	return c.Context.Value(key)
+}
+
+func (c *deliveryCtx) String() string { return "retry.WithDelivery" }
+
+// WithDelivery returns a context carrying d (one allocation).
 func WithDelivery(ctx context.Context, d Delivery) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, d)
+	return &deliveryCtx{Context: ctx, d: d}
 }
 
 // DeliveryFrom returns the Delivery a driver put in ctx.
 func DeliveryFrom(ctx context.Context) (Delivery, bool) {
-	d, ok := ctx.Value(deliveryKey{}).(Delivery)
-	return d, ok
+	if d, ok := ctx.Value(deliveryKey{}).(*Delivery); ok && d != nil {
+		return *d, true
+	}
+	return Delivery{}, false
 }
 
 // Run is the in-process driver of a Handler: it runs h on payload under

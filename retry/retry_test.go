@@ -752,3 +752,38 @@ func TestDoUsesTheSteps(t *testing.T) {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
 }
+
+type testKey struct{}
+
+func TestWithDeliveryContext(t *testing.T) {
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), testKey{}, "v"))
+	ctx := WithDelivery(parent, Delivery{ID: "m1", Attempt: 2, Source: "test"})
+	if d, ok := DeliveryFrom(ctx); !ok || d.ID != "m1" || d.Attempt != 2 {
+		t.Fatalf("DeliveryFrom = %+v, %v", d, ok)
+	}
+	if ctx.Value(testKey{}) != "v" {
+		t.Error("other values must come from the parent")
+	}
+	// A context derived from it is canceled with the parent.
+	child, cancelChild := context.WithTimeout(ctx, time.Hour)
+	defer cancelChild()
+	if d, ok := DeliveryFrom(child); !ok || d.ID != "m1" {
+		t.Error("a derived context must still carry the delivery")
+	}
+	cancel()
+	<-child.Done()
+	if ctx.Err() != context.Canceled {
+		t.Errorf("Err = %v", ctx.Err())
+	}
+	// An inner delivery shadows an outer one.
+	inner := WithDelivery(ctx, Delivery{ID: "m2", Attempt: 1})
+	if d, _ := DeliveryFrom(inner); d.ID != "m2" {
+		t.Errorf("inner delivery %+v", d)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		c := WithDelivery(parent, Delivery{ID: "m1", Attempt: 2})
+		DeliveryFrom(c)
+	}); n != 1 {
+		t.Errorf("WithDelivery + DeliveryFrom: %v allocs, want 1", n)
+	}
+}
