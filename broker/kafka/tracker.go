@@ -234,7 +234,30 @@ func (t *tracker) commit(ctx context.Context, cl *kgo.Client, afterForward, afte
 			}
 		})
 	if cerr != nil {
+		t.restore(offs, fwd, ok)
 		return fmt.Errorf("kafka: commit: %w", cerr)
 	}
 	return nil
+}
+
+// restore puts back the offsets of a commit that failed (or was cut short
+// by the session's end), so that a later commit (the final drain) can
+// commit them: a poll that became committable must not be forgotten. A
+// partition that became committable further since keeps its newer offset.
+func (t *tracker) restore(offs map[int32]kgo.EpochOffset, fwd, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	if t.ready == nil {
+		t.ready = make(map[int32]kgo.EpochOffset, len(offs))
+	}
+	for part, o := range offs {
+		if _, newer := t.ready[part]; !newer {
+			t.ready[part] = o
+		}
+	}
+	t.readyFwd = t.readyFwd || fwd
+	t.readyOK = t.readyOK || ok
 }

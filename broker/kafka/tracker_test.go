@@ -79,3 +79,42 @@ func TestTrackerHaltedDrainReturns(t *testing.T) {
 		t.Fatal("drain of a halted tracker waited for a forward")
 	}
 }
+
+// TestTrackerKeepsOffsetsOfAFailedCommit: a commit that fails, or that the
+// session's end cuts short, puts its offsets back, so that the final drain
+// commits them (before, they were dropped, and the partition's next owner
+// handled those records again); an offset that became committable since
+// is kept.
+func TestTrackerKeepsOffsetsOfAFailedCommit(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // no group: every commit fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tr := newTracker("orders")
+	p := tr.open()
+	p.offsets[0] = kgo.EpochOffset{Offset: 10}
+	p.offsets[1] = kgo.EpochOffset{Offset: 7}
+	tr.seal(p)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tr.commit(ctx, cl, nil, nil); err == nil {
+		t.Fatal("commit without a group returned nil")
+	}
+	if got, want := readyOffsets(tr), map[int32]int64{0: 10, 1: 7}; !maps.Equal(got, want) {
+		t.Fatalf("committable after a failed commit %v, want %v", got, want)
+	}
+	// A poll sealed while a commit of older offsets is in flight: the
+	// failed commit must not put partition 0 back to 10.
+	tr.mu.Lock()
+	offs := tr.ready
+	tr.ready = nil
+	tr.mu.Unlock()
+	p2 := tr.open()
+	p2.offsets[0] = kgo.EpochOffset{Offset: 20}
+	tr.seal(p2)
+	tr.restore(offs, false, false)
+	if got, want := readyOffsets(tr), map[int32]int64{0: 20, 1: 7}; !maps.Equal(got, want) {
+		t.Fatalf("committable after restoring behind a newer poll %v, want %v", got, want)
+	}
+}
