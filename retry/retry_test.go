@@ -787,3 +787,27 @@ func TestWithDeliveryContext(t *testing.T) {
 		t.Errorf("WithDelivery + DeliveryFrom: %v allocs, want 1", n)
 	}
 }
+
+// TestEndUsesPolicyClassify: an error that Policy.Classify makes permanent
+// is served by the dependency for End as it is for Decide — it neither
+// shrinks an adaptive limiter nor counts as a failure in a budget.
+func TestEndUsesPolicyClassify(t *testing.T) {
+	errNotFound := errors.New("not found")
+	r := &recorder{slots: 1, request: true, retryOK: true}
+	p := &Policy{Limiter: r, Budget: r, Schedule: zeroWait, Classify: func(err error) Class {
+		if errors.Is(err, errNotFound) {
+			return ClassPermanent
+		}
+		return ClassUnknown
+	}}
+	err := Do(ctxTODO, p, func(context.Context) error { return fmt.Errorf("get: %w", errNotFound) })
+	if !errors.Is(err, ErrPermanent) {
+		t.Fatalf("Do = %v, want a permanent give-up", err)
+	}
+	p.Begin(2, epoch)
+	p.End(errBoom, epoch) // unknown for Classify too: a failure
+	want := "acquire|request|release true|result true|acquire|release false|result false"
+	if got := strings.Join(r.log, "|"); got != want {
+		t.Errorf("calls\n got %s\nwant %s", got, want)
+	}
+}
