@@ -17,6 +17,8 @@ var errNilFunc = errors.New("retry: nil function")
 // has no class counts as retryable. The concurrency slot is released before
 // any wait; a wait uses one timer reused across attempts and ends at once
 // when ctx is done. Errors of no class are returned unchanged and unretried.
+// If fn panics, its concurrency slot is released (as an overload sign)
+// before the panic goes on.
 //
 // On the first-try success path Do does not allocate.
 func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
@@ -92,7 +94,13 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		}
 	}
 	deriveCtx := p.AttemptTimeout > 0 || p.Timeout > 0
-	defer w.Stop()
+	held := false // an attempt holds a Limiter slot that End has not released
+	defer func() {
+		w.Stop()
+		if held { // fn panicked: free its slot before the panic goes on
+			p.Limiter.Release(false)
+		}
+	}()
 
 	for attempt := 1; ; attempt++ {
 		err := first
@@ -103,12 +111,14 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			if r := p.Begin(attempt, now); r != NoReason {
 				return p.stopped(r, attempt-1, last, nil)
 			}
+			held = p.Limiter != nil
 			if h := p.Hooks.OnAttempt; h != nil {
 				h(Event{Attempt: attempt})
 			}
 			if deriveCtx {
 				var stop bool
 				if err, stop = p.bounded(ctx, fn, deadline); stop {
+					held = false
 					if p.Limiter != nil {
 						p.Limiter.Release(true) // nothing was sent
 					}
@@ -120,6 +130,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			if p.NeedsNow() || (err != nil && !deadline.IsZero()) {
 				now = p.now()
 			}
+			held = false
 			p.End(err, now)
 		} else if !deadline.IsZero() {
 			now = p.now()

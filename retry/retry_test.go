@@ -811,3 +811,26 @@ func TestEndUsesPolicyClassify(t *testing.T) {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestDoReleasesSlotOnPanic: a panicking attempt gives its Limiter slot
+// back, whether or not the attempt runs under a timeout.
+func TestDoReleasesSlotOnPanic(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Hour} {
+		bh, _ := limit.NewBulkhead(1)
+		p := &Policy{Limiter: bh, AttemptTimeout: timeout}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic must go on")
+				}
+			}()
+			_ = Do(ctxTODO, p, func(context.Context) error { panic("handler bug") })
+		}()
+		if bh.InFlight() != 0 {
+			t.Errorf("AttemptTimeout %v: in flight after a panic: %d", timeout, bh.InFlight())
+		}
+		if err := Do(ctxTODO, p, func(context.Context) error { return nil }); err != nil {
+			t.Errorf("AttemptTimeout %v: Do after a panic: %v", timeout, err)
+		}
+	}
+}
