@@ -160,8 +160,11 @@ func parseError(err error) string {
 	}
 	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag --", 1)
 	msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
-	// The flag package's own number flags say only "parse error" or
-	// "value out of range".
+	// The flag package's own boolean and number flags say only "parse
+	// error" or "value out of range".
+	if strings.HasPrefix(msg, "invalid boolean value") {
+		msg = strings.Replace(msg, ": parse error", ": want true or false", 1)
+	}
 	msg = strings.Replace(msg, ": parse error", ": want a whole number", 1)
 	msg = strings.Replace(msg, ": value out of range", ": the number is too large", 1)
 	return msg

@@ -303,3 +303,15 @@ func TestLabReportFailure(t *testing.T) {
 		t.Errorf("left %v behind", entries)
 	}
 }
+
+// TestBoolFlagMessage: a bad boolean says what a boolean is.
+func TestBoolFlagMessage(t *testing.T) {
+	code, _, errOut := runCLI(t, "lab", "--json=2")
+	if code != exitUsage || !strings.Contains(errOut, `invalid boolean value "2" for --json: want true or false`) {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = runCLI(t, "sim", "seed000", "--parallel", "x")
+	if code != exitUsage || !strings.Contains(errOut, "--parallel: want a whole number") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
