@@ -361,20 +361,3 @@ func TestQueueDeadAndRequeue(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
-
-func TestRetryAfterParsing(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for v, want := range map[string]time.Duration{
-		"0": 0, "120": 2 * time.Minute, "Thu, 01 Jan 2026 00:00:30 GMT": 30 * time.Second,
-		"Wed, 31 Dec 2025 23:00:00 GMT": 0, "99999999999999999": maxDuration,
-	} {
-		if d, ok := retryAfter(v, now); !ok || d != want {
-			t.Errorf("retryAfter(%q) = %v, %v; want %v", v, d, ok, want)
-		}
-	}
-	for _, v := range []string{"", "-1", "soon", "1.5"} {
-		if _, ok := retryAfter(v, now); ok {
-			t.Errorf("retryAfter(%q) accepted", v)
-		}
-	}
-}
