@@ -281,8 +281,10 @@ func (s Sequence) Validate() error {
 
 // Capped bounds another schedule.
 type Capped struct {
+	// Schedule is the bounded schedule; it must not be nil.
 	Schedule Schedule
-	Max      time.Duration
+	// Max is the longest wait returned; must be >= 0.
+	Max time.Duration
 }
 
 // Delay returns min(Max, Schedule.Delay(...)).
@@ -307,9 +309,12 @@ func (c Capped) Validate() error {
 // Jittered applies a jitter mode to any schedule's delay, treating that
 // delay as the window.
 type Jittered struct {
+	// Schedule gives the window; it must not be nil.
 	Schedule Schedule
-	Jitter   Jitter
-	Unit     time.Duration
+	// Jitter is how the window becomes a wait.
+	Jitter Jitter
+	// Unit is the granularity of waits; 0 means 1ns.
+	Unit time.Duration
 }
 
 // Delay jitters the wrapped schedule's delay.
