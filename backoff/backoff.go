@@ -248,9 +248,15 @@ func (d Decorrelated) Delay(_ int, prev time.Duration, src rand.Source) time.Dur
 	if unit <= 0 {
 		unit = 1
 	}
-	lo := (base + unit - 1) / unit // first whole unit >= base
+	lo := base / unit // first whole unit >= base, without overflowing base+unit-1
+	if base%unit != 0 {
+		lo++
+	}
 	top := hi / unit
 	if top <= lo {
+		if lo > limit/unit { // no whole unit in [base, limit]
+			return limit
+		}
 		return min(lo*unit, limit)
 	}
 	return time.Duration(uint64(lo)+uniformUpTo(src, uint64(top-lo))) * unit
