@@ -20,6 +20,9 @@ var errNilFunc = errors.New("retry: nil function")
 // If fn panics, its concurrency slot is released (as an overload sign)
 // before the panic goes on.
 //
+// No attempt starts once ctx is done: with a ctx already done, Do returns a
+// Canceled (or Deadline) give-up after 0 attempts without calling fn.
+//
 // On the first-try success path Do does not allocate.
 func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if p == nil {
@@ -31,8 +34,9 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if fn == nil {
 		return errNilFunc
 	}
-	if p.Budget == nil && p.Limiter == nil && p.AttemptTimeout == 0 && p.Timeout == 0 {
-		// Lean first attempt: nothing to acquire, charge or bound.
+	if p.Budget == nil && p.Limiter == nil && p.AttemptTimeout == 0 && p.Timeout == 0 && ctx.Err() == nil {
+		// Lean first attempt: nothing to acquire, charge or bound. (A ctx
+		// that is already done goes to run, which starts no attempt.)
 		if h := p.Hooks.OnAttempt; h != nil {
 			h(Event{Attempt: 1})
 		}

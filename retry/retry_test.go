@@ -834,3 +834,27 @@ func TestDoReleasesSlotOnPanic(t *testing.T) {
 		}
 	}
 }
+
+// TestDoContextAlreadyDone: whatever the policy, a ctx that is done before
+// Do starts gives a give-up after 0 attempts and fn is never called.
+func TestDoContextAlreadyDone(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), epoch)
+	defer cancel2()
+	bh, _ := limit.NewBulkhead(1)
+	for _, p := range []*Policy{nil, {}, {Limiter: bh}, {Timeout: time.Hour}} {
+		for _, c := range []struct {
+			ctx    context.Context
+			reason Reason
+			want   error
+		}{{canceled, Canceled, context.Canceled}, {expired, Deadline, context.DeadlineExceeded}} {
+			called := false
+			err := Do(c.ctx, p, func(context.Context) error { called = true; return nil })
+			var e *Error
+			if called || !errors.As(err, &e) || e.Reason != c.reason || e.Attempts != 0 || !errors.Is(err, c.want) {
+				t.Errorf("policy %+v, ctx %v: called=%v err=%v", p, c.want, called, err)
+			}
+		}
+	}
+}
