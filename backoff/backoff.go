@@ -248,9 +248,15 @@ func (d Decorrelated) Delay(_ int, prev time.Duration, src rand.Source) time.Dur
 	if unit <= 0 {
 		unit = 1
 	}
-	lo := (base + unit - 1) / unit // first whole unit >= base
+	lo := base / unit // first whole unit >= base, without overflowing base+unit-1
+	if base%unit != 0 {
+		lo++
+	}
 	top := hi / unit
 	if top <= lo {
+		if lo > limit/unit { // no whole unit in [base, limit]
+			return limit
+		}
 		return min(lo*unit, limit)
 	}
 	return time.Duration(uint64(lo)+uniformUpTo(src, uint64(top-lo))) * unit
@@ -281,8 +287,10 @@ func (s Sequence) Validate() error {
 
 // Capped bounds another schedule.
 type Capped struct {
+	// Schedule is the bounded schedule; it must not be nil.
 	Schedule Schedule
-	Max      time.Duration
+	// Max is the longest wait returned; must be >= 0.
+	Max time.Duration
 }
 
 // Delay returns min(Max, Schedule.Delay(...)).
@@ -307,9 +315,12 @@ func (c Capped) Validate() error {
 // Jittered applies a jitter mode to any schedule's delay, treating that
 // delay as the window.
 type Jittered struct {
+	// Schedule gives the window; it must not be nil.
 	Schedule Schedule
-	Jitter   Jitter
-	Unit     time.Duration
+	// Jitter is how the window becomes a wait.
+	Jitter Jitter
+	// Unit is the granularity of waits; 0 means 1ns.
+	Unit time.Duration
 }
 
 // Delay jitters the wrapped schedule's delay.

@@ -343,3 +343,35 @@ func TestFuncClampsNegative(t *testing.T) {
 		t.Errorf("Constant negative: %v", d)
 	}
 }
+
+// TestDecorrelatedExtremes: a Base or Unit near MaxDelay does not overflow
+// the rounding of Base up to a whole unit: every wait stays in
+// [Base, limit] and is never negative.
+func TestDecorrelatedExtremes(t *testing.T) {
+	src := rand.NewPCG(1, 2)
+	for _, d := range []Decorrelated{
+		{Base: MaxDelay, Unit: ms},
+		{Base: MaxDelay - 5, Unit: time.Hour},
+		{Base: time.Hour, Unit: MaxDelay},
+		{Base: time.Hour, Cap: MaxDelay, Unit: MaxDelay},
+		{Base: MaxDelay / 2, Cap: MaxDelay - 1, Unit: MaxDelay / 3},
+	} {
+		if err := d.Validate(); err != nil {
+			t.Fatalf("%+v: %v", d, err)
+		}
+		limit := d.Cap
+		if limit == 0 {
+			limit = MaxDelay
+		}
+		prev := time.Duration(0)
+		for n := 1; n <= 5; n++ {
+			for _, p := range []time.Duration{prev, MaxDelay / 2, MaxDelay} {
+				got := d.Delay(n, p, src)
+				if got < d.Base || got > limit {
+					t.Errorf("%+v: Delay(%d, prev %v) = %v, want in [%v, %v]", d, n, p, got, d.Base, limit)
+				}
+			}
+			prev = d.Delay(n, prev, src)
+		}
+	}
+}

@@ -73,13 +73,16 @@ func (b *Bulkhead) InFlight() int { return int(b.inflight.Load()) }
 func (b *Bulkhead) Size() int { return int(b.size) }
 
 // Do runs fn in a slot, or returns ErrLimited at once when none is free.
-// The slot is released with ok = (fn's error == nil).
-func Do(l Limiter, fn func() error) error {
+// The slot is released with ok = (fn's error == nil); if fn panics, it is
+// released with ok = false before the panic goes on.
+func Do(l Limiter, fn func() error) (err error) {
 	if !l.TryAcquire() {
 		return ErrLimited
 	}
-	err := fn()
-	l.Release(err == nil)
+	ok := false
+	defer func() { l.Release(ok) }()
+	err = fn()
+	ok = err == nil
 	return err
 }
 

@@ -157,3 +157,31 @@ func BenchmarkBulkhead(b *testing.B) {
 		}
 	})
 }
+
+// TestDoReleasesOnPanic: a panicking fn gives its slot back (as overload),
+// so a recovered panic does not shrink a bulkhead for good.
+func TestDoReleasesOnPanic(t *testing.T) {
+	b, _ := NewBulkhead(1)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic must go on")
+			}
+		}()
+		_ = Do(b, func() error { panic("handler bug") })
+	}()
+	if b.InFlight() != 0 {
+		t.Fatalf("in flight after a panic: %d", b.InFlight())
+	}
+	if err := Do(b, func() error { return nil }); err != nil {
+		t.Errorf("Do after a panic: %v", err)
+	}
+	a, _ := NewAIMD(4, 1, 8, 0.5)
+	func() {
+		defer func() { _ = recover() }()
+		_ = Do(a, func() error { panic("handler bug") })
+	}()
+	if a.InFlight() != 0 || a.Limit() != 2 {
+		t.Errorf("AIMD after a panic: in flight %d, limit %d; want 0, 2 (released as overload)", a.InFlight(), a.Limit())
+	}
+}

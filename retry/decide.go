@@ -91,9 +91,12 @@ func (r Reason) Err() error {
 // Decision is the outcome of [Policy.Decide]: retry after Delay, or stop
 // because of Reason.
 type Decision struct {
-	Retry  bool
-	Delay  time.Duration
-	Reason Reason // NoReason when Retry
+	// Retry reports that the failed attempt should be retried.
+	Retry bool
+	// Delay is the wait before the retry (0 when Retry is false).
+	Delay time.Duration
+	// Reason is why the loop stops; NoReason when Retry.
+	Reason Reason
 }
 
 // Decide is the one retry decision every stagger driver calls: the
@@ -167,9 +170,9 @@ func (p *Policy) decide(attempt int, class Class, after time.Duration, now, dead
 // ErrPermanent, ErrPushback, context.Canceled), for the context's error when
 // the context ended the loop, and for the last attempt's error.
 type Error struct {
-	Reason   Reason
-	Attempts int   // attempts made
-	Err      error // the last attempt's error; nil if no attempt was made
+	Reason   Reason // why the loop stopped
+	Attempts int    // attempts made
+	Err      error  // the last attempt's error; nil if no attempt was made
 	ctxErr   error
 }
 

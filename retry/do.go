@@ -17,6 +17,11 @@ var errNilFunc = errors.New("retry: nil function")
 // has no class counts as retryable. The concurrency slot is released before
 // any wait; a wait uses one timer reused across attempts and ends at once
 // when ctx is done. Errors of no class are returned unchanged and unretried.
+// If fn panics, its concurrency slot is released (as an overload sign)
+// before the panic goes on.
+//
+// No attempt starts once ctx is done: with a ctx already done, Do returns a
+// Canceled (or Deadline) give-up after 0 attempts without calling fn.
 //
 // On the first-try success path Do does not allocate.
 func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
@@ -29,8 +34,9 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if fn == nil {
 		return errNilFunc
 	}
-	if p.Budget == nil && p.Limiter == nil && p.AttemptTimeout == 0 && p.Timeout == 0 {
-		// Lean first attempt: nothing to acquire, charge or bound.
+	if p.Budget == nil && p.Limiter == nil && p.AttemptTimeout == 0 && p.Timeout == 0 && ctx.Err() == nil {
+		// Lean first attempt: nothing to acquire, charge or bound. (A ctx
+		// that is already done goes to run, which starts no attempt.)
 		if h := p.Hooks.OnAttempt; h != nil {
 			h(Event{Attempt: 1})
 		}
@@ -92,7 +98,13 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 		}
 	}
 	deriveCtx := p.AttemptTimeout > 0 || p.Timeout > 0
-	defer w.Stop()
+	held := false // an attempt holds a Limiter slot that End has not released
+	defer func() {
+		w.Stop()
+		if held { // fn panicked: free its slot before the panic goes on
+			p.Limiter.Release(false)
+		}
+	}()
 
 	for attempt := 1; ; attempt++ {
 		err := first
@@ -103,12 +115,14 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			if r := p.Begin(attempt, now); r != NoReason {
 				return p.stopped(r, attempt-1, last, nil)
 			}
+			held = p.Limiter != nil
 			if h := p.Hooks.OnAttempt; h != nil {
 				h(Event{Attempt: attempt})
 			}
 			if deriveCtx {
 				var stop bool
 				if err, stop = p.bounded(ctx, fn, deadline); stop {
+					held = false
 					if p.Limiter != nil {
 						p.Limiter.Release(true) // nothing was sent
 					}
@@ -120,6 +134,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			if p.NeedsNow() || (err != nil && !deadline.IsZero()) {
 				now = p.now()
 			}
+			held = false
 			p.End(err, now)
 		} else if !deadline.IsZero() {
 			now = p.now()

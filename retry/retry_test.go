@@ -787,3 +787,74 @@ func TestWithDeliveryContext(t *testing.T) {
 		t.Errorf("WithDelivery + DeliveryFrom: %v allocs, want 1", n)
 	}
 }
+
+// TestEndUsesPolicyClassify: an error that Policy.Classify makes permanent
+// is served by the dependency for End as it is for Decide — it neither
+// shrinks an adaptive limiter nor counts as a failure in a budget.
+func TestEndUsesPolicyClassify(t *testing.T) {
+	errNotFound := errors.New("not found")
+	r := &recorder{slots: 1, request: true, retryOK: true}
+	p := &Policy{Limiter: r, Budget: r, Schedule: zeroWait, Classify: func(err error) Class {
+		if errors.Is(err, errNotFound) {
+			return ClassPermanent
+		}
+		return ClassUnknown
+	}}
+	err := Do(ctxTODO, p, func(context.Context) error { return fmt.Errorf("get: %w", errNotFound) })
+	if !errors.Is(err, ErrPermanent) {
+		t.Fatalf("Do = %v, want a permanent give-up", err)
+	}
+	p.Begin(2, epoch)
+	p.End(errBoom, epoch) // unknown for Classify too: a failure
+	want := "acquire|request|release true|result true|acquire|release false|result false"
+	if got := strings.Join(r.log, "|"); got != want {
+		t.Errorf("calls\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestDoReleasesSlotOnPanic: a panicking attempt gives its Limiter slot
+// back, whether or not the attempt runs under a timeout.
+func TestDoReleasesSlotOnPanic(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Hour} {
+		bh, _ := limit.NewBulkhead(1)
+		p := &Policy{Limiter: bh, AttemptTimeout: timeout}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic must go on")
+				}
+			}()
+			_ = Do(ctxTODO, p, func(context.Context) error { panic("handler bug") })
+		}()
+		if bh.InFlight() != 0 {
+			t.Errorf("AttemptTimeout %v: in flight after a panic: %d", timeout, bh.InFlight())
+		}
+		if err := Do(ctxTODO, p, func(context.Context) error { return nil }); err != nil {
+			t.Errorf("AttemptTimeout %v: Do after a panic: %v", timeout, err)
+		}
+	}
+}
+
+// TestDoContextAlreadyDone: whatever the policy, a ctx that is done before
+// Do starts gives a give-up after 0 attempts and fn is never called.
+func TestDoContextAlreadyDone(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), epoch)
+	defer cancel2()
+	bh, _ := limit.NewBulkhead(1)
+	for _, p := range []*Policy{nil, {}, {Limiter: bh}, {Timeout: time.Hour}} {
+		for _, c := range []struct {
+			ctx    context.Context
+			reason Reason
+			want   error
+		}{{canceled, Canceled, context.Canceled}, {expired, Deadline, context.DeadlineExceeded}} {
+			called := false
+			err := Do(c.ctx, p, func(context.Context) error { called = true; return nil })
+			var e *Error
+			if called || !errors.As(err, &e) || e.Reason != c.reason || e.Attempts != 0 || !errors.Is(err, c.want) {
+				t.Errorf("policy %+v, ctx %v: called=%v err=%v", p, c.want, called, err)
+			}
+		}
+	}
+}

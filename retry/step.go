@@ -28,8 +28,10 @@ func (p *Policy) Begin(attempt int, now time.Time) Reason {
 // End gives back what Begin took and records the attempt's outcome: the
 // Limiter's slot is released and the Budget told whether the dependency
 // served the attempt. An attempt counts as served when err is nil or
-// permanent (the dependency answered; the content was wrong); retryable
-// and unknown errors count as failures of the dependency.
+// permanent — marked [Permanent], or of no class and made permanent by
+// Policy.Classify, as Decide judges it (the dependency answered; the
+// content was wrong); retryable and unknown errors count as failures of the
+// dependency.
 func (p *Policy) End(err error, now time.Time) {
 	if p.Limiter == nil && p.Budget == nil {
 		return
@@ -37,6 +39,9 @@ func (p *Policy) End(err error, now time.Time) {
 	ok := err == nil
 	if !ok {
 		c, _ := Classify(err)
+		if c == ClassUnknown && p.Classify != nil {
+			c = p.Classify(err)
+		}
 		ok = c == ClassPermanent
 	}
 	if p.Limiter != nil {

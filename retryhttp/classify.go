@@ -36,10 +36,13 @@ type Classifier func(req *http.Request, resp *http.Response, err error) error
 // directly; After holds the response's Retry-After once the transport has
 // parsed it.
 type StatusError struct {
-	Method     string
-	Host       string
+	// Method and Host name the request (Host as in req.URL.Host).
+	Method string
+	Host   string
+	// StatusCode is the response's status.
 	StatusCode int
-	Class      retry.Class
+	// Class is the classifier's verdict (permanent once NoRetry is set).
+	Class retry.Class
 	// After is the wait the server asked for (Retry-After), 0 when none.
 	After time.Duration
 	// NoRetry reports that the server sent Stagger-No-Retry: the response
@@ -171,10 +174,10 @@ func ErrorClass(err error) retry.Class {
 // match anything. Host is compared with req.URL.Host (host[:port]) and with
 // its host name alone.
 type Route struct {
-	Host       string
-	Method     string
-	PathPrefix string
-	Classify   Classifier
+	Host       string     // host[:port] or host name; "" matches any
+	Method     string     // exact method; "" matches any
+	PathPrefix string     // prefix of req.URL.Path; "" matches any
+	Classify   Classifier // nil: the fallback of Routes
 }
 
 func (r *Route) match(req *http.Request) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -159,11 +160,35 @@ func parseError(err error) string {
 	}
 	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag --", 1)
 	msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
-	// The flag package's own number flags say only "parse error" or
-	// "value out of range".
+	// The flag package's own boolean and number flags say only "parse
+	// error" or "value out of range".
+	if strings.HasPrefix(msg, "invalid boolean value") {
+		msg = strings.Replace(msg, ": parse error", ": want true or false", 1)
+	}
 	msg = strings.Replace(msg, ": parse error", ": want a whole number", 1)
 	msg = strings.Replace(msg, ": value out of range", ": the number is too large", 1)
 	return msg
+}
+
+// checkReportPath refuses a report path whose directory does not exist or
+// that names a directory, so that the lab, the simulator and the proxy say
+// so before they run instead of losing the run's report at the end.
+func checkReportPath(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	dir := "."
+	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
+		dir = path[:i+1]
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("directory of %s: %w", path, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return nil
 }
 
 // flagWasSet reports whether name was given on the command line.

@@ -102,6 +102,11 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	if report != "" && strings.ContainsRune(report, 0) {
 		return usageErr("--report: the file name contains a NUL byte")
 	}
+	if report != "" {
+		if err := checkReportPath(report); err != nil {
+			return usageErr("--report: %v", err)
+		}
+	}
 
 	opt := lab.StrategyOptions{
 		Base: base, Cap: capDelay, Bulkhead: bulkhead,
@@ -211,7 +216,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.report != "" {
 		if err := writeLabReport(cfg, results); err != nil {
-			fmt.Fprintf(stderr, "stagger lab: report: %v\n", err)
+			fmt.Fprintf(stderr, "stagger lab: --report %s: %v\n", cfg.report, err)
 			return exitFail
 		}
 		if !cfg.json {

@@ -287,17 +287,31 @@ func TestLabHelp(t *testing.T) {
 	}
 }
 
-// TestLabReportFailure: a report that cannot be written fails the run with
-// exit 1 after the results were printed, and leaves no file behind.
+// TestLabReportFailure: a report that could not be written (its directory
+// is missing, or it names a directory) is refused with exit 2 before the
+// lab runs, and leaves no file behind.
 func TestLabReportFailure(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "missing-dir", "r.html")
-	code, _, errOut := runCLI(t, "lab", "--callers", "1", "--outage", "0s", "--latency", "0s", "--strategy", "immediate",
-		"--quiet", "--report", path)
-	if code != exitFail || !strings.Contains(errOut, "report") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
+	for _, path := range []string{filepath.Join(dir, "missing-dir", "r.html"), dir} {
+		code, out, errOut := runCLI(t, "lab", "--callers", "1", "--outage", "0s", "--latency", "0s", "--strategy", "immediate",
+			"--quiet", "--report", path)
+		if code != exitUsage || !strings.Contains(errOut, "--report") || out != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 naming --report, nothing run", path, code, out, errOut)
+		}
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("left %v behind", entries)
+	}
+}
+
+// TestBoolFlagMessage: a bad boolean says what a boolean is.
+func TestBoolFlagMessage(t *testing.T) {
+	code, _, errOut := runCLI(t, "lab", "--json=2")
+	if code != exitUsage || !strings.Contains(errOut, `invalid boolean value "2" for --json: want true or false`) {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = runCLI(t, "sim", "seed000", "--parallel", "x")
+	if code != exitUsage || !strings.Contains(errOut, "--parallel: want a whole number") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }

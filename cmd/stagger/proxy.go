@@ -111,6 +111,11 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if rep != "" && strings.ContainsRune(rep, 0) {
 		return usageErr("--report: the file name contains a NUL byte")
 	}
+	if rep != "" {
+		if err := checkReportPath(rep); err != nil {
+			return usageErr("--report: %v", err)
+		}
+	}
 	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, report: rep,
 		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody), quiet: quiet, args: args}, -1
 }

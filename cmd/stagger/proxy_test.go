@@ -258,11 +258,13 @@ func TestParseProxyRejects(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--id-header", "bad header"}, `--id-header`},
 		{[]string{"--upstream", "http://x", "--bogus"}, `unknown flag --bogus`},
 		{[]string{"--upstream", "http://x", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--upstream", "http://x", "--report", filepath.Join(dir, "missing", "r.html")}, `--report: directory of`},
+		{[]string{"--upstream", "http://x", "--report", dir}, `--report: ` + dir + ` is a directory`},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer
 		rep := filepath.Join(dir, "r.html")
-		code := run(context.Background(), append(append([]string{"proxy"}, c.args...), "--report", rep), &out, &errb)
+		code := run(context.Background(), append([]string{"proxy", "--report", rep}, c.args...), &out, &errb)
 		if code != exitUsage || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%q: exit %d, stderr %q; want exit 2 naming %q", c.args, code, errb.String(), c.want)
 		}

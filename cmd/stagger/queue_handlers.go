@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retryhttp"
 )
 
 // statusSet is a set of HTTP statuses written as "408,429,500-599".
@@ -88,36 +89,13 @@ func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
 		err = fmt.Errorf("%w: %s", err, tail)
 	}
 	if resp.StatusCode < len(h.retryable) && h.retryable[resp.StatusCode] {
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
+		if d, ok := retryhttp.ParseRetryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
 			return retry.After(err, d)
 		}
 		return retry.Retryable(err)
 	}
 	return retry.Permanent(err)
 }
-
-// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return 0, false
-		}
-		if n > int64(maxDuration/time.Second) {
-			return maxDuration, true
-		}
-		return time.Duration(n) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
-}
-
-const maxDuration = time.Duration(1<<63 - 1)
 
 // Exit codes of an --exec command (sysexits.h).
 const (

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +81,9 @@ func parseJobLine(line []byte, now int64, maxPayload int) (queue.NewJob, error) 
 	if dec.More() {
 		return queue.NewJob{}, errors.New("malformed JSON: more than one value on the line")
 	}
+	if err := checkJobKeys(line); err != nil {
+		return queue.NewJob{}, err
+	}
 	var j queue.NewJob
 	if len(l.ID) == 0 || isNull(l.ID) {
 		return j, errors.New(`"id" is required`)
@@ -123,6 +127,41 @@ func parseJobLine(line []byte, now int64, maxPayload int) (queue.NewJob, error) 
 		j.Deadline = dl
 	}
 	return j, nil
+}
+
+// jobKeys are the fields of a job line, spelled as they must be.
+var jobKeys = []string{"id", "payload", "max_attempts", "deadline"}
+
+// checkJobKeys rejects what encoding/json lets through silently: a field
+// given twice (the last would win) and a field whose name differs from a
+// known one only in case ("ID" would be taken for "id"). line is one
+// well-formed JSON object.
+func checkJobKeys(line []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if _, err := dec.Token(); err != nil { // '{'
+		return fmt.Errorf("malformed JSON object: %v", err)
+	}
+	var seen [4]bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("malformed JSON object: %v", err)
+		}
+		key, _ := tok.(string)
+		i := slices.Index(jobKeys, key)
+		if i < 0 {
+			return fmt.Errorf("unknown field %q (the fields are %s)", key, strings.Join(jobKeys, ", "))
+		}
+		if seen[i] {
+			return fmt.Errorf("%q is given twice", key)
+		}
+		seen[i] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("malformed JSON object: %v", err)
+		}
+	}
+	return nil
 }
 
 func isNull(raw json.RawMessage) bool { return string(raw) == "null" }

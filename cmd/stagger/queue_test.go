@@ -125,6 +125,10 @@ func TestQueueEnqueueRejectsBadInputAtomically(t *testing.T) {
 		{`{"id":"x","deadline":"2001-01-01T00:00:00Z"}`, "not in the future"},
 		{`{"id":"x","deadline":"soon"}`, "neither a duration"},
 		{`{"id":"x","colour":"red"}`, `unknown field "colour"`},
+		{`{"id":"x","id":"y"}`, `"id" is given twice`},
+		{`{"id":"x","payload":"a","payload":"b"}`, `"payload" is given twice`},
+		{`{"ID":"x"}`, `unknown field "ID"`},
+		{`{"id":"x","Max_Attempts":3}`, `unknown field "Max_Attempts"`},
 		{`{"max_attempts":3}`, `"id" is required`},
 		{`{"id":7}`, `"id" must be a string, got a number`},
 		{`{"id":"x"} {"id":"y"}`, "more than one value"},
@@ -355,22 +359,5 @@ func TestQueueDeadAndRequeue(t *testing.T) {
 	st := statsJSONOf(t, db)
 	if st.Pending != 1 || st.Dead.Permanent != 0 {
 		t.Fatalf("stats %+v", st)
-	}
-}
-
-func TestRetryAfterParsing(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for v, want := range map[string]time.Duration{
-		"0": 0, "120": 2 * time.Minute, "Thu, 01 Jan 2026 00:00:30 GMT": 30 * time.Second,
-		"Wed, 31 Dec 2025 23:00:00 GMT": 0, "99999999999999999": maxDuration,
-	} {
-		if d, ok := retryAfter(v, now); !ok || d != want {
-			t.Errorf("retryAfter(%q) = %v, %v; want %v", v, d, ok, want)
-		}
-	}
-	for _, v := range []string{"", "-1", "soon", "1.5"} {
-		if _, ok := retryAfter(v, now); ok {
-			t.Errorf("retryAfter(%q) accepted", v)
-		}
 	}
 }

@@ -163,26 +163,6 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	return exitOK
 }
 
-// checkReportPath refuses a report path whose directory does not exist or
-// that names a directory, before any simulation time is spent.
-func checkReportPath(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
-	}
-	dir := "."
-	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
-		dir = path[:i+1]
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("directory of %s: %w", path, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	return nil
-}
-
 // progress prints "name: done/total runs" on one terminal line, but only
 // once a sweep has run for more than two seconds.
 type progress struct {

@@ -151,3 +151,19 @@ func TestSimProgress(t *testing.T) {
 	var nilp *progress
 	nilp.finish() // no progress: nothing to clear
 }
+
+func TestVersion(t *testing.T) {
+	code, out, errOut := runCLI(t, "version")
+	if code != exitOK || !strings.HasPrefix(out, "stagger ") || errOut != "" {
+		t.Errorf("version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, args := range [][]string{{"version", "extra"}, {"version", "--bogus"}} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "stagger version:") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2", args, code, out, errOut)
+		}
+	}
+	if code, out, _ := runCLI(t, "version", "--help"); code != exitOK || !strings.Contains(out, "Usage: stagger version") {
+		t.Errorf("version --help: exit %d, %q", code, out)
+	}
+}

@@ -23,7 +23,7 @@
 //	stagger.budget.decisions    counter   budget answers, by stagger.kind (request|retry) and stagger.allowed
 //	stagger.limiter.rejections  counter   attempts refused for want of a slot
 //	stagger.limiter.inflight    updown    slots held
-//	stagger.guard.requests      counter   requests a Guard saw, by stagger.attempt (1..16, none, malformed)
+//	stagger.guard.requests      counter   requests a Guard saw, by stagger.attempt (1..15, 16+, none, malformed)
 //	stagger.guard.shed          counter   requests a Guard shed
 package staggerotel
 
@@ -157,8 +157,12 @@ func reasonSet(name string, r retry.Reason) metric.MeasurementOption {
 }
 
 // Budget wraps b so that its answers are counted under name. The wrapper is
-// a budget.Budget; use it where b would go.
+// a budget.Budget; use it where b would go. A nil b gives nil (no budget),
+// so a retryhttp.Transport's NewBudget may wrap whatever it makes.
 func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
+	if b == nil {
+		return nil
+	}
 	opt := func(kind string, allowed bool) []metric.AddOption {
 		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyKind.String(kind), KeyAllowed.Bool(allowed)))}
 	}
@@ -196,8 +200,12 @@ func (c *countingBudget) Retry(now time.Time) bool {
 func (c *countingBudget) Result(now time.Time, ok bool) { c.b.Result(now, ok) }
 
 // Limiter wraps l so that its rejections and held slots are counted under
-// name. The wrapper is a limit.Limiter; use it where l would go.
+// name. The wrapper is a limit.Limiter; use it where l would go. A nil l
+// gives nil (no limiter).
 func (m *Metrics) Limiter(name string, l limit.Limiter) limit.Limiter {
+	if l == nil {
+		return nil
+	}
 	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))
 	return &countingLimiter{l: l, m: m, set: []metric.AddOption{set}}
 }

@@ -245,6 +245,28 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 }
 
+// TestWrapNil: wrapping no budget or no limiter gives none, not a wrapper
+// that panics on first use (retryhttp's NewBudget may return nil).
+func TestWrapNil(t *testing.T) {
+	m, _ := setup(t)
+	if b := m.Budget("x", nil); b != nil {
+		t.Errorf("Budget(nil) = %#v, want nil", b)
+	}
+	if l := m.Limiter("x", nil); l != nil {
+		t.Errorf("Limiter(nil) = %#v, want nil", l)
+	}
+	tr := retryhttp.New(http.DefaultTransport, &retry.Policy{MaxAttempts: 1})
+	tr.NewBudget = func(host string) budget.Budget { return m.Budget(host, nil) }
+	tr.NewLimiter = func(host string) limit.Limiter { return m.Limiter(host, nil) }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
 func TestNewNil(t *testing.T) {
 	if _, err := staggerotel.New(nil); err == nil {
 		t.Error("New(nil) succeeded")
