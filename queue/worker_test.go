@@ -138,6 +138,41 @@ func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
 	})
 }
 
+// A handler that ignores its context does not hold its job for ever: the
+// heartbeat stops when the attempt's timeout fires, so the lease runs out
+// and another worker takes the job.
+func TestHungHandlerLosesItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Second})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "hung", MaxAttempts: 3})
+		release := make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			_, err := q.RunOnce(ctx, func(context.Context, []byte) error { <-release; return nil })
+			first <- err
+		}()
+		// Still within the attempt's timeout: the heartbeat keeps the job.
+		time.Sleep(900 * time.Millisecond)
+		if j, err := q.RunOnce(ctx, func(context.Context, []byte) error { return nil }); j != nil || err != nil {
+			t.Fatalf("claimed while the first attempt was within its timeout: %+v %v", j, err)
+		}
+		// Past the timeout plus one lease: claimable again.
+		time.Sleep(500 * time.Millisecond)
+		j, err := q.RunOnce(ctx, func(context.Context, []byte) error { return nil })
+		if err != nil || j == nil || j.Attempts != 2 || j.State != queue.Done {
+			t.Fatalf("job of a hung handler: %+v %v", j, err)
+		}
+		close(release)
+		if err := <-first; !errors.Is(err, queue.ErrLeaseLost) {
+			t.Fatalf("the hung attempt returned %v, want ErrLeaseLost", err)
+		}
+		if j, _ := q.Get(ctx, "hung"); j.State != queue.Done || j.Attempts != 2 {
+			t.Fatalf("the hung attempt's late outcome changed the job: %+v", j)
+		}
+	})
+}
+
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
