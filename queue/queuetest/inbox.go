@@ -40,13 +40,31 @@ func RunInbox(t *testing.T, newInbox func(t *testing.T) queue.Inbox) {
 		ctx := context.Background()
 		boom := errors.New("boom")
 		dup, err := in.Process(ctx, "m", func(context.Context) error { return boom })
-		if dup || !errors.Is(err, boom) {
+		if dup || err != boom {
 			t.Fatalf("failing delivery: dup=%v err=%v", dup, err)
 		}
 		called := false
 		dup, err = in.Process(ctx, "m", func(context.Context) error { called = true; return nil })
 		if dup || err != nil || !called {
 			t.Fatalf("redelivery after failure: dup=%v err=%v called=%v", dup, err, called)
+		}
+	})
+	t.Run("PanicLeavesUnprocessed", func(t *testing.T) {
+		t.Parallel()
+		in := newInbox(t)
+		ctx := context.Background()
+		func() {
+			defer func() {
+				if r := recover(); r != "kaboom" {
+					t.Errorf("recovered %v, want the handler's panic", r)
+				}
+			}()
+			in.Process(ctx, "m", func(context.Context) error { panic("kaboom") })
+		}()
+		called := false
+		dup, err := in.Process(ctx, "m", func(context.Context) error { called = true; return nil })
+		if dup || err != nil || !called {
+			t.Fatalf("redelivery after a panic: dup=%v err=%v called=%v", dup, err, called)
 		}
 	})
 	t.Run("ConcurrentDeliveriesApplyOnce", func(t *testing.T) {
