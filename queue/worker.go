@@ -248,7 +248,12 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 		}
 		if err != nil {
 			w.report(err)
-			st.wait(ctx, nil, jitter(w.cfg.PollInterval))
+			// A shutting-down loop still waits between failed commits.
+			var stop <-chan struct{}
+			if ctx.Err() == nil {
+				stop = ctx.Done()
+			}
+			st.wait(nil, stop, jitter(w.cfg.PollInterval))
 			continue
 		}
 		if n > 0 {
@@ -267,8 +272,9 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 		}
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
-			// jittered poll, or a handler to finish.
-			st.wait(ctx, wake, jitter(w.cfg.PollInterval))
+			// jittered poll, a handler to finish, or the shutdown (which
+			// may have begun during the claim).
+			st.wait(wake, ctx.Done(), jitter(w.cfg.PollInterval))
 		}
 	}
 }
@@ -403,20 +409,14 @@ func (st *loopState) drain() {
 	}
 }
 
-// wait returns after d, on wake, when a handler finishes, or when ctx ends
-// (if it has not ended already: a shutting-down loop still waits between
-// failed commits).
-func (st *loopState) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+// wait returns after d, on wake or stop, or when a handler finishes.
+func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var done <-chan struct{}
-	if ctx.Err() == nil {
-		done = ctx.Done()
-	}
 	select {
 	case <-t.C:
 	case <-wake:
-	case <-done:
+	case <-stop:
 	case b := <-st.finished:
 		st.take(b)
 	}

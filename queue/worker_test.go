@@ -312,6 +312,36 @@ func TestEnqueueWakesIdleWorker(t *testing.T) {
 	})
 }
 
+// cancelingStore cancels the worker's context during every claim.
+type cancelingStore struct {
+	queue.Store
+	cancel context.CancelFunc
+}
+
+func (c *cancelingStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	c.cancel()
+	return c.Store.Claim(ctx, now, leaseUntil, limit)
+}
+
+// A shutdown that begins while an idle worker claims ends at once: the
+// worker does not sleep a poll interval first (and Run does not report a
+// shutdown timeout).
+func TestShutdownDuringIdleClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		q := newQueueOn(t, &cancelingStore{Store: queue.NewMemoryStore(), cancel: cancel}, queue.Config{})
+		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { return nil },
+			queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
+		start := time.Now()
+		if err := w.Run(ctx); err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("shutdown took %v", took)
+		}
+	})
+}
+
 func TestPollJitterSpreads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Two idle workers on one store must not poll in step.
