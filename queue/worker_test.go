@@ -578,3 +578,102 @@ func TestWorkerDoesNotWaitForLongHandlers(t *testing.T) {
 		}
 	})
 }
+
+// closableStore fails every call, and counts it, once closed — as a store
+// the caller closed after Run returned.
+type closableStore struct {
+	queue.Store
+	closed atomic.Bool
+	calls  atomic.Int32
+}
+
+var errClosed = errors.New("store closed")
+
+func (c *closableStore) check() error {
+	if c.closed.Load() {
+		c.calls.Add(1)
+		return errClosed
+	}
+	return nil
+}
+
+func (c *closableStore) Record(ctx context.Context, outs []queue.Outcome) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.Store.Record(ctx, outs)
+}
+
+func (c *closableStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.Store.Claim(ctx, now, leaseUntil, limit)
+}
+
+func (c *closableStore) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.Store.Extend(ctx, leases, now, leaseUntil)
+}
+
+func (c *closableStore) Bury(ctx context.Context, now int64, limit int) (int, error) {
+	if err := c.check(); err != nil {
+		return 0, err
+	}
+	return c.Store.Bury(ctx, now, limit)
+}
+
+// closableMerged is closableStore on a RecordClaimer.
+type closableMerged struct{ *closableStore }
+
+func (c closableMerged) RecordAndClaim(ctx context.Context, outs []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, now, leaseUntil, limit)
+}
+
+// After Run returned ErrShutdownTimeout the worker leaves the store alone:
+// a handler that returns later does not get its outcome retried for ever
+// against a store the caller has closed meanwhile (its job stays leased
+// until the lease expires, as ErrShutdownTimeout says).
+func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
+	for _, merged := range []bool{true, false} {
+		t.Run(fmt.Sprint("merged=", merged), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cs := &closableStore{Store: queue.NewMemoryStore()}
+				var s queue.Store = cs
+				if merged {
+					s = closableMerged{cs}
+				}
+				q := newQueueOn(t, s, queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+				ctx := context.Background()
+				q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
+				release := make(chan struct{})
+				var reported atomic.Int32
+				w, _ := queue.NewWorker(q, func(context.Context, []byte) error { <-release; return nil },
+					queue.WorkerConfig{Grace: time.Second, OnError: func(error) { reported.Add(1) }})
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan error)
+				go func() { done <- w.Run(rctx) }()
+				synctest.Wait()
+				cancel()
+				if err := <-done; !errors.Is(err, queue.ErrShutdownTimeout) {
+					t.Fatalf("Run = %v, want ErrShutdownTimeout", err)
+				}
+				cs.closed.Store(true)
+				close(release)
+				time.Sleep(time.Minute)
+				calls, errs := cs.calls.Load(), reported.Load()
+				cs.closed.Store(false) // let a worker that kept going finish
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				if calls > 0 || errs > 0 {
+					t.Fatalf("after Run returned: %d store calls, %d errors reported", calls, errs)
+				}
+			})
+		})
+	}
+}
