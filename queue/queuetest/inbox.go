@@ -49,6 +49,17 @@ func RunInbox(t *testing.T, newInbox func(t *testing.T) queue.Inbox) {
 			t.Fatalf("redelivery after failure: dup=%v err=%v called=%v", dup, err, called)
 		}
 	})
+	t.Run("InvalidID", func(t *testing.T) {
+		t.Parallel()
+		in := newInbox(t)
+		for _, id := range []string{"", "a\nb", string(make([]byte, queue.MaxIDLen+1))} {
+			called := false
+			dup, err := in.Process(context.Background(), id, func(context.Context) error { called = true; return nil })
+			if dup || called || !errors.Is(err, queue.ErrInvalid) {
+				t.Errorf("Process(%q): dup=%v called=%v err=%v, want ErrInvalid without a call", id, dup, called, err)
+			}
+		}
+	})
 	t.Run("PanicLeavesUnprocessed", func(t *testing.T) {
 		t.Parallel()
 		in := newInbox(t)
