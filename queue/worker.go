@@ -330,14 +330,7 @@ func (c *committer) run(rec context.Context) {
 				break gather
 			}
 		}
-		var outs []Outcome
-		for _, b := range queued {
-			for k, ok := range b.rec {
-				if ok {
-					outs = append(outs, b.outs[k])
-				}
-			}
-		}
+		outs := outcomesOf(queued)
 		for len(outs) > 0 {
 			rctx, cancel := context.WithTimeout(rec, w.q.recordTO)
 			err := w.q.store.Record(rctx, outs)
@@ -460,14 +453,7 @@ func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) {
 // queued outcomes were committed.
 func (w *Worker) commit(ctx, rec context.Context, queued []*batch, n int) ([]Job, int64, bool, error) {
 	q := w.q
-	var outs []Outcome
-	for _, b := range queued {
-		for k, ok := range b.rec {
-			if ok {
-				outs = append(outs, b.outs[k])
-			}
-		}
-	}
+	outs := outcomesOf(queued)
 	t0 := q.now()
 	leaseUntil := addMs(t0, q.leaseMs)
 	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 {
@@ -500,6 +486,20 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*batch, n int) ([]Job
 		return nil, t0, true, fmt.Errorf("queue: claim: %w", err)
 	}
 	return jobs, t0, true, nil
+}
+
+// outcomesOf collects the outcomes to record of the queued batches, in the
+// order settle reads them back.
+func outcomesOf(queued []*batch) []Outcome {
+	var outs []Outcome
+	for _, b := range queued {
+		for k, ok := range b.rec {
+			if ok {
+				outs = append(outs, b.outs[k])
+			}
+		}
+	}
+	return outs
 }
 
 // settle mirrors committed outcomes on their batches and reports errors.
