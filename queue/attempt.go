@@ -73,7 +73,7 @@ func (b *batch) attempt(ctx context.Context, i int, h retry.Handler) {
 		// attempt was spent by the claim and is not given back.
 		o.Now = max(q.now(), b.t0)
 		o.State, o.AvailableAt = Pending, o.Now
-		o.LastError = "released before the handler started: " + err.Error()
+		o.LastError = truncateError("released before the handler started: " + err.Error())
 		b.outs[i], b.rec[i], b.errs[i] = o, true, err
 		return
 	}
