@@ -354,7 +354,10 @@ func ceilingSQLite(b *testing.B, db *sql.DB, batch int) {
 	n := b.N
 	b.ResetTimer()
 	for i := 0; i < n; {
-		tx, _ := db.BeginTx(ctx, nil)
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for k := 0; k < benchInsertTxn && i < n; k, i = k+1, i+1 {
 			if _, err := tx.Exec(`INSERT INTO t (state, payload) VALUES (0, ?)`, []byte("{}")); err != nil {
 				b.Fatal(err)
@@ -372,11 +375,24 @@ func ceilingSQLite(b *testing.B, db *sql.DB, batch int) {
 		var ids []any
 		for rows.Next() {
 			var id int64
-			rows.Scan(&id)
+			if err := rows.Scan(&id); err != nil {
+				b.Fatal(err)
+			}
 			ids = append(ids, id)
 		}
-		rows.Close()
-		tx, _ := db.BeginTx(ctx, nil)
+		if err := rows.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if len(ids) == 0 {
+			b.Fatalf("ceiling: %d jobs left but none to claim", left)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for _, id := range ids {
 			if _, err := tx.Exec(`UPDATE t SET state = 2 WHERE id = ?`, id); err != nil {
 				b.Fatal(err)
@@ -467,8 +483,14 @@ func pgCounters(b *testing.B, pool *pgxpool.Pool) func() {
 			b.Fatal(err)
 		}
 		defer conn.Release()
-		conn.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits)
-		conn.QueryRow(ctx, `SELECT wal_sync FROM pg_stat_wal`).Scan(&syncs)
+		if err := conn.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits); err != nil {
+			b.Fatalf("reading pg_stat_database: %v", err)
+		}
+		// pg_stat_wal.wal_sync exists up to PostgreSQL 17 (18 moved it to
+		// pg_stat_io): fail rather than report 0 flushes/job.
+		if err := conn.QueryRow(ctx, `SELECT wal_sync FROM pg_stat_wal`).Scan(&syncs); err != nil {
+			b.Fatalf("reading pg_stat_wal.wal_sync: %v", err)
+		}
 		return commits, syncs
 	}
 	c0, s0 := read()

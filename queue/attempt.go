@@ -26,9 +26,10 @@ type batch struct {
 
 	mu      sync.Mutex
 	lost    []bool
-	settled []bool // outcome known: no longer heartbeat
-	active  int
-	cancel  context.CancelCauseFunc
+	settled []bool                  // outcome known: no longer heartbeat
+	active  int                     // the job whose handler runs, -1 when none
+	cancel  context.CancelCauseFunc // cancels the active handler's context
+	actx    context.Context         // the active attempt's context
 	timer   *time.Timer
 	stopped bool
 	hbCtx   context.Context
@@ -72,16 +73,16 @@ func (b *batch) attempt(ctx context.Context, i int, h retry.Handler) {
 		// attempt was spent by the claim and is not given back.
 		o.Now = max(q.now(), b.t0)
 		o.State, o.AvailableAt = Pending, o.Now
-		o.LastError = "released before the handler started: " + err.Error()
+		o.LastError = truncateError("released before the handler started: " + err.Error())
 		b.outs[i], b.rec[i], b.errs[i] = o, true, err
 		return
 	}
 
 	hctx, cancel := context.WithCancelCause(ctx)
-	b.mu.Lock()
-	b.active, b.cancel = i, cancel
-	b.mu.Unlock()
 	actx, acancel := context.WithTimeout(hctx, q.cfg.AttemptTimeout)
+	b.mu.Lock()
+	b.active, b.cancel, b.actx = i, cancel, actx
+	b.mu.Unlock()
 	herr := call(retry.WithDelivery(actx, retry.Delivery{
 		ID: j.ID, Attempt: j.Attempts, MaxAttempts: j.MaxAttempts, Source: "queue",
 	}), h, j.Payload)
@@ -89,7 +90,7 @@ func (b *batch) attempt(ctx context.Context, i int, h retry.Handler) {
 	acancel()
 	leaseLost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	b.mu.Lock()
-	b.active, b.cancel = -1, nil
+	b.active, b.cancel, b.actx = -1, nil, nil
 	b.mu.Unlock()
 	cancel(nil)
 
@@ -208,7 +209,11 @@ func apply(j *Job, o Outcome) {
 	}
 }
 
-// startHeartbeat extends the batch's unsettled leases every Lease/3.
+// startHeartbeat extends the batch's unsettled leases every Lease/3 — but
+// not the lease of an attempt whose context has ended (its AttemptTimeout
+// fired, or it was canceled at shutdown): a handler that ignores its
+// context does not hold its job for ever; the lease runs out at most Lease
+// later and the job is claimable again (or buried).
 func (b *batch) startHeartbeat(ctx context.Context) {
 	b.hbCtx = context.WithoutCancel(ctx)
 	b.mu.Lock()
@@ -233,17 +238,21 @@ func (b *batch) beat() {
 	}
 	b.leases = b.leases[:0]
 	for i := range b.jobs {
-		if !b.settled[i] && !b.lost[i] {
-			b.leases = append(b.leases, Lease{ID: b.jobs[i].ID, Attempt: b.jobs[i].Attempts})
+		if b.settled[i] || b.lost[i] || (i == b.active && b.actx.Err() != nil) {
+			continue
 		}
+		b.leases = append(b.leases, Lease{ID: b.jobs[i].ID, Attempt: b.jobs[i].Attempts})
 	}
 	leases := b.leases
 	b.mu.Unlock()
 
-	now := b.q.now()
-	ctx, cancel := context.WithTimeout(b.hbCtx, b.q.cfg.Lease/3)
-	err := b.q.store.Extend(ctx, leases, now, addMs(now, b.q.leaseMs))
-	cancel()
+	var err error
+	if len(leases) > 0 {
+		now := b.q.now()
+		ctx, cancel := context.WithTimeout(b.hbCtx, b.q.cfg.Lease/3)
+		err = b.q.store.Extend(ctx, leases, now, addMs(now, b.q.leaseMs))
+		cancel()
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

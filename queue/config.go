@@ -38,7 +38,9 @@ type Config struct {
 	// random ratio in [0, 1) per retry (backoff.Ratio). Defaults 1s and 5m.
 	Base, Cap time.Duration
 	// Lease is how long a claim holds a job before another worker may take
-	// it; a running handler's lease is extended every Lease/3. Default 30s.
+	// it; a running handler's lease is extended every Lease/3 until its
+	// attempt's context ends (AttemptTimeout, shutdown), so a handler that
+	// ignores its context loses the job at most a Lease later. Default 30s.
 	Lease time.Duration
 	// AttemptTimeout bounds each handler call. An attempt that hits it with
 	// an error of no class counts as retryable. Default 1m.
@@ -60,7 +62,7 @@ type Config struct {
 	Rand rand.Source
 }
 
-// validate fills defaults and checks every field.
+// withDefaults fills defaults and checks every field.
 func (c Config) withDefaults() (Config, error) {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {

@@ -18,10 +18,11 @@ var ErrInProgress = errors.New("queue: inbox: same id in progress")
 // that expired and was taken by another worker, a broker redelivery).
 //
 // Process runs fn unless id was already processed successfully, in which
-// case it returns duplicate = true without calling fn. While fn runs for an
+// case it returns duplicate = true without calling fn. An id that is not a
+// valid job ID (ValidateID) is refused with ErrInvalid, fn not called. While fn runs for an
 // id, concurrent Process calls for that id return ErrInProgress (wrapped as
 // retryable). fn's error is returned unchanged and leaves id unprocessed, so
-// a later delivery runs it again.
+// a later delivery runs it again; so does a panic in fn, which propagates.
 type Inbox interface {
 	Process(ctx context.Context, id string, fn func(ctx context.Context) error) (duplicate bool, err error)
 }
@@ -43,6 +44,9 @@ func NewMemoryInbox() *MemoryInbox {
 
 // Process implements Inbox.
 func (m *MemoryInbox) Process(ctx context.Context, id string, fn func(ctx context.Context) error) (bool, error) {
+	if err := ValidateID(id); err != nil {
+		return false, err
+	}
 	m.mu.Lock()
 	if _, ok := m.done[id]; ok {
 		m.mu.Unlock()
@@ -55,14 +59,17 @@ func (m *MemoryInbox) Process(ctx context.Context, id string, fn func(ctx contex
 	m.running[id] = true
 	m.mu.Unlock()
 
+	ok := false
+	defer func() { // also when fn panics: the id must not stay running
+		m.mu.Lock()
+		delete(m.running, id)
+		if ok {
+			m.done[id] = m.now()
+		}
+		m.mu.Unlock()
+	}()
 	err := fn(ctx)
-
-	m.mu.Lock()
-	delete(m.running, id)
-	if err == nil {
-		m.done[id] = m.now()
-	}
-	m.mu.Unlock()
+	ok = err == nil
 	return false, err
 }
 

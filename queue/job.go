@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -70,7 +71,8 @@ const (
 	// MaxIDLen is the longest job ID in bytes.
 	MaxIDLen = 255
 	// MaxLastErrorLen is the longest stored error message in bytes; longer
-	// messages are truncated.
+	// messages are truncated. Invalid UTF-8 and NUL bytes in a message are
+	// stored as U+FFFD (PostgreSQL's text refuses them).
 	MaxLastErrorLen = 2048
 	// MaxMaxAttempts is the largest attempt budget a job may have.
 	MaxMaxAttempts = 1_000_000
@@ -97,15 +99,23 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// truncateError bounds an error message to MaxLastErrorLen bytes on a rune
-// boundary.
+// truncateError makes an error message storable: invalid UTF-8 and NUL
+// bytes become U+FFFD (a text column of PostgreSQL refuses them, which
+// would fail the whole commit the outcome is part of), and the result is
+// bounded to MaxLastErrorLen bytes on a rune boundary.
 func truncateError(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
 	if len(s) <= MaxLastErrorLen {
 		return s
 	}
-	s = s[:MaxLastErrorLen]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	n := MaxLastErrorLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return s
+	return s[:n]
 }

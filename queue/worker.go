@@ -24,9 +24,11 @@ const (
 )
 
 // ErrShutdownTimeout is returned by Worker.Run when handlers were still
-// running a grace period after they were canceled. Their jobs stay leased
-// and are claimable again when their leases expire.
-var ErrShutdownTimeout = errors.New("queue: worker: handlers still running after the grace period")
+// running (or outcomes still uncommitted, the store failing) a grace period
+// after the handlers were canceled. The worker then leaves the store alone:
+// outcomes not yet committed are dropped, their jobs stay leased and are
+// claimable again when their leases expire.
+var ErrShutdownTimeout = errors.New("queue: worker: handlers still running or outcomes uncommitted after the grace period")
 
 // WorkerConfig configures a Worker; zero fields take their defaults.
 type WorkerConfig struct {
@@ -126,11 +128,17 @@ func NewWorker(q *Queue, h retry.Handler, cfg WorkerConfig) (*Worker, error) {
 
 // Run processes jobs until ctx is done, then shuts down: it stops claiming,
 // lets in-flight handlers finish for Grace, cancels those still running
-// (their jobs are released), and returns nil — or ErrShutdownTimeout if
-// some handler ignored the cancellation for another Grace.
+// (their jobs are released), and returns nil once every outcome is
+// committed — or ErrShutdownTimeout if that took another Grace (a handler
+// ignored the cancellation, or the store kept failing). After Run returns
+// the worker no longer uses the store.
 func (w *Worker) Run(ctx context.Context) error {
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+	// rec outlives ctx so that outcomes are committed during the shutdown;
+	// it ends when Run gives up, which stops the loop's store calls.
+	rec, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
 
 	var bg sync.WaitGroup
 	if n, ok := w.q.store.(Notifier); ok {
@@ -161,7 +169,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
-		w.loop(ctx, hctx)
+		w.loop(ctx, hctx, rec)
 	}()
 	<-ctx.Done()
 	bg.Wait()
@@ -189,20 +197,24 @@ func (w *Worker) Run(ctx context.Context) error {
 // starts a goroutine per claimed job. So a busy worker pays about one
 // commit per turn, and no claimed job waits for a handler. After ctx is
 // done it stops claiming and returns once every running handler's outcome
-// is committed.
-func (w *Worker) loop(ctx, hctx context.Context) {
+// is committed, or as soon as rec ends (Run gave up): outcomes are
+// committed with rec, which outlives ctx.
+func (w *Worker) loop(ctx, hctx, rec context.Context) {
 	q := w.q
 	st := &loopState{finished: make(chan *batch, w.cfg.Concurrency)}
 	var async *committer
 	if _, merged := q.store.(RecordClaimer); !merged {
 		async = &committer{w: w, in: make(chan []*batch, w.cfg.Concurrency), done: make(chan struct{})}
-		go async.run(ctx)
+		go async.run(rec)
 		defer func() {
 			close(async.in)
 			<-async.done
 		}()
 	}
 	for {
+		if rec.Err() != nil {
+			return // abandoned: handlers still running send to a buffered channel
+		}
 		if st.busy > 0 {
 			runtime.Gosched() // let handlers that are about to finish report first
 		}
@@ -229,12 +241,17 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 			case b := <-st.finished:
 				st.take(b)
 			case <-done:
+			case <-rec.Done():
 			}
 			continue
 		}
 		if async != nil && len(st.queued) > 0 {
 			// Outcomes are committed beside the claims (see committer).
-			async.in <- st.queued
+			select {
+			case async.in <- st.queued:
+			case <-rec.Done():
+				continue
+			}
 			st.queued = nil
 			if n == 0 {
 				continue
@@ -242,13 +259,22 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 		}
 		wake := q.waitChan() // before the claim, so no enqueue is missed
 		start := time.Now()
-		jobs, t0, settled, err := w.commit(ctx, st.queued, n)
+		jobs, t0, settled, err := w.commit(ctx, rec, st.queued, n)
 		if settled {
 			st.queued = nil
 		}
 		if err != nil {
+			if rec.Err() != nil {
+				return
+			}
 			w.report(err)
-			st.wait(ctx, nil, jitter(w.cfg.PollInterval))
+			// A shutting-down loop still waits between failed commits,
+			// until Run gives up.
+			var stop <-chan struct{}
+			if ctx.Err() == nil {
+				stop = ctx.Done()
+			}
+			st.wait(rec.Done(), stop, jitter(w.cfg.PollInterval))
 			continue
 		}
 		if n > 0 {
@@ -267,8 +293,9 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 		}
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
-			// jittered poll, or a handler to finish.
-			st.wait(ctx, wake, jitter(w.cfg.PollInterval))
+			// jittered poll, a handler to finish, or the shutdown (which
+			// may have begun during the claim).
+			st.wait(wake, ctx.Done(), jitter(w.cfg.PollInterval))
 		}
 	}
 }
@@ -276,15 +303,17 @@ func (w *Worker) loop(ctx, hctx context.Context) {
 // committer records outcomes in its own transactions, concurrently with
 // the loop's claims, for stores that cannot merge them into the claim's
 // transaction (not a RecordClaimer). Outcomes that arrive while a commit
-// is in flight share the next one (group commit, no timer). A failed commit is retried after a jittered pause:
-// outcomes are never dropped (their leases keep the jobs meanwhile).
+// is in flight share the next one (group commit, no timer). A failed
+// commit is retried after a jittered pause: outcomes are dropped only when
+// Run gives up (their leases keep the jobs meanwhile).
 type committer struct {
 	w    *Worker
 	in   chan []*batch
 	done chan struct{}
 }
 
-func (c *committer) run(ctx context.Context) {
+// run commits with rec and returns when in is closed or rec ends.
+func (c *committer) run(rec context.Context) {
 	defer close(c.done)
 	w := c.w
 	for first := range c.in {
@@ -301,23 +330,25 @@ func (c *committer) run(ctx context.Context) {
 				break gather
 			}
 		}
-		var outs []Outcome
-		for _, b := range queued {
-			for k, ok := range b.rec {
-				if ok {
-					outs = append(outs, b.outs[k])
-				}
-			}
-		}
+		outs := outcomesOf(queued)
 		for len(outs) > 0 {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.q.recordTO)
+			rctx, cancel := context.WithTimeout(rec, w.q.recordTO)
 			err := w.q.store.Record(rctx, outs)
 			cancel()
 			if err == nil {
 				break
 			}
+			if rec.Err() != nil {
+				return
+			}
 			w.report(fmt.Errorf("queue: recording outcomes: %w", err))
-			time.Sleep(jitter(w.cfg.PollInterval))
+			t := time.NewTimer(jitter(w.cfg.PollInterval))
+			select {
+			case <-t.C:
+			case <-rec.Done():
+				t.Stop()
+				return
+			}
 		}
 		w.settle(queued, outs)
 	}
@@ -403,42 +434,30 @@ func (st *loopState) drain() {
 	}
 }
 
-// wait returns after d, on wake, when a handler finishes, or when ctx ends
-// (if it has not ended already: a shutting-down loop still waits between
-// failed commits).
-func (st *loopState) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+// wait returns after d, on wake or stop, or when a handler finishes.
+func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var done <-chan struct{}
-	if ctx.Err() == nil {
-		done = ctx.Done()
-	}
 	select {
 	case <-t.C:
 	case <-wake:
-	case <-done:
+	case <-stop:
 	case b := <-st.finished:
 		st.take(b)
 	}
 }
 
-// commit records the outcomes of the queued batches and claims up to n
-// jobs, in one transaction when the store allows it. It returns the claimed
-// jobs, their claim time, and whether the queued outcomes were committed.
-func (w *Worker) commit(ctx context.Context, queued []*batch, n int) ([]Job, int64, bool, error) {
+// commit records the outcomes of the queued batches (with rec, which
+// outlives ctx) and claims up to n jobs, in one transaction when the store
+// allows it. It returns the claimed jobs, their claim time, and whether the
+// queued outcomes were committed.
+func (w *Worker) commit(ctx, rec context.Context, queued []*batch, n int) ([]Job, int64, bool, error) {
 	q := w.q
-	var outs []Outcome
-	for _, b := range queued {
-		for k, ok := range b.rec {
-			if ok {
-				outs = append(outs, b.outs[k])
-			}
-		}
-	}
+	outs := outcomesOf(queued)
 	t0 := q.now()
 	leaseUntil := addMs(t0, q.leaseMs)
 	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.recordTO)
+		rctx, cancel := context.WithTimeout(rec, q.recordTO)
 		jobs, err := rc.RecordAndClaim(rctx, outs, t0, leaseUntil, n)
 		cancel()
 		if err != nil {
@@ -448,7 +467,7 @@ func (w *Worker) commit(ctx context.Context, queued []*batch, n int) ([]Job, int
 		return jobs, t0, true, nil
 	}
 	if len(outs) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.recordTO)
+		rctx, cancel := context.WithTimeout(rec, q.recordTO)
 		err := q.store.Record(rctx, outs)
 		cancel()
 		if err != nil {
@@ -467,6 +486,20 @@ func (w *Worker) commit(ctx context.Context, queued []*batch, n int) ([]Job, int
 		return nil, t0, true, fmt.Errorf("queue: claim: %w", err)
 	}
 	return jobs, t0, true, nil
+}
+
+// outcomesOf collects the outcomes to record of the queued batches, in the
+// order settle reads them back.
+func outcomesOf(queued []*batch) []Outcome {
+	var outs []Outcome
+	for _, b := range queued {
+		for k, ok := range b.rec {
+			if ok {
+				outs = append(outs, b.outs[k])
+			}
+		}
+	}
+	return outs
 }
 
 // settle mirrors committed outcomes on their batches and reports errors.

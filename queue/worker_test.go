@@ -138,6 +138,41 @@ func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
 	})
 }
 
+// A handler that ignores its context does not hold its job for ever: the
+// heartbeat stops when the attempt's timeout fires, so the lease runs out
+// and another worker takes the job.
+func TestHungHandlerLosesItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Second})
+		ctx := context.Background()
+		q.Enqueue(ctx, queue.NewJob{ID: "hung", MaxAttempts: 3})
+		release := make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			_, err := q.RunOnce(ctx, func(context.Context, []byte) error { <-release; return nil })
+			first <- err
+		}()
+		// Still within the attempt's timeout: the heartbeat keeps the job.
+		time.Sleep(900 * time.Millisecond)
+		if j, err := q.RunOnce(ctx, func(context.Context, []byte) error { return nil }); j != nil || err != nil {
+			t.Fatalf("claimed while the first attempt was within its timeout: %+v %v", j, err)
+		}
+		// Past the timeout plus one lease: claimable again.
+		time.Sleep(500 * time.Millisecond)
+		j, err := q.RunOnce(ctx, func(context.Context, []byte) error { return nil })
+		if err != nil || j == nil || j.Attempts != 2 || j.State != queue.Done {
+			t.Fatalf("job of a hung handler: %+v %v", j, err)
+		}
+		close(release)
+		if err := <-first; !errors.Is(err, queue.ErrLeaseLost) {
+			t.Fatalf("the hung attempt returned %v, want ErrLeaseLost", err)
+		}
+		if j, _ := q.Get(ctx, "hung"); j.State != queue.Done || j.Attempts != 2 {
+			t.Fatalf("the hung attempt's late outcome changed the job: %+v", j)
+		}
+	})
+}
+
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
@@ -274,6 +309,36 @@ func TestEnqueueWakesIdleWorker(t *testing.T) {
 		}
 		cancel()
 		<-done
+	})
+}
+
+// cancelingStore cancels the worker's context during every claim.
+type cancelingStore struct {
+	queue.Store
+	cancel context.CancelFunc
+}
+
+func (c *cancelingStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	c.cancel()
+	return c.Store.Claim(ctx, now, leaseUntil, limit)
+}
+
+// A shutdown that begins while an idle worker claims ends at once: the
+// worker does not sleep a poll interval first (and Run does not report a
+// shutdown timeout).
+func TestShutdownDuringIdleClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		q := newQueueOn(t, &cancelingStore{Store: queue.NewMemoryStore(), cancel: cancel}, queue.Config{})
+		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { return nil },
+			queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
+		start := time.Now()
+		if err := w.Run(ctx); err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("shutdown took %v", took)
+		}
 	})
 }
 
@@ -512,4 +577,103 @@ func TestWorkerDoesNotWaitForLongHandlers(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// closableStore fails every call, and counts it, once closed — as a store
+// the caller closed after Run returned.
+type closableStore struct {
+	queue.Store
+	closed atomic.Bool
+	calls  atomic.Int32
+}
+
+var errClosed = errors.New("store closed")
+
+func (c *closableStore) check() error {
+	if c.closed.Load() {
+		c.calls.Add(1)
+		return errClosed
+	}
+	return nil
+}
+
+func (c *closableStore) Record(ctx context.Context, outs []queue.Outcome) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.Store.Record(ctx, outs)
+}
+
+func (c *closableStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.Store.Claim(ctx, now, leaseUntil, limit)
+}
+
+func (c *closableStore) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.Store.Extend(ctx, leases, now, leaseUntil)
+}
+
+func (c *closableStore) Bury(ctx context.Context, now int64, limit int) (int, error) {
+	if err := c.check(); err != nil {
+		return 0, err
+	}
+	return c.Store.Bury(ctx, now, limit)
+}
+
+// closableMerged is closableStore on a RecordClaimer.
+type closableMerged struct{ *closableStore }
+
+func (c closableMerged) RecordAndClaim(ctx context.Context, outs []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, now, leaseUntil, limit)
+}
+
+// After Run returned ErrShutdownTimeout the worker leaves the store alone:
+// a handler that returns later does not get its outcome retried for ever
+// against a store the caller has closed meanwhile (its job stays leased
+// until the lease expires, as ErrShutdownTimeout says).
+func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
+	for _, merged := range []bool{true, false} {
+		t.Run(fmt.Sprint("merged=", merged), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cs := &closableStore{Store: queue.NewMemoryStore()}
+				var s queue.Store = cs
+				if merged {
+					s = closableMerged{cs}
+				}
+				q := newQueueOn(t, s, queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+				ctx := context.Background()
+				q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
+				release := make(chan struct{})
+				var reported atomic.Int32
+				w, _ := queue.NewWorker(q, func(context.Context, []byte) error { <-release; return nil },
+					queue.WorkerConfig{Grace: time.Second, OnError: func(error) { reported.Add(1) }})
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan error)
+				go func() { done <- w.Run(rctx) }()
+				synctest.Wait()
+				cancel()
+				if err := <-done; !errors.Is(err, queue.ErrShutdownTimeout) {
+					t.Fatalf("Run = %v, want ErrShutdownTimeout", err)
+				}
+				cs.closed.Store(true)
+				close(release)
+				time.Sleep(time.Minute)
+				calls, errs := cs.calls.Load(), reported.Load()
+				cs.closed.Store(false) // let a worker that kept going finish
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				if calls > 0 || errs > 0 {
+					t.Fatalf("after Run returned: %d store calls, %d errors reported", calls, errs)
+				}
+			})
+		})
+	}
 }

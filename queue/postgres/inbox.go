@@ -55,11 +55,24 @@ func (in *Inbox) Process(ctx context.Context, id string, fn func(ctx context.Con
 	if err != nil {
 		return false, err
 	}
-	ferr := fn(ctx)
 	mctx := context.WithoutCancel(ctx)
-	if ferr != nil {
+	release := func() error {
 		_, err := s.pool.Exec(mctx, `DELETE FROM `+s.inboxT+` WHERE id = $1 AND token = $2 AND state = 'running'`, id, token)
-		return false, errors.Join(ferr, err)
+		return err
+	}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked: free the id for the next delivery
+			release()
+		}
+	}()
+	ferr := fn(ctx)
+	returned = true
+	if ferr != nil {
+		// fn's error unchanged (the queue.Inbox contract); a failed
+		// release only delays the next delivery until the lease expires.
+		release()
+		return false, ferr
 	}
 	_, err = s.pool.Exec(mctx, `UPDATE `+s.inboxT+` SET state = 'done', done_at = $3 WHERE id = $1 AND token = $2`, id, token, s.opts.Now())
 	return false, err

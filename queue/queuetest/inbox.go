@@ -40,13 +40,42 @@ func RunInbox(t *testing.T, newInbox func(t *testing.T) queue.Inbox) {
 		ctx := context.Background()
 		boom := errors.New("boom")
 		dup, err := in.Process(ctx, "m", func(context.Context) error { return boom })
-		if dup || !errors.Is(err, boom) {
+		if dup || err != boom {
 			t.Fatalf("failing delivery: dup=%v err=%v", dup, err)
 		}
 		called := false
 		dup, err = in.Process(ctx, "m", func(context.Context) error { called = true; return nil })
 		if dup || err != nil || !called {
 			t.Fatalf("redelivery after failure: dup=%v err=%v called=%v", dup, err, called)
+		}
+	})
+	t.Run("InvalidID", func(t *testing.T) {
+		t.Parallel()
+		in := newInbox(t)
+		for _, id := range []string{"", "a\nb", string(make([]byte, queue.MaxIDLen+1))} {
+			called := false
+			dup, err := in.Process(context.Background(), id, func(context.Context) error { called = true; return nil })
+			if dup || called || !errors.Is(err, queue.ErrInvalid) {
+				t.Errorf("Process(%q): dup=%v called=%v err=%v, want ErrInvalid without a call", id, dup, called, err)
+			}
+		}
+	})
+	t.Run("PanicLeavesUnprocessed", func(t *testing.T) {
+		t.Parallel()
+		in := newInbox(t)
+		ctx := context.Background()
+		func() {
+			defer func() {
+				if r := recover(); r != "kaboom" {
+					t.Errorf("recovered %v, want the handler's panic", r)
+				}
+			}()
+			in.Process(ctx, "m", func(context.Context) error { panic("kaboom") })
+		}()
+		called := false
+		dup, err := in.Process(ctx, "m", func(context.Context) error { called = true; return nil })
+		if dup || err != nil || !called {
+			t.Fatalf("redelivery after a panic: dup=%v err=%v called=%v", dup, err, called)
 		}
 	})
 	t.Run("ConcurrentDeliveriesApplyOnce", func(t *testing.T) {

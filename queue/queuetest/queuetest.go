@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
@@ -50,6 +52,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Exhausted", testExhausted},
 		{"Permanent", testPermanent},
 		{"UnknownStaysLeased", testUnknown},
+		{"ErrorTextStorable", testErrorText},
 		{"CrashAfterClaimSpendsAttempt", testCrash},
 		{"ClockBackwards", testClockBackwards},
 		{"LeaseLost", testLeaseLost},
@@ -896,6 +899,34 @@ func testUnknown(t *testing.T, s queue.Store) {
 	j, err = e.q.RunOnce(e.ctx, func(context.Context, []byte) error { panic("kaboom") })
 	if err == nil || j == nil || j.State != queue.Leased || !bytes.Contains([]byte(err.Error()), []byte("kaboom")) {
 		t.Fatalf("panic: job %+v err %v", j, err)
+	}
+}
+
+// testErrorText: any error message can be recorded — invalid UTF-8 and NUL
+// bytes (which a PostgreSQL text column refuses) are replaced, a long one is
+// cut on a rune boundary — and the outcomes recorded with it are not lost.
+func testErrorText(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	long := strings.Repeat("é", queue.MaxLastErrorLen) // 2 bytes a rune
+	for id, tc := range map[string]struct{ msg, want string }{
+		"invalid": {"body: \xff\xfe!", "body: \uFFFD!"},
+		"nul":     {"a\x00b", "a\uFFFDb"},
+		"long":    {"\xff" + long, "\uFFFD" + long[:queue.MaxLastErrorLen-4]},
+	} {
+		e.enqueue(queue.NewJob{ID: id, MaxAttempts: 3})
+		for _, h := range []retry.Handler{fail(retry.Retryable(errors.New(tc.msg))), fail(errors.New(tc.msg))} {
+			j, err := e.q.RunOnce(e.ctx, h)
+			if err != nil && !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("%s: RunOnce: %v", id, err)
+			}
+			if g := e.get(id); g.LastError != tc.want || !utf8.ValidString(g.LastError) || j.Attempts != g.Attempts {
+				t.Fatalf("%s: stored last error %q, want %q (job %+v)", id, g.LastError, tc.want, g)
+			}
+			e.clock.Advance(60_000) // past the retry and the lease
+		}
+		if j := e.runOnce(ok); j == nil || j.ID != id || j.State != queue.Done {
+			t.Fatalf("%s: finishing run: %+v", id, j)
+		}
 	}
 }
 

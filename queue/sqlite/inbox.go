@@ -56,20 +56,25 @@ func (in *Inbox) Process(ctx context.Context, id string, fn func(ctx context.Con
 	if err != nil || dup {
 		return dup, err
 	}
-	ferr := fn(ctx)
 	mctx := context.WithoutCancel(ctx)
-	merr := s.tx(mctx, func(tx *sql.Tx) error {
-		if ferr != nil {
-			_, err := tx.ExecContext(mctx, `DELETE FROM stagger_inbox WHERE id = ? AND token = ? AND state = 'running'`, id, token)
-			return err
-		}
-		_, err := tx.ExecContext(mctx, `UPDATE stagger_inbox SET state = 'done', done_at = ?3 WHERE id = ?1 AND token = ?2`, id, token, s.opts.Now())
+	release := func() error {
+		_, err := s.w.ExecContext(mctx, `DELETE FROM stagger_inbox WHERE id = ? AND token = ? AND state = 'running'`, id, token)
 		return err
-	})
+	}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked: free the id for the next delivery
+			release()
+		}
+	}()
+	ferr := fn(ctx)
+	returned = true
 	if ferr != nil {
+		release()
 		return false, ferr
 	}
-	return false, merr
+	_, err = s.w.ExecContext(mctx, `UPDATE stagger_inbox SET state = 'done', done_at = ?3 WHERE id = ?1 AND token = ?2`, id, token, s.opts.Now())
+	return false, err
 }
 
 // ProcessTx runs fn inside one write transaction together with the inbox

@@ -95,8 +95,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	if path == "" || strings.ContainsAny(path, "?#") {
+	switch {
+	case path == "" || strings.ContainsAny(path, "?#"):
 		return nil, fmt.Errorf("%w: sqlite path must be a non-empty file name without '?' or '#', got %q", queue.ErrInvalid, path)
+	case path == ":memory:":
+		// Every connection would open its own empty database: the readers
+		// would not see the writer's tables.
+		return nil, fmt.Errorf("%w: sqlite path must be a file, not %q (use queue.MemoryStore for a queue in memory)", queue.ErrInvalid, path)
 	}
 	dsn := func(txlock string) string {
 		v := url.Values{}
@@ -342,6 +347,9 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, no
 }
 
 func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	if limit < 1 {
+		return nil, nil // SQLite reads a negative LIMIT as no limit at all
+	}
 	var out []queue.Job
 	err := func() error {
 		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
@@ -441,6 +449,9 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 
 // Bury implements queue.Store.
 func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE stagger_jobs SET state = 'dead',
@@ -470,6 +481,9 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
+	if limit < 1 {
+		return nil, nil
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), after, limit)
 	if err != nil {
 		return nil, err

@@ -82,6 +82,39 @@ func TestOptionsValidation(t *testing.T) {
 	if _, err := sqlite.Open(context.Background(), "a?b", sqlite.Options{}); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("path with '?' accepted: %v", err)
 	}
+	if _, err := sqlite.Open(context.Background(), ":memory:", sqlite.Options{}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "MemoryStore") {
+		t.Errorf("Open(:memory:) = %v, want an error pointing to queue.MemoryStore", err)
+	}
+}
+
+// A limit below 1 takes nothing: SQLite would read a negative LIMIT as no
+// limit and claim, bury or list every row.
+func TestNonPositiveLimits(t *testing.T) {
+	s := open(t, sqlite.Options{Synchronous: "NORMAL"})
+	ctx := context.Background()
+	const now = queuetest.Start
+	var jobs []queue.Job
+	for _, id := range []string{"a", "b", "c"} {
+		jobs = append(jobs, queue.Job{ID: id, MaxAttempts: 3, AvailableAt: now, Deadline: now + 1000,
+			State: queue.Pending, CreatedAt: now, UpdatedAt: now})
+	}
+	if _, err := s.Insert(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{0, -1} {
+		if got, err := s.Claim(ctx, now, now+10, limit); err != nil || len(got) != 0 {
+			t.Errorf("Claim(limit %d) = %d jobs, %v; want none", limit, len(got), err)
+		}
+		if n, err := s.Bury(ctx, now+5000, limit); err != nil || n != 0 {
+			t.Errorf("Bury(limit %d) = %d, %v; want 0", limit, n, err)
+		}
+		if got, err := s.List(ctx, queue.Pending, "", limit); err != nil || len(got) != 0 {
+			t.Errorf("List(limit %d) = %d jobs, %v; want none", limit, len(got), err)
+		}
+	}
+	if got, err := s.Claim(ctx, now, now+10, 3); err != nil || len(got) != 3 || got[0].Attempts != 1 {
+		t.Fatalf("claim after the refused ones: %d jobs, %v", len(got), err)
+	}
 }
 
 func TestProcessTxExactlyOnce(t *testing.T) {
