@@ -86,6 +86,43 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 	<-cc.Closed()
 }
 
+// BenchmarkRawNak10Pct is the raw client retrying without a library: the
+// same 10% of messages fail once and are NakWithDelay(1 ms)'d, the attempt
+// read from the message's metadata. The server's own cost of a retry (the
+// nak, the redelivery timer, a second delivery) is all there is: the
+// ceiling for any JetStream consumer that retries without sleeping.
+func BenchmarkRawNak10Pct(b *testing.B) {
+	js, name := benchStream(b)
+	ctx := context.Background()
+	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: benchPending})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := brokertest.NewThroughput(b.N, 10)
+	h := tp.Handler()
+	b.ResetTimer()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		d := retry.Delivery{ID: m.Headers().Get(jetstream.MsgIDHeader), Attempt: int(md.NumDelivered)}
+		if err := h(retry.WithDelivery(ctx, d), m.Data()); err != nil {
+			_ = m.NakWithDelay(time.Millisecond)
+			return
+		}
+		_ = m.Ack()
+	}, jetstream.PullMaxMessages(min(benchPending, 512)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	<-tp.Done()
+	b.ReportMetric(tp.Rate(), "msgs/s")
+	cc.Stop()
+	<-cc.Closed()
+}
+
 func BenchmarkConsumer10PctTransient(b *testing.B) { benchConsumer(b, 10) }
 
 // BenchmarkConsumer0PctTransient is the Consumer's own overhead: nothing fails.

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +129,73 @@ func benchRaw(b *testing.B, sync bool) {
 	<-tp.Done()
 	b.ReportMetric(tp.Rate(), "msgs/s")
 	inflight <- struct{}{} // the last commit is done before the client closes
+}
+
+// BenchmarkRawForward10Pct is the raw client retrying through a retry
+// topic without a library: the same 10% of records fail once and are
+// produced to the retry topic (async, no linger) with an attempt header; a
+// second group consumes the retry topic and handles them again. Both loops
+// commit asynchronously after each poll, one commit in flight, and the
+// main loop does not wait for its forwards before committing, so it is
+// not at-least-once (a crash can lose a forward): the most generous
+// ceiling for any retry-topic consumer, not a correct one.
+func BenchmarkRawForward10Pct(b *testing.B) {
+	addrs, topics := benchCluster(b)
+	tp := brokertest.NewThroughput(b.N, 10)
+	h := tp.Handler()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loop := func(attempt int, cl *kgo.Client) {
+		inflight := make(chan struct{}, 1)
+		for ctx.Err() == nil {
+			f := cl.PollRecords(ctx, DefaultMaxPollRecords)
+			f.EachRecord(func(r *kgo.Record) {
+				var id string
+				for _, hd := range r.Headers {
+					if hd.Key == broker.HeaderID {
+						id = string(hd.Value)
+					}
+				}
+				dctx := retry.WithDelivery(ctx, retry.Delivery{ID: id, Attempt: attempt})
+				if h(dctx, r.Value) != nil {
+					out := &kgo.Record{Topic: topics.Retry[0], Key: r.Key, Value: r.Value,
+						Headers: append(r.Headers[:len(r.Headers):len(r.Headers)], kgo.RecordHeader{Key: broker.HeaderAttempt, Value: []byte("2")})}
+					cl.Produce(ctx, out, func(_ *kgo.Record, err error) {
+						if err != nil && ctx.Err() == nil {
+							b.Error(err)
+						}
+					})
+				}
+			})
+			select {
+			case inflight <- struct{}{}:
+				cl.CommitOffsets(ctx, cl.UncommittedOffsets(), func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error) { <-inflight })
+			default:
+			}
+		}
+		inflight <- struct{}{}
+	}
+	var clients []*kgo.Client
+	for _, s := range []struct{ group, topic string }{{"raw", topics.Main}, {"raw-retry", topics.Retry[0]}} {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(s.group), kgo.ConsumeTopics(s.topic),
+			kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ProducerLinger(0),
+			kgo.FetchMaxWait(10 * time.Millisecond)}, benchFetchOpts()...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		clients = append(clients, cl)
+	}
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(i+1, cl) }() // main: attempt 1; retry: attempt 2
+	}
+	<-tp.Done()
+	b.ReportMetric(tp.Rate(), "msgs/s")
+	cancel()
+	wg.Wait()
 }
 
 func BenchmarkConsumer10PctTransient(b *testing.B) { benchConsumer(b, 10) }
