@@ -312,6 +312,28 @@ func (c *call) now() time.Time {
 	return time.Now()
 }
 
+// roundTrip sends one attempt through Base. If Base panics, the attempt's
+// context and its Limiter slot (as an overload sign) are released before
+// the panic goes on: a panic recovered further up (net/http recovers a
+// handler's) must not hold a bulkhead slot for good.
+func (c *call) roundTrip(req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if cancel != nil {
+			cancel()
+		}
+		if l := c.p.Limiter; l != nil {
+			l.Release(false)
+		}
+	}()
+	resp, err := c.t.base_().RoundTrip(req)
+	returned = true
+	return resp, err
+}
+
 func (c *call) run() (*http.Response, error) {
 	p := &c.p
 	if n, ok := UpstreamAttempt(c.ctx); ok && !c.t.NestedRetries {
@@ -400,7 +422,7 @@ func (c *call) run() (*http.Response, error) {
 			}
 			return c.giveUp(retry.UnknownError, attempt-1, err, nil)
 		}
-		resp, err := c.t.base_().RoundTrip(areq)
+		resp, err := c.roundTrip(areq, cancel)
 		if (resp == nil) == (err == nil) { // a broken Base
 			if resp != nil {
 				resp.Body.Close()

@@ -768,3 +768,32 @@ func TestBrokenBodyReplay(t *testing.T) {
 		t.Errorf("attempts = %d, want 1", base.attempts())
 	}
 }
+
+// panicBase is a Base whose RoundTrip panics.
+type panicBase struct{}
+
+func (panicBase) RoundTrip(*http.Request) (*http.Response, error) { panic("transport bug") }
+
+// TestBasePanicReleasesSlot: a Base that panics gives the attempt's
+// bulkhead slot back before the panic goes on, so a panic recovered further
+// up does not hold the host's slot for good.
+func TestBasePanicReleasesSlot(t *testing.T) {
+	b, _ := limit.NewBulkhead(1)
+	for _, timeout := range []time.Duration{0, time.Hour} { // with and without an attempt context
+		p := noWait(3)
+		p.Limiter, p.AttemptTimeout = b, timeout
+		tr := retryhttp.New(panicBase{}, p)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic must go on")
+				}
+			}()
+			req, _ := http.NewRequest(http.MethodGet, "http://a/", nil)
+			_, _ = tr.RoundTrip(req)
+		}()
+		if n := b.InFlight(); n != 0 {
+			t.Fatalf("AttemptTimeout %v: %d slots held after Base panicked", timeout, n)
+		}
+	}
+}
