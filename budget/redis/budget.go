@@ -371,6 +371,9 @@ func (b *Budget) flusher() {
 func (b *Budget) Credits(ctx context.Context) (int64, error) {
 	res, err := script.Run(ctx, b.c, []string{b.key},
 		b.max, b.cost, b.need, 0, 0, 0, b.initial, -1).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected script reply %v", res)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("redisbudget: %s: %w", b.key, err)
 	}

@@ -117,10 +117,10 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	res, err := cfg.Run(ctx, opts)
 	prog.finish()
 	if err != nil {
-		fmt.Fprintf(stderr, "stagger sim %s: %v\n", sc.Name, err)
-		if errors.Is(err, sim.ErrInvalid) {
-			return exitUsage
+		if errors.Is(err, sim.ErrInvalid) { // flags that are fine alone but not together
+			return usageError(stderr, fs.Name(), "%v", err)
 		}
+		fmt.Fprintf(stderr, "stagger sim %s: %v\n", sc.Name, err)
 		return exitFail
 	}
 	elapsed := time.Since(start)

@@ -48,6 +48,7 @@ func TestSimBadInput(t *testing.T) {
 		{[]string{"sim", "herd", "--db-rate", "-Inf"}, "-db-rate"},
 		{[]string{"sim", "herd", "--outage", "-5s"}, "-outage"},
 		{[]string{"sim", "herd", "--cap", "10ms"}, "cap"},
+		{[]string{"sim", "herd", "--base", "2s", "--cap", "1s"}, "Run 'stagger sim herd --help'"}, // flags fine alone, not together
 		{[]string{"sim", "herd", "--strategy", "yolo"}, "-strategy"},
 		{[]string{"sim", "brooker2015", "--n-from", "50", "--n-to", "20"}, "n-to"},
 		{[]string{"sim", "budgets", "--rate", "1e400"}, "-rate"},
