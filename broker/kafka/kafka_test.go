@@ -110,41 +110,7 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// requireTransactions skips a test when the in-process fake broker does not
-// implement Kafka transactions. The kfake that works with Go 1.25 (the
-// project's Go version; pinned in go.mod) predates its transaction support
-// (EndTxn, AddPartitionsToTxn, TxnOffsetCommit); the first kfake with it
-// needs Go 1.26. The transactional mode is therefore exercised only where
-// the fake can run it, and the at-least-once suite runs everywhere.
-func requireTransactions(t *testing.T) {
-	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("ApiVersions on kfake: %v", err)
-	}
-	for _, k := range resp.ApiKeys {
-		if k.ApiKey == kmsg.EndTxn.Int16() {
-			return
-		}
-	}
-	t.Skip("the kfake pinned in go.mod (one that builds with Go 1.25) does not implement transactions (no EndTxn); " +
-		"transactional mode is not exercised here — the at-least-once conformance suite is")
-}
-
 func TestConformanceTransactional(t *testing.T) {
-	requireTransactions(t)
 	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
 		return start(t, s, func(o *Options) { o.Transactional, o.TransactionalID = true, s.Name })
 	})
@@ -159,7 +125,6 @@ func uniqueName(t *testing.T) string {
 // handled again, but the retry topic holds one forward, so the retry
 // attempt runs once.
 func TestTransactionalCrashForwardsOnce(t *testing.T) {
-	requireTransactions(t)
 	var mu sync.Mutex
 	attempts := map[int]int{}
 	h := func(ctx context.Context, _ []byte) error {

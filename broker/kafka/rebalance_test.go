@@ -23,6 +23,7 @@ import (
 type handled struct {
 	mu     sync.Mutex
 	runs   map[string]map[int]int // id → attempt → runs
+	firsts int                    // (id, attempt) pairs run at least once
 	by     map[string]int         // consumer → runs
 	who    map[string][]string    // id → "consumer:attempt@topic/partition/offset" per run
 	change chan struct{}          // closed and replaced on every run
@@ -44,7 +45,9 @@ func (h *handled) handler(name string) retry.Handler {
 		if h.runs[d.ID] == nil {
 			h.runs[d.ID] = map[int]int{}
 		}
-		h.runs[d.ID][d.Attempt]++
+		if h.runs[d.ID][d.Attempt]++; h.runs[d.ID][d.Attempt] == 1 {
+			h.firsts++
+		}
 		h.by[name]++
 		h.who[d.ID] = append(h.who[d.ID], fmt.Sprintf("%s:%d@%s", name, d.Attempt, time.Now().Format("05.000")))
 		close(h.change)
@@ -82,7 +85,16 @@ func (h *handled) waitFor(ctx context.Context, what string, cond func() bool) er
 // waits for their forwards and commits (OnPartitionsRevoked); the member
 // that gains it starts at that commit. So every message's every attempt
 // runs exactly once: none lost, none duplicated by the handover.
-func TestRebalanceNeitherLosesNorDuplicates(t *testing.T) {
+func TestRebalanceNeitherLosesNorDuplicates(t *testing.T) { testRebalance(t, false) }
+
+// TestRebalanceTransactional is the same handover in transactional mode. A
+// transaction that a rebalance overtakes is aborted (GroupTransactSession),
+// so its records are polled again by their new owner: an attempt may run
+// twice, but none is lost, and a retry is forwarded once (the aborted
+// forward is never read), so no message runs more attempts than it needs.
+func TestRebalanceTransactional(t *testing.T) { testRebalance(t, true) }
+
+func testRebalance(t *testing.T, transactional bool) {
 	const (
 		parts      = 2
 		sentinelID = "sentinel-"
@@ -154,6 +166,7 @@ func TestRebalanceNeitherLosesNorDuplicates(t *testing.T) {
 	policy := &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(50 * time.Millisecond)}
 	run := func(name string) (stop func()) {
 		c, err := NewConsumer(Options{Brokers: addrs, Topics: topics, Group: "g", Handler: h.handler(name), Policy: policy,
+			Transactional: transactional, TransactionalID: "rebalance-" + name,
 			MaxPollRecords: 20, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("consumer", name)})
 		if err != nil {
 			t.Fatal(err)
@@ -219,27 +232,42 @@ func TestRebalanceNeitherLosesNorDuplicates(t *testing.T) {
 	}
 	want := produced + (produced+9)/10 + parts // every message once, every tenth twice (its retry), the sentinels
 	if err := h.waitFor(ctx, "every attempt and both sentinels", func() bool {
-		return total() >= want && h.runs[sentinelID+"0"] != nil && h.runs[sentinelID+"1"] != nil
+		return h.firsts >= want && h.runs[sentinelID+"0"] != nil && h.runs[sentinelID+"1"] != nil
 	}); err != nil {
 		fail(err)
 	}
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	dups := 0
 	for i := range produced {
 		id := fmt.Sprintf("m%d", i)
 		wantRuns := map[int]int{1: 1}
 		if i%10 == 0 {
 			wantRuns[2] = 1
 		}
-		if got := h.runs[id]; fmt.Sprint(got) != fmt.Sprint(wantRuns) {
-			t.Errorf("%s: runs per attempt %v, want %v (%v)", id, got, wantRuns, h.who[id])
+		got := h.runs[id]
+		if !transactional {
+			if fmt.Sprint(got) != fmt.Sprint(wantRuns) {
+				t.Errorf("%s: runs per attempt %v, want %v (%v)", id, got, wantRuns, h.who[id])
+			}
+			continue
+		}
+		// Transactional: at least the attempts it needs, and no more.
+		for a := range wantRuns {
+			if got[a] < 1 {
+				t.Errorf("%s: attempt %d never ran (runs %v): lost", id, a, got)
+			}
+			dups += got[a] - 1
+		}
+		if len(got) != len(wantRuns) {
+			t.Errorf("%s: runs per attempt %v, want attempts %v only: a retry was forwarded twice", id, got, wantRuns)
 		}
 	}
-	if got := total(); got != want {
+	if got := total(); !transactional && got != want {
 		t.Errorf("%d handler runs, want %d", got, want)
 	}
-	t.Logf("%d messages; runs by a %d, by b %d", produced, h.by["a"], h.by["b"])
+	t.Logf("%d messages; runs by a %d, by b %d; attempts run again after an aborted transaction: %d", produced, h.by["a"], h.by["b"], dups)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
