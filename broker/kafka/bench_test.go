@@ -48,7 +48,7 @@ import (
 // answers from memory. The numbers compare the client loops' costs, not
 // Kafka's throughput. Run them side by side:
 //
-//	cd broker/kafka && go test -run '^$' -bench . -benchtime 200000x -count 3
+//	cd broker/kafka && go test -run '^$' -bench . -benchtime 1000000x -count 3
 
 const benchFetchBytes = 64 << 10
 
