@@ -124,7 +124,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ra := clk.faults.RetryAfter; ra > 0 {
-		h["Retry-After"] = []string{strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10)}
+		secs := int64(ra / time.Second) // rounded up, without overflowing near the largest Duration
+		if ra%time.Second != 0 {
+			secs++
+		}
+		h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 }

@@ -190,7 +190,10 @@ func (g *Guard) shedRequest(w http.ResponseWriter, r *http.Request, attempt int)
 	if ra <= 0 {
 		ra = DefaultShedRetryAfter
 	}
-	secs := int64((ra + time.Second - 1) / time.Second)
+	secs := int64(ra / time.Second) // rounded up, without overflowing near the largest Duration
+	if ra%time.Second != 0 {
+		secs++
+	}
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set(NoRetryHeader, "1")

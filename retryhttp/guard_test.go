@@ -3,6 +3,7 @@ package retryhttp_test
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -166,5 +167,27 @@ func TestWithUpstreamAttempt(t *testing.T) {
 	}
 	if n, ok := retryhttp.UpstreamAttempt(retryhttp.WithUpstreamAttempt(context.Background(), 4)); !ok || n != 4 {
 		t.Errorf("got %d, %v; want 4, true", n, ok)
+	}
+}
+
+// TestGuardRetryAfterRoundsUpWithoutOverflow: Retry-After is RetryAfter
+// rounded up to whole seconds, also for the largest Duration (rounding by
+// adding a second first overflowed into a negative header).
+func TestGuardRetryAfterRoundsUpWithoutOverflow(t *testing.T) {
+	for _, c := range []struct {
+		ra   time.Duration
+		want string
+	}{
+		{time.Second, "1"},
+		{1001 * time.Millisecond, "2"},
+		{time.Duration(math.MaxInt64), "9223372037"},
+	} {
+		g := &retryhttp.Guard{RetryAfter: c.ra, Overloaded: func(*http.Request) bool { return true },
+			Next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("a shed request reached Next") })}
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if got := w.Header().Get("Retry-After"); w.Code != 503 || got != c.want {
+			t.Errorf("RetryAfter %v: %d Retry-After=%q, want 503 %q", c.ra, w.Code, got, c.want)
+		}
 	}
 }
