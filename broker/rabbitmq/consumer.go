@@ -189,6 +189,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("rabbitmq: open channel: %w", err)
 	}
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := c.opts.Topology.Declare(ch); err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
@@ -228,20 +229,43 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 			}
 		}()
 	}
-	select {
-	case <-ctx.Done():
-		err = ctx.Err()
-		_ = ch.Cancel(tag, false) // no new deliveries; running handlers finish
+	// drained closes when every worker has returned: the delivery channel
+	// was closed, by our Cancel, by the connection's end, or by the server
+	// (a basic.cancel when the queue is deleted, or a channel exception)
+	// while the connection stays up.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	// settle lets running handlers finish and forwards be confirmed and
+	// acknowledged, unless the connection goes first.
+	settle := func() {
 		done := make(chan struct{})
-		go func() { wg.Wait(); s.pending.Wait(); close(done) }()
+		go func() { <-drained; s.pending.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-closed:
 		}
+	}
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+		_ = ch.Cancel(tag, false) // no new deliveries; running handlers finish
+		settle()
 	case e := <-closed:
 		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
 	case e := <-s.failed:
 		err = e // a forward failed: drop the connection so RabbitMQ requeues
+	case <-drained:
+		// The server ended the consumer, not the connection: reconnect and
+		// declare the topology again.
+		err = fmt.Errorf("rabbitmq: consumer of %q cancelled by the server", c.opts.Topology.Queue)
+		select {
+		case e := <-chClosed:
+			if e != nil {
+				err = fmt.Errorf("rabbitmq: channel closed: %v", e)
+			}
+		default:
+		}
+		settle()
 	}
 	conn.Close()
 	wg.Wait()

@@ -434,3 +434,60 @@ func TestMismatchedQueueRefused(t *testing.T) {
 		t.Fatalf("Run = %v, want PRECONDITION_FAILED naming queue %q", err, topo.Queue)
 	}
 }
+
+// TestConsumerCancelledByServerReconnects deletes the main queue under a
+// running consumer: RabbitMQ cancels the consumer (basic.cancel) and closes
+// its delivery channel while the connection stays up. The consumer must
+// reconnect, declare its topology again and go on consuming.
+func TestConsumerCancelledByServerReconnects(t *testing.T) {
+	seen := make(chan string, 4)
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		seen <- d.ID
+		return nil
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitID := func(id string) {
+		t.Helper()
+		for {
+			select {
+			case got := <-seen:
+				if got == id {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s never reached the handler", id)
+			}
+		}
+	}
+	if err := p.Publish(ctx, "before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitID("before")
+	ch, err := dial(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(p.topo.Queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	// The publisher's mandatory publish fails until the consumer has
+	// declared the queue again.
+	for {
+		err := p.Publish(ctx, "after", []byte("x"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrUnroutable) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the consumer never declared its queue again after the server cancelled it: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	waitID("after")
+}
