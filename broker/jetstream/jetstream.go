@@ -250,7 +250,11 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 // Run sets up and consumes until ctx is done, then stops taking messages,
 // lets running handlers finish and returns ctx.Err(). The nats.Conn
 // reconnects by itself; unacknowledged messages are redelivered by the
-// server after their ack wait.
+// server after their ack wait. When the server ends a consume while the
+// connection stays up (the durable consumer or its stream deleted), Run
+// sets up again, pausing 50 ms to 5 s between tries, and logs each failure;
+// it returns an error when the nats.Conn is closed, or when the first Setup
+// fails.
 //
 // With Concurrency 1 the handler runs in the consume callback itself, as a
 // hand-written consumer would; with more, the callback hands each message
@@ -260,11 +264,48 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	const minWait, maxWait = 50 * time.Millisecond, 5 * time.Second
+	wait := minWait
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		if cons != nil {
+			started := time.Now()
+			err = c.consume(ctx, cons, mover)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Since(started) > maxWait {
+				wait = minWait // it ran for a while: not a failing loop
+			}
+		}
+		if nc := c.js.Conn(); nc != nil && nc.IsClosed() {
+			return fmt.Errorf("jetstream: connection closed: %w", err)
+		}
+		c.log.Warn("jetstream: consume ended, setting up again", slog.Any("error", err), slog.Duration("in", wait))
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		wait = min(2*wait, maxWait)
+		if cons, mover, err = c.Setup(ctx); err != nil {
+			cons = nil
+		}
+	}
+}
+
+// consume consumes cons and the advisory mover until ctx is done (nil) or
+// the client library stops either of them (an error saying why).
+func (c *Consumer) consume(ctx context.Context, cons, mover jetstream.Consumer) error {
 	var (
 		work    chan jetstream.Msg
 		wg      sync.WaitGroup
 		running sync.Mutex // held while the callback handles a message (Concurrency 1)
 		stopped bool
+		errMu   sync.Mutex
+		lastErr error // the last error the client library reported
 	)
 	handler := func(m jetstream.Msg) {
 		running.Lock()
@@ -292,6 +333,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 	}
+	// stop runs once no callback can run any more (the consumes closed).
 	stop := func() {
 		if work != nil {
 			close(work)
@@ -302,6 +344,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		running.Unlock()
 	}
 	errh := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		errMu.Lock()
+		lastErr = err
+		errMu.Unlock()
 		c.log.Warn("jetstream: consume", slog.Any("error", err))
 	})
 	cc, err := cons.Consume(handler, jetstream.PullMaxMessages(min(c.opts.MaxAckPending, 512)), errh)
@@ -312,16 +357,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 	mc, err := mover.Consume(func(m jetstream.Msg) { c.moveAdvisory(ctx, m) }, errh)
 	if err != nil {
 		cc.Stop()
+		<-cc.Closed()
 		stop()
 		return fmt.Errorf("jetstream: consume advisories: %w", err)
 	}
-	<-ctx.Done()
+	var which string
+	select {
+	case <-ctx.Done():
+	case <-cc.Closed():
+		which = "consumer " + c.opts.Consumer
+	case <-mc.Closed():
+		which = "advisory consumer " + c.opts.Consumer + "_dlq"
+	}
 	cc.Stop()
 	mc.Stop()
 	<-cc.Closed()
 	<-mc.Closed()
 	stop()
-	return ctx.Err()
+	if ctx.Err() != nil {
+		return nil
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
+	if lastErr == nil {
+		lastErr = errors.New("stopped")
+	}
+	return fmt.Errorf("jetstream: consume of %s ended: %w", which, lastErr)
 }
 
 // messageID is the inbox key: the Nats-Msg-Id header, else stream:seq.

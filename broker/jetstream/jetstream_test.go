@@ -301,3 +301,99 @@ func TestParseAckReplyMatchesServer(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerDeletedRecovers deletes the durable consumer under a running
+// Consumer (an operator's mistake, a stream restored from a backup): the
+// client library stops consuming, and Run must create the consumer again
+// and go on.
+func TestConsumerDeletedRecovers(t *testing.T) {
+	seen := make(chan string, 4)
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		seen <- d.ID
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitID := func(id string) {
+		t.Helper()
+		for {
+			select {
+			case got := <-seen:
+				if got == id {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s never reached the handler", id)
+			}
+		}
+	}
+	if err := p.Publish(ctx, "before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitID("before")
+	if err := p.js.DeleteConsumer(ctx, name, "work"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctx, "after", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitID("after")
+}
+
+// TestClosedConnectionEndsRun: once the nats.Conn is closed for good
+// (closed by its owner, or out of reconnect attempts) nothing can consume
+// any more, and Run says so instead of blocking until its ctx ends.
+func TestClosedConnectionEndsRun(t *testing.T) {
+	admin := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := uniqueName(t)
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
+			_ = admin.DeleteStream(context.Background(), s)
+		}
+	})
+	nc, err := nats.Connect(natsURL(), nats.Timeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan struct{}, 1)
+	h := func(context.Context, []byte) error { handled <- struct{}{}; return nil }
+	c, err := NewConsumer(js, Options{Stream: name, Consumer: "work", Handler: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	if _, err := admin.Publish(ctx, name+".in", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select { // Run is consuming
+	case <-handled:
+	case <-ctx.Done():
+		t.Fatal("the message never reached the handler")
+	}
+	nc.Close()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection closed") {
+			t.Fatalf("Run = %v, want a connection-closed error", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run went on after its connection was closed")
+	}
+}
