@@ -152,6 +152,11 @@ var errSessionEnded = errors.New("kafka: session ended")
 // Run runs every stage until ctx is done and returns ctx.Err(). A stage
 // whose client fails (a forward not acknowledged, a commit refused) is
 // restarted from its last committed offset, after a pause that grows to 5 s.
+// On ctx's end Run stops polling, waits for the forwards in flight and
+// commits what they allow; a handler that fails once ctx is done (its
+// error may be the cancellation itself) made no attempt: its record is
+// neither forwarded nor committed, and the group's next consumer handles
+// it again.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range c.stages() {
@@ -335,7 +340,10 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 			if sctx.Err() != nil {
 				break
 			}
-			out, due := c.handle(ctx, r, b.at, paused != nil)
+			out, due, kept := c.handle(ctx, r, b.at, paused != nil)
+			if kept {
+				break // shutting down: neither committed nor forwarded
+			}
 			if !due.IsZero() {
 				paused.pause(cl, r, due)
 				break
@@ -469,10 +477,20 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		var (
 			fwd     []*kgo.Record
 			handled int
+			kept    bool
 		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			for _, r := range p.Records {
-				out, due := c.handle(ctx, r, now, true)
+				if kept {
+					return
+				}
+				var (
+					out *kgo.Record
+					due time.Time
+				)
+				if out, due, kept = c.handle(ctx, r, now, true); kept {
+					return
+				}
 				if !due.IsZero() {
 					paused.pause(cl, r, due)
 					return
@@ -484,6 +502,12 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 			}
 		})
 		paused.rewind(cl)
+		if kept {
+			// Shutting down: a handler failed with the cancellation. The
+			// whole poll is read again by the next session.
+			_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
+			return ctx.Err()
+		}
 		if len(fwd) > 0 {
 			if err := cl.ProduceSync(ctx, fwd...).FirstErr(); err != nil {
 				_, _ = sess.End(ctx, kgo.TryAbort)
@@ -511,8 +535,11 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 // handle runs one record of a poll that returned at start. It returns the
 // record to produce (a retry or a dead letter; nil after success), or, when
 // mayPause, a non-zero due time when the record must wait (without, a
-// record that is not due is parked again in its tier).
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time) {
+// record that is not due is parked again in its tier). kept reports a
+// handler that failed once ctx was done: the failure may be the
+// cancellation itself, so it is not an attempt, and the record must be
+// neither forwarded nor committed (the next session handles it again).
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time, kept bool) {
 	id, state := scanHeaders(r)
 	var (
 		get func(string) (string, bool) // only for forwarded records and failures
@@ -533,18 +560,21 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 		if !st.Due.IsZero() {
 			// A retry: its due time is checked against a fresh reading.
 			if start = c.now(); mayPause && start.Before(st.Due) {
-				return nil, st.Due
+				return nil, st.Due, false
 			}
 		}
 		if id == "" {
 			id = origin(r, get)
 		}
 		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
+		if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
+			return nil, time.Time{}, true
+		}
 	}
 	var topic string
 	switch o.Action {
 	case broker.Ack:
-		return nil, time.Time{}
+		return nil, time.Time{}, false
 	case broker.Retry, broker.Park:
 		topic = c.opts.Topics.Retry[c.opts.Topics.Tiers.For(o.Delay)]
 	case broker.Dead:
@@ -554,7 +584,7 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 	if get == nil {
 		get = headerGetter(r)
 	}
-	return forward(r, topic, o.State, get), time.Time{}
+	return forward(r, topic, o.State, get), time.Time{}, false
 }
 
 // scanHeaders reads r's headers once: the message ID (x-stagger-id, "" when

@@ -382,3 +382,86 @@ func TestFailedForwardIsNotCommitted(t *testing.T) {
 		t.Fatalf("refusals %d, attempt 1 ran %d times; want 1 refusal and attempt 1 twice (the original handled again, not committed)", refused.Load(), attempts[1])
 	}
 }
+
+// TestShutdownDuringHandlerKeepsRecord stops the consumer while a handler
+// runs; the handler returns its context's error (as any ctx-aware handler
+// does). That failure is the shutdown, not an attempt: the record must be
+// neither dead-lettered nor forwarded, and not committed, so the next
+// consumer of the group handles it as attempt 1.
+func TestShutdownDuringHandlerKeepsRecord(t *testing.T) {
+	name := uniqueName(t)
+	topics := NewTopics(name, brokertest.Tiers)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics.All()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	addrs := cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	entered := make(chan struct{})
+	first, err := NewConsumer(Options{Brokers: addrs, Topics: topics, Group: name, Handler: func(ctx context.Context, _ []byte) error {
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- first.Run(rctx) }()
+	if err := Publish(ctx, cl, topics.Main, "m", nil, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the record never reached the first consumer's handler")
+	}
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+
+	got := make(chan retry.Delivery, 1)
+	second, err := NewConsumer(Options{Brokers: addrs, Topics: topics, Group: name, Handler: func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		got <- d
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx2, stop2 := context.WithCancel(ctx)
+	done2 := make(chan error, 1)
+	go func() { done2 <- second.Run(rctx2) }()
+	defer func() { stop2(); <-done2 }()
+	select {
+	case d := <-got:
+		if d.ID != "m" || d.Attempt != 1 {
+			t.Fatalf("the next consumer got %+v, want m as attempt 1", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("the record interrupted by the shutdown was committed: the next consumer never saw it")
+	}
+	// Nothing was forwarded or dead-lettered.
+	fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer fcancel()
+	rcl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(append([]string{topics.DLQ}, topics.Retry...)...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcl.Close()
+	if f := rcl.PollFetches(fctx); f.NumRecords() > 0 {
+		r := f.Records()[0]
+		t.Fatalf("the shutdown produced %d forwards, the first to %s", f.NumRecords(), r.Topic)
+	}
+}
