@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -269,6 +270,32 @@ func TestProcessorClockReads(t *testing.T) {
 		p.ProcessAt(context.Background(), "c", nil, broker.State{}, c.start)
 		if reads != c.want {
 			t.Errorf("%s: %d clock reads, want %d", c.name, reads, c.want)
+		}
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	cause := errors.New("shutdown")
+	withCause, cancelCause := context.WithCancelCause(context.Background())
+	cancelCause(cause)
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"success", ended, nil, false},
+		{"canceled while live", live, context.Canceled, false},
+		{"ctx's error", ended, context.Canceled, true},
+		{"wrapped and classified", ended, retry.Retryable(fmt.Errorf("query: %w", context.Canceled)), true},
+		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), false},
+		{"cause", withCause, fmt.Errorf("stopped: %w", cause), true},
+	} {
+		if got := broker.Interrupted(c.ctx, broker.Outcome{Err: c.err}); got != c.want {
+			t.Errorf("%s: Interrupted = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
@@ -179,6 +180,21 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 	st.Prev = dec.Delay
 	st.Due = now.Add(dec.Delay)
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
+}
+
+// Interrupted reports whether o is a failure caused by the end of ctx, the
+// context the adapter handed to Process: ctx is done and the handler's
+// error is (or wraps) ctx's error or its cause. Such a failure says
+// nothing about the message, so it is not an attempt: an adapter that is
+// shutting down leaves the delivery to be handled again (requeued,
+// uncommitted, redelivered) instead of retrying or dead-lettering it. A
+// handler that fails for its own reasons while ctx ends is still decided
+// as usual.
+func Interrupted(ctx context.Context, o Outcome) bool {
+	if o.Err == nil || ctx.Err() == nil {
+		return false
+	}
+	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
 }
 
 func (p *Processor) giveUp(pol *retry.Policy, o Outcome) Outcome {

@@ -414,7 +414,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		Origin:       m.Subject(),
 	}
 	o := c.proc.Process(ctx, id, m.Data(), st)
-	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
+	if broker.Interrupted(ctx, o) {
 		return // shutting down: redelivered after its ack wait
 	}
 	var err error

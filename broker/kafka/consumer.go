@@ -153,10 +153,10 @@ var errSessionEnded = errors.New("kafka: session ended")
 // whose client fails (a forward not acknowledged, a commit refused) is
 // restarted from its last committed offset, after a pause that grows to 5 s.
 // On ctx's end Run stops polling, waits for the forwards in flight and
-// commits what they allow; a handler that fails once ctx is done (its
-// error may be the cancellation itself) made no attempt: its record is
-// neither forwarded nor committed, and the group's next consumer handles
-// it again.
+// commits what they allow. A handler that fails with ctx's error (or one
+// wrapping it) once ctx is done made no attempt (broker.Interrupted): its
+// record is neither forwarded nor committed, and the group's next consumer
+// handles it again.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range c.stages() {
@@ -536,9 +536,9 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 // record to produce (a retry or a dead letter; nil after success), or, when
 // mayPause, a non-zero due time when the record must wait (without, a
 // record that is not due is parked again in its tier). kept reports a
-// handler that failed once ctx was done: the failure may be the
-// cancellation itself, so it is not an attempt, and the record must be
-// neither forwarded nor committed (the next session handles it again).
+// handler failed by ctx's end (broker.Interrupted): not an attempt, so the
+// record must be neither forwarded nor committed (the next session handles
+// it again).
 func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time, kept bool) {
 	id, state := scanHeaders(r)
 	var (
@@ -567,7 +567,7 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 			id = origin(r, get)
 		}
 		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
-		if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
+		if broker.Interrupted(ctx, o) {
 			return nil, time.Time{}, true
 		}
 	}

@@ -301,9 +301,9 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 	} else {
 		o = c.proc.Process(ctx, d.MessageId, d.Body, st)
 	}
-	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
-		// Shutting down: the failure may be the cancellation itself. Not an
-		// attempt: requeue as it was.
+	if broker.Interrupted(ctx, o) {
+		// Shutting down, and the failure is the cancellation itself. Not
+		// an attempt: requeue as it was.
 		return d.Nack(false, true)
 	}
 	var q string
