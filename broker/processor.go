@@ -23,9 +23,16 @@ const (
 	// or counting an attempt.
 	Park
 	// Dead: copy to the DLQ with Outcome.State (Reason set), then
-	// acknowledge the original.
+	// acknowledge the original. A message whose due time fails
+	// State.CheckDue is dead-lettered unhandled, with State.Reason
+	// ReasonMalformed and Outcome.Reason retry.NoReason.
 	Dead
 )
+
+// ReasonMalformed is the dead-letter reason (HeaderReason) of a message
+// whose stagger headers do not parse (DecodeState's error) or whose due
+// time fails State.CheckDue.
+const ReasonMalformed = "malformed"
 
 var actionNames = [...]string{"ack", "retry", "park", "dead"}
 
@@ -119,6 +126,10 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		start = p.now()
 	}
 	if !st.Due.IsZero() && start.Before(st.Due) {
+		if err := st.CheckDue(start); err != nil {
+			st.Due, st.Reason, st.Error = time.Time{}, ReasonMalformed, err.Error()
+			return Outcome{Action: Dead, State: st}
+		}
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
 	attempt := st.Attempts + 1

@@ -516,7 +516,9 @@ func parseAckReply(reply string) (md ackMeta, ok bool) {
 func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, subject string, h nats.Header, data []byte, st broker.State) error {
 	out := nats.NewMsg(c.opts.DLQSubject)
 	for k, v := range h {
-		out.Header[k] = append([]string(nil), v...)
+		if !broker.IsStateHeader(k) { // st replaces them
+			out.Header[k] = append([]string(nil), v...)
+		}
 	}
 	if st.Origin == "" {
 		st.Origin = subject

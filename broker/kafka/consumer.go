@@ -555,11 +555,13 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 	}
 	switch {
 	case err != nil:
-		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: "malformed", Error: err.Error()}}
+		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	default:
 		if !st.Due.IsZero() {
 			// A retry: its due time is checked against a fresh reading.
-			if start = c.now(); mayPause && start.Before(st.Due) {
+			// A due time no stagger consumer wrote is not waited for:
+			// ProcessAt dead-letters it.
+			if start = c.now(); mayPause && start.Before(st.Due) && st.CheckDue(start) == nil {
 				return nil, st.Due, false
 			}
 		}
@@ -627,23 +629,12 @@ func origin(r *kgo.Record, get func(string) (string, bool)) string {
 	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
-// stateHeader reports whether k is a header broker.State writes: a forward
-// replaces them.
-func stateHeader(k string) bool {
-	switch k {
-	case broker.HeaderAttempt, broker.HeaderDelay, broker.HeaderDue, broker.HeaderFirstAttempt,
-		broker.HeaderFirstFailure, broker.HeaderError, broker.HeaderReason, broker.HeaderOrigin:
-		return true
-	}
-	return false
-}
-
 // forward copies r to topic with state st in its headers. The new header
 // values share one buffer.
 func forward(r *kgo.Record, topic string, st broker.State, get func(string) (string, bool)) *kgo.Record {
 	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+12)}
 	for _, h := range r.Headers {
-		if !stateHeader(h.Key) {
+		if !broker.IsStateHeader(h.Key) { // a forward replaces them
 			out.Headers = append(out.Headers, h)
 		}
 	}

@@ -465,3 +465,48 @@ func TestShutdownDuringHandlerKeepsRecord(t *testing.T) {
 		t.Fatalf("the shutdown produced %d forwards, the first to %s", f.NumRecords(), r.Topic)
 	}
 }
+
+// TestForeignDueDoesNotStallRetryTopic: a producer that writes
+// x-stagger-due in the wrong unit (Unix nanoseconds: a due time tens of
+// thousands of years ahead) must not pause a retry partition for ever,
+// holding every retry behind it: the record is dead-lettered as malformed.
+func TestForeignDueDoesNotStallRetryTopic(t *testing.T) {
+	retried := make(chan struct{})
+	h := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		if d.Attempt == 1 {
+			return retry.Retryable(errors.New("once"))
+		}
+		close(retried)
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h, Tiers: broker.Tiers{200 * time.Millisecond},
+		Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(200 * time.Millisecond)}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	bad := &kgo.Record{Topic: p.topics.Main, Key: []byte("k"), Value: []byte("x"), Headers: []kgo.RecordHeader{
+		{Key: broker.HeaderID, Value: []byte("bad")},
+		{Key: broker.HeaderAttempt, Value: []byte("1")},
+		{Key: broker.HeaderDue, Value: fmt.Appendf(nil, "%d", now.Add(time.Second).UnixNano())},
+	}}
+	if err := p.cl.ProduceSync(ctx, bad).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(ctx, p.cl, p.topics.Main, "victim", []byte("k"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	if dl.ID != "bad" || dl.Reason != "malformed" || !strings.Contains(dl.Error, broker.HeaderDue) {
+		t.Fatalf("dead letter %+v, want bad with reason malformed naming %s", dl, broker.HeaderDue)
+	}
+	select {
+	case <-retried:
+	case <-ctx.Done():
+		t.Fatal("the victim's retry never ran")
+	}
+}

@@ -297,7 +297,7 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 	var o broker.Outcome
 	st, err := stateOf(d)
 	if err != nil {
-		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: "malformed", Error: err.Error()}}
+		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	} else {
 		o = c.proc.Process(ctx, d.MessageId, d.Body, st)
 	}

@@ -491,3 +491,36 @@ func TestConsumerCancelledByServerReconnects(t *testing.T) {
 	}
 	waitID("after")
 }
+
+// TestMalformedHeaderDeadLettered: a message whose stagger headers do not
+// parse (a foreign producer's) goes to the DLQ with reason malformed, and
+// the dead letter itself parses: the bad header is not copied onto it.
+func TestMalformedHeaderDeadLettered(t *testing.T) {
+	ran := make(chan struct{}, 1)
+	h := func(context.Context, []byte) error { ran <- struct{}{}; return nil }
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wait, err := p.pub.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
+		MessageId: "bad", Body: []byte("x"),
+		Headers: amqp.Table{broker.HeaderAttempt: "two", broker.HeaderDelay: strings.Repeat("9", 4096)},
+	})
+	if err == nil {
+		err = wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatalf("the dead letter does not parse: %v", err)
+	}
+	if dl.ID != "bad" || dl.Reason != broker.ReasonMalformed || !strings.Contains(dl.Error, broker.HeaderAttempt) || len(dl.Error) > 300 {
+		t.Fatalf("dead letter %+v, want bad with reason malformed naming %s", dl, broker.HeaderAttempt)
+	}
+	select {
+	case <-ran:
+		t.Fatal("the handler ran on a message with malformed headers")
+	default:
+	}
+}
