@@ -345,6 +345,8 @@ func TestBadOptions(t *testing.T) {
 		{"tiers", func(o *Options) { o.Topology.Tiers = broker.Tiers{time.Second, time.Second} }, "Tiers must increase"},
 		{"queue", func(o *Options) { o.Topology.Queue = "" }, "Topology.Queue must be"},
 		{"reserved", func(o *Options) { o.Topology.DLQ = "amq.x" }, "reserved prefix"},
+		{"dlq-is-queue", func(o *Options) { o.Topology.DLQ = o.Topology.Queue }, "Topology.DLQ must differ from Topology.Queue"},
+		{"dlq-is-wait-queue", func(o *Options) { o.Topology.DLQ = o.Topology.TierQueue(1) }, "Topology.DLQ must differ from the wait queue of Tiers[1]"},
 		{"policy", func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -1} }, "MaxAttempts must be"},
 	} {
 		o := good
