@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -208,6 +209,14 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.MaxAckPending = -1 }, "MaxAckPending must be"},
 		{func(o *Options) { o.MaxAckPending, o.Concurrency = 10, 11 }, "Concurrency must be"},
 		{func(o *Options) { o.DLQStream = "x y" }, "DLQStream must be"},
+		{func(o *Options) { o.DLQStream = "S" }, "DLQStream must differ from Stream"},
+		{func(o *Options) { o.AdvisoryStream = "S" }, "AdvisoryStream must differ from Stream"},
+		{func(o *Options) { o.AdvisoryStream = "S_DLQ" }, "DLQStream must differ from AdvisoryStream"},
+		{func(o *Options) { o.DLQSubject = "dlq.*" }, "DLQSubject must be a literal subject"},
+		{func(o *Options) { o.DLQSubject = "dlq..x" }, "DLQSubject must be dot-separated"},
+		{func(o *Options) { o.DLQSubject = "dlq x" }, "DLQSubject must be free of whitespace"},
+		{func(o *Options) { o.FilterSubject = "orders.>.x" }, "FilterSubject must be a subject whose wildcards"},
+		{func(o *Options) { o.FilterSubject = "orders.a*" }, "FilterSubject must be a subject whose wildcards"},
 		{func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -2} }, "MaxAttempts must be"},
 	} {
 		o := good
@@ -395,5 +404,105 @@ func TestClosedConnectionEndsRun(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("Run went on after its connection was closed")
+	}
+}
+
+// TestTwoConsumersShareDLQStream runs two durable consumers on one stream
+// with the default DLQ and advisory streams (Stream_DLQ, Stream_ADV), each
+// with a subject of its own: the second Setup must not take the first
+// one's subject away, and existing streams keep their configuration.
+func TestTwoConsumersShareDLQStream(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := uniqueName(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The operator made the DLQ stream beforehand, keeping dead letters a week.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{"dlq." + name + ".a"}, MaxAge: 7 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
+			_ = js.DeleteStream(context.Background(), s)
+		}
+	})
+	perm := func(context.Context, []byte) error { return retry.Permanent(errors.New("no")) }
+	var cs []*Consumer
+	for _, cn := range []string{"a", "b"} {
+		c, err := NewConsumer(js, Options{Stream: name, Consumer: cn, FilterSubject: name + ".in", Handler: perm, AckWait: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Setup(ctx); err != nil {
+			t.Fatalf("Setup %s: %v", cn, err)
+		}
+		cs = append(cs, c)
+	}
+	for _, s := range []struct {
+		stream   string
+		subjects []string
+	}{
+		{name + "_DLQ", []string{"dlq." + name + ".a", "dlq." + name + ".b"}},
+		{name + "_ADV", []string{AdvisorySubject(name, "a"), AdvisorySubject(name, "b")}},
+	} {
+		st, err := js.Stream(ctx, s.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		for _, subj := range s.subjects {
+			if !slices.Contains(cfg.Subjects, subj) {
+				t.Errorf("stream %s has subjects %v: %s lost", s.stream, cfg.Subjects, subj)
+			}
+		}
+		if s.stream == name+"_DLQ" && cfg.MaxAge != 7*24*time.Hour {
+			t.Errorf("Setup changed the existing DLQ stream's MaxAge to %v", cfg.MaxAge)
+		}
+	}
+	// Both consumers' dead letters arrive.
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = c.Run(rctx) }()
+	}
+	defer func() { stop(); wg.Wait() }()
+	if _, err := js.Publish(ctx, name+".in", []byte("x"), jetstream.WithMsgID("m")); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := js.OrderedConsumer(ctx, name+"_DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("dead letters of %v only: %v", seen, err)
+		}
+		seen[m.Subject()] = true
+	}
+}
+
+func TestSubjectCovers(t *testing.T) {
+	for _, c := range []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"dlq.S.a", "dlq.S.a", true},
+		{"dlq.S.a", "dlq.S.b", false},
+		{"dlq.S.*", "dlq.S.a", true},
+		{"dlq.S.*", "dlq.S.a.b", false},
+		{"dlq.>", "dlq.S.a", true},
+		{"dlq.>", "dlq", false},
+		{">", "x", true},
+		{"dlq.S", "dlq.S.a", false},
+		{"dlq.S.a", "dlq.S", false},
+	} {
+		if got := subjectCovers(c.pattern, c.subject); got != c.want {
+			t.Errorf("subjectCovers(%q, %q) = %v, want %v", c.pattern, c.subject, got, c.want)
+		}
 	}
 }
