@@ -82,6 +82,11 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if len(opts.Brokers) == 0 {
 		return nil, fmt.Errorf("%w: Brokers must list at least one host:port", broker.ErrInvalid)
 	}
+	for i, b := range opts.Brokers {
+		if b == "" || strings.ContainsAny(b, " \t\r\n/") {
+			return nil, fmt.Errorf("%w: Brokers[%d] must be a host:port, got %q", broker.ErrInvalid, i, b)
+		}
+	}
 	if err := opts.Topics.Validate(); err != nil {
 		return nil, err
 	}

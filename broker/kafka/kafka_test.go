@@ -229,8 +229,11 @@ func TestBadOptions(t *testing.T) {
 		want string
 	}{
 		{func(o *Options) { o.Brokers = nil }, "Brokers must"},
-		{func(o *Options) { o.Topics.Main = "a b" }, "topic names must"},
-		{func(o *Options) { o.Topics.DLQ = o.Topics.Main }, "used twice"},
+		{func(o *Options) { o.Brokers = []string{"127.0.0.1:9092", ""} }, "Brokers[1] must be a host:port"},
+		{func(o *Options) { o.Topics.Main = "a b" }, "Topics.Main must be 1..249"},
+		{func(o *Options) { o.Topics.Retry[2] = "x/y" }, "Topics.Retry[2] must be 1..249"},
+		{func(o *Options) { o.Topics.DLQ = o.Topics.Main }, "Topics.DLQ must differ from Topics.Main"},
+		{func(o *Options) { o.Topics.Retry[1] = o.Topics.DLQ }, "Topics.Retry[1] must differ from Topics.DLQ"},
 		{func(o *Options) { o.Topics.Retry = o.Topics.Retry[:1] }, "one topic per tier"},
 		{func(o *Options) { o.Group = "" }, "Group must"},
 		{func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
@@ -238,6 +241,7 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.MaxPollRecords = -1 }, "MaxPollRecords must"},
 	} {
 		o := good
+		o.Topics.Retry = append([]string(nil), good.Topics.Retry...) // cases may change it
 		c.mod(&o)
 		if _, err := NewConsumer(o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("err = %v, want %q", err, c.want)

@@ -92,16 +92,21 @@ func (t Topics) Validate() error {
 	if len(t.Retry) != len(t.Tiers) {
 		return fmt.Errorf("%w: Topics.Retry must name one topic per tier (%d), got %d", broker.ErrInvalid, len(t.Tiers), len(t.Retry))
 	}
-	names := append([]string{t.Main, t.DLQ}, t.Retry...)
-	seen := map[string]bool{}
-	for _, n := range names {
+	fields := []string{"Main", "DLQ"}
+	names := []string{t.Main, t.DLQ}
+	for i, n := range t.Retry {
+		fields = append(fields, fmt.Sprintf("Retry[%d]", i))
+		names = append(names, n)
+	}
+	seen := map[string]string{} // topic → the field naming it
+	for i, n := range names {
 		if !topicRE.MatchString(n) || n == "." || n == ".." {
-			return fmt.Errorf("%w: topic names must be 1..249 of [A-Za-z0-9._-], got %q", broker.ErrInvalid, n)
+			return fmt.Errorf("%w: Topics.%s must be 1..249 of [A-Za-z0-9._-] (a Kafka topic name), got %q", broker.ErrInvalid, fields[i], n)
 		}
-		if seen[n] {
-			return fmt.Errorf("%w: topic %q is used twice", broker.ErrInvalid, n)
+		if f, ok := seen[n]; ok {
+			return fmt.Errorf("%w: Topics.%s must differ from Topics.%s, both %q", broker.ErrInvalid, fields[i], f, n)
 		}
-		seen[n] = true
+		seen[n] = fields[i]
 	}
 	return nil
 }
