@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -508,7 +509,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 	id := messageID(m, &md)
 	stored := time.Unix(0, md.timestamp)
 	st := broker.State{
-		Attempts:     int(min(md.delivered, 1<<31)) - 1,
+		Attempts:     int(min(md.delivered, math.MaxInt32)) - 1, // an int on every platform
 		FirstAttempt: stored,
 		FirstFailure: stored,
 		Origin:       m.Subject(),
