@@ -330,7 +330,7 @@ func (s State) CheckDue(now time.Time) error {
 // DeadLetter is a dead-lettered message as an adapter reads it back from its
 // DLQ.
 type DeadLetter struct {
-	ID      string
-	Payload []byte
-	State   // Attempts, Error, Reason, Origin, FirstFailure …
+	ID      string // the message ID (HeaderID, or the broker's own field)
+	Payload []byte // the original body, unchanged
+	State          // Attempts, Error, Reason, Origin, FirstFailure …
 }

@@ -46,7 +46,7 @@ func (a Action) String() string {
 
 // Outcome is the result of one delivery.
 type Outcome struct {
-	Action    Action
+	Action    Action        // what the adapter must do
 	Delay     time.Duration // Retry, Park: how long the broker must hold it
 	State     State         // the state to write on the parked or dead letter
 	Reason    retry.Reason  // Dead: why

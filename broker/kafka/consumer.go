@@ -49,9 +49,10 @@ type Options struct {
 	Inbox queue.Inbox
 	// Transactional makes each poll's forwards and its offset commit one
 	// transaction (GroupTransactSession), with TransactionalID plus the
-	// stage's suffix as transactional IDs. TransactionalID must be unique
-	// per consumer process and stable across its restarts.
-	Transactional   bool
+	// stage's suffix as transactional IDs.
+	Transactional bool
+	// TransactionalID is required with Transactional: unique per consumer
+	// process and stable across its restarts.
 	TransactionalID string
 	// MaxPollRecords bounds one poll (0: DefaultMaxPollRecords).
 	MaxPollRecords int

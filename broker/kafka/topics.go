@@ -44,8 +44,10 @@
 // it are handled before it, so per-key order holds only for records that
 // never fail. Within a retry topic records are handled in order, so a
 // record waits behind any earlier record of the same partition that is due
-// later (at most one tier's width, since a tier only holds delays between
-// the previous tier and its own).
+// later: at most one tier's width, since a tier only holds delays between
+// the previous tier and its own — except the last tier, which also holds
+// any longer delay (a policy whose schedule or MaxAfter exceeds it; not
+// broker.CascadePolicy) for its whole length.
 package kafka
 
 import (
@@ -61,11 +63,14 @@ import (
 
 // Topics names the main topic, one retry topic per tier, and the DLQ.
 type Topics struct {
-	Main  string
+	// Main is the topic producers write to.
+	Main string
+	// Tiers are the retry topics' delays, shortest first.
 	Tiers broker.Tiers
 	// Retry[i] is tier i's topic.
 	Retry []string
-	DLQ   string
+	// DLQ is the dead-letter topic.
+	DLQ string
 }
 
 // NewTopics names topics after main: main-retry-<tier> (main-retry-10s …)

@@ -19,7 +19,8 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// Defaults for zero Options fields.
+// Defaults for zero Options fields, and the largest Prefetch (the AMQP
+// prefetch count is 16 bits).
 const (
 	DefaultPrefetch    = 32
 	DefaultConcurrency = 1
