@@ -110,6 +110,9 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.Reconnect == nil {
 		opts.Reconnect = DefaultReconnect
 	}
+	if err := backoff.Validate(opts.Reconnect); err != nil {
+		return nil, fmt.Errorf("%w: Reconnect: %w", broker.ErrInvalid, err)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -348,6 +348,7 @@ func TestBadOptions(t *testing.T) {
 		{"dlq-is-queue", func(o *Options) { o.Topology.DLQ = o.Topology.Queue }, "Topology.DLQ must differ from Topology.Queue"},
 		{"dlq-is-wait-queue", func(o *Options) { o.Topology.DLQ = o.Topology.TierQueue(1) }, "Topology.DLQ must differ from the wait queue of Tiers[1]"},
 		{"policy", func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -1} }, "MaxAttempts must be"},
+		{"reconnect", func(o *Options) { o.Reconnect = backoff.Constant(-time.Second) }, "Reconnect: backoff: invalid"},
 	} {
 		o := good
 		c.mod(&o)
