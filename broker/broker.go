@@ -29,6 +29,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -58,7 +59,9 @@ const (
 	HeaderError = "x-stagger-error"
 	// HeaderReason is why the message was dead-lettered (retry.Reason's
 	// name: "permanent", "exhausted", "unknown", "deadline", "budget",
-	// "pushback"; or an adapter's own, such as "max_deliveries").
+	// "pushback"; "malformed" for stagger headers that do not parse or a
+	// due time that fails State.CheckDue; or an adapter's own, such as
+	// "max_deliveries").
 	HeaderReason = "x-stagger-reason"
 	// HeaderOrigin is the message's original destination (exchange and
 	// routing key, topic/partition/offset, stream subject).
@@ -167,6 +170,19 @@ type State struct {
 	Origin       string        // original destination
 }
 
+// IsStateHeader reports whether key is one of the headers State.Encode
+// writes. An adapter copying a message's headers onto a forward or a dead
+// letter drops these and encodes the new State: a stale or malformed one
+// must not survive the copy.
+func IsStateHeader(key string) bool {
+	switch key {
+	case HeaderAttempt, HeaderDelay, HeaderDue, HeaderFirstAttempt, HeaderFirstFailure,
+		HeaderError, HeaderReason, HeaderOrigin:
+		return true
+	}
+	return false
+}
+
 // Encode writes s as headers through set, leaving out zero fields.
 func (s State) Encode(set func(key, value string)) {
 	var buf [160]byte
@@ -224,7 +240,7 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 		}
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || n < lo {
-			return 0, false, fmt.Errorf("broker: header %s must be an integer >= %d, got %q", k, lo, v)
+			return 0, false, fmt.Errorf("broker: header %s must be an integer >= %d, got %s", k, lo, quoteShort(v))
 		}
 		return n, true, nil
 	}
@@ -233,8 +249,8 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 		return s, err
 	}
 	if ok {
-		if n > 1<<31 {
-			return s, fmt.Errorf("broker: header %s must be <= %d, got %d", HeaderAttempt, 1<<31, n)
+		if n > math.MaxInt32 { // an int on every platform
+			return s, fmt.Errorf("broker: header %s must be <= %d, got %d", HeaderAttempt, math.MaxInt32, n)
 		}
 		s.Attempts = int(n)
 	}
@@ -253,9 +269,20 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 	}
 	s.Due, s.FirstAttempt, s.FirstFailure = times[0], times[1], times[2]
 	s.Error, _ = get(HeaderError)
+	s.Error = cut(s.Error, MaxErrorLen)
 	s.Reason, _ = get(HeaderReason)
 	s.Origin, _ = get(HeaderOrigin)
 	return s, nil
+}
+
+// quoteShort quotes v for an error message, cut to 64 bytes: a header
+// value can be as large as the broker's message size.
+func quoteShort(v string) string {
+	const max = 64
+	if len(v) <= max {
+		return strconv.Quote(v)
+	}
+	return strconv.Quote(cut(v, max)) + fmt.Sprintf("… (%d bytes)", len(v))
 }
 
 // ErrorText is err's text cut to MaxErrorLen bytes (on a rune boundary).
@@ -263,23 +290,47 @@ func ErrorText(err error) string {
 	if err == nil {
 		return ""
 	}
-	s := err.Error()
-	if len(s) <= MaxErrorLen {
+	return cut(err.Error(), MaxErrorLen)
+}
+
+// cut cuts s to at most n bytes, on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := MaxErrorLen
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
 	}
-	return s[:cut]
+	return s[:n]
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
+// MaxClockSkew is how far the clocks of the consumers sharing a queue may
+// disagree. See [State.CheckDue].
+const MaxClockSkew = time.Hour
+
+// CheckDue reports a due time no stagger consumer wrote: one further ahead
+// of now than the delay decided with it (s.Prev, HeaderDelay) plus
+// MaxClockSkew, such as a producer writing HeaderDue in nanoseconds. The
+// error names HeaderDue. Such a message would otherwise wait out its due
+// time — for ever, in practice — and in Kafka hold every retry behind it in
+// its partition; the adapters dead-letter it with reason "malformed".
+func (s State) CheckDue(now time.Time) error {
+	if s.Due.IsZero() {
+		return nil
+	}
+	if ahead := s.Due.Sub(now); ahead > MaxClockSkew && ahead-MaxClockSkew > s.Prev {
+		return fmt.Errorf("broker: header %s is %v ahead, more than header %s (%v) plus MaxClockSkew (%v): not a due time in Unix milliseconds",
+			HeaderDue, ahead, HeaderDelay, s.Prev, MaxClockSkew)
+	}
+	return nil
+}
+
 // DeadLetter is a dead-lettered message as an adapter reads it back from its
 // DLQ.
 type DeadLetter struct {
-	ID      string
-	Payload []byte
-	State   // Attempts, Error, Reason, Origin, FirstFailure …
+	ID      string // the message ID (HeaderID, or the broker's own field)
+	Payload []byte // the original body, unchanged
+	State          // Attempts, Error, Reason, Origin, FirstFailure …
 }

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +271,89 @@ func TestProcessorClockReads(t *testing.T) {
 		if reads != c.want {
 			t.Errorf("%s: %d clock reads, want %d", c.name, reads, c.want)
 		}
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	cause := errors.New("shutdown")
+	withCause, cancelCause := context.WithCancelCause(context.Background())
+	cancelCause(cause)
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"success", ended, nil, false},
+		{"canceled while live", live, context.Canceled, false},
+		{"ctx's error", ended, context.Canceled, true},
+		{"wrapped and classified", ended, retry.Retryable(fmt.Errorf("query: %w", context.Canceled)), true},
+		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), false},
+		{"cause", withCause, fmt.Errorf("stopped: %w", cause), true},
+	} {
+		if got := broker.Interrupted(c.ctx, broker.Outcome{Err: c.err}); got != c.want {
+			t.Errorf("%s: Interrupted = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestDecodeStateUntrusted: header values come from any producer. An
+// oversized value is not copied whole into the error; the attempt count
+// fits an int on every platform; the error text is bounded as written.
+func TestDecodeStateUntrusted(t *testing.T) {
+	get := func(h map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := h[k]; return v, ok }
+	}
+	huge := strings.Repeat("9x", 1<<20)
+	_, err := broker.DecodeState(get(map[string]string{broker.HeaderDelay: huge}))
+	if err == nil || len(err.Error()) > 300 || !strings.Contains(err.Error(), broker.HeaderDelay) {
+		t.Errorf("oversized header: error of %d bytes: %.300v", len(fmt.Sprint(err)), err)
+	}
+	if st, err := broker.DecodeState(get(map[string]string{broker.HeaderAttempt: "2147483647"})); err != nil || st.Attempts != 1<<31-1 {
+		t.Errorf("MaxInt32 attempts: %+v, %v", st, err)
+	}
+	if _, err := broker.DecodeState(get(map[string]string{broker.HeaderAttempt: "2147483648"})); err == nil {
+		t.Error("an attempt count beyond MaxInt32 was accepted (it wraps a 32-bit int)")
+	}
+	st, err := broker.DecodeState(get(map[string]string{broker.HeaderError: strings.Repeat("é", broker.MaxErrorLen)}))
+	if err != nil || len(st.Error) > broker.MaxErrorLen || len(st.Error) < broker.MaxErrorLen-1 {
+		t.Errorf("oversized error header: %d bytes, %v", len(st.Error), err)
+	}
+}
+
+func TestCheckDue(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	for _, c := range []struct {
+		name string
+		st   broker.State
+		ok   bool
+	}{
+		{"no due", broker.State{}, true},
+		{"past", broker.State{Due: now.Add(-time.Hour)}, true},
+		{"within prev", broker.State{Due: now.Add(10 * time.Minute), Prev: 10 * time.Minute}, true},
+		{"skewed clocks", broker.State{Due: now.Add(10*time.Minute + broker.MaxClockSkew), Prev: 10 * time.Minute}, true},
+		{"beyond prev and skew", broker.State{Due: now.Add(10*time.Minute + broker.MaxClockSkew + time.Millisecond), Prev: 10 * time.Minute}, false},
+		{"nanoseconds for milliseconds", broker.State{Due: time.UnixMilli(now.UnixNano()), Prev: time.Second}, false},
+		{"largest prev", broker.State{Due: time.UnixMilli(1 << 62), Prev: 1<<63 - 1}, true},
+	} {
+		if err := c.st.CheckDue(now); (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), broker.HeaderDue)) {
+			t.Errorf("%s: CheckDue = %v", c.name, err)
+		}
+	}
+}
+
+// TestProcessorMalformedDue: a due time no stagger consumer wrote is
+// dead-lettered at once, unhandled, instead of parked for ever.
+func TestProcessorMalformedDue(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	ran := false
+	p := &broker.Processor{Handler: func(context.Context, []byte) error { ran = true; return nil }, Now: func() time.Time { return now }}
+	o := p.Process(context.Background(), "m", nil, broker.State{Attempts: 1, Due: time.UnixMilli(now.UnixNano())})
+	if o.Action != broker.Dead || o.State.Reason != broker.ReasonMalformed || !o.State.Due.IsZero() || o.State.Attempts != 1 ||
+		!strings.Contains(o.State.Error, broker.HeaderDue) || ran {
+		t.Fatalf("outcome %+v (handler ran: %v)", o, ran)
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
@@ -22,9 +23,16 @@ const (
 	// or counting an attempt.
 	Park
 	// Dead: copy to the DLQ with Outcome.State (Reason set), then
-	// acknowledge the original.
+	// acknowledge the original. A message whose due time fails
+	// State.CheckDue is dead-lettered unhandled, with State.Reason
+	// ReasonMalformed and Outcome.Reason retry.NoReason.
 	Dead
 )
+
+// ReasonMalformed is the dead-letter reason (HeaderReason) of a message
+// whose stagger headers do not parse (DecodeState's error) or whose due
+// time fails State.CheckDue.
+const ReasonMalformed = "malformed"
 
 var actionNames = [...]string{"ack", "retry", "park", "dead"}
 
@@ -38,7 +46,7 @@ func (a Action) String() string {
 
 // Outcome is the result of one delivery.
 type Outcome struct {
-	Action    Action
+	Action    Action        // what the adapter must do
 	Delay     time.Duration // Retry, Park: how long the broker must hold it
 	State     State         // the state to write on the parked or dead letter
 	Reason    retry.Reason  // Dead: why
@@ -118,6 +126,10 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		start = p.now()
 	}
 	if !st.Due.IsZero() && start.Before(st.Due) {
+		if err := st.CheckDue(start); err != nil {
+			st.Due, st.Reason, st.Error = time.Time{}, ReasonMalformed, err.Error()
+			return Outcome{Action: Dead, State: st}
+		}
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
 	attempt := st.Attempts + 1
@@ -179,6 +191,21 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 	st.Prev = dec.Delay
 	st.Due = now.Add(dec.Delay)
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
+}
+
+// Interrupted reports whether o is a failure caused by the end of ctx, the
+// context the adapter handed to Process: ctx is done and the handler's
+// error is (or wraps) ctx's error or its cause. Such a failure says
+// nothing about the message, so it is not an attempt: an adapter that is
+// shutting down leaves the delivery to be handled again (requeued,
+// uncommitted, redelivered) instead of retrying or dead-lettering it. A
+// handler that fails for its own reasons while ctx ends is still decided
+// as usual.
+func Interrupted(ctx context.Context, o Outcome) bool {
+	if o.Err == nil || ctx.Err() == nil {
+		return false
+	}
+	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
 }
 
 func (p *Processor) giveUp(pol *retry.Policy, o Outcome) Outcome {

@@ -153,6 +153,11 @@ func Run(t *testing.T, f Factory) {
 			}
 			dl := next(t, ctx, p)
 			checkDeadLetter(t, dl, id, c.payload, want, got, published)
+			// Every attempt ran before the message was dead-lettered: none
+			// may have run since the count was first reached.
+			if n := len(rec.attempts(id)); n != want.attempts {
+				t.Errorf("handler ran %d times for %s by the time it was dead-lettered, want %d (%s)", n, id, want.attempts, rec.describe(id))
+			}
 		})
 	}
 

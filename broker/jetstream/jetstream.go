@@ -17,10 +17,11 @@
 // sooner. The attempt number is the server's delivery count (NumDelivered):
 // a delivery that crashed or timed out counts, as seed 002 counts claims.
 //
-// Dead letters are published with a Nats-Msg-Id derived from the original's
-// stream and sequence, so the consumer's own copy and the advisory mover's
-// copy of the same message are deduplicated by the DLQ stream within its
-// duplicate window.
+// Dead letters are published with a Nats-Msg-Id derived from the consumer
+// and the original's stream and sequence, so the consumer's own copy and
+// the advisory mover's copy of the same message are deduplicated by the DLQ
+// stream within its duplicate window, while two consumers of one stream
+// sharing a DLQ stream each keep their dead letter of a message.
 //
 // A nak cannot carry headers, so state that RabbitMQ and Kafka keep in
 // headers is not carried between JetStream attempts: the first-attempt and
@@ -35,9 +36,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,9 +77,13 @@ type Options struct {
 	FilterSubject string
 	// DLQStream receives dead letters on DLQSubject; created by Setup when
 	// missing (default Stream+"_DLQ", subject "dlq."+Stream+"."+Consumer).
+	// An existing one keeps its configuration; Setup adds DLQSubject to its
+	// subjects when none covers it, so the consumers of one stream can
+	// share it.
 	DLQStream, DLQSubject string
 	// AdvisoryStream captures the consumer's MAX_DELIVERIES advisories;
-	// created by Setup when missing (default Stream+"_ADV").
+	// created by Setup when missing (default Stream+"_ADV"), shared the same
+	// way.
 	AdvisoryStream string
 	// Handler runs once per delivery with a retry.Delivery (Source
 	// "jetstream", ID = the Nats-Msg-Id header, else "<stream>:<seq>").
@@ -133,6 +141,21 @@ func (o *Options) setDefaults() error {
 		if !nameRE.MatchString(f.v) {
 			return fmt.Errorf("%w: %s must be 1..200 of [A-Za-z0-9_-], got %q", broker.ErrInvalid, f.name, f.v)
 		}
+		if f.v == o.Stream {
+			// Setup would add its subject to the work stream.
+			return fmt.Errorf("%w: %s must differ from Stream, both %q", broker.ErrInvalid, f.name, f.v)
+		}
+	}
+	if o.DLQStream == o.AdvisoryStream {
+		return fmt.Errorf("%w: DLQStream must differ from AdvisoryStream, both %q", broker.ErrInvalid, o.DLQStream)
+	}
+	if err := checkSubject("DLQSubject", o.DLQSubject, false); err != nil {
+		return err
+	}
+	if o.FilterSubject != "" {
+		if err := checkSubject("FilterSubject", o.FilterSubject, true); err != nil {
+			return err
+		}
 	}
 	if o.Policy == nil {
 		o.Policy = broker.CascadePolicy(broker.DefaultTiers)
@@ -156,6 +179,33 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("%w: MaxAckPending must be in [1, %d], got %d", broker.ErrInvalid, 1<<20, o.MaxAckPending)
 	case o.Concurrency < 1 || o.Concurrency > o.MaxAckPending:
 		return fmt.Errorf("%w: Concurrency must be in [1, MaxAckPending=%d], got %d", broker.ErrInvalid, o.MaxAckPending, o.Concurrency)
+	}
+	return nil
+}
+
+// checkSubject validates a NATS subject: dot-separated tokens, none empty,
+// no whitespace, at most 1024 bytes; the wildcards * (a whole token) and >
+// (the last token) only where a filter is meant.
+func checkSubject(field, subj string, wildcards bool) error {
+	bad := func(rule string) error {
+		return fmt.Errorf("%w: %s must be %s, got %q", broker.ErrInvalid, field, rule, subj)
+	}
+	if len(subj) == 0 || len(subj) > 1024 {
+		return bad("1..1024 bytes")
+	}
+	if strings.ContainsAny(subj, " \t\r\n\f\v\x00") {
+		return bad("free of whitespace")
+	}
+	toks := strings.Split(subj, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return bad("dot-separated non-empty tokens")
+		case strings.ContainsAny(t, "*>") && !wildcards:
+			return bad("a literal subject (no * or > wildcard)")
+		case strings.ContainsAny(t, "*>") && t != "*" && (t != ">" || i != len(toks)-1):
+			return bad("a subject whose wildcards are whole tokens (* anywhere, > last)")
+		}
 	}
 	return nil
 }
@@ -221,21 +271,25 @@ func (c *Consumer) ConsumerConfig() jetstream.ConsumerConfig {
 	return cfg
 }
 
-// Setup creates or updates the durable consumer and creates the DLQ and
-// advisory streams and the advisory mover's consumer when missing.
+// Setup creates or updates the durable consumer, creates the DLQ and
+// advisory streams when missing, and the advisory mover's consumer. An
+// existing DLQ or advisory stream keeps its configuration (retention,
+// limits, other consumers' subjects): Setup only adds this consumer's
+// subject when no subject of the stream covers it, so consumers of one
+// stream can share the default Stream_DLQ and Stream_ADV.
 func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Consumer, error) {
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.Stream, c.ConsumerConfig())
 	if err != nil {
 		return nil, nil, fmt.Errorf("jetstream: consumer %q on stream %q: %w", c.opts.Consumer, c.opts.Stream, err)
 	}
-	if _, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if err := c.ensureStream(ctx, jetstream.StreamConfig{
 		Name: c.opts.DLQStream, Subjects: []string{c.opts.DLQSubject}, Duplicates: 10 * time.Minute,
-	}); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: DLQ stream %q: %w", c.opts.DLQStream, err)
 	}
-	if _, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if err := c.ensureStream(ctx, jetstream.StreamConfig{
 		Name: c.opts.AdvisoryStream, Subjects: []string{AdvisorySubject(c.opts.Stream, c.opts.Consumer)},
-	}); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: advisory stream %q: %w", c.opts.AdvisoryStream, err)
 	}
 	mover, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.AdvisoryStream, jetstream.ConsumerConfig{
@@ -247,10 +301,61 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 	return cons, mover, nil
 }
 
+// ensureStream creates the stream cfg describes, or, when it exists, adds
+// cfg's one subject to its subjects unless one of them covers it already,
+// leaving the rest of its configuration alone.
+func (c *Consumer) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	subject := cfg.Subjects[0]
+	for range 3 { // another consumer's Setup may change the stream meanwhile
+		st, err := c.js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err = c.js.CreateStream(ctx, cfg); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return err
+			}
+			continue // created meanwhile: check its subjects
+		}
+		if err != nil {
+			return err
+		}
+		have := st.CachedInfo().Config
+		if slices.ContainsFunc(have.Subjects, func(s string) bool { return subjectCovers(s, subject) }) {
+			return nil
+		}
+		have.Subjects = append(slices.Clip(have.Subjects), subject)
+		if _, err := c.js.UpdateStream(ctx, have); err != nil {
+			return fmt.Errorf("add subject %q: %w", subject, err)
+		}
+	}
+	return fmt.Errorf("subject %q: the stream kept changing", subject)
+}
+
+// subjectCovers reports whether the stream subject pattern (which may hold
+// the wildcards * and >) matches every message published to subject.
+func subjectCovers(pattern, subject string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, ".")
+		if p == ">" {
+			return subject != ""
+		}
+		s, srest, smore := strings.Cut(subject, ".")
+		if p != "*" && p != s {
+			return false
+		}
+		if !pmore || !smore {
+			return pmore == smore
+		}
+		pattern, subject = prest, srest
+	}
+}
+
 // Run sets up and consumes until ctx is done, then stops taking messages,
 // lets running handlers finish and returns ctx.Err(). The nats.Conn
 // reconnects by itself; unacknowledged messages are redelivered by the
-// server after their ack wait.
+// server after their ack wait. When the server ends a consume while the
+// connection stays up (the durable consumer or its stream deleted), Run
+// sets up again, pausing 50 ms to 5 s between tries, and logs each failure;
+// it returns an error when the nats.Conn is closed, or when the first Setup
+// fails.
 //
 // With Concurrency 1 the handler runs in the consume callback itself, as a
 // hand-written consumer would; with more, the callback hands each message
@@ -260,11 +365,48 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	const minWait, maxWait = 50 * time.Millisecond, 5 * time.Second
+	wait := minWait
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		if cons != nil {
+			started := time.Now()
+			err = c.consume(ctx, cons, mover)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Since(started) > maxWait {
+				wait = minWait // it ran for a while: not a failing loop
+			}
+		}
+		if nc := c.js.Conn(); nc != nil && nc.IsClosed() {
+			return fmt.Errorf("jetstream: connection closed: %w", err)
+		}
+		c.log.Warn("jetstream: consume ended, setting up again", slog.Any("error", err), slog.Duration("in", wait))
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		wait = min(2*wait, maxWait)
+		if cons, mover, err = c.Setup(ctx); err != nil {
+			cons = nil
+		}
+	}
+}
+
+// consume consumes cons and the advisory mover until ctx is done (nil) or
+// the client library stops either of them (an error saying why).
+func (c *Consumer) consume(ctx context.Context, cons, mover jetstream.Consumer) error {
 	var (
 		work    chan jetstream.Msg
 		wg      sync.WaitGroup
 		running sync.Mutex // held while the callback handles a message (Concurrency 1)
 		stopped bool
+		errMu   sync.Mutex
+		lastErr error // the last error the client library reported
 	)
 	handler := func(m jetstream.Msg) {
 		running.Lock()
@@ -292,6 +434,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 	}
+	// stop runs once no callback can run any more (the consumes closed).
 	stop := func() {
 		if work != nil {
 			close(work)
@@ -302,6 +445,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		running.Unlock()
 	}
 	errh := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		errMu.Lock()
+		lastErr = err
+		errMu.Unlock()
 		c.log.Warn("jetstream: consume", slog.Any("error", err))
 	})
 	cc, err := cons.Consume(handler, jetstream.PullMaxMessages(min(c.opts.MaxAckPending, 512)), errh)
@@ -312,16 +458,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 	mc, err := mover.Consume(func(m jetstream.Msg) { c.moveAdvisory(ctx, m) }, errh)
 	if err != nil {
 		cc.Stop()
+		<-cc.Closed()
 		stop()
 		return fmt.Errorf("jetstream: consume advisories: %w", err)
 	}
-	<-ctx.Done()
+	var which string
+	select {
+	case <-ctx.Done():
+	case <-cc.Closed():
+		which = "consumer " + c.opts.Consumer
+	case <-mc.Closed():
+		which = "advisory consumer " + c.opts.Consumer + "_dlq"
+	}
 	cc.Stop()
 	mc.Stop()
 	<-cc.Closed()
 	<-mc.Closed()
 	stop()
-	return ctx.Err()
+	if ctx.Err() != nil {
+		return nil
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
+	if lastErr == nil {
+		lastErr = errors.New("stopped")
+	}
+	return fmt.Errorf("jetstream: consume of %s ended: %w", which, lastErr)
 }
 
 // messageID is the inbox key: the Nats-Msg-Id header, else stream:seq.
@@ -347,13 +509,13 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 	id := messageID(m, &md)
 	stored := time.Unix(0, md.timestamp)
 	st := broker.State{
-		Attempts:     int(min(md.delivered, 1<<31)) - 1,
+		Attempts:     int(min(md.delivered, math.MaxInt32)) - 1, // an int on every platform
 		FirstAttempt: stored,
 		FirstFailure: stored,
 		Origin:       m.Subject(),
 	}
 	o := c.proc.Process(ctx, id, m.Data(), st)
-	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
+	if broker.Interrupted(ctx, o) {
 		return // shutting down: redelivered after its ack wait
 	}
 	var err error
@@ -451,11 +613,13 @@ func parseAckReply(reply string) (md ackMeta, ok bool) {
 }
 
 // deadLetter publishes a copy of a message to the DLQ stream, deduplicated
-// by the original's stream and sequence.
+// by the consumer and the original's stream and sequence.
 func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, subject string, h nats.Header, data []byte, st broker.State) error {
 	out := nats.NewMsg(c.opts.DLQSubject)
 	for k, v := range h {
-		out.Header[k] = append([]string(nil), v...)
+		if !broker.IsStateHeader(k) { // st replaces them
+			out.Header[k] = append([]string(nil), v...)
+		}
 	}
 	if st.Origin == "" {
 		st.Origin = subject
@@ -467,7 +631,7 @@ func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64
 	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
 	out.Header.Del(jetstream.MsgIDHeader)
 	out.Data = data
-	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+stream+":"+strconv.FormatUint(seq, 10)))
+	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+stream+":"+c.opts.Consumer+":"+strconv.FormatUint(seq, 10)))
 	return err
 }
 

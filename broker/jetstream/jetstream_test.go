@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -208,6 +209,14 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.MaxAckPending = -1 }, "MaxAckPending must be"},
 		{func(o *Options) { o.MaxAckPending, o.Concurrency = 10, 11 }, "Concurrency must be"},
 		{func(o *Options) { o.DLQStream = "x y" }, "DLQStream must be"},
+		{func(o *Options) { o.DLQStream = "S" }, "DLQStream must differ from Stream"},
+		{func(o *Options) { o.AdvisoryStream = "S" }, "AdvisoryStream must differ from Stream"},
+		{func(o *Options) { o.AdvisoryStream = "S_DLQ" }, "DLQStream must differ from AdvisoryStream"},
+		{func(o *Options) { o.DLQSubject = "dlq.*" }, "DLQSubject must be a literal subject"},
+		{func(o *Options) { o.DLQSubject = "dlq..x" }, "DLQSubject must be dot-separated"},
+		{func(o *Options) { o.DLQSubject = "dlq x" }, "DLQSubject must be free of whitespace"},
+		{func(o *Options) { o.FilterSubject = "orders.>.x" }, "FilterSubject must be a subject whose wildcards"},
+		{func(o *Options) { o.FilterSubject = "orders.a*" }, "FilterSubject must be a subject whose wildcards"},
 		{func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -2} }, "MaxAttempts must be"},
 	} {
 		o := good
@@ -298,6 +307,202 @@ func TestParseAckReplyMatchesServer(t *testing.T) {
 		}
 		if n != 3 {
 			t.Fatalf("round %d: fetched %d messages, want 3", round, n)
+		}
+	}
+}
+
+// TestConsumerDeletedRecovers deletes the durable consumer under a running
+// Consumer (an operator's mistake, a stream restored from a backup): the
+// client library stops consuming, and Run must create the consumer again
+// and go on.
+func TestConsumerDeletedRecovers(t *testing.T) {
+	seen := make(chan string, 4)
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		seen <- d.ID
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitID := func(id string) {
+		t.Helper()
+		for {
+			select {
+			case got := <-seen:
+				if got == id {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s never reached the handler", id)
+			}
+		}
+	}
+	if err := p.Publish(ctx, "before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitID("before")
+	if err := p.js.DeleteConsumer(ctx, name, "work"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctx, "after", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitID("after")
+}
+
+// TestClosedConnectionEndsRun: once the nats.Conn is closed for good
+// (closed by its owner, or out of reconnect attempts) nothing can consume
+// any more, and Run says so instead of blocking until its ctx ends.
+func TestClosedConnectionEndsRun(t *testing.T) {
+	admin := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := uniqueName(t)
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
+			_ = admin.DeleteStream(context.Background(), s)
+		}
+	})
+	nc, err := nats.Connect(natsURL(), nats.Timeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan struct{}, 1)
+	h := func(context.Context, []byte) error { handled <- struct{}{}; return nil }
+	c, err := NewConsumer(js, Options{Stream: name, Consumer: "work", Handler: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	if _, err := admin.Publish(ctx, name+".in", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select { // Run is consuming
+	case <-handled:
+	case <-ctx.Done():
+		t.Fatal("the message never reached the handler")
+	}
+	nc.Close()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection closed") {
+			t.Fatalf("Run = %v, want a connection-closed error", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run went on after its connection was closed")
+	}
+}
+
+// TestTwoConsumersShareDLQStream runs two durable consumers on one stream
+// with the default DLQ and advisory streams (Stream_DLQ, Stream_ADV), each
+// with a subject of its own: the second Setup must not take the first
+// one's subject away, and existing streams keep their configuration.
+func TestTwoConsumersShareDLQStream(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := uniqueName(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The operator made the DLQ stream beforehand, keeping dead letters a week.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{"dlq." + name + ".a"}, MaxAge: 7 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
+			_ = js.DeleteStream(context.Background(), s)
+		}
+	})
+	perm := func(context.Context, []byte) error { return retry.Permanent(errors.New("no")) }
+	var cs []*Consumer
+	for _, cn := range []string{"a", "b"} {
+		c, err := NewConsumer(js, Options{Stream: name, Consumer: cn, FilterSubject: name + ".in", Handler: perm, AckWait: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Setup(ctx); err != nil {
+			t.Fatalf("Setup %s: %v", cn, err)
+		}
+		cs = append(cs, c)
+	}
+	for _, s := range []struct {
+		stream   string
+		subjects []string
+	}{
+		{name + "_DLQ", []string{"dlq." + name + ".a", "dlq." + name + ".b"}},
+		{name + "_ADV", []string{AdvisorySubject(name, "a"), AdvisorySubject(name, "b")}},
+	} {
+		st, err := js.Stream(ctx, s.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		for _, subj := range s.subjects {
+			if !slices.Contains(cfg.Subjects, subj) {
+				t.Errorf("stream %s has subjects %v: %s lost", s.stream, cfg.Subjects, subj)
+			}
+		}
+		if s.stream == name+"_DLQ" && cfg.MaxAge != 7*24*time.Hour {
+			t.Errorf("Setup changed the existing DLQ stream's MaxAge to %v", cfg.MaxAge)
+		}
+	}
+	// Both consumers' dead letters arrive.
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = c.Run(rctx) }()
+	}
+	defer func() { stop(); wg.Wait() }()
+	if _, err := js.Publish(ctx, name+".in", []byte("x"), jetstream.WithMsgID("m")); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := js.OrderedConsumer(ctx, name+"_DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("dead letters of %v only: %v", seen, err)
+		}
+		seen[m.Subject()] = true
+	}
+}
+
+func TestSubjectCovers(t *testing.T) {
+	for _, c := range []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"dlq.S.a", "dlq.S.a", true},
+		{"dlq.S.a", "dlq.S.b", false},
+		{"dlq.S.*", "dlq.S.a", true},
+		{"dlq.S.*", "dlq.S.a.b", false},
+		{"dlq.>", "dlq.S.a", true},
+		{"dlq.>", "dlq", false},
+		{">", "x", true},
+		{"dlq.S", "dlq.S.a", false},
+		{"dlq.S.a", "dlq.S", false},
+	} {
+		if got := subjectCovers(c.pattern, c.subject); got != c.want {
+			t.Errorf("subjectCovers(%q, %q) = %v, want %v", c.pattern, c.subject, got, c.want)
 		}
 	}
 }

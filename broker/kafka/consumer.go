@@ -49,9 +49,10 @@ type Options struct {
 	Inbox queue.Inbox
 	// Transactional makes each poll's forwards and its offset commit one
 	// transaction (GroupTransactSession), with TransactionalID plus the
-	// stage's suffix as transactional IDs. TransactionalID must be unique
-	// per consumer process and stable across its restarts.
-	Transactional   bool
+	// stage's suffix as transactional IDs.
+	Transactional bool
+	// TransactionalID is required with Transactional: unique per consumer
+	// process and stable across its restarts.
 	TransactionalID string
 	// MaxPollRecords bounds one poll (0: DefaultMaxPollRecords).
 	MaxPollRecords int
@@ -81,6 +82,11 @@ type Consumer struct {
 func NewConsumer(opts Options) (*Consumer, error) {
 	if len(opts.Brokers) == 0 {
 		return nil, fmt.Errorf("%w: Brokers must list at least one host:port", broker.ErrInvalid)
+	}
+	for i, b := range opts.Brokers {
+		if b == "" || strings.ContainsAny(b, " \t\r\n/") {
+			return nil, fmt.Errorf("%w: Brokers[%d] must be a host:port, got %q", broker.ErrInvalid, i, b)
+		}
 	}
 	if err := opts.Topics.Validate(); err != nil {
 		return nil, err
@@ -152,6 +158,11 @@ var errSessionEnded = errors.New("kafka: session ended")
 // Run runs every stage until ctx is done and returns ctx.Err(). A stage
 // whose client fails (a forward not acknowledged, a commit refused) is
 // restarted from its last committed offset, after a pause that grows to 5 s.
+// On ctx's end Run stops polling, waits for the forwards in flight and
+// commits what they allow. A handler that fails with ctx's error (or one
+// wrapping it) once ctx is done made no attempt (broker.Interrupted): its
+// record is neither forwarded nor committed, and the group's next consumer
+// handles it again.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range c.stages() {
@@ -335,7 +346,10 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 			if sctx.Err() != nil {
 				break
 			}
-			out, due := c.handle(ctx, r, b.at, paused != nil)
+			out, due, kept := c.handle(ctx, r, b.at, paused != nil)
+			if kept {
+				break // shutting down: neither committed nor forwarded
+			}
 			if !due.IsZero() {
 				paused.pause(cl, r, due)
 				break
@@ -469,10 +483,20 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		var (
 			fwd     []*kgo.Record
 			handled int
+			kept    bool
 		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			for _, r := range p.Records {
-				out, due := c.handle(ctx, r, now, true)
+				if kept {
+					return
+				}
+				var (
+					out *kgo.Record
+					due time.Time
+				)
+				if out, due, kept = c.handle(ctx, r, now, true); kept {
+					return
+				}
 				if !due.IsZero() {
 					paused.pause(cl, r, due)
 					return
@@ -484,6 +508,12 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 			}
 		})
 		paused.rewind(cl)
+		if kept {
+			// Shutting down: a handler failed with the cancellation. The
+			// whole poll is read again by the next session.
+			_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
+			return ctx.Err()
+		}
 		if len(fwd) > 0 {
 			if err := cl.ProduceSync(ctx, fwd...).FirstErr(); err != nil {
 				_, _ = sess.End(ctx, kgo.TryAbort)
@@ -511,8 +541,11 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 // handle runs one record of a poll that returned at start. It returns the
 // record to produce (a retry or a dead letter; nil after success), or, when
 // mayPause, a non-zero due time when the record must wait (without, a
-// record that is not due is parked again in its tier).
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time) {
+// record that is not due is parked again in its tier). kept reports a
+// handler failed by ctx's end (broker.Interrupted): not an attempt, so the
+// record must be neither forwarded nor committed (the next session handles
+// it again).
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time, kept bool) {
 	id, state := scanHeaders(r)
 	var (
 		get func(string) (string, bool) // only for forwarded records and failures
@@ -528,23 +561,28 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 	}
 	switch {
 	case err != nil:
-		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: "malformed", Error: err.Error()}}
+		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	default:
 		if !st.Due.IsZero() {
 			// A retry: its due time is checked against a fresh reading.
-			if start = c.now(); mayPause && start.Before(st.Due) {
-				return nil, st.Due
+			// A due time no stagger consumer wrote is not waited for:
+			// ProcessAt dead-letters it.
+			if start = c.now(); mayPause && start.Before(st.Due) && st.CheckDue(start) == nil {
+				return nil, st.Due, false
 			}
 		}
 		if id == "" {
 			id = origin(r, get)
 		}
 		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
+		if broker.Interrupted(ctx, o) {
+			return nil, time.Time{}, true
+		}
 	}
 	var topic string
 	switch o.Action {
 	case broker.Ack:
-		return nil, time.Time{}
+		return nil, time.Time{}, false
 	case broker.Retry, broker.Park:
 		topic = c.opts.Topics.Retry[c.opts.Topics.Tiers.For(o.Delay)]
 	case broker.Dead:
@@ -554,7 +592,7 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 	if get == nil {
 		get = headerGetter(r)
 	}
-	return forward(r, topic, o.State, get), time.Time{}
+	return forward(r, topic, o.State, get), time.Time{}, false
 }
 
 // scanHeaders reads r's headers once: the message ID (x-stagger-id, "" when
@@ -597,23 +635,12 @@ func origin(r *kgo.Record, get func(string) (string, bool)) string {
 	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
-// stateHeader reports whether k is a header broker.State writes: a forward
-// replaces them.
-func stateHeader(k string) bool {
-	switch k {
-	case broker.HeaderAttempt, broker.HeaderDelay, broker.HeaderDue, broker.HeaderFirstAttempt,
-		broker.HeaderFirstFailure, broker.HeaderError, broker.HeaderReason, broker.HeaderOrigin:
-		return true
-	}
-	return false
-}
-
 // forward copies r to topic with state st in its headers. The new header
 // values share one buffer.
 func forward(r *kgo.Record, topic string, st broker.State, get func(string) (string, bool)) *kgo.Record {
 	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+12)}
 	for _, h := range r.Headers {
-		if !stateHeader(h.Key) {
+		if !broker.IsStateHeader(h.Key) { // a forward replaces them
 			out.Headers = append(out.Headers, h)
 		}
 	}

@@ -194,8 +194,11 @@ func TestBadOptions(t *testing.T) {
 		want string
 	}{
 		{func(o *Options) { o.Brokers = nil }, "Brokers must"},
-		{func(o *Options) { o.Topics.Main = "a b" }, "topic names must"},
-		{func(o *Options) { o.Topics.DLQ = o.Topics.Main }, "used twice"},
+		{func(o *Options) { o.Brokers = []string{"127.0.0.1:9092", ""} }, "Brokers[1] must be a host:port"},
+		{func(o *Options) { o.Topics.Main = "a b" }, "Topics.Main must be 1..249"},
+		{func(o *Options) { o.Topics.Retry[2] = "x/y" }, "Topics.Retry[2] must be 1..249"},
+		{func(o *Options) { o.Topics.DLQ = o.Topics.Main }, "Topics.DLQ must differ from Topics.Main"},
+		{func(o *Options) { o.Topics.Retry[1] = o.Topics.DLQ }, "Topics.Retry[1] must differ from Topics.DLQ"},
 		{func(o *Options) { o.Topics.Retry = o.Topics.Retry[:1] }, "one topic per tier"},
 		{func(o *Options) { o.Group = "" }, "Group must"},
 		{func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
@@ -203,6 +206,7 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.MaxPollRecords = -1 }, "MaxPollRecords must"},
 	} {
 		o := good
+		o.Topics.Retry = append([]string(nil), good.Topics.Retry...) // cases may change it
 		c.mod(&o)
 		if _, err := NewConsumer(o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("err = %v, want %q", err, c.want)
@@ -345,5 +349,133 @@ func TestFailedForwardIsNotCommitted(t *testing.T) {
 	defer mu.Unlock()
 	if refused.Load() != 1 || attempts[1] != 2 {
 		t.Fatalf("refusals %d, attempt 1 ran %d times; want 1 refusal and attempt 1 twice (the original handled again, not committed)", refused.Load(), attempts[1])
+	}
+}
+
+// TestShutdownDuringHandlerKeepsRecord stops the consumer while a handler
+// runs; the handler returns its context's error (as any ctx-aware handler
+// does). That failure is the shutdown, not an attempt: the record must be
+// neither dead-lettered nor forwarded, and not committed, so the next
+// consumer of the group handles it as attempt 1.
+func TestShutdownDuringHandlerKeepsRecord(t *testing.T) {
+	name := uniqueName(t)
+	topics := NewTopics(name, brokertest.Tiers)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics.All()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	addrs := cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	entered := make(chan struct{})
+	first, err := NewConsumer(Options{Brokers: addrs, Topics: topics, Group: name, Handler: func(ctx context.Context, _ []byte) error {
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- first.Run(rctx) }()
+	if err := Publish(ctx, cl, topics.Main, "m", nil, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the record never reached the first consumer's handler")
+	}
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+
+	got := make(chan retry.Delivery, 1)
+	second, err := NewConsumer(Options{Brokers: addrs, Topics: topics, Group: name, Handler: func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		got <- d
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx2, stop2 := context.WithCancel(ctx)
+	done2 := make(chan error, 1)
+	go func() { done2 <- second.Run(rctx2) }()
+	defer func() { stop2(); <-done2 }()
+	select {
+	case d := <-got:
+		if d.ID != "m" || d.Attempt != 1 {
+			t.Fatalf("the next consumer got %+v, want m as attempt 1", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("the record interrupted by the shutdown was committed: the next consumer never saw it")
+	}
+	// Nothing was forwarded or dead-lettered.
+	fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer fcancel()
+	rcl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(append([]string{topics.DLQ}, topics.Retry...)...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcl.Close()
+	if f := rcl.PollFetches(fctx); f.NumRecords() > 0 {
+		r := f.Records()[0]
+		t.Fatalf("the shutdown produced %d forwards, the first to %s", f.NumRecords(), r.Topic)
+	}
+}
+
+// TestForeignDueDoesNotStallRetryTopic: a producer that writes
+// x-stagger-due in the wrong unit (Unix nanoseconds: a due time tens of
+// thousands of years ahead) must not pause a retry partition for ever,
+// holding every retry behind it: the record is dead-lettered as malformed.
+func TestForeignDueDoesNotStallRetryTopic(t *testing.T) {
+	retried := make(chan struct{})
+	h := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		if d.Attempt == 1 {
+			return retry.Retryable(errors.New("once"))
+		}
+		close(retried)
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h, Tiers: broker.Tiers{200 * time.Millisecond},
+		Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(200 * time.Millisecond)}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	bad := &kgo.Record{Topic: p.topics.Main, Key: []byte("k"), Value: []byte("x"), Headers: []kgo.RecordHeader{
+		{Key: broker.HeaderID, Value: []byte("bad")},
+		{Key: broker.HeaderAttempt, Value: []byte("1")},
+		{Key: broker.HeaderDue, Value: fmt.Appendf(nil, "%d", now.Add(time.Second).UnixNano())},
+	}}
+	if err := p.cl.ProduceSync(ctx, bad).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(ctx, p.cl, p.topics.Main, "victim", []byte("k"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	if dl.ID != "bad" || dl.Reason != "malformed" || !strings.Contains(dl.Error, broker.HeaderDue) {
+		t.Fatalf("dead letter %+v, want bad with reason malformed naming %s", dl, broker.HeaderDue)
+	}
+	select {
+	case <-retried:
+	case <-ctx.Done():
+		t.Fatal("the victim's retry never ran")
 	}
 }

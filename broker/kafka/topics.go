@@ -44,8 +44,10 @@
 // it are handled before it, so per-key order holds only for records that
 // never fail. Within a retry topic records are handled in order, so a
 // record waits behind any earlier record of the same partition that is due
-// later (at most one tier's width, since a tier only holds delays between
-// the previous tier and its own).
+// later: at most one tier's width, since a tier only holds delays between
+// the previous tier and its own — except the last tier, which also holds
+// any longer delay (a policy whose schedule or MaxAfter exceeds it; not
+// broker.CascadePolicy) for its whole length.
 package kafka
 
 import (
@@ -61,11 +63,14 @@ import (
 
 // Topics names the main topic, one retry topic per tier, and the DLQ.
 type Topics struct {
-	Main  string
+	// Main is the topic producers write to.
+	Main string
+	// Tiers are the retry topics' delays, shortest first.
 	Tiers broker.Tiers
 	// Retry[i] is tier i's topic.
 	Retry []string
-	DLQ   string
+	// DLQ is the dead-letter topic.
+	DLQ string
 }
 
 // NewTopics names topics after main: main-retry-<tier> (main-retry-10s …)
@@ -92,16 +97,21 @@ func (t Topics) Validate() error {
 	if len(t.Retry) != len(t.Tiers) {
 		return fmt.Errorf("%w: Topics.Retry must name one topic per tier (%d), got %d", broker.ErrInvalid, len(t.Tiers), len(t.Retry))
 	}
-	names := append([]string{t.Main, t.DLQ}, t.Retry...)
-	seen := map[string]bool{}
-	for _, n := range names {
+	fields := []string{"Main", "DLQ"}
+	names := []string{t.Main, t.DLQ}
+	for i, n := range t.Retry {
+		fields = append(fields, fmt.Sprintf("Retry[%d]", i))
+		names = append(names, n)
+	}
+	seen := map[string]string{} // topic → the field naming it
+	for i, n := range names {
 		if !topicRE.MatchString(n) || n == "." || n == ".." {
-			return fmt.Errorf("%w: topic names must be 1..249 of [A-Za-z0-9._-], got %q", broker.ErrInvalid, n)
+			return fmt.Errorf("%w: Topics.%s must be 1..249 of [A-Za-z0-9._-] (a Kafka topic name), got %q", broker.ErrInvalid, fields[i], n)
 		}
-		if seen[n] {
-			return fmt.Errorf("%w: topic %q is used twice", broker.ErrInvalid, n)
+		if f, ok := seen[n]; ok {
+			return fmt.Errorf("%w: Topics.%s must differ from Topics.%s, both %q", broker.ErrInvalid, fields[i], f, n)
 		}
-		seen[n] = true
+		seen[n] = fields[i]
 	}
 	return nil
 }

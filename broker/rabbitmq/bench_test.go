@@ -194,9 +194,14 @@ func benchConsumer(b *testing.B, pct uint32) {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	done := make(chan error, 1)
 	b.ResetTimer()
-	go func() { _ = c.Run(ctx) }()
+	go func() { done <- c.Run(ctx) }()
 	<-tp.Done()
 	b.ReportMetric(tp.Rate(), "msgs/s")
+	// Stopped before the next round starts and before the cleanup deletes
+	// the topology (a consumer left running would share the next round's
+	// cores, and could declare the deleted queues again).
+	cancel()
+	<-done
 }

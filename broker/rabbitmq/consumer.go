@@ -19,7 +19,8 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// Defaults for zero Options fields.
+// Defaults for zero Options fields, and the largest Prefetch (the AMQP
+// prefetch count is 16 bits).
 const (
 	DefaultPrefetch    = 32
 	DefaultConcurrency = 1
@@ -109,6 +110,9 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.Reconnect == nil {
 		opts.Reconnect = DefaultReconnect
 	}
+	if err := backoff.Validate(opts.Reconnect); err != nil {
+		return nil, fmt.Errorf("%w: Reconnect: %w", broker.ErrInvalid, err)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -189,6 +193,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("rabbitmq: open channel: %w", err)
 	}
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := c.opts.Topology.Declare(ch); err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
@@ -228,20 +233,43 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 			}
 		}()
 	}
-	select {
-	case <-ctx.Done():
-		err = ctx.Err()
-		_ = ch.Cancel(tag, false) // no new deliveries; running handlers finish
+	// drained closes when every worker has returned: the delivery channel
+	// was closed, by our Cancel, by the connection's end, or by the server
+	// (a basic.cancel when the queue is deleted, or a channel exception)
+	// while the connection stays up.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	// settle lets running handlers finish and forwards be confirmed and
+	// acknowledged, unless the connection goes first.
+	settle := func() {
 		done := make(chan struct{})
-		go func() { wg.Wait(); s.pending.Wait(); close(done) }()
+		go func() { <-drained; s.pending.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-closed:
 		}
+	}
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+		_ = ch.Cancel(tag, false) // no new deliveries; running handlers finish
+		settle()
 	case e := <-closed:
 		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
 	case e := <-s.failed:
 		err = e // a forward failed: drop the connection so RabbitMQ requeues
+	case <-drained:
+		// The server ended the consumer, not the connection: reconnect and
+		// declare the topology again.
+		err = fmt.Errorf("rabbitmq: consumer of %q cancelled by the server", c.opts.Topology.Queue)
+		select {
+		case e := <-chClosed:
+			if e != nil {
+				err = fmt.Errorf("rabbitmq: channel closed: %v", e)
+			}
+		default:
+		}
+		settle()
 	}
 	conn.Close()
 	wg.Wait()
@@ -273,13 +301,13 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 	var o broker.Outcome
 	st, err := stateOf(d)
 	if err != nil {
-		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: "malformed", Error: err.Error()}}
+		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	} else {
 		o = c.proc.Process(ctx, d.MessageId, d.Body, st)
 	}
-	if o.Action != broker.Ack && o.Err != nil && ctx.Err() != nil {
-		// Shutting down: the failure may be the cancellation itself. Not an
-		// attempt: requeue as it was.
+	if broker.Interrupted(ctx, o) {
+		// Shutting down, and the failure is the cancellation itself. Not
+		// an attempt: requeue as it was.
 		return d.Nack(false, true)
 	}
 	var q string

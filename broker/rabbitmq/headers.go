@@ -46,14 +46,17 @@ func stateOf(d *amqp.Delivery) (broker.State, error) {
 }
 
 // forwardHeaders copies h without x-death bookkeeping (we keep our own
-// count) and with st written over it.
+// count) and without the state headers, and writes st instead (a stale or
+// malformed state header of h must not reach the copy).
 func forwardHeaders(h amqp.Table, st broker.State) amqp.Table {
 	out := make(amqp.Table, len(h)+8)
 	for k, v := range h {
 		switch k {
 		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason",
-			broker.HeaderDue, broker.HeaderReason, headerPublishTag:
+			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", headerPublishTag:
+			continue
+		}
+		if broker.IsStateHeader(k) {
 			continue
 		}
 		out[k] = v

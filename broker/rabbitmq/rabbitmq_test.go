@@ -345,7 +345,10 @@ func TestBadOptions(t *testing.T) {
 		{"tiers", func(o *Options) { o.Topology.Tiers = broker.Tiers{time.Second, time.Second} }, "Tiers must increase"},
 		{"queue", func(o *Options) { o.Topology.Queue = "" }, "Topology.Queue must be"},
 		{"reserved", func(o *Options) { o.Topology.DLQ = "amq.x" }, "reserved prefix"},
+		{"dlq-is-queue", func(o *Options) { o.Topology.DLQ = o.Topology.Queue }, "Topology.DLQ must differ from Topology.Queue"},
+		{"dlq-is-wait-queue", func(o *Options) { o.Topology.DLQ = o.Topology.TierQueue(1) }, "Topology.DLQ must differ from the wait queue of Tiers[1]"},
 		{"policy", func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -1} }, "MaxAttempts must be"},
+		{"reconnect", func(o *Options) { o.Reconnect = backoff.Constant(-time.Second) }, "Reconnect: backoff: invalid"},
 	} {
 		o := good
 		c.mod(&o)
@@ -432,5 +435,95 @@ func TestMismatchedQueueRefused(t *testing.T) {
 	var aerr *amqp.Error
 	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed || !strings.Contains(err.Error(), topo.Queue) {
 		t.Fatalf("Run = %v, want PRECONDITION_FAILED naming queue %q", err, topo.Queue)
+	}
+}
+
+// TestConsumerCancelledByServerReconnects deletes the main queue under a
+// running consumer: RabbitMQ cancels the consumer (basic.cancel) and closes
+// its delivery channel while the connection stays up. The consumer must
+// reconnect, declare its topology again and go on consuming.
+func TestConsumerCancelledByServerReconnects(t *testing.T) {
+	seen := make(chan string, 4)
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		seen <- d.ID
+		return nil
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitID := func(id string) {
+		t.Helper()
+		for {
+			select {
+			case got := <-seen:
+				if got == id {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s never reached the handler", id)
+			}
+		}
+	}
+	if err := p.Publish(ctx, "before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitID("before")
+	ch, err := dial(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(p.topo.Queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	// The publisher's mandatory publish fails until the consumer has
+	// declared the queue again.
+	for {
+		err := p.Publish(ctx, "after", []byte("x"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrUnroutable) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the consumer never declared its queue again after the server cancelled it: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	waitID("after")
+}
+
+// TestMalformedHeaderDeadLettered: a message whose stagger headers do not
+// parse (a foreign producer's) goes to the DLQ with reason malformed, and
+// the dead letter itself parses: the bad header is not copied onto it.
+func TestMalformedHeaderDeadLettered(t *testing.T) {
+	ran := make(chan struct{}, 1)
+	h := func(context.Context, []byte) error { ran <- struct{}{}; return nil }
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wait, err := p.pub.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
+		MessageId: "bad", Body: []byte("x"),
+		Headers: amqp.Table{broker.HeaderAttempt: "two", broker.HeaderDelay: strings.Repeat("9", 4096)},
+	})
+	if err == nil {
+		err = wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatalf("the dead letter does not parse: %v", err)
+	}
+	if dl.ID != "bad" || dl.Reason != broker.ReasonMalformed || !strings.Contains(dl.Error, broker.HeaderAttempt) || len(dl.Error) > 300 {
+		t.Fatalf("dead letter %+v, want bad with reason malformed naming %s", dl, broker.HeaderAttempt)
+	}
+	select {
+	case <-ran:
+		t.Fatal("the handler ran on a message with malformed headers")
+	default:
 	}
 }

@@ -67,7 +67,8 @@ func (t Topology) TierQueue(i int) string {
 	return t.Queue + ".retry." + t.Tiers.Name(i)
 }
 
-// Validate checks the names and the tiers.
+// Validate checks the names and the tiers, and that the DLQ is neither the
+// main queue nor a wait queue.
 func (t Topology) Validate() error {
 	for _, f := range []struct{ name, v string }{{"Exchange", t.Exchange}, {"Queue", t.Queue}, {"DLQ", t.DLQ}} {
 		if f.v == "" || len(f.v) > 200 {
@@ -82,6 +83,17 @@ func (t Topology) Validate() error {
 	}
 	if err := t.Tiers.Validate(); err != nil {
 		return fmt.Errorf("Topology.%w", err)
+	}
+	// The DLQ must be a queue of its own: as the main queue, dead letters
+	// would be consumed and dead-lettered again in a loop; as a wait queue,
+	// they would expire back into the main queue.
+	if t.DLQ == t.Queue {
+		return fmt.Errorf("%w: Topology.DLQ must differ from Topology.Queue, both %q", broker.ErrInvalid, t.DLQ)
+	}
+	for i := range t.Tiers {
+		if q := t.TierQueue(i); t.DLQ == q {
+			return fmt.Errorf("%w: Topology.DLQ must differ from the wait queue of Tiers[%d], both %q", broker.ErrInvalid, i, q)
+		}
 	}
 	return nil
 }

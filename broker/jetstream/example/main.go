@@ -40,6 +40,15 @@ func handle(ctx context.Context, payload []byte) error {
 }
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		os.Exit(1)
+	}
+}
+
+// run returns instead of exiting, so that the consumer is stopped and the
+// streams deleted on every path.
+func run() error {
 	url := os.Getenv("STAGGER_NATS_URL")
 	if url == "" {
 		url = nats.DefaultURL
@@ -51,17 +60,18 @@ func main() {
 
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example: NATS unreachable (set STAGGER_NATS_URL):", err)
-		os.Exit(1)
+		return fmt.Errorf("NATS unreachable (set STAGGER_NATS_URL): %w", err)
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	name := fmt.Sprintf("stagger-example-%d", time.Now().Unix())
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".orders"}}); err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
 	defer func() {
 		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
@@ -79,33 +89,48 @@ func main() {
 	}
 	c, err := stagjs.NewConsumer(js, stagjs.Options{Stream: name, Consumer: "orders", Handler: h, Policy: policy, AckWait: 5 * time.Second})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
 	if _, _, err := c.Setup(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
-	go c.Run(ctx)
+	rctx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Run(rctx) }()
+	defer func() { stop(); <-stopped }() // a graceful stop before the streams go
 	fmt.Printf("on JetStream (stream %s, MaxDeliver %d, ack-timeout BackOff %v):\n", name, c.ConsumerConfig().MaxDeliver, c.ConsumerConfig().BackOff)
-	_, _ = js.Publish(ctx, name+".orders", []byte("pay 10 EUR"), jetstream.WithMsgID("order-1"))
-	_, _ = js.Publish(ctx, name+".orders", []byte("{broken"), jetstream.WithMsgID("order-2"))
+	if _, err := js.Publish(ctx, name+".orders", []byte("pay 10 EUR"), jetstream.WithMsgID("order-1")); err != nil {
+		return err
+	}
+	if _, err := js.Publish(ctx, name+".orders", []byte("{broken"), jetstream.WithMsgID("order-2")); err != nil {
+		return err
+	}
 
-	dc, _ := js.OrderedConsumer(ctx, name+"_DLQ", jetstream.OrderedConsumerConfig{})
+	dc, err := js.OrderedConsumer(ctx, name+"_DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
 	m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example: no dead letter:", err)
-		os.Exit(1)
+		return fmt.Errorf("no dead letter: %w", err)
 	}
-	dl, _ := stagjs.ParseDeadLetter(m)
+	dl, err := stagjs.ParseDeadLetter(m)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("  DLQ: %s reason=%s attempts=%d error=%q origin=%s\n", dl.ID, dl.Reason, dl.Attempts, dl.Error, dl.Origin)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for done.Load() < 1 {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(os.Stderr, "example: timed out")
-			os.Exit(1)
-		case <-time.After(50 * time.Millisecond):
+			return errors.New("timed out")
+		case err := <-stopped:
+			stopped <- err // for the deferred wait
+			return fmt.Errorf("consumer stopped: %w", err)
+		case <-tick.C:
 		}
 	}
 	fmt.Println("  order-1 succeeded on JetStream")
+	return nil
 }

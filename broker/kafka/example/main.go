@@ -41,6 +41,15 @@ func handle(ctx context.Context, payload []byte) error {
 func main() {
 	brokers := flag.String("brokers", "", "comma-separated seed brokers (default: an in-process kfake cluster)")
 	flag.Parse()
+	if err := run(*brokers); err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		os.Exit(1)
+	}
+}
+
+// run returns instead of exiting, so that the consumer is stopped and the
+// clients closed on every path.
+func run(brokers string) error {
 	tiers := broker.Tiers{200 * time.Millisecond, time.Second, 2 * time.Second}
 	topics := kafka.NewTopics(fmt.Sprintf("stagger-example-%d", time.Now().Unix()), tiers)
 
@@ -48,28 +57,25 @@ func main() {
 	fmt.Println("  result:", retry.Run(context.Background(), broker.CascadePolicy(tiers), "order-1", []byte("pay 10 EUR"), handle))
 
 	var addrs []string
-	if *brokers == "" {
+	if brokers == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "example:", err)
-			os.Exit(1)
+			return err
 		}
 		defer c.Close()
 		addrs = c.ListenAddrs()
 	} else {
-		addrs = strings.Split(*brokers, ",")
+		addrs = strings.Split(brokers, ",")
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := kafka.CreateTopics(ctx, cl, topics, 1, 1); err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
 
 	var done atomic.Int32
@@ -82,39 +88,53 @@ func main() {
 	}
 	c, err := kafka.NewConsumer(kafka.Options{Brokers: addrs, Topics: topics, Group: topics.Main, Handler: h})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
-	go c.Run(ctx)
+	rctx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Run(rctx) }()
+	defer func() { stop(); <-stopped }() // a graceful stop: the last offsets committed
 	fmt.Printf("on Kafka (topics %s):\n", strings.Join(topics.All(), ", "))
-	_ = kafka.Publish(ctx, cl, topics.Main, "order-1", []byte("order-1"), []byte("pay 10 EUR"))
-	_ = kafka.Publish(ctx, cl, topics.Main, "order-2", []byte("order-2"), []byte("{broken"))
+	if err := kafka.Publish(ctx, cl, topics.Main, "order-1", []byte("order-1"), []byte("pay 10 EUR")); err != nil {
+		return err
+	}
+	if err := kafka.Publish(ctx, cl, topics.Main, "order-2", []byte("order-2"), []byte("{broken")); err != nil {
+		return err
+	}
 
 	dcl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topics.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
 	defer dcl.Close()
 	for dead := false; !dead; {
 		f := dcl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "example: timed out")
-			os.Exit(1)
+			return errors.New("timed out")
 		}
+		var perr error
 		f.EachRecord(func(r *kgo.Record) {
-			dl, _ := kafka.ParseDeadLetter(r)
+			dl, err := kafka.ParseDeadLetter(r)
+			if err != nil {
+				perr = err
+				return
+			}
 			fmt.Printf("  DLQ: %s reason=%s attempts=%d error=%q origin=%s\n", dl.ID, dl.Reason, dl.Attempts, dl.Error, dl.Origin)
 			dead = true
 		})
+		if perr != nil {
+			return perr
+		}
 	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for done.Load() < 1 {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(os.Stderr, "example: timed out")
-			os.Exit(1)
-		case <-time.After(50 * time.Millisecond):
+			return errors.New("timed out")
+		case <-tick.C:
 		}
 	}
 	fmt.Println("  order-1 succeeded on Kafka")
+	return nil
 }

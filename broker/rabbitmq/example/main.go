@@ -37,6 +37,15 @@ func handle(ctx context.Context, payload []byte) error {
 }
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		os.Exit(1)
+	}
+}
+
+// run returns instead of exiting, so that the consumer is stopped and the
+// topology deleted on every path.
+func run() error {
 	url := os.Getenv("STAGGER_AMQP_URL")
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
@@ -49,18 +58,16 @@ func main() {
 
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example: RabbitMQ unreachable (set STAGGER_AMQP_URL):", err)
-		os.Exit(1)
+		return fmt.Errorf("RabbitMQ unreachable (set STAGGER_AMQP_URL): %w", err)
 	}
 	defer conn.Close()
 	topo := rabbitmq.NewTopology(fmt.Sprintf("stagger-example-%d", time.Now().Unix()), tiers)
 	ch, err := conn.Channel()
-	if err == nil {
-		err = topo.Declare(ch)
-	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
+	}
+	if err := topo.Declare(ch); err != nil {
+		return err
 	}
 	defer topo.Delete(ch)
 
@@ -74,35 +81,55 @@ func main() {
 	}
 	c, err := rabbitmq.NewConsumer(rabbitmq.Options{URL: url, Topology: topo, Handler: h})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	go c.Run(ctx)
+	rctx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Run(rctx) }()
+	defer func() { stop(); <-stopped }() // a graceful stop before the topology goes
 
 	fmt.Printf("on RabbitMQ (queue %s, wait queues %s … , DLQ %s):\n", topo.Queue, topo.TierQueue(0), topo.DLQ)
 	pub, err := rabbitmq.NewPublisher(conn, topo)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
+		return err
 	}
-	_ = pub.Publish(ctx, "order-1", []byte("pay 10 EUR"))
-	_ = pub.Publish(ctx, "order-2", []byte("{broken"))
+	defer pub.Close()
+	if err := pub.Publish(ctx, "order-1", []byte("pay 10 EUR")); err != nil {
+		return err
+	}
+	if err := pub.Publish(ctx, "order-2", []byte("{broken")); err != nil {
+		return err
+	}
 
-	dch, _ := conn.Channel()
-	dl, _ := dch.Consume(topo.DLQ, "", true, false, false, false, nil)
+	dch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	dl, err := dch.Consume(topo.DLQ, "", true, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for dead := false; done.Load() < 1 || !dead; {
 		select {
 		case d := <-dl:
-			letter, _ := rabbitmq.ParseDeadLetter(d)
+			letter, err := rabbitmq.ParseDeadLetter(d)
+			if err != nil {
+				return err
+			}
 			fmt.Printf("  DLQ: %s reason=%s attempts=%d error=%q origin=%s\n", letter.ID, letter.Reason, letter.Attempts, letter.Error, letter.Origin)
 			dead = true
-		case <-time.After(50 * time.Millisecond):
+		case <-tick.C:
+		case err := <-stopped:
+			stopped <- err // for the deferred wait
+			return fmt.Errorf("consumer stopped: %w", err)
 		case <-ctx.Done():
-			fmt.Fprintln(os.Stderr, "example: timed out")
-			os.Exit(1)
+			return errors.New("timed out")
 		}
 	}
 	fmt.Println("  order-1 succeeded on RabbitMQ")
+	return nil
 }
