@@ -83,7 +83,9 @@ type Options struct {
 	DLQStream, DLQSubject string
 	// AdvisoryStream captures the consumer's MAX_DELIVERIES advisories;
 	// created by Setup when missing (default Stream+"_ADV"), shared the same
-	// way.
+	// way. Setup creates it with MaxAge AdvisoryMaxAge, so the advisories
+	// the mover has handled do not pile up for ever; an existing one keeps
+	// its own limits.
 	AdvisoryStream string
 	// Handler runs once per delivery with a retry.Delivery (Source
 	// "jetstream", ID = the Nats-Msg-Id header, else "<stream>:<seq>").
@@ -239,6 +241,11 @@ func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
 		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}, nil
 }
 
+// AdvisoryMaxAge is how long a stream Setup creates for the advisories
+// keeps them: the mover copies a message to the DLQ within seconds of its
+// advisory, so a week leaves room for a mover that was down.
+const AdvisoryMaxAge = 7 * 24 * time.Hour
+
 // ConsumerConfig is the durable consumer's configuration: explicit acks,
 // MaxDeliver = the policy's MaxAttempts, and BackOff (ack-timeout
 // redeliveries) = max(AckWait, schedule delay n) for n = 1..MaxAttempts-1.
@@ -289,6 +296,7 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 	}
 	if err := c.ensureStream(ctx, jetstream.StreamConfig{
 		Name: c.opts.AdvisoryStream, Subjects: []string{AdvisorySubject(c.opts.Stream, c.opts.Consumer)},
+		MaxAge: AdvisoryMaxAge,
 	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: advisory stream %q: %w", c.opts.AdvisoryStream, err)
 	}

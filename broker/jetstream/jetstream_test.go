@@ -460,6 +460,9 @@ func TestTwoConsumersShareDLQStream(t *testing.T) {
 		if s.stream == name+"_DLQ" && cfg.MaxAge != 7*24*time.Hour {
 			t.Errorf("Setup changed the existing DLQ stream's MaxAge to %v", cfg.MaxAge)
 		}
+		if s.stream == name+"_ADV" && cfg.MaxAge != AdvisoryMaxAge {
+			t.Errorf("the advisory stream Setup created has MaxAge %v, want %v (handled advisories must not pile up)", cfg.MaxAge, AdvisoryMaxAge)
+		}
 	}
 	// Both consumers' dead letters arrive.
 	rctx, stop := context.WithCancel(ctx)

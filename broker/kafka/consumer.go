@@ -112,6 +112,13 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if err := opts.Policy.Validate(); err != nil {
 		return nil, err
 	}
+	// franz-go checks its options when a client is made; a client with no
+	// group and no topics connects to nothing, so this costs no round trip.
+	probe, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(opts.Brokers...)}, opts.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ClientOpts: %v", broker.ErrInvalid, err)
+	}
+	probe.Close()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))

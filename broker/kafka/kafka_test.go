@@ -204,6 +204,7 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.Handler = nil }, "Handler must not be nil"},
 		{func(o *Options) { o.Transactional = true }, "TransactionalID must"},
 		{func(o *Options) { o.MaxPollRecords = -1 }, "MaxPollRecords must"},
+		{func(o *Options) { o.ClientOpts = []kgo.Opt{kgo.BrokerMaxWriteBytes(10)} }, "ClientOpts"},
 	} {
 		o := good
 		o.Topics.Retry = append([]string(nil), good.Topics.Retry...) // cases may change it
