@@ -242,6 +242,31 @@ func TestProcessorLimiterRefusalDeadLetters(t *testing.T) {
 	}
 }
 
+// TestProcessorPanicReleasesSlot: a handler that panics gives its Limiter
+// slot back before the panic goes on, with and without an inbox, so an
+// adapter that recovers panics keeps its bulkhead.
+func TestProcessorPanicReleasesSlot(t *testing.T) {
+	for _, inbox := range []queue.Inbox{nil, queue.NewMemoryInbox()} {
+		lim, err := limit.NewBulkhead(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &broker.Processor{Handler: func(context.Context, []byte) error { panic("handler bug") },
+			Policy: &retry.Policy{Limiter: lim}, Inbox: inbox}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic must go on")
+				}
+			}()
+			p.Process(context.Background(), "p", nil, broker.State{})
+		}()
+		if n := lim.InFlight(); n != 0 {
+			t.Errorf("inbox %T: %d slots held after the handler panicked", inbox, n)
+		}
+	}
+}
+
 // TestProcessorClockReads: a success reads the clock once (the start), or
 // never when the adapter passes the start; a failure reads it again; a
 // budget needs the end time of every attempt.

@@ -146,15 +146,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		h(retry.Event{Attempt: attempt})
 	}
 	hctx := retry.WithDelivery(ctx, retry.Delivery{ID: id, Attempt: attempt, MaxAttempts: p.MaxAttempts(), Source: p.Source})
-	var (
-		err error
-		dup bool
-	)
-	if p.Inbox != nil && id != "" {
-		dup, err = p.Inbox.Process(hctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
-	} else {
-		err = p.Handler(hctx, payload)
-	}
+	dup, err := p.run(hctx, pol, id, payload)
 	var now time.Time
 	if err != nil || pol.NeedsNow() {
 		now = p.now()
@@ -206,6 +198,26 @@ func Interrupted(ctx context.Context, o Outcome) bool {
 		return false
 	}
 	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
+}
+
+// run calls the handler (through the inbox, when there is one). If the
+// handler panics, the attempt's Limiter slot is released (as an overload
+// sign) before the panic goes on, as retry.Do does: an adapter that
+// recovers panics must not lose a bulkhead slot to each.
+func (p *Processor) run(ctx context.Context, pol *retry.Policy, id string, payload []byte) (dup bool, err error) {
+	returned := false
+	defer func() {
+		if !returned && pol.Limiter != nil {
+			pol.Limiter.Release(false)
+		}
+	}()
+	if p.Inbox != nil && id != "" {
+		dup, err = p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
+	} else {
+		err = p.Handler(ctx, payload)
+	}
+	returned = true
+	return dup, err
 }
 
 func (p *Processor) giveUp(pol *retry.Policy, o Outcome) Outcome {
