@@ -229,9 +229,12 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 		// Before partitions move to another member, wait for this member's
 		// forwards and commit what they allow, so a rebalance does not
 		// duplicate the polls in flight.
-		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 			if err := t.drain(ctx, cl, c.opts.afterForward, c.opts.afterSuccess); err != nil {
 				c.log.Warn("kafka: commit before rebalance", slog.String("topic", s.topic), slog.Any("error", err))
+				// Their next owner starts at the last commit: a later commit
+				// of these offsets could move its progress back.
+				t.forget(revoked[s.topic])
 			}
 		}))
 	cl, err := kgo.NewClient(append(opts, c.opts.ClientOpts...)...)

@@ -240,6 +240,16 @@ func (t *tracker) commit(ctx context.Context, cl *kgo.Client, afterForward, afte
 	return nil
 }
 
+// forget drops the committable offsets of partitions this member no longer
+// owns (their commit before the rebalance failed).
+func (t *tracker) forget(parts []int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range parts {
+		delete(t.ready, p)
+	}
+}
+
 // restore puts back the offsets of a commit that failed (or was cut short
 // by the session's end), so that a later commit (the final drain) can
 // commit them: a poll that became committable must not be forgotten. A

@@ -117,4 +117,10 @@ func TestTrackerKeepsOffsetsOfAFailedCommit(t *testing.T) {
 	if got, want := readyOffsets(tr), map[int32]int64{0: 20, 1: 7}; !maps.Equal(got, want) {
 		t.Fatalf("committable after restoring behind a newer poll %v, want %v", got, want)
 	}
+	// Partition 1 moved to another member after its commit failed: its
+	// offset must not be committed later.
+	tr.forget([]int32{1})
+	if got, want := readyOffsets(tr), map[int32]int64{0: 20}; !maps.Equal(got, want) {
+		t.Fatalf("committable after forgetting partition 1: %v, want %v", got, want)
+	}
 }
