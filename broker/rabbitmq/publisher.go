@@ -37,6 +37,10 @@ type confirmer struct {
 	rmu      sync.Mutex
 	returns  chan amqp.Return
 	returned map[string]amqp.Return
+	// abandoned are publishes whose wait gave up before their confirm
+	// (ctx ended): a return that comes for one later is dropped instead of
+	// kept for a waiter that will never read it.
+	abandoned map[string]*amqp.DeferredConfirmation
 }
 
 func newConfirmer(conn *amqp.Connection) (*confirmer, error) {
@@ -49,9 +53,10 @@ func newConfirmer(conn *amqp.Connection) (*confirmer, error) {
 		return nil, fmt.Errorf("rabbitmq: confirm mode: %w", err)
 	}
 	return &confirmer{
-		ch:       ch,
-		returns:  ch.NotifyReturn(make(chan amqp.Return, returnsBuffer)),
-		returned: map[string]amqp.Return{},
+		ch:        ch,
+		returns:   ch.NotifyReturn(make(chan amqp.Return, returnsBuffer)),
+		returned:  map[string]amqp.Return{},
+		abandoned: map[string]*amqp.DeferredConfirmation{},
 	}, nil
 }
 
@@ -76,9 +81,11 @@ func (c *confirmer) publish(ctx context.Context, exchange, key string, msg amqp.
 	return func(ctx context.Context) error {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil {
+			c.abandon(tag, dc)
 			return fmt.Errorf("rabbitmq: wait for confirm of %q/%q: %w", exchange, key, err)
 		}
 		if !ok {
+			c.abandon(tag, dc)
 			return fmt.Errorf("%w: %q/%q", ErrNacked, exchange, key)
 		}
 		// RabbitMQ sends a publish's basic.return before its basic.ack, and
@@ -86,22 +93,68 @@ func (c *confirmer) publish(ctx context.Context, exchange, key string, msg amqp.
 		// return for this publish is in the buffer or the map by now.
 		c.rmu.Lock()
 		defer c.rmu.Unlock()
-		for drained := false; !drained; {
-			select {
-			case r := <-c.returns:
-				if t, ok := r.Headers[headerPublishTag].(string); ok {
-					c.returned[t] = r
-				}
-			default:
-				drained = true
-			}
-		}
+		c.drainLocked()
 		if r, ok := c.returned[tag]; ok {
 			delete(c.returned, tag)
 			return fmt.Errorf("%w: exchange %q routing key %q: %d %s", ErrUnroutable, exchange, key, r.ReplyCode, r.ReplyText)
 		}
 		return nil
 	}, nil
+}
+
+// drainLocked moves the returns the client has handed over into the map,
+// dropping those of abandoned publishes. An abandoned publish whose confirm
+// had arrived before the drain began can get no return any more (its
+// return, if any, came first and was just drained): it is forgotten, so
+// neither map grows with publishes nobody waits for.
+func (c *confirmer) drainLocked() {
+	var settled []string
+	for t, dc := range c.abandoned {
+		select {
+		case <-dc.Done():
+			settled = append(settled, t)
+		default:
+		}
+	}
+	for drained := false; !drained; {
+		select {
+		case r := <-c.returns:
+			t, ok := r.Headers[headerPublishTag].(string)
+			if !ok {
+				continue
+			}
+			if _, gone := c.abandoned[t]; gone {
+				delete(c.abandoned, t)
+				continue
+			}
+			c.returned[t] = r
+		default:
+			drained = true
+		}
+	}
+	for _, t := range settled {
+		delete(c.abandoned, t)
+	}
+}
+
+// abandon records that nobody will wait for tag's outcome any more.
+func (c *confirmer) abandon(tag string, dc *amqp.DeferredConfirmation) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	settled := false // confirmed before the drain: its return, if any, is drained now
+	select {
+	case <-dc.Done():
+		settled = true
+	default:
+	}
+	c.drainLocked()
+	if _, ok := c.returned[tag]; ok {
+		delete(c.returned, tag)
+		return
+	}
+	if !settled {
+		c.abandoned[tag] = dc
+	}
 }
 
 // Publisher publishes original messages to a Topology's exchange, with

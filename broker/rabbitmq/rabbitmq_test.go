@@ -527,3 +527,60 @@ func TestMalformedHeaderDeadLettered(t *testing.T) {
 	default:
 	}
 }
+
+// TestAbandonedPublishesLeaveNothingBehind: a publish whose wait gives up
+// before its confirm (ctx ended) and whose message RabbitMQ returns
+// (unroutable) must not leave the return in the confirmer for ever; nor
+// may an abandoned routable publish leave its tag. Routed and returned
+// publishes waited for as usual are reported as before.
+func TestAbandonedPublishesLeaveNothingBehind(t *testing.T) {
+	conn := dial(t)
+	conf, err := newConfirmer(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conf.ch.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	abandoned := 0
+	for range 40 {
+		// The default exchange has no such queue: the message is returned.
+		wait, err := conf.publish(ctx, "", "stg-nowhere", amqp.Publishing{Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(gone); errors.Is(err, context.Canceled) {
+			abandoned++
+		}
+	}
+	if abandoned == 0 {
+		t.Fatal("no wait gave up before its confirm: the test exercised nothing")
+	}
+	// A routable publish waited for: confirms come in publish order, so
+	// its drain settles every abandoned one.
+	q, err := conf.ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, err := conf.publish(ctx, "", q.Name, amqp.Publishing{Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(ctx); err != nil {
+		t.Fatalf("routable publish: %v", err)
+	}
+	wait, err = conf.publish(ctx, "", "stg-nowhere", amqp.Publishing{Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(ctx); !errors.Is(err, ErrUnroutable) {
+		t.Fatalf("unroutable publish waited for: %v, want ErrUnroutable", err)
+	}
+	conf.rmu.Lock()
+	defer conf.rmu.Unlock()
+	if len(conf.returned) != 0 || len(conf.abandoned) != 0 {
+		t.Fatalf("after %d abandoned publishes: %d returns and %d abandoned tags kept", abandoned, len(conf.returned), len(conf.abandoned))
+	}
+}
