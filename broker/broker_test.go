@@ -325,6 +325,33 @@ func TestInterrupted(t *testing.T) {
 	}
 }
 
+// TestProcessorInterruptedIsNoDecision: a handler that fails with the
+// cancellation of the context Process was given is not decided: no retry,
+// no dead letter; OnGiveUp reports the context's reason, as retry.Do does;
+// the state comes back as it came (Park), so the attempt is not counted.
+func TestProcessorInterruptedIsNoDecision(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var retried, gaveUp []retry.Event
+	p := &broker.Processor{
+		Handler: func(ctx context.Context, _ []byte) error { cancel(); return retry.Retryable(ctx.Err()) },
+		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Second), Hooks: retry.Hooks{
+			OnRetry:  func(e retry.Event) { retried = append(retried, e) },
+			OnGiveUp: func(e retry.Event) { gaveUp = append(gaveUp, e) },
+		}},
+	}
+	in := broker.State{Attempts: 1, Error: "503"}
+	o := p.Process(ctx, "i", nil, in)
+	if !broker.Interrupted(ctx, o) {
+		t.Fatalf("outcome %+v is not Interrupted", o)
+	}
+	if o.Action != broker.Park || o.State.Attempts != 1 || o.State.Error != "503" || o.Reason != retry.Canceled {
+		t.Errorf("outcome %+v: want Park with the state as it came and reason canceled", o)
+	}
+	if len(retried) != 0 || len(gaveUp) != 1 || gaveUp[0].Reason != retry.Canceled || gaveUp[0].Attempt != 2 {
+		t.Errorf("hooks: OnRetry %v, OnGiveUp %v; want no retry and one give-up (attempt 2, canceled)", retried, gaveUp)
+	}
+}
+
 // TestDecodeStateUntrusted: header values come from any producer. An
 // oversized value is not copied whole into the error; the attempt count
 // fits an int on every platform; the error text is bounded as written.

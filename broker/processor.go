@@ -158,6 +158,22 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		}
 		return Outcome{Action: Ack, Duplicate: dup}
 	}
+	if Interrupted(ctx, Outcome{Err: err}) {
+		// Shutting down, and the failure is the cancellation itself: as
+		// retry.Do does, a give-up for the context's reason (OnGiveUp), not
+		// a retry decision. The state is returned as it came (the attempt
+		// is not counted) with Park, so an adapter that does not check
+		// Interrupted forwards it unchanged rather than retry or
+		// dead-letter it.
+		r := retry.Canceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			r = retry.Deadline
+		}
+		if h := pol.Hooks.OnGiveUp; h != nil {
+			h(retry.Event{Attempt: attempt, Err: err, Reason: r})
+		}
+		return Outcome{Action: Park, State: st, Reason: r, Err: err}
+	}
 
 	st.Attempts = attempt
 	st.Due = time.Time{}
