@@ -9,9 +9,9 @@ import (
 // Seed-003 integer credits: +1 per original request, a retry needs and
 // spends 10, the reserve holds at most 200. Ten originals earn one retry.
 const (
-	DefaultMax        = 200
-	DefaultPerRequest = 1
-	DefaultPerRetry   = 10
+	DefaultMax        = 200 // TokenBucket.Max: the largest reserve, in credits
+	DefaultPerRequest = 1   // TokenBucket.PerRequest: credits earned per original request
+	DefaultPerRetry   = 10  // TokenBucket.PerRetry: credits a retry needs and spends
 )
 
 // TokenBucket is a retry budget in integer credits. Every original request

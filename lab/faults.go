@@ -13,7 +13,7 @@ var ErrInvalid = errors.New("lab: invalid configuration")
 // Span is a stretch [From, To) of a gateway's timeline, measured from the
 // gateway's start.
 type Span struct {
-	From, To time.Duration
+	From, To time.Duration // start (inclusive) and end (exclusive); 0 <= From < To
 }
 
 // Contains reports whether t falls inside the span.
@@ -24,15 +24,15 @@ func (s Span) Contains(t time.Duration) bool { return t >= s.From && t < s.To }
 // is back to Latency. The dependency does not fail — it gets slower, which
 // is what turns timeouts and retries into an outage (seed 003).
 type Slow struct {
-	Span
-	Extra time.Duration
+	Span                // when the phase lasts
+	Extra time.Duration // latency added by the end of the span; >= 0
 }
 
 // Flap alternates inside its span: down for Down, then up for Up, then down
 // again, starting down at From.
 type Flap struct {
-	Span
-	Down, Up time.Duration
+	Span                   // when the gateway flaps
+	Down, Up time.Duration // length of each down and each up phase; both > 0
 }
 
 // Faults is a gateway's scripted timeline. The zero value is a healthy

@@ -233,9 +233,9 @@ func (r *Recorder) Arrivals() []Arrival {
 
 // Request sums the attempts of one logical request.
 type Request struct {
-	ID       string
-	Attempts int // attempts that arrived
-	Accepted int // of which accepted (more than 1 means duplicated work)
+	ID       string // the request ID its attempts carried
+	Attempts int    // attempts that arrived
+	Accepted int    // of which accepted (more than 1 means duplicated work)
 	// First and Last are the arrival times of its first and last attempt.
 	First, Last time.Duration
 }
@@ -256,9 +256,9 @@ func (r *Recorder) Requests() []Request {
 // Bucket is one window of a timeline: the attempts that arrived in
 // [Start, Start+width).
 type Bucket struct {
-	Start    time.Duration
-	Accepted int
-	Rejected int
+	Start    time.Duration // window start, from the recorder's start
+	Accepted int           // attempts accepted
+	Rejected int           // attempts with any other outcome
 }
 
 // Total returns Accepted + Rejected.
@@ -271,12 +271,12 @@ type Stats struct {
 	// Total counts every attempt; Accepted + Rejected == Total and
 	// Rejected == Down + Busy + Failed.
 	Total, Accepted, Rejected int
-	Down, Busy, Failed        int
+	Down, Busy, Failed        int // rejections by Outcome
 	// Peak is the largest number of attempts that arrived inside one
 	// window [t, t+Window) for any t; PeakAt is the earliest such t (always
 	// an arrival time).
 	Peak   int
-	PeakAt time.Duration
+	PeakAt time.Duration // from the recorder's start
 	// First and Last are the earliest and latest arrival (0 when none).
 	First, Last time.Duration
 	// LastAccepted is the arrival of the latest accepted attempt (0 when

@@ -82,7 +82,7 @@ type Scenario struct {
 	// Listen and Dial replace TCP on 127.0.0.1, for example with an
 	// in-memory network inside a testing/synctest bubble. Both or neither.
 	Listen func() (net.Listener, error)
-	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	Dial   func(ctx context.Context, network, addr string) (net.Conn, error) // the callers' HTTP transport dials the gateway with it
 }
 
 // Seed000 returns the scenario of seed 000: 4 callers, a gateway down for
@@ -145,7 +145,7 @@ type Attempt struct {
 	Outcome Outcome
 	// Received says the gateway counted this attempt; Arrived is when.
 	Received bool
-	Arrived  time.Duration
+	Arrived  time.Duration // from the start; 0 when not Received
 }
 
 // At returns the arrival time at the gateway, or the send time when the
@@ -159,21 +159,21 @@ func (a Attempt) At() time.Duration {
 
 // Caller sums up one caller's logical request.
 type Caller struct {
-	Caller   int
-	Attempts int // attempts sent
-	Accepted bool
+	Caller   int  // 1..N, the caller's number and request ID
+	Attempts int  // attempts sent
+	Accepted bool // an attempt was answered 200
 	// AcceptedAt is when the accepted attempt arrived at the gateway.
 	AcceptedAt time.Duration
 	// GaveUp says why the caller stopped without acceptance (NoReason
 	// when accepted); Err is the error retry.Do returned.
 	GaveUp retry.Reason
-	Err    error
+	Err    error // nil when accepted
 }
 
 // Result is what one strategy did in one scenario.
 type Result struct {
-	Strategy Strategy
-	Scenario Scenario
+	Strategy Strategy // the strategy run
+	Scenario Scenario // the scenario as given (Faults.Latency not calibrated; see Latency)
 	// Attempts holds every attempt as the callers recorded them, by
 	// caller, then attempt.
 	Attempts []Attempt

@@ -71,63 +71,63 @@ func plural(n int) string {
 // Summary is a result in the shape of `stagger lab --json`. Times are whole
 // milliseconds since the start.
 type Summary struct {
-	Name  string `json:"name"`
-	Title string `json:"title"`
+	Name  string `json:"name"`  // the strategy's command-line name
+	Title string `json:"title"` // the strategy's log heading
 	// Callers is the number of callers; CallersAccepted those accepted.
 	Callers         int `json:"callers"`
-	CallersAccepted int `json:"callers_accepted"`
+	CallersAccepted int `json:"callers_accepted"` // callers whose request was accepted
 	// Attempts, Accepted, Rejected and Peak are the gateway's counts.
 	Attempts int   `json:"attempts"`
-	Accepted int   `json:"accepted"`
-	Rejected int   `json:"rejected"`
-	Peak     int   `json:"peak"`
-	PeakAtMS int64 `json:"peak_at_ms"`
+	Accepted int   `json:"accepted"`   // attempts accepted
+	Rejected int   `json:"rejected"`   // attempts refused or failed
+	Peak     int   `json:"peak"`       // most attempts inside one window
+	PeakAtMS int64 `json:"peak_at_ms"` // start of the earliest peak window, ms
 	// CallerAttempts is the callers' own count of attempts sent; Agree says
 	// it matched the gateway's attempt by attempt.
 	CallerAttempts int      `json:"caller_attempts"`
-	Agree          bool     `json:"agree"`
-	Mismatches     []string `json:"mismatches,omitempty"`
+	Agree          bool     `json:"agree"`                // Result.Agree
+	Mismatches     []string `json:"mismatches,omitempty"` // Result.Mismatches; omitted when Agree
 	// Waits counts the waits before retries, DistinctWaits their distinct
 	// whole-millisecond values.
 	Waits         int  `json:"waits"`
-	DistinctWaits int  `json:"distinct_waits"`
-	Jittered      bool `json:"jittered"`
+	DistinctWaits int  `json:"distinct_waits"` // distinct whole-ms waits
+	Jittered      bool `json:"jittered"`       // the strategy draws random waits (Strategy.Jittered)
 	// LastAcceptMS is when the last accepted attempt arrived (null when
 	// none was).
 	LastAcceptMS *int64 `json:"last_accept_ms"`
 	// AttemptsPerRequest is the mean attempts per logical request;
 	// MaxAttemptsPerRequest the most any one made.
 	AttemptsPerRequest    float64        `json:"attempts_per_request"`
-	MaxAttemptsPerRequest int            `json:"max_attempts_per_request"`
-	GaveUp                map[string]int `json:"gave_up"`
+	MaxAttemptsPerRequest int            `json:"max_attempts_per_request"` // the gateway's Stats.MaxAttempts
+	GaveUp                map[string]int `json:"gave_up"`                  // callers that gave up, by retry.Reason name; {} when none
 	// LatencyMS is the gateway latency used; OverheadMS what the machine
 	// was measured to add per cycle when the latency was calibrated.
 	LatencyMS  float64 `json:"latency_ms"`
-	OverheadMS float64 `json:"overhead_ms"`
+	OverheadMS float64 `json:"overhead_ms"` // 0 unless Scenario.RoundTrip was set
 	// ObservedOverheadMS is what the machine added per retry cycle during
 	// the run (see Result.ObservedOverhead).
 	ObservedOverheadMS float64       `json:"observed_overhead_ms"`
-	ElapsedMS          int64         `json:"elapsed_ms"`
-	Timeline           []WindowCount `json:"timeline"`
-	Log                []LogEntry    `json:"attempt_log,omitempty"`
+	ElapsedMS          int64         `json:"elapsed_ms"`            // the run's wall time, ms
+	Timeline           []WindowCount `json:"timeline"`              // the gateway's counts per window, from the start
+	Log                []LogEntry    `json:"attempt_log,omitempty"` // every attempt, by caller then attempt; only when asked for
 }
 
 // WindowCount is one bucket of the timeline.
 type WindowCount struct {
-	StartMS  int64 `json:"start_ms"`
-	Accepted int   `json:"accepted"`
-	Rejected int   `json:"rejected"`
+	StartMS  int64 `json:"start_ms"` // window start, ms
+	Accepted int   `json:"accepted"` // attempts accepted in the window
+	Rejected int   `json:"rejected"` // attempts refused or failed in the window
 }
 
 // LogEntry is one attempt of the log.
 type LogEntry struct {
-	Caller   int     `json:"caller"`
-	Attempt  int     `json:"attempt"`
-	WaitMS   int64   `json:"wait_ms"`
-	SentMS   int64   `json:"sent_ms"`
-	AtMS     int64   `json:"at_ms"`
-	Received bool    `json:"received"`
-	Outcome  Outcome `json:"outcome"`
+	Caller   int     `json:"caller"`   // 1..N
+	Attempt  int     `json:"attempt"`  // 1 for the first try
+	WaitMS   int64   `json:"wait_ms"`  // wait the policy chose before it, ms; 0 for the first
+	SentMS   int64   `json:"sent_ms"`  // when the caller sent it, ms
+	AtMS     int64   `json:"at_ms"`    // arrival at the gateway (SentMS if never received), ms
+	Received bool    `json:"received"` // the gateway counted it
+	Outcome  Outcome `json:"outcome"`  // what the caller saw: "accepted", "down", "busy" or "failed"
 }
 
 // Summary returns the result in the JSON shape; withLog includes every

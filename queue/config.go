@@ -9,13 +9,13 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultBase           = time.Second
-	DefaultCap            = 5 * time.Minute
-	DefaultLease          = 30 * time.Second
-	DefaultAttemptTimeout = time.Minute
-	DefaultMaxPayload     = 1 << 20
-	DefaultMaxAttempts    = 10
-	DefaultDeadline       = 24 * time.Hour
+	DefaultBase           = time.Second      // Config.Base
+	DefaultCap            = 5 * time.Minute  // Config.Cap (or Base, when Base is longer)
+	DefaultLease          = 30 * time.Second // Config.Lease
+	DefaultAttemptTimeout = time.Minute      // Config.AttemptTimeout
+	DefaultMaxPayload     = 1 << 20          // Config.MaxPayload, in bytes (1 MiB)
+	DefaultMaxAttempts    = 10               // Config.MaxAttempts
+	DefaultDeadline       = 24 * time.Hour   // Config.Deadline, from the enqueue time
 )
 
 // Bounds of Config's durations.

@@ -90,21 +90,21 @@ type Store interface {
 
 // Inserted is one result of Store.Insert.
 type Inserted struct {
-	Job     Job
-	Created bool
+	Job     Job  // the job as stored: the input, or the existing job with that ID
+	Created bool // this call created the job; false when the ID was already stored
 }
 
 // Outcome is the end of one attempt, as recorded by Store.Record.
 type Outcome struct {
 	// ID and Attempt identify the lease: the job's Attempts at the claim.
 	ID      string
-	Attempt int
+	Attempt int // the claim's attempt number, the fencing token
 	// State is the job's new state: Done, Pending (retry at AvailableAt;
 	// also a release at shutdown), Dead (with DeadReason), or Leased (the
 	// lease is kept until it expires; only LastError is written).
 	State       State
-	AvailableAt int64
-	DeadReason  DeadReason
+	AvailableAt int64      // Pending: when the job is due again, Unix ms; ignored otherwise
+	DeadReason  DeadReason // Dead: why; ignored otherwise
 	// LastError is written for every state but Done (where it is kept).
 	LastError string
 	// Now is the time of the outcome: UpdatedAt, and FinishedAt for Done
@@ -117,8 +117,8 @@ type Outcome struct {
 
 // Lease names one claimed attempt, for Store.Extend.
 type Lease struct {
-	ID      string
-	Attempt int
+	ID      string // the job's ID
+	Attempt int    // the job's Attempts at the claim: the fencing token
 	// Held is set by Extend: the lease was still held and was extended.
 	Held bool
 }
@@ -131,7 +131,7 @@ type Stats struct {
 	// Leased are jobs claimed by a worker; LeasedExpired those among them
 	// whose lease has expired (claimable again, or to be buried).
 	Leased, LeasedExpired int64
-	Done                  int64
+	Done                  int64 // jobs that succeeded
 	// Dead by reason.
 	DeadExhausted, DeadDeadline, DeadPermanent int64
 	// OldestDueAt is the smallest AvailableAt of the pending due jobs

@@ -14,13 +14,13 @@ import (
 
 // Defaults for the zero fields of WorkerConfig.
 const (
-	DefaultPollInterval  = time.Second
-	DefaultSweepInterval = 10 * time.Second
-	DefaultGrace         = 10 * time.Second
+	DefaultPollInterval  = time.Second      // WorkerConfig.PollInterval
+	DefaultSweepInterval = 10 * time.Second // WorkerConfig.SweepInterval
+	DefaultGrace         = 10 * time.Second // WorkerConfig.Grace
 	// MaxConcurrency bounds WorkerConfig.Concurrency, MaxBatchSize its
 	// BatchSize.
 	MaxConcurrency = 1024
-	MaxBatchSize   = 1000
+	MaxBatchSize   = 1000 // bound of WorkerConfig.BatchSize
 )
 
 // ErrShutdownTimeout is returned by Worker.Run when handlers were still

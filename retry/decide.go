@@ -58,12 +58,12 @@ func ParseReason(s string) (Reason, error) {
 // Sentinels, one per give-up reason. A give-up error satisfies errors.Is for
 // its reason's sentinel and for the last attempt's error.
 var (
-	ErrExhausted = errors.New("retry: attempts exhausted")
-	ErrDeadline  = errors.New("retry: deadline")
-	ErrBudget    = errors.New("retry: budget refused")
-	ErrLimited   = limit.ErrLimited
-	ErrPermanent = errors.New("retry: permanent error")
-	ErrPushback  = errors.New("retry: pushback longer than allowed")
+	ErrExhausted = errors.New("retry: attempts exhausted")           // reason Exhausted
+	ErrDeadline  = errors.New("retry: deadline")                     // reason Deadline
+	ErrBudget    = errors.New("retry: budget refused")               // reason Budget
+	ErrLimited   = limit.ErrLimited                                  // reason Limited (the same value as limit.ErrLimited)
+	ErrPermanent = errors.New("retry: permanent error")              // reason PermanentError
+	ErrPushback  = errors.New("retry: pushback longer than allowed") // reason Pushback
 )
 
 // Err returns the reason's sentinel (context.Canceled for Canceled, nil for

@@ -38,7 +38,7 @@ type Classifier func(req *http.Request, resp *http.Response, err error) error
 type StatusError struct {
 	// Method and Host name the request (Host as in req.URL.Host).
 	Method string
-	Host   string
+	Host   string // req.URL.Host
 	// StatusCode is the response's status.
 	StatusCode int
 	// Class is the classifier's verdict (permanent once NoRetry is set).

@@ -32,11 +32,11 @@ import (
 // 4·Delay, and the k-th wait is the schedule's b(k), so the last client
 // finishes at 4·Delay·N + Σ_{k=1}^{N−1} b(k) for a deterministic schedule.
 type Brooker2015Config struct {
-	NFrom, NTo, NStep int
-	Runs              int
+	NFrom, NTo, NStep int           // client counts N swept: NFrom, NFrom+NStep, … up to NTo
+	Runs              int           // runs per N and strategy, averaged
 	Delay, SD         time.Duration // one network hop: |Normal(Delay, SD)|
-	Base, Cap         time.Duration
-	Strategies        []string
+	Base, Cap         time.Duration // backoff base and cap of every strategy but "none"; Cap >= Base
+	Strategies        []string      // of "none", "expo", "full", "equal", "decorrelated"; run in that order
 }
 
 var brookerStrategies = []string{"none", "expo", "full", "equal", "decorrelated"}

@@ -19,7 +19,7 @@ import (
 // budget (a per-client budget, as in the SRE book), shared by all of that
 // client's requests. Round trips are Exp(mean RTT).
 type BudgetsConfig struct {
-	Clients     int
+	Clients     int           // client processes, each with its own budget
 	RatePer     float64       // requests per second per client
 	RTT         time.Duration // mean round trip
 	Duration    time.Duration // requests arrive in [0, Duration)
@@ -27,7 +27,7 @@ type BudgetsConfig struct {
 	Retries     int           // retries after the first try
 	BreakerRate float64       // breaker: failure rate at which retries stop
 	RatioSpan   time.Duration // ratio and breaker window
-	Strategies  []string
+	Strategies  []string      // of "no-retries", "3-retries", "token-bucket", "credits", "ratio-10%", "breaker"
 }
 
 var budgetStrategies = []string{"no-retries", "3-retries", "token-bucket", "credits", "ratio-10%", "breaker"}

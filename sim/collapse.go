@@ -21,15 +21,15 @@ import (
 // past the timeout turns every request into several attempts, and with
 // plain retries the extra load can keep it there after the spike ends.
 type CollapseConfig struct {
-	Rate, SpikeRate   float64
-	SpikeAt, SpikeLen time.Duration
-	Duration          time.Duration
+	Rate, SpikeRate   float64       // Poisson requests per second, normally and during the spike
+	SpikeAt, SpikeLen time.Duration // when the spike starts and how long it lasts
+	Duration          time.Duration // simulated time
 	Latency           time.Duration // latency with nothing else in flight
 	PerRequest        time.Duration // added latency per attempt in flight
-	Timeout           time.Duration
-	Attempts          int
-	Runs              int
-	Strategies        []string
+	Timeout           time.Duration // client timeout per attempt; the server keeps working
+	Attempts          int           // attempts per request, the first included
+	Runs              int           // independent runs per strategy
+	Strategies        []string      // of "no-backoff", "full-jitter", "budget"; run in that order
 }
 
 var collapseStrategies = []string{"no-backoff", "full-jitter", "budget"}

@@ -17,14 +17,14 @@ import (
 // orders in turn and retries each until it is written or the policy gives
 // up (the order goes to the dead-letter queue).
 type HerdConfig struct {
-	Workers    int
-	Jobs       int // orders per worker, one after another
-	Outage     time.Duration
+	Workers    int           // workers consuming the order queue
+	Jobs       int           // orders per worker, one after another
+	Outage     time.Duration // how long the database is down from t=0
 	RTT        time.Duration // nack + requeue + redelivery + connection attempt
 	Rate       float64       // connection attempts the database host handles per second; 0: unlimited
-	Window     time.Duration
+	Window     time.Duration // width of the window the peak is counted in
 	Base, Cap  time.Duration // expo-full: wait = uniform(0, min(Cap, Base·2^(n−1)))
-	Strategies []string
+	Strategies []string      // of "immediate", "expo-full", "expo-full+budget"; run in that order
 }
 
 var herdStrategies = []string{"immediate", "expo-full", "expo-full+budget"}

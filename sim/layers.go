@@ -20,9 +20,9 @@ import (
 // the layer next to the service (the service adapter) retries, and the
 // others pass failures up — n attempts at most.
 type LayersConfig struct {
-	Shapes   []string // "LxN": L layers × N attempts each
-	Failure  float64  // probability that one service call fails
-	Clicks   int
+	Shapes   []string      // "LxN": L layers × N attempts each
+	Failure  float64       // probability that one service call fails
+	Clicks   int           // user requests, each through the whole stack
 	Hop      time.Duration // one hop between layers (each way)
 	Service  time.Duration // the service's time per call
 	Base     time.Duration // each layer's backoff: full jitter from Base, doubling

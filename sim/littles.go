@@ -26,14 +26,14 @@ import (
 // flight climbs from ~10 to ~200 without a pool, the pool's 50 threads are
 // all taken and its queue grows, the bulkhead holds 50 and refuses the rest.
 type LittlesLawConfig struct {
-	Rate      float64
-	Latencies []time.Duration
-	Pool      int
-	Duration  time.Duration
-	Warmup    time.Duration
-	SlowAt    time.Duration // the step run: latency changes here (0: no step run)
-	StepLen   time.Duration // the step run's length
-	Modes     []string
+	Rate      float64         // Poisson requests per second
+	Latencies []time.Duration // mean dependency latencies (exponential); the step run goes from the first to the last
+	Pool      int             // connections of "pool", slots of "bulkhead"
+	Duration  time.Duration   // requests arrive during this long, warm-up included
+	Warmup    time.Duration   // measurements start after this; < Duration
+	SlowAt    time.Duration   // the step run: latency changes here (0: no step run)
+	StepLen   time.Duration   // the step run's length
+	Modes     []string        // of "unbounded", "pool", "bulkhead"; run in that order
 }
 
 var littleModes = []string{"unbounded", "pool", "bulkhead"}

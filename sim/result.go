@@ -21,19 +21,21 @@ type Result struct {
 	Settings []Setting // the parameters used, in order
 	Notes    []string  // findings and model statements printed under the table
 	Log      []string  // per-attempt lines (seed000), printed after the notes; not in the report
-	Table    Table
-	Charts   []Chart
-	Events   uint64 // engine events handled, summed over all runs
+	Table    Table     // the rows, printed and written as JSON or CSV
+	Charts   []Chart   // the charts of the HTML report, in order
+	Events   uint64    // engine events handled, summed over all runs
 }
 
 // Setting is one parameter value of a run.
-type Setting struct{ Name, Value string }
+type Setting struct {
+	Name, Value string // the parameter's flag name and its value as printed
+}
 
 // Table is a result's rows. A cell is a string, an int, an int64 or a
 // float64 (printed with its column's precision).
 type Table struct {
-	Columns []Column
-	Rows    [][]any
+	Columns []Column // in order
+	Rows    [][]any  // each of len(Columns) cells
 }
 
 // Column describes a table column.
@@ -46,28 +48,30 @@ type Column struct {
 // Chart is one chart of the report: lines (or bars) per series on shared
 // axes.
 type Chart struct {
-	Title          string
-	XLabel, YLabel string
-	Bars           bool // stacked bars instead of lines
-	BarWidth       float64
-	LogY           bool // values span orders of magnitude
-	Series         []Series
-	Shades         []Shade
+	Title          string   // caption
+	XLabel, YLabel string   // axis titles
+	Bars           bool     // stacked bars instead of lines
+	BarWidth       float64  // Bars: width of one bar in X units; 0 = auto
+	LogY           bool     // values span orders of magnitude
+	Series         []Series // in legend order
+	Shades         []Shade  // shaded X ranges, e.g. an outage
 }
 
 // Series is one named line of a chart.
 type Series struct {
-	Name   string
-	Points []Point
+	Name   string  // legend entry, e.g. a strategy
+	Points []Point // Bars: X is the left edge of the bar
 }
 
 // Point is one (x, y) value.
-type Point struct{ X, Y float64 }
+type Point struct {
+	X, Y float64 // in the chart's axis units
+}
 
 // Shade marks an x range, e.g. an outage.
 type Shade struct {
-	From, To float64
-	Label    string
+	From, To float64 // X range in axis units, From <= To
+	Label    string  // e.g. "down"
 }
 
 // cell formats one cell; floats with the column's precision. NaN and ±Inf

@@ -31,8 +31,8 @@ type Runner interface {
 
 // Scenario is a named, described experiment.
 type Scenario struct {
-	Name    string
-	Summary string
+	Name    string // what Lookup and `stagger sim NAME` take, e.g. "herd"
+	Summary string // one line for `stagger sim list`
 	// New returns the scenario's default configuration.
 	New func() Runner
 }

@@ -15,14 +15,14 @@ import (
 // Seed000Config is the seed-000 reference scenario: callers each retry one
 // logical request until a gateway that is down for Outage accepts it.
 type Seed000Config struct {
-	Callers    int
-	Outage     time.Duration
+	Callers    int           // callers, each retrying one request until accepted
+	Outage     time.Duration // how long the gateway is down from t=0
 	RTT        time.Duration // round trip of one attempt
 	Window     time.Duration // the receiving side's peak window
 	Wait       time.Duration // "immediate": the wait before every retry
 	Base       time.Duration // "expo-full": the first window (60, 120, 240 … ms)
-	Strategies []string
-	Log        int // print every attempt of the first Log callers
+	Strategies []string      // of "immediate", "expo-full"; run in that order
+	Log        int           // print every attempt of the first Log callers
 }
 
 var seed000Strategies = []string{"immediate", "expo-full"}

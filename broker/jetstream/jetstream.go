@@ -61,9 +61,9 @@ const (
 
 // Defaults for zero Options fields.
 const (
-	DefaultAckWait       = 30 * time.Second
-	DefaultMaxAckPending = 1000
-	DefaultConcurrency   = 1
+	DefaultAckWait       = 30 * time.Second // Options.AckWait
+	DefaultMaxAckPending = 1000             // Options.MaxAckPending, the server's own default
+	DefaultConcurrency   = 1                // Options.Concurrency
 )
 
 // Options configure a Consumer.
@@ -645,10 +645,10 @@ func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64
 
 // advisory is the part of a MAX_DELIVERIES advisory the mover reads.
 type advisory struct {
-	Stream     string `json:"stream"`
-	Consumer   string `json:"consumer"`
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries int    `json:"deliveries"`
+	Stream     string `json:"stream"`     // the stream of the message that ran out of deliveries
+	Consumer   string `json:"consumer"`   // the durable consumer that delivered it
+	StreamSeq  uint64 `json:"stream_seq"` // its stream sequence; 0 marks a malformed advisory
+	Deliveries int    `json:"deliveries"` // how many times it was delivered
 }
 
 // ParseDeadLetter decodes a message read from the DLQ stream.

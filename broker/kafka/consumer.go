@@ -21,9 +21,9 @@ import (
 // Headers of our own next to broker's: the original record's coordinates,
 // kept across retry topics.
 const (
-	HeaderTopic     = "x-stagger-topic"
-	HeaderPartition = "x-stagger-partition"
-	HeaderOffset    = "x-stagger-offset"
+	HeaderTopic     = "x-stagger-topic"     // the original record's topic
+	HeaderPartition = "x-stagger-partition" // its partition, in decimal
+	HeaderOffset    = "x-stagger-offset"    // its offset, in decimal
 )
 
 // DefaultMaxPollRecords bounds the records one poll hands a stage.

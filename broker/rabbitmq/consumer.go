@@ -22,9 +22,9 @@ import (
 // Defaults for zero Options fields, and the largest Prefetch (the AMQP
 // prefetch count is 16 bits).
 const (
-	DefaultPrefetch    = 32
-	DefaultConcurrency = 1
-	MaxPrefetch        = 65535
+	DefaultPrefetch    = 32    // Options.Prefetch
+	DefaultConcurrency = 1     // Options.Concurrency
+	MaxPrefetch        = 65535 // the largest Options.Prefetch
 )
 
 // DefaultReconnect paces reconnection attempts after a connection drop.

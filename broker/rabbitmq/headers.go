@@ -13,8 +13,8 @@ import (
 // routing key, kept across wait queues (the delivery's own fields then name
 // the main exchange again).
 const (
-	HeaderExchange   = "x-stagger-exchange"
-	HeaderRoutingKey = "x-stagger-routing-key"
+	HeaderExchange   = "x-stagger-exchange"    // the exchange the message was first delivered from
+	HeaderRoutingKey = "x-stagger-routing-key" // the routing key it was first delivered with
 )
 
 // tableGet reads a header as a string, whatever AMQP type a producer used.

@@ -59,11 +59,11 @@ import (
 
 // Defaults for zero Config fields.
 const (
-	DefaultEarnBatch  = 10
-	DefaultSpendBatch = 2
-	DefaultReserveTTL = time.Second
-	DefaultOpTimeout  = 250 * time.Millisecond
-	DefaultCooldown   = time.Second
+	DefaultEarnBatch  = 10                     // Config.EarnBatch, in earnings
+	DefaultSpendBatch = 2                      // Config.SpendBatch, in retries
+	DefaultReserveTTL = time.Second            // Config.ReserveTTL
+	DefaultOpTimeout  = 250 * time.Millisecond // Config.OpTimeout
+	DefaultCooldown   = time.Second            // Config.Cooldown
 	// MaxKeyLen bounds Config.Key.
 	MaxKeyLen = 512
 )

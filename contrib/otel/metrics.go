@@ -47,11 +47,11 @@ const ScopeName = "github.com/staggerhq/stagger/contrib/otel"
 
 // Attribute keys.
 const (
-	KeyName    = attribute.Key("stagger.name")
-	KeyReason  = attribute.Key("stagger.reason")
-	KeyKind    = attribute.Key("stagger.kind")
-	KeyAllowed = attribute.Key("stagger.allowed")
-	KeyAttempt = attribute.Key("stagger.attempt")
+	KeyName    = attribute.Key("stagger.name")    // the name given to Hooks, Budget, Limiter or ObserveGuard; on every instrument
+	KeyReason  = attribute.Key("stagger.reason")  // stagger.giveups: the retry.Reason's String, e.g. "exhausted"
+	KeyKind    = attribute.Key("stagger.kind")    // stagger.budget.decisions: "request" or "retry"
+	KeyAllowed = attribute.Key("stagger.allowed") // stagger.budget.decisions: the budget's answer (bool)
+	KeyAttempt = attribute.Key("stagger.attempt") // stagger.guard.requests: "1", "2", …, the last with "+", "none" or "malformed"
 )
 
 // DelayBuckets are the delay histogram's bucket bounds in seconds.

@@ -10,27 +10,27 @@ import (
 
 // Page is one report: a title, notes and sections.
 type Page struct {
-	Title    string
-	Subtitle string   // e.g. the command line and date
-	Notes    []string // paragraphs under the title
-	Sections []Section
+	Title    string    // heading and HTML <title>; "" renders as "stagger report"
+	Subtitle string    // e.g. the command line and date
+	Notes    []string  // paragraphs under the title
+	Sections []Section // rendered in order; more than one also gets a table of contents
 }
 
 // Section is a titled part of a page: notes, an optional summary table and
 // charts.
 type Section struct {
-	Title  string
-	Notes  []string
-	Charts []Chart
-	Table  *Table
+	Title  string   // heading; "" draws none (the contents list says "Section n")
+	Notes  []string // paragraphs under the heading, one per element
+	Charts []Chart  // drawn in order, after the table
+	Table  *Table   // summary table; nil for none
 }
 
 // Table is a summary table. Every row must have len(Columns) cells. Cells
 // that read as numbers (optionally with a unit such as "%" or "ms") are
 // right-aligned.
 type Table struct {
-	Columns []string
-	Rows    [][]string
+	Columns []string   // header cells
+	Rows    [][]string // body rows, each of len(Columns) cells
 }
 
 // Kind is the kind of a chart.
@@ -58,15 +58,15 @@ func (k Kind) String() string {
 // Chart is one chart. See the package documentation for how ranges, bars
 // and marks are read.
 type Chart struct {
-	Title          string
-	Kind           Kind
-	XLabel, YLabel string
-	XMin, XMax     float64 // axis range; XMin == XMax means auto. Give every chart of a
-	YMax           float64 //   comparison the same values so they share an axis. 0 = auto.
-	BarWidth       float64 // Bars: width of one bar in X units (e.g. the window); 0 = auto
-	Series         []Series
-	Shades         []Shade // shaded X ranges, e.g. the outage
-	Marks          []Mark  // annotated points, e.g. the peak window
+	Title          string   // caption and the svg's data-title; "" draws no caption
+	Kind           Kind     // Bars or Lines; any other value is an error
+	XLabel, YLabel string   // axis titles; "" draws none
+	XMin, XMax     float64  // axis range; XMin == XMax means auto. Give every chart of a
+	YMax           float64  //   comparison the same values so they share an axis. 0 = auto.
+	BarWidth       float64  // Bars: width of one bar in X units (e.g. the window); 0 = auto
+	Series         []Series // drawn and listed in the legend in order; names distinct
+	Shades         []Shade  // shaded X ranges, e.g. the outage
+	Marks          []Mark   // annotated points, e.g. the peak window
 
 	// LogX and LogY put that axis on a base-10 log scale (Lines only; every
 	// value on the axis, and XMin/XMax/YMax when given, must be > 0).
@@ -76,23 +76,25 @@ type Chart struct {
 
 // Series is one named data series of a chart.
 type Series struct {
-	Name   string
-	Points []Point
+	Name   string  // legend entry; also picks the colour, kept for the whole page
+	Points []Point // any order (Lines sorts by X); Bars: one bar per point
 }
 
 // Point is one data point.
-type Point struct{ X, Y float64 }
+type Point struct {
+	X, Y float64 // data coordinates; Bars: X is the bar's left edge
+}
 
 // Shade is a shaded X range with a label, e.g. "gateway down".
 type Shade struct {
-	From, To float64
-	Label    string
+	From, To float64 // X range in data units, From <= To
+	Label    string  // drawn in the band above the plot; "" for none
 }
 
 // Mark is an annotated point, e.g. "peak 18".
 type Mark struct {
-	X, Y  float64
-	Label string
+	X, Y  float64 // data coordinates; Bars: X is a bar's left edge, drawn at its middle
+	Label string  // drawn beside the point; "" for a bare dot
 }
 
 const (
