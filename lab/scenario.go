@@ -556,8 +556,9 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 			return nil
 		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 			e := errRefused{status: resp.StatusCode, outcome: a.Outcome}
-			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra > 0 {
-				return retry.After(e, time.Duration(ra)*time.Second)
+			if ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); err == nil && ra > 0 {
+				// A foreign server may send any number: saturate, do not wrap.
+				return retry.After(e, time.Duration(min(ra, int64(backoff.MaxDelay/time.Second)))*time.Second)
 			}
 			return retry.Retryable(e)
 		}

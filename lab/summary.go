@@ -68,8 +68,9 @@ func plural(n int) string {
 	return "s"
 }
 
-// Summary is a result in the shape of `stagger lab --json`. Times are whole
-// milliseconds since the start.
+// Summary is a result in the shape of `stagger lab --json`. Points in time
+// (*_ms ints) are whole milliseconds since the start; the latency and
+// overhead fields are fractional milliseconds.
 type Summary struct {
 	Name  string `json:"name"`  // the strategy's command-line name
 	Title string `json:"title"` // the strategy's log heading

@@ -35,7 +35,8 @@ const (
 type Config struct {
 	// Base and Cap are the retry schedule (seed 002): after failed attempt
 	// n the job waits floor(min(Cap, Base·2^(n−1))·ratio) with a fresh
-	// random ratio in [0, 1) per retry (backoff.Ratio). Defaults 1s and 5m.
+	// random ratio in [0, 1) per retry (backoff.Ratio). Defaults 1s and 5m
+	// (a zero Cap with a Base above 5m defaults to Base).
 	Base, Cap time.Duration
 	// Lease is how long a claim holds a job before another worker may take
 	// it; a running handler's lease is extended every Lease/3 until its

@@ -48,8 +48,10 @@ func (c *classified) Error() string                      { return c.err.Error() 
 func (c *classified) Unwrap() error                      { return c.err }
 func (c *classified) RetryClass() (Class, time.Duration) { return c.class, c.after }
 
-// Permanent marks err as not worth retrying: the operation stops and the
-// returned error satisfies errors.Is(_, ErrPermanent) and errors.Is(_, err).
+// Permanent marks err as not worth retrying: the operation stops, and the
+// error Do returns then satisfies errors.Is(_, ErrPermanent) and
+// errors.Is(_, err). (The marked error itself wraps err, and Classify
+// reports ClassPermanent for it.)
 // Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
