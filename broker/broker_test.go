@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -349,6 +350,42 @@ func TestProcessorInterruptedIsNoDecision(t *testing.T) {
 	}
 	if len(retried) != 0 || len(gaveUp) != 1 || gaveUp[0].Reason != retry.Canceled || gaveUp[0].Attempt != 2 {
 		t.Errorf("hooks: OnRetry %v, OnGiveUp %v; want no retry and one give-up (attempt 2, canceled)", retried, gaveUp)
+	}
+}
+
+// TestProcessorAttemptBounds: the Processor bounds an attempt as retry.Do
+// does. AttemptTimeout ends the handler's context, and an unclassed error
+// from that timeout is retryable; Policy.Timeout, counted from the first
+// attempt, cuts an attempt at the deadline, and a retry delivered after it
+// is dead-lettered without running.
+func TestProcessorAttemptBounds(t *testing.T) {
+	waits := func(ctx context.Context, _ []byte) error { <-ctx.Done(); return ctx.Err() }
+	synctest.Test(t, func(t *testing.T) {
+		p := &broker.Processor{Handler: waits, Policy: &retry.Policy{MaxAttempts: 3, AttemptTimeout: 50 * time.Millisecond,
+			Schedule: backoff.Constant(time.Second)}}
+		start := time.Now()
+		o := p.Process(context.Background(), "a", nil, broker.State{})
+		if o.Action != broker.Retry || o.State.Attempts != 1 || time.Since(start) != 50*time.Millisecond {
+			t.Errorf("AttemptTimeout: %+v after %v; want a retry after 50ms", o, time.Since(start))
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		p := &broker.Processor{Handler: waits, Policy: &retry.Policy{MaxAttempts: 3, Timeout: time.Minute,
+			Schedule: backoff.Constant(time.Second)}}
+		start := time.Now()
+		st := broker.State{Attempts: 1, FirstAttempt: start.Add(-time.Minute + 30*time.Millisecond)}
+		o := p.Process(context.Background(), "b", nil, st)
+		if o.Action != broker.Dead || o.Reason != retry.Deadline || o.State.Attempts != 2 || time.Since(start) != 30*time.Millisecond {
+			t.Errorf("time left: %+v after %v; want attempt 2 cut at the deadline (30ms), dead-lettered", o, time.Since(start))
+		}
+	})
+	ran := false
+	lim, _ := limit.NewBulkhead(1)
+	p := &broker.Processor{Handler: func(context.Context, []byte) error { ran = true; return nil },
+		Policy: &retry.Policy{MaxAttempts: 3, Timeout: time.Minute, Limiter: lim}}
+	o := p.Process(context.Background(), "c", nil, broker.State{Attempts: 1, FirstAttempt: time.Now().Add(-2 * time.Minute)})
+	if ran || o.Action != broker.Dead || o.Reason != retry.Deadline || o.State.Reason != "deadline" || o.State.Attempts != 1 || lim.InFlight() != 0 {
+		t.Errorf("late retry: %+v (handler ran %v, %d slots held); want dead-lettered unrun, reason deadline", o, ran, lim.InFlight())
 	}
 }
 

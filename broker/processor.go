@@ -64,11 +64,16 @@ type Outcome struct {
 type Processor struct {
 	// Handler is the user's handler, the same one retry.Run runs.
 	Handler retry.Handler
-	// Policy is the retry policy: MaxAttempts, Schedule, MaxAfter, Timeout
-	// (measured from the first attempt's start, carried in a header),
-	// Budget, Limiter, Classify and Hooks are honoured; AttemptTimeout is
-	// not (bound a handler's time in the handler or with the broker's ack
-	// timeout). As in retry.Do, an attempt the Budget or the Limiter refuses
+	// Policy is the retry policy, honoured as retry.Do honours it:
+	// MaxAttempts, Schedule, MaxAfter, Timeout (measured from the first
+	// attempt's start, carried in a header: a retry delivered after it is
+	// dead-lettered with reason "deadline" without running), AttemptTimeout
+	// (each attempt's context ends after min(AttemptTimeout, time left); an
+	// unclassed error from an attempt whose own timeout fired is
+	// retryable), Budget, Limiter, Classify and Hooks. Keep AttemptTimeout
+	// below the broker's ack timeout (JetStream's AckWait), so an attempt
+	// ends before the broker hands the message to someone else. As in
+	// retry.Do, an attempt the Budget or the Limiter refuses
 	// does not run and the message is dead-lettered with that reason
 	// ("budget", "limited"); an adapter's own concurrency (prefetch,
 	// workers) is usually the better bound for a consumer.
@@ -133,6 +138,23 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
 	attempt := st.Attempts + 1
+	var deadline time.Time // Policy.Timeout, from the first attempt's start
+	if pol.Timeout > 0 {
+		first := st.FirstAttempt
+		if first.IsZero() {
+			first = start
+		}
+		if deadline = first.Add(pol.Timeout); !start.Before(deadline) {
+			// No time left (the broker delivered the retry late): as
+			// retry.Do, give up before the attempt, not after it.
+			st.Due = time.Time{}
+			st.Reason = retry.Deadline.String()
+			if st.Error == "" {
+				st.Error = retry.Deadline.Err().Error()
+			}
+			return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: retry.Deadline})
+		}
+	}
 	if r := pol.Begin(attempt, start); r != retry.NoReason {
 		// Refused before it started, as retry.Do gives up: not an attempt.
 		st.Due = time.Time{}
@@ -146,7 +168,32 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		h(retry.Event{Attempt: attempt})
 	}
 	hctx := retry.WithDelivery(ctx, retry.Delivery{ID: id, Attempt: attempt, MaxAttempts: p.MaxAttempts(), Source: p.Source})
-	dup, err := p.run(hctx, pol, id, payload)
+	// The attempt's own bound, as in retry.Do: min(AttemptTimeout, the
+	// time left before the deadline).
+	bound := pol.AttemptTimeout
+	if !deadline.IsZero() {
+		if left := deadline.Sub(start); bound == 0 || left < bound {
+			bound = left
+		}
+	}
+	var (
+		dup bool
+		err error
+	)
+	if bound > 0 {
+		actx, cancel := context.WithTimeout(hctx, bound)
+		dup, err = p.run(actx, pol, id, payload)
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			// The attempt's own timeout fired: an error without a class
+			// is retryable, as in retry.Do.
+			if c, _ := retry.Classify(err); c == retry.ClassUnknown && (pol.Classify == nil || pol.Classify(err) == retry.ClassUnknown) {
+				err = retry.Retryable(err)
+			}
+		}
+		cancel()
+	} else {
+		dup, err = p.run(hctx, pol, id, payload)
+	}
 	var now time.Time
 	if err != nil || pol.NeedsNow() {
 		now = p.now()
@@ -184,10 +231,6 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		st.FirstFailure = now
 	}
 	st.Error = ErrorText(err)
-	var deadline time.Time
-	if pol.Timeout > 0 {
-		deadline = st.FirstAttempt.Add(pol.Timeout)
-	}
 	dec := pol.Decide(attempt, err, now, deadline, st.Prev)
 	if !dec.Retry {
 		st.Reason = dec.Reason.String()
