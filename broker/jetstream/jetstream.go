@@ -97,7 +97,8 @@ type Options struct {
 	// Inbox, if set, wraps Handler keyed by the message ID.
 	Inbox queue.Inbox
 	// AckWait is how long a handler may run before the server redelivers
-	// the message (0: DefaultAckWait). The consumer's BackOff for ack
+	// the message (0: DefaultAckWait); Policy.AttemptTimeout, which ends
+	// the handler's context, must be below it. The consumer's BackOff for ack
 	// timeouts is max(AckWait, the schedule's delay) per delivery.
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged messages (0: DefaultMaxAckPending,
@@ -181,6 +182,10 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("%w: MaxAckPending must be in [1, %d], got %d", broker.ErrInvalid, 1<<20, o.MaxAckPending)
 	case o.Concurrency < 1 || o.Concurrency > o.MaxAckPending:
 		return fmt.Errorf("%w: Concurrency must be in [1, MaxAckPending=%d], got %d", broker.ErrInvalid, o.MaxAckPending, o.Concurrency)
+	case o.Policy.AttemptTimeout >= o.AckWait:
+		// The server redelivers after AckWait: an attempt still running
+		// then would run beside its own redelivery.
+		return fmt.Errorf("%w: Policy.AttemptTimeout must be below AckWait (%v), got %v", broker.ErrInvalid, o.AckWait, o.Policy.AttemptTimeout)
 	}
 	return nil
 }

@@ -208,6 +208,9 @@ func TestBadOptions(t *testing.T) {
 		{func(o *Options) { o.AckWait = -time.Second }, "AckWait must be"},
 		{func(o *Options) { o.MaxAckPending = -1 }, "MaxAckPending must be"},
 		{func(o *Options) { o.MaxAckPending, o.Concurrency = 10, 11 }, "Concurrency must be"},
+		{func(o *Options) {
+			o.AckWait, o.Policy = time.Second, &retry.Policy{MaxAttempts: 3, AttemptTimeout: time.Second}
+		}, "Policy.AttemptTimeout must be below AckWait"},
 		{func(o *Options) { o.DLQStream = "x y" }, "DLQStream must be"},
 		{func(o *Options) { o.DLQStream = "S" }, "DLQStream must differ from Stream"},
 		{func(o *Options) { o.AdvisoryStream = "S" }, "AdvisoryStream must differ from Stream"},
