@@ -111,8 +111,11 @@ func less(a, b *Event) bool {
 // push sifts ev up from the end ("hole" method: one write per level).
 func (e *Engine) push(ev Event) {
 	e.q = append(e.q, ev)
-	q := e.q
-	i := len(q) - 1
+	up(e.q, len(e.q)-1, ev)
+}
+
+// up places ev at the hole i or above it, moving larger parents down.
+func up(q []Event, i int, ev Event) {
 	for i > 0 {
 		p := (i - 1) >> 2
 		if !less(&ev, &q[p]) {
@@ -164,13 +167,5 @@ func (e *Engine) down(ev Event) {
 		}
 		break
 	}
-	for i > 0 {
-		p := (i - 1) >> 2
-		if !less(&ev, &q[p]) {
-			break
-		}
-		q[i] = q[p]
-		i = p
-	}
-	q[i] = ev
+	up(q, i, ev)
 }
