@@ -72,22 +72,14 @@ func intParam(v *int, name, usage string, lo, hi int) *Param {
 		Name: name, Usage: usage,
 		get: func() string { return strconv.Itoa(*v) },
 		set: func(s string) error {
-			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil {
 				return fmt.Errorf("must be a whole number in [%d, %d], got %q", lo, hi, s)
 			}
-			if n < int64(lo) || n > int64(hi) {
-				return fmt.Errorf("must be in [%d, %d], got %d", lo, hi, n)
-			}
-			*v = int(n)
+			*v = n
 			return nil
 		},
-		check: func() error {
-			if *v < lo || *v > hi {
-				return fmt.Errorf("must be in [%d, %d], got %d", lo, hi, *v)
-			}
-			return nil
-		},
+		check: inRange(v, lo, hi),
 	}
 }
 
@@ -103,12 +95,17 @@ func durParam(v *time.Duration, name, usage string, lo, hi time.Duration) *Param
 			*v = d
 			return nil
 		},
-		check: func() error {
-			if *v < lo || *v > hi {
-				return fmt.Errorf("must be in [%v, %v], got %v", lo, hi, *v)
-			}
-			return nil
-		},
+		check: inRange(v, lo, hi),
+	}
+}
+
+// inRange returns the rule of intParam and durParam: lo <= *v <= hi.
+func inRange[T int | time.Duration](v *T, lo, hi T) func() error {
+	return func() error {
+		if *v < lo || *v > hi {
+			return fmt.Errorf("must be in [%v, %v], got %v", lo, hi, *v)
+		}
+		return nil
 	}
 }
 
