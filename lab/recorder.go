@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strings"
@@ -82,10 +83,10 @@ func normalize(o Outcome) Outcome {
 // A Recorder is safe for concurrent use. Record is cheap: one uncontended
 // mutex, a 24-byte entry written into a block of storage that is never
 // copied and, for an identified attempt, one map look-up; it allocates only
-// a new block every 4,096 attempts and an entry for a new request ID. Memory grows by those 24 bytes per
-// attempt plus one entry per distinct request ID, so a Recorder is meant for
-// an experiment or a test session (millions of attempts), not for a process
-// that runs for months. Computing [Recorder.Stats] sorts a copy of the arrival
+// a new block every 4,096 attempts and an entry for a new request ID.
+// Memory grows by those 24 bytes per attempt plus one entry per distinct
+// request ID, so a Recorder is meant for an experiment or a test session
+// (millions of attempts), not for a process that runs for months. Computing [Recorder.Stats] sorts a copy of the arrival
 // times, O(n log n); call it when you need the numbers, not per attempt.
 //
 // The zero value is not usable; call [NewRecorder].
@@ -185,11 +186,15 @@ func (r *Recorder) Total() int {
 	return r.n
 }
 
-// each calls fn for every arrival in recording order; r.mu must be held.
-func (r *Recorder) each(fn func(a arrival)) {
-	for _, c := range r.chunks {
-		for _, a := range c {
-			fn(a)
+// all yields every arrival in recording order; r.mu must be held.
+func (r *Recorder) all() iter.Seq[arrival] {
+	return func(yield func(arrival) bool) {
+		for _, c := range r.chunks {
+			for _, a := range c {
+				if !yield(a) {
+					return
+				}
+			}
 		}
 	}
 }
@@ -211,13 +216,13 @@ type Arrival struct {
 func (r *Recorder) Arrivals() []Arrival {
 	r.mu.Lock()
 	out := make([]Arrival, 0, r.n)
-	r.each(func(a arrival) {
+	for a := range r.all() {
 		e := Arrival{At: time.Duration(a.at), Attempt: int(a.attempt), Outcome: a.outcome}
 		if a.req >= 0 {
 			e.ID = r.reqs[a.req].id
 		}
 		out = append(out, e)
-	})
+	}
 	r.mu.Unlock()
 	slices.SortStableFunc(out, func(a, b Arrival) int {
 		switch {
@@ -312,16 +317,15 @@ func (r *Recorder) Stats(window time.Duration) Stats {
 	s := Stats{Window: window}
 	r.mu.Lock()
 	ats := make([]int64, 0, r.n)
-	var lastAcc int64 = -1
-	for _, c := range r.chunks {
-		for _, a := range c {
-			ats = append(ats, a.at)
-			if a.outcome == Accepted {
-				lastAcc = max(lastAcc, a.at)
-			}
-			if a.req < 0 {
-				s.Unidentified++
-			}
+	var last, lastAcc int64 = 0, -1
+	for a := range r.all() {
+		ats = append(ats, a.at)
+		last = max(last, a.at)
+		if a.outcome == Accepted {
+			lastAcc = max(lastAcc, a.at)
+		}
+		if a.req < 0 {
+			s.Unidentified++
 		}
 	}
 	s.Total = r.n
@@ -335,26 +339,20 @@ func (r *Recorder) Stats(window time.Duration) Stats {
 			s.RequestsAccepted++
 		}
 	}
-	// The timeline needs outcomes; count it while holding the lock, after
-	// sizing it from the latest arrival.
-	var last int64
-	for _, t := range ats {
-		last = max(last, t)
-	}
+	// The timeline needs outcomes; count it while holding the lock, sized
+	// from the latest arrival.
 	if s.Total > 0 {
 		s.Timeline = make([]Bucket, last/int64(window)+1)
 		for i, b := range s.Timeline {
 			b.Start = time.Duration(i) * window
 			s.Timeline[i] = b
 		}
-		for _, c := range r.chunks {
-			for _, a := range c {
-				b := &s.Timeline[a.at/int64(window)]
-				if a.outcome == Accepted {
-					b.Accepted++
-				} else {
-					b.Rejected++
-				}
+		for a := range r.all() {
+			b := &s.Timeline[a.at/int64(window)]
+			if a.outcome == Accepted {
+				b.Accepted++
+			} else {
+				b.Rejected++
 			}
 		}
 	}
