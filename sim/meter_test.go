@@ -50,14 +50,17 @@ func TestMeterPeak(t *testing.T) {
 // TestMeterLittle checks the in-flight integral on a hand-made trace:
 // requests [0,2), [1,4), [3,4) seconds: area 2+3+1 = 6 over 4 s.
 func TestMeterLittle(t *testing.T) {
-	m := NewMeter(DefaultWindow, time.Second)
 	s := time.Second
-	m.Enter(0)
-	m.Enter(1 * s)
-	m.Leave(2*s, 0)
-	m.Enter(3 * s)
-	m.Leave(4*s, 1*s)
-	m.Leave(4*s, 3*s)
+	trace := func(m *Meter) {
+		m.Enter(0)
+		m.Enter(1 * s)
+		m.Leave(2*s, 0)
+		m.Enter(3 * s)
+		m.Leave(4*s, 1*s)
+		m.Leave(4*s, 3*s)
+	}
+	m := NewMeter(DefaultWindow, time.Second)
+	trace(m)
 	l, lambda, w := m.Little(4 * s)
 	if l != 1.5 || lambda != 0.75 || w != 2 {
 		t.Fatalf("L=%v λ=%v W=%v; want 1.5, 0.75, 2", l, lambda, w)
@@ -66,12 +69,7 @@ func TestMeterLittle(t *testing.T) {
 	// request entered in the span (at 1 s) and stayed 3 s
 	m = NewMeter(DefaultWindow, time.Second)
 	m.Measure(1*s, 3*s)
-	m.Enter(0)
-	m.Enter(1 * s)
-	m.Leave(2*s, 0)
-	m.Enter(3 * s)
-	m.Leave(4*s, 1*s)
-	m.Leave(4*s, 3*s)
+	trace(m)
 	l, lambda, w = m.Little(4 * s)
 	if l != 1.5 || lambda != 0.5 || w != 3 || m.Unfinished() != 0 {
 		t.Fatalf("span: L=%v λ=%v W=%v unfinished=%d; want 1.5, 0.5, 3, 0", l, lambda, w, m.Unfinished())
