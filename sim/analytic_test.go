@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -30,15 +31,22 @@ func TestOCCZeroVariance(t *testing.T) {
 			p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: s, Rand: pcg(1)}
 			got := runOCC(n, d, 0, p, rand.New(pcg(2)), e)
 			wantCalls := int64(n * (n + 1) / 2)
-			want := 4 * d * time.Duration(n)
-			for k := 1; k < n; k++ {
-				want += s.Delay(k, 0, nil)
-			}
+			want := occCompletion(n, d, s)
 			if got.calls != wantCalls || got.completion != want {
 				t.Errorf("%s N=%d: calls %d, completion %v; want %d, %v", name, n, got.calls, got.completion, wantCalls, want)
 			}
 		}
 	}
+}
+
+// occCompletion is the closed form of the last client's finish at SD = 0:
+// 4dN + Σ_{k=1}^{N−1} b(k) for a deterministic schedule b.
+func occCompletion(n int, d time.Duration, s backoff.Schedule) time.Duration {
+	want := 4 * d * time.Duration(n)
+	for k := 1; k < n; k++ {
+		want += s.Delay(k, 0, nil)
+	}
+	return want
 }
 
 // TestBrookerScenarioZeroVariance runs the same check through the
@@ -54,10 +62,7 @@ func TestBrookerScenarioZeroVariance(t *testing.T) {
 	s := backoff.Exponential{Base: c.Base, Cap: c.Cap}
 	for i, n := range []int{5, 15, 25} {
 		row := res.Table.Rows[i]
-		want := 4 * c.Delay * time.Duration(n)
-		for k := 1; k < n; k++ {
-			want += s.Delay(k, 0, nil)
-		}
+		want := occCompletion(n, c.Delay, s)
 		if row[1] != n || row[2] != float64(n*(n+1)/2) || row[4] != float64(want)/float64(time.Millisecond) {
 			t.Errorf("row %v; want N=%d calls=%d completion=%v", row, n, n*(n+1)/2, want)
 		}
@@ -214,18 +219,11 @@ func TestLittlesLaw(t *testing.T) {
 	// seed 003's numbers: ~10 in flight at 0.1 s, ~200 at 2 s, 50 in a bulkhead
 	for _, row := range res.Table.Rows {
 		lat, mode, l := row[0].(float64), row[1].(string), row[4].(float64)
-		want := map[string]float64{"0.1unbounded": 10, "2unbounded": 200, "2bulkhead": 50}[formatKey(lat, mode)]
+		want := map[string]float64{"0.1unbounded": 10, "2unbounded": 200, "2bulkhead": 50}[fmt.Sprint(lat)+mode]
 		if want > 0 && math.Abs(l-want) > 0.05*want {
 			t.Errorf("%vs %s: L = %.1f, want ~%v", lat, mode, l, want)
 		}
 	}
-}
-
-func formatKey(lat float64, mode string) string {
-	if lat == 0.1 {
-		return "0.1" + mode
-	}
-	return "2" + mode
 }
 
 // TestSeed000 reproduces the published immediate-retry numbers with the
