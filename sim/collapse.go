@@ -171,7 +171,7 @@ func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {
 		switch {
 		case !dec.Retry:
 			m.GiveUp(e.Now(), dec.Reason)
-		case dec.Delay == 0:
+		case dec.Delay == 0 && !d.needsSendEvent(): // a limiter acts in evRetrySend
 			r.prev = 0
 			arrive(id)
 		default:
@@ -223,8 +223,8 @@ func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {
 			out.timeouts++
 			fail(atts[ev.ID].req)
 		case evRetrySend:
-			if d.needsSendEvent() && d.again() != retry.NoReason {
-				m.GiveUp(now, retry.Limited)
+			if r := d.again(); r != retry.NoReason {
+				m.GiveUp(now, r)
 				continue
 			}
 			arrive(ev.ID)
