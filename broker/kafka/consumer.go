@@ -177,6 +177,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			wait := 50 * time.Millisecond
+			var w retry.Waiter
+			defer w.Stop()
 			for ctx.Err() == nil {
 				err := c.session(ctx, s)
 				if ctx.Err() != nil {
@@ -186,12 +188,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 					continue // a fresh consumer takes over at once
 				}
 				c.log.Warn("kafka: stage restarting", slog.String("topic", s.topic), slog.Any("error", err), slog.Duration("in", wait))
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
+				_ = w.Wait(ctx, nil, wait) // ctx's end ends the loop
 				wait = min(2*wait, 5*time.Second)
 			}
 		}()

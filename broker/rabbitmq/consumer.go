@@ -136,13 +136,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		fails int
 		prev  time.Duration
-		timer *time.Timer
+		w     retry.Waiter
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	defer w.Stop()
 	for {
 		connected, err := c.session(ctx)
 		if ctx.Err() != nil {
@@ -158,15 +154,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		fails++
 		prev = c.opts.Reconnect.Delay(fails, prev, nil)
 		c.log.Warn("rabbitmq: connection lost, reconnecting", slog.Any("error", err), slog.Duration("in", prev), slog.Int("failures", fails))
-		if timer == nil {
-			timer = time.NewTimer(prev)
-		} else {
-			timer.Reset(prev)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
+		if err := w.Wait(ctx, nil, prev); err != nil {
+			return err
 		}
 	}
 }
