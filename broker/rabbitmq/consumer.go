@@ -348,17 +348,23 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 // default exchange, mandatory, in confirm mode) and returns the wait for its
 // confirm.
 func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, q string, st broker.State) (func(context.Context) error, error) {
-	h := d.Headers
-	if _, ok := h[HeaderExchange]; !ok {
-		h = forwardHeaders(h, broker.State{})
+	// The first forward records where the message came from; later ones
+	// carry that on.
+	_, later := d.Headers[HeaderExchange]
+	if st.Origin == "" {
+		if later {
+			st.Origin = fmt.Sprintf("%v/%v", d.Headers[HeaderExchange], d.Headers[HeaderRoutingKey])
+		} else {
+			st.Origin = d.Exchange + "/" + d.RoutingKey
+		}
+	}
+	h := forwardHeaders(d.Headers, st)
+	if !later {
 		h[HeaderExchange] = d.Exchange
 		h[HeaderRoutingKey] = d.RoutingKey
 	}
-	if st.Origin == "" {
-		st.Origin = fmt.Sprintf("%v/%v", h[HeaderExchange], h[HeaderRoutingKey])
-	}
 	return conf.publish(ctx, "", q, amqp.Publishing{
-		Headers:         forwardHeaders(h, st),
+		Headers:         h,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		DeliveryMode:    d.DeliveryMode,
