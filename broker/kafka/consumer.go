@@ -297,11 +297,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 		if err := t.wait(sctx, maxPollsInFlight); err != nil {
 			return c.sessionErr(ctx, sctx, err)
 		}
-		wctx, cancel := sctx, context.CancelFunc(func() {})
-		if earliest, ok := paused.earliest(); ok {
-			// Wall-clock deadline for the poll: the earliest due time.
-			wctx, cancel = context.WithTimeout(sctx, max(earliest.Sub(c.now()), 0))
-		}
+		wctx, cancel := c.pollContext(sctx, paused)
 		fetches := cl.PollRecords(wctx, c.opts.MaxPollRecords)
 		cancel()
 		if sctx.Err() != nil {
@@ -376,6 +372,16 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 	})
 	paused.rewind(cl)
 	t.seal(b.poll)
+}
+
+// pollContext is the context of a poll: ctx, with a wall-clock deadline at
+// the earliest due time of p's paused partitions, if any, so that the
+// stage resumes them on time when no record comes.
+func (c *Consumer) pollContext(ctx context.Context, p *pauser) (context.Context, context.CancelFunc) {
+	if earliest, ok := p.earliest(); ok {
+		return context.WithTimeout(ctx, max(earliest.Sub(c.now()), 0))
+	}
+	return ctx, func() {}
 }
 
 // pauser is a retry stage's record of partitions paused until their head
@@ -469,10 +475,7 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 
 	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}}
 	for {
-		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if earliest, ok := paused.earliest(); ok {
-			pctx, cancel = context.WithTimeout(ctx, max(earliest.Sub(c.now()), 0))
-		}
+		pctx, cancel := c.pollContext(ctx, paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
 		cancel()
 		if ctx.Err() != nil {
