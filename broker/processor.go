@@ -147,22 +147,12 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		if deadline = first.Add(pol.Timeout); !start.Before(deadline) {
 			// No time left (the broker delivered the retry late): as
 			// retry.Do, give up before the attempt, not after it.
-			st.Due = time.Time{}
-			st.Reason = retry.Deadline.String()
-			if st.Error == "" {
-				st.Error = retry.Deadline.Err().Error()
-			}
-			return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: retry.Deadline})
+			return p.refuse(pol, st, retry.Deadline)
 		}
 	}
 	if r := pol.Begin(attempt, start); r != retry.NoReason {
 		// Refused before it started, as retry.Do gives up: not an attempt.
-		st.Due = time.Time{}
-		st.Reason = r.String()
-		if st.Error == "" {
-			st.Error = r.Err().Error()
-		}
-		return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: r})
+		return p.refuse(pol, st, r)
 	}
 	if h := pol.Hooks.OnAttempt; h != nil {
 		h(retry.Event{Attempt: attempt})
@@ -277,6 +267,18 @@ func (p *Processor) run(ctx context.Context, pol *retry.Policy, id string, paylo
 	}
 	returned = true
 	return dup, err
+}
+
+// refuse dead-letters a delivery given up for r before its attempt: the
+// state as it came, with r as the reason (and as the error, when no attempt
+// failed before).
+func (p *Processor) refuse(pol *retry.Policy, st State, r retry.Reason) Outcome {
+	st.Due = time.Time{}
+	st.Reason = r.String()
+	if st.Error == "" {
+		st.Error = r.Err().Error()
+	}
+	return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: r})
 }
 
 func (p *Processor) giveUp(pol *retry.Policy, o Outcome) Outcome {

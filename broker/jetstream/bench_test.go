@@ -34,16 +34,8 @@ const benchPending = 4096
 
 func benchStream(b *testing.B) (jetstream.JetStream, string) {
 	js := connect(b)
-	ctx := context.Background()
 	name := fmt.Sprintf("stg-bench-%d", time.Now().UnixNano())
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
-			_ = js.DeleteStream(context.Background(), s)
-		}
-	})
+	createStream(b, js, name)
 	const window = 1000 // below the client's limit of outstanding async publishes
 	for i := range b.N {
 		if _, err := js.PublishAsync(name+".in", []byte("payload"), jetstream.WithMsgID(fmt.Sprintf("m%d", i))); err != nil {
@@ -61,29 +53,13 @@ func benchStream(b *testing.B) (jetstream.JetStream, string) {
 }
 
 func BenchmarkRawConsumeAck(b *testing.B) {
-	js, name := benchStream(b)
-	ctx := context.Background()
-	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: benchPending})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tp := brokertest.NewThroughput(b.N, 0)
-	h := tp.Handler()
-	b.ResetTimer()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	benchRaw(b, 0, func(ctx context.Context, h retry.Handler, m jetstream.Msg) {
 		if err := h(ctx, m.Data()); err != nil {
 			b.Error(err)
 			return
 		}
 		_ = m.Ack()
-	}, jetstream.PullMaxMessages(min(benchPending, 512)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	<-tp.Done()
-	b.ReportMetric(tp.Rate(), "msgs/s")
-	cc.Stop()
-	<-cc.Closed()
+	})
 }
 
 // BenchmarkRawNak10Pct is the raw client retrying without a library: the
@@ -92,16 +68,7 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 // nak, the redelivery timer, a second delivery) is all there is: the
 // ceiling for any JetStream consumer that retries without sleeping.
 func BenchmarkRawNak10Pct(b *testing.B) {
-	js, name := benchStream(b)
-	ctx := context.Background()
-	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: benchPending})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tp := brokertest.NewThroughput(b.N, 10)
-	h := tp.Handler()
-	b.ResetTimer()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	benchRaw(b, 10, func(ctx context.Context, h retry.Handler, m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
 			b.Error(err)
@@ -113,7 +80,23 @@ func BenchmarkRawNak10Pct(b *testing.B) {
 			return
 		}
 		_ = m.Ack()
-	}, jetstream.PullMaxMessages(min(benchPending, 512)))
+	})
+}
+
+// benchRaw times the raw client's Consume loop on a durable consumer of
+// its own: handle gets each message and the Throughput handler, failPct%
+// of whose IDs fail once.
+func benchRaw(b *testing.B, failPct uint32, handle func(ctx context.Context, h retry.Handler, m jetstream.Msg)) {
+	js, name := benchStream(b)
+	ctx := context.Background()
+	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: benchPending})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := brokertest.NewThroughput(b.N, failPct)
+	h := tp.Handler()
+	b.ResetTimer()
+	cc, err := cons.Consume(func(m jetstream.Msg) { handle(ctx, h, m) }, jetstream.PullMaxMessages(min(benchPending, 512)))
 	if err != nil {
 		b.Fatal(err)
 	}

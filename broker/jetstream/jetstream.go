@@ -34,7 +34,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -240,7 +239,7 @@ func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{js: js, opts: opts, log: log,
 		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}, nil
@@ -380,8 +379,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	const minWait, maxWait = 50 * time.Millisecond, 5 * time.Second
 	wait := minWait
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	var w retry.Waiter
+	defer w.Stop()
 	for {
 		if cons != nil {
 			started := time.Now()
@@ -397,11 +396,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("jetstream: connection closed: %w", err)
 		}
 		c.log.Warn("jetstream: consume ended, setting up again", slog.Any("error", err), slog.Duration("in", wait))
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
+		if err := w.Wait(ctx, nil, wait); err != nil {
+			return err
 		}
 		wait = min(2*wait, maxWait)
 		if cons, mover, err = c.Setup(ctx); err != nil {

@@ -54,6 +54,27 @@ func connect(t testing.TB) jetstream.JetStream {
 	return js
 }
 
+// createStream creates the work stream name on subject name.in; it and the
+// DLQ and advisory streams a Consumer's Setup makes beside it are deleted
+// when the test ends.
+func createStream(t testing.TB, js jetstream.JetStream, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
+			if err := js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("delete stream %s: %v", s, err)
+			}
+		}
+	})
+}
+
 type pipeline struct {
 	js      jetstream.JetStream
 	subject string
@@ -81,20 +102,8 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	js := connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	subject := s.Name + ".in"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.Name, Subjects: []string{subject}}); err != nil {
-		t.Fatal(err)
-	}
+	createStream(t, js, s.Name)
 	opts := Options{Stream: s.Name, Consumer: "work", Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, AckWait: time.Second}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, name := range []string{s.Name, s.Name + "_DLQ", s.Name + "_ADV"} {
-			if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-				t.Errorf("delete stream %s: %v", name, err)
-			}
-		}
-	})
 	if s.Crash || s.CrashAfterSuccess {
 		var once sync.Once
 		opts.afterHandle = func(success bool) (crash bool) {
@@ -133,7 +142,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
-	return &pipeline{js: js, subject: subject, dlq: dlq}
+	return &pipeline{js: js, subject: s.Name + ".in", dlq: dlq}
 }
 
 func TestConformance(t *testing.T) {
@@ -276,10 +285,7 @@ func TestParseAckReplyMatchesServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	name := uniqueName(t)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	createStream(t, js, name)
 	for i := range 3 {
 		if _, err := js.Publish(ctx, name+".in", []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -363,14 +369,7 @@ func TestClosedConnectionEndsRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := uniqueName(t)
-	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
-			_ = admin.DeleteStream(context.Background(), s)
-		}
-	})
+	createStream(t, admin, name)
 	nc, err := nats.Connect(natsURL(), nats.Timeout(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -419,18 +418,11 @@ func TestTwoConsumersShareDLQStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := uniqueName(t)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
-		t.Fatal(err)
-	}
+	createStream(t, js, name)
 	// The operator made the DLQ stream beforehand, keeping dead letters a week.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{"dlq." + name + ".a"}, MaxAge: 7 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, s := range []string{name, name + "_DLQ", name + "_ADV"} {
-			_ = js.DeleteStream(context.Background(), s)
-		}
-	})
 	perm := func(context.Context, []byte) error { return retry.Permanent(errors.New("no")) }
 	var cs []*Consumer
 	for _, cn := range []string{"a", "b"} {

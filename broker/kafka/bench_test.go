@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -54,12 +53,7 @@ const benchFetchBytes = 64 << 10
 
 func benchCluster(b *testing.B) ([]string, Topics) {
 	topics := NewTopics(fmt.Sprintf("stg-bench-%d", time.Now().UnixNano()), broker.Tiers{time.Millisecond})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topics.All()...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(cluster.Close)
-	addrs := cluster.ListenAddrs()
+	_, addrs := newCluster(b, 2, topics)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		b.Fatal(err)

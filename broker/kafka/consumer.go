@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -121,7 +120,7 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	probe.Close()
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{opts: opts, log: log,
 		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "kafka", Now: opts.Now}}, nil
@@ -177,6 +176,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			wait := 50 * time.Millisecond
+			var w retry.Waiter
+			defer w.Stop()
 			for ctx.Err() == nil {
 				err := c.session(ctx, s)
 				if ctx.Err() != nil {
@@ -186,12 +187,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 					continue // a fresh consumer takes over at once
 				}
 				c.log.Warn("kafka: stage restarting", slog.String("topic", s.topic), slog.Any("error", err), slog.Duration("in", wait))
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
+				_ = w.Wait(ctx, nil, wait) // ctx's end ends the loop
 				wait = min(2*wait, 5*time.Second)
 			}
 		}()
@@ -300,11 +296,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 		if err := t.wait(sctx, maxPollsInFlight); err != nil {
 			return c.sessionErr(ctx, sctx, err)
 		}
-		wctx, cancel := sctx, context.CancelFunc(func() {})
-		if earliest, ok := paused.earliest(); ok {
-			// Wall-clock deadline for the poll: the earliest due time.
-			wctx, cancel = context.WithTimeout(sctx, max(earliest.Sub(c.now()), 0))
-		}
+		wctx, cancel := c.pollContext(sctx, paused)
 		fetches := cl.PollRecords(wctx, c.opts.MaxPollRecords)
 		cancel()
 		if sctx.Err() != nil {
@@ -379,6 +371,16 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 	})
 	paused.rewind(cl)
 	t.seal(b.poll)
+}
+
+// pollContext is the context of a poll: ctx, with a wall-clock deadline at
+// the earliest due time of p's paused partitions, if any, so that the
+// stage resumes them on time when no record comes.
+func (c *Consumer) pollContext(ctx context.Context, p *pauser) (context.Context, context.CancelFunc) {
+	if earliest, ok := p.earliest(); ok {
+		return context.WithTimeout(ctx, max(earliest.Sub(c.now()), 0))
+	}
+	return ctx, func() {}
 }
 
 // pauser is a retry stage's record of partitions paused until their head
@@ -472,10 +474,7 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 
 	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}}
 	for {
-		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if earliest, ok := paused.earliest(); ok {
-			pctx, cancel = context.WithTimeout(ctx, max(earliest.Sub(c.now()), 0))
-		}
+		pctx, cancel := c.pollContext(ctx, paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
 		cancel()
 		if ctx.Err() != nil {

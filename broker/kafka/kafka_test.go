@@ -41,16 +41,24 @@ func (p *pipeline) NextDeadLetter(ctx context.Context) (broker.DeadLetter, error
 	}
 }
 
+// newCluster starts an in-process kfake cluster of one broker seeded with
+// topics, parts partitions each, closed when the test ends, and returns it
+// and its address.
+func newCluster(tb testing.TB, parts int32, topics Topics) (*kfake.Cluster, []string) {
+	tb.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topics.All()...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cluster.Close)
+	return cluster, cluster.ListenAddrs()
+}
+
 // start runs a Consumer for s on its own in-process kfake cluster.
 func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	t.Helper()
 	topics := NewTopics(s.Name, s.Tiers)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topics.All()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	addrs := cluster.ListenAddrs()
+	cluster, addrs := newCluster(t, 2, topics)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
@@ -361,12 +369,7 @@ func TestFailedForwardIsNotCommitted(t *testing.T) {
 func TestShutdownDuringHandlerKeepsRecord(t *testing.T) {
 	name := uniqueName(t)
 	topics := NewTopics(name, brokertest.Tiers)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics.All()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
+	_, addrs := newCluster(t, 1, topics)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -100,12 +99,7 @@ func testRebalance(t *testing.T, transactional bool) {
 		sentinelID = "sentinel-"
 	)
 	topics := NewTopics(uniqueName(t), broker.Tiers{50 * time.Millisecond})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topics.All()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	addrs := cluster.ListenAddrs()
+	_, addrs := newCluster(t, parts, topics)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ var topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 // and the tiers.
 func (t Topics) Validate() error {
 	if err := t.Tiers.Validate(); err != nil {
-		return fmt.Errorf("Topics.%w", err)
+		return fmt.Errorf("Topics: %w", err)
 	}
 	if len(t.Retry) != len(t.Tiers) {
 		return fmt.Errorf("%w: Topics.Retry must name one topic per tier (%d), got %d", broker.ErrInvalid, len(t.Tiers), len(t.Retry))

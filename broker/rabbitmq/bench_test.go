@@ -74,8 +74,9 @@ func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 	return conn, topo
 }
 
-func BenchmarkRawConsumeAck(b *testing.B) {
-	conn, topo := benchSetup(b)
+// benchConsume starts the raw loops' consumer of topo's main queue: a
+// channel of its own with prefetch benchPrefetch, manual acks.
+func benchConsume(b *testing.B, conn *amqp.Connection, topo Topology) <-chan amqp.Delivery {
 	ch, err := conn.Channel()
 	if err != nil {
 		b.Fatal(err)
@@ -87,6 +88,12 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return ds
+}
+
+func BenchmarkRawConsumeAck(b *testing.B) {
+	conn, topo := benchSetup(b)
+	ds := benchConsume(b, conn, topo)
 	tp := brokertest.NewThroughput(b.N, 0)
 	h := tp.Handler()
 	ctx := context.Background()
@@ -116,13 +123,6 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 // any delayed-retry topology.
 func BenchmarkRawRepublish10Pct(b *testing.B) {
 	conn, topo := benchSetup(b)
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := ch.Qos(benchPrefetch, 0, false); err != nil {
-		b.Fatal(err)
-	}
 	pub, err := conn.Channel()
 	if err != nil {
 		b.Fatal(err)
@@ -130,10 +130,7 @@ func BenchmarkRawRepublish10Pct(b *testing.B) {
 	if err := pub.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
-	ds, err := ch.Consume(topo.Queue, "", false, false, false, false, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ds := benchConsume(b, conn, topo)
 	tp := brokertest.NewThroughput(b.N, 10)
 	h := tp.Handler()
 	ctx := context.Background()

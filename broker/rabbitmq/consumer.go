@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -115,7 +114,7 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{
 		opts: opts,
@@ -136,13 +135,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		fails int
 		prev  time.Duration
-		timer *time.Timer
+		w     retry.Waiter
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	defer w.Stop()
 	for {
 		connected, err := c.session(ctx)
 		if ctx.Err() != nil {
@@ -158,15 +153,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		fails++
 		prev = c.opts.Reconnect.Delay(fails, prev, nil)
 		c.log.Warn("rabbitmq: connection lost, reconnecting", slog.Any("error", err), slog.Duration("in", prev), slog.Int("failures", fails))
-		if timer == nil {
-			timer = time.NewTimer(prev)
-		} else {
-			timer.Reset(prev)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
+		if err := w.Wait(ctx, nil, prev); err != nil {
+			return err
 		}
 	}
 }
@@ -359,17 +347,23 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 // default exchange, mandatory, in confirm mode) and returns the wait for its
 // confirm.
 func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, q string, st broker.State) (func(context.Context) error, error) {
-	h := d.Headers
-	if _, ok := h[HeaderExchange]; !ok {
-		h = forwardHeaders(h, broker.State{})
+	// The first forward records where the message came from; later ones
+	// carry that on.
+	_, later := d.Headers[HeaderExchange]
+	if st.Origin == "" {
+		if later {
+			st.Origin = fmt.Sprintf("%v/%v", d.Headers[HeaderExchange], d.Headers[HeaderRoutingKey])
+		} else {
+			st.Origin = d.Exchange + "/" + d.RoutingKey
+		}
+	}
+	h := forwardHeaders(d.Headers, st)
+	if !later {
 		h[HeaderExchange] = d.Exchange
 		h[HeaderRoutingKey] = d.RoutingKey
 	}
-	if st.Origin == "" {
-		st.Origin = fmt.Sprintf("%v/%v", h[HeaderExchange], h[HeaderRoutingKey])
-	}
 	return conf.publish(ctx, "", q, amqp.Publishing{
-		Headers:         forwardHeaders(h, st),
+		Headers:         h,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		DeliveryMode:    d.DeliveryMode,

@@ -34,14 +34,20 @@ func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
 	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
-		msg := fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL (default amqp://guest:***@127.0.0.1:5672/): %v", redactErr(err, amqpURL()))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		unavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL (default amqp://guest:***@127.0.0.1:5672/): %v", redactErr(err, amqpURL())))
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// unavailable skips the test for a missing service or tool, and fails it
+// under CI=true, where CI provides them.
+func unavailable(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }
 
 // tcpTracker remembers the consumer's TCP connections so a test can drop
@@ -185,13 +191,13 @@ func TestReconnectLosesNothing(t *testing.T) {
 func TestServerClosedConnectionLosesNothing(t *testing.T) {
 	ctl, err := exec.LookPath("rabbitmqctl")
 	if err != nil {
-		t.Skip("rabbitmqctl not installed: the server-side close needs it (TestReconnectLosesNothing covers the client-side drop)")
+		unavailable(t, "rabbitmqctl not installed: the server-side close needs it (TestReconnectLosesNothing covers the client-side drop)")
 	}
 	testDropLosesNothing(t, func(t *testing.T, p *pipeline) {
 		name := "stagger-rabbitmq " + p.topo.Queue
 		out, err := exec.Command(ctl, "-q", "list_connections", "pid", "client_properties").CombinedOutput()
 		if err != nil {
-			t.Skipf("rabbitmqctl cannot reach the broker (%v): %s", err, out)
+			unavailable(t, fmt.Sprintf("rabbitmqctl cannot reach the broker (%v): %s", err, out))
 		}
 		var pids []string
 		for _, line := range strings.Split(string(out), "\n") {

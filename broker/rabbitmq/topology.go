@@ -82,7 +82,7 @@ func (t Topology) Validate() error {
 		return fmt.Errorf("%w: Topology.RoutingKey must be at most 255 bytes, got %d", broker.ErrInvalid, len(t.RoutingKey))
 	}
 	if err := t.Tiers.Validate(); err != nil {
-		return fmt.Errorf("Topology.%w", err)
+		return fmt.Errorf("Topology: %w", err)
 	}
 	// The DLQ must be a queue of its own: as the main queue, dead letters
 	// would be consumed and dead-lettered again in a loop; as a wait queue,
