@@ -338,9 +338,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, no
 		return err
 	})
 	if err != nil {
-		for i := range outcomes {
-			outcomes[i].Applied = false
-		}
+		notApplied(outcomes) // rolled back
 		return nil, err
 	}
 	return out, nil
@@ -408,7 +406,17 @@ const recordSQL = `UPDATE stagger_jobs SET
 
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return s.recordTx(ctx, tx, outcomes) })
+	err := s.tx(ctx, func(tx *sql.Tx) error { return s.recordTx(ctx, tx, outcomes) })
+	if err != nil {
+		notApplied(outcomes) // rolled back
+	}
+	return err
+}
+
+func notApplied(outcomes []queue.Outcome) {
+	for i := range outcomes {
+		outcomes[i].Applied = false
+	}
 }
 
 func (s *Store) recordTx(ctx context.Context, tx *sql.Tx, outcomes []queue.Outcome) error {
@@ -430,7 +438,7 @@ func (s *Store) recordTx(ctx context.Context, tx *sql.Tx, outcomes []queue.Outco
 
 // Extend implements queue.Store.
 func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		st := tx.StmtContext(ctx, s.extend)
 		for i := range leases {
 			res, err := st.ExecContext(ctx, leases[i].ID, leases[i].Attempt, leaseUntil, now)
@@ -445,6 +453,12 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 		}
 		return nil
 	})
+	if err != nil {
+		for i := range leases {
+			leases[i].Held = false // rolled back
+		}
+	}
+	return err
 }
 
 // Bury implements queue.Store.
