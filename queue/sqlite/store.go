@@ -348,50 +348,44 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, 
 	if limit < 1 {
 		return nil, nil // SQLite reads a negative LIMIT as no limit at all
 	}
+	rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+	if err != nil {
+		return nil, err
+	}
 	var out []queue.Job
-	err := func() error {
-		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+	for rows.Next() {
+		j, err := scan(rows)
 		if err != nil {
-			return err
+			rows.Close()
+			return nil, err
 		}
-		out = out[:0]
-		for rows.Next() {
-			j, err := scan(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			out = append(out, j)
+		out = append(out, j)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	s.idle.Store(len(out) == 0)
+	switch len(out) {
+	case 0:
+		return nil, nil
+	case 1:
+		_, err = tx.StmtContext(ctx, s.claimOne).ExecContext(ctx, now, leaseUntil, out[0].ID)
+	default:
+		args := make([]any, 0, len(out)+2)
+		args = append(args, now, leaseUntil)
+		for _, j := range out {
+			args = append(args, j.ID)
 		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		s.idle.Store(len(out) == 0)
-		if len(out) == 0 {
-			return nil
-		}
-		if len(out) == 1 {
-			if _, err := tx.StmtContext(ctx, s.claimOne).ExecContext(ctx, now, leaseUntil, out[0].ID); err != nil {
-				return err
-			}
-		} else {
-			args := make([]any, 0, len(out)+2)
-			args = append(args, now, leaseUntil)
-			for _, j := range out {
-				args = append(args, j.ID)
-			}
-			q := claimUpd + `IN (?3` + strings.Repeat(",?", len(out)-1) + `)`
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-				return err
-			}
-		}
-		for i := range out {
-			j := &out[i]
-			j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = queue.Leased, j.Attempts+1, leaseUntil, leaseUntil, now
-		}
-		return nil
-	}()
-	return out, err
+		_, err = tx.ExecContext(ctx, claimUpd+`IN (?3`+strings.Repeat(",?", len(out)-1)+`)`, args...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		j := &out[i]
+		j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = queue.Leased, j.Attempts+1, leaseUntil, leaseUntil, now
+	}
+	return out, nil
 }
 
 const recordSQL = `UPDATE stagger_jobs SET
