@@ -361,7 +361,8 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, 
 		}
 		out = append(out, j)
 	}
-	if err := rows.Close(); err != nil {
+	// Close does not report an error that ended the iteration: Err does.
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, err
 	}
 	s.idle.Store(len(out) == 0)
