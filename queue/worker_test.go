@@ -28,6 +28,13 @@ var storeKinds = map[string]func() queue.Store{
 	"separate": func() queue.Store { return plainStore{queue.NewMemoryStore()} },
 }
 
+// eachStoreKind runs test once per commit path, in subtests.
+func eachStoreKind(t *testing.T, test func(t *testing.T, newStore func() queue.Store)) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { test(t, newStore) })
+	}
+}
+
 func newQueue(t *testing.T, cfg queue.Config) *queue.Queue {
 	return newQueueOn(t, queue.NewMemoryStore(), cfg)
 }
@@ -44,11 +51,7 @@ func newQueueOn(t *testing.T, s queue.Store, cfg queue.Config) *queue.Queue {
 	return q
 }
 
-func TestWorkerProcessesEverything(t *testing.T) {
-	for kind, newStore := range storeKinds {
-		t.Run(kind, func(t *testing.T) { testWorkerProcessesEverything(t, newStore) })
-	}
-}
+func TestWorkerProcessesEverything(t *testing.T) { eachStoreKind(t, testWorkerProcessesEverything) }
 
 func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
@@ -214,11 +217,7 @@ func TestAttemptTimeoutIsRetryable(t *testing.T) {
 	})
 }
 
-func TestShutdownGrace(t *testing.T) {
-	for kind, newStore := range storeKinds {
-		t.Run(kind, func(t *testing.T) { testShutdownGrace(t, newStore) })
-	}
-}
+func TestShutdownGrace(t *testing.T) { eachStoreKind(t, testShutdownGrace) }
 
 func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
@@ -262,11 +261,7 @@ func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	})
 }
 
-func TestShutdownTimeoutLeavesLeased(t *testing.T) {
-	for kind, newStore := range storeKinds {
-		t.Run(kind, func(t *testing.T) { testShutdownTimeoutLeavesLeased(t, newStore) })
-	}
-}
+func TestShutdownTimeoutLeavesLeased(t *testing.T) { eachStoreKind(t, testShutdownTimeoutLeavesLeased) }
 
 func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
