@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -203,7 +204,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 
 func TestAttemptTimeoutIsRetryable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: fixed(0.5)})
+		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: queuetest.FixedRatio(0.5)})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "slow", MaxAttempts: 3})
 		start := virtualNow()
@@ -402,11 +403,6 @@ func TestWorkerConfigValidation(t *testing.T) {
 		t.Error("nil handler accepted")
 	}
 }
-
-// fixed is a rand.Source giving backoff.Float64 == r.
-type fixed float64
-
-func (r fixed) Uint64() uint64 { return uint64(float64(r)*(1<<53)) << 11 }
 
 // flakyStore fails its first Record calls, as a database that is briefly
 // unreachable.
