@@ -212,12 +212,12 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 		}
 		return nil, nil
 	}
-	b := q.newBatch(jobs, t0)
-	b.run(ctx, h)
-	if err := b.record(ctx); err != nil {
-		return &b.jobs[0], err
+	a := q.newAttempt(jobs[0], t0)
+	a.run(ctx, h)
+	if err := a.record(ctx); err != nil {
+		return &a.job, err
 	}
-	return &b.jobs[0], b.errs[0]
+	return &a.job, a.err
 }
 
 // buryBatch bounds the jobs one Bury call moves.
@@ -291,7 +291,7 @@ func (q *Queue) waitChan() <-chan struct{} {
 	return q.wake
 }
 
-// policy is the shared retry decision for one job.
+// decide is the shared retry decision for one job.
 func (q *Queue) decide(j *Job, err error, now int64) retry.Decision {
 	p := retry.Policy{
 		MaxAttempts: j.MaxAttempts,

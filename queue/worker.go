@@ -201,10 +201,10 @@ func (w *Worker) Run(ctx context.Context) error {
 // committed with rec, which outlives ctx.
 func (w *Worker) loop(ctx, hctx, rec context.Context) {
 	q := w.q
-	st := &loopState{finished: make(chan *batch, w.cfg.Concurrency)}
+	st := &loopState{finished: make(chan *attempt, w.cfg.Concurrency)}
 	var async *committer
 	if _, merged := q.store.(RecordClaimer); !merged {
-		async = &committer{w: w, in: make(chan []*batch, w.cfg.Concurrency), done: make(chan struct{})}
+		async = &committer{w: w, in: make(chan []*attempt, w.cfg.Concurrency), done: make(chan struct{})}
 		go async.run(rec)
 		defer func() {
 			close(async.in)
@@ -238,8 +238,8 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 				done = ctx.Done()
 			}
 			select {
-			case b := <-st.finished:
-				st.take(b)
+			case a := <-st.finished:
+				st.take(a)
 			case <-done:
 			case <-rec.Done():
 			}
@@ -280,15 +280,15 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 		if n > 0 {
 			st.claimed(start, len(jobs))
 		}
-		for i := range jobs {
+		for _, j := range jobs {
 			st.busy++
-			b := q.newBatch(jobs[i:i+1:i+1], t0)
-			b.turn = st.turn
+			a := q.newAttempt(j, t0)
+			a.turn = st.turn
 			go func() {
 				began := time.Now()
-				b.run(hctx, w.h)
-				b.took = time.Since(began)
-				st.finished <- b
+				a.run(hctx, w.h)
+				a.took = time.Since(began)
+				st.finished <- a
 			}()
 		}
 		if n > 0 && len(jobs) == 0 {
@@ -308,7 +308,7 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 // Run gives up (their leases keep the jobs meanwhile).
 type committer struct {
 	w    *Worker
-	in   chan []*batch
+	in   chan []*attempt
 	done chan struct{}
 }
 
@@ -356,9 +356,9 @@ func (c *committer) run(rec context.Context) {
 
 // loopState is what the loop knows about its handlers.
 type loopState struct {
-	finished chan *batch // handlers send their batch when done
-	busy     int         // handlers running
-	queued   []*batch    // finished, outcomes not yet committed
+	finished chan *attempt // handlers send their attempt when done
+	busy     int           // handlers running
+	queued   []*attempt    // finished, outcomes not yet committed
 
 	// For linger: the latest claim (its number, when it returned, how many
 	// of its handlers still run) and running means (EWMA) of how long a
@@ -371,13 +371,13 @@ type loopState struct {
 	lingerTimer *time.Timer
 }
 
-func (st *loopState) take(b *batch) {
+func (st *loopState) take(a *attempt) {
 	st.busy--
-	st.queued = append(st.queued, b)
-	if b.turn == st.turn {
+	st.queued = append(st.queued, a)
+	if a.turn == st.turn {
 		st.fresh--
 	}
-	st.handlerMean += (b.took - st.handlerMean) / 8
+	st.handlerMean += (a.took - st.handlerMean) / 8
 }
 
 // claimed notes a claim that started at start and returned got jobs.
@@ -412,8 +412,8 @@ func (st *loopState) linger(ctx context.Context) {
 	defer st.lingerTimer.Stop()
 	for st.fresh > 0 {
 		select {
-		case b := <-st.finished:
-			st.take(b)
+		case a := <-st.finished:
+			st.take(a)
 		case <-st.lingerTimer.C:
 			return
 		case <-ctx.Done():
@@ -426,8 +426,8 @@ func (st *loopState) linger(ctx context.Context) {
 func (st *loopState) drain() {
 	for {
 		select {
-		case b := <-st.finished:
-			st.take(b)
+		case a := <-st.finished:
+			st.take(a)
 		default:
 			return
 		}
@@ -442,16 +442,16 @@ func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) {
 	case <-t.C:
 	case <-wake:
 	case <-stop:
-	case b := <-st.finished:
-		st.take(b)
+	case a := <-st.finished:
+		st.take(a)
 	}
 }
 
-// commit records the outcomes of the queued batches (with rec, which
+// commit records the outcomes of the queued attempts (with rec, which
 // outlives ctx) and claims up to n jobs, in one transaction when the store
 // allows it. It returns the claimed jobs, their claim time, and whether the
 // queued outcomes were committed.
-func (w *Worker) commit(ctx, rec context.Context, queued []*batch, n int) ([]Job, int64, bool, error) {
+func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]Job, int64, bool, error) {
 	q := w.q
 	outs := outcomesOf(queued)
 	t0 := q.now()
@@ -488,39 +488,28 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*batch, n int) ([]Job
 	return jobs, t0, true, nil
 }
 
-// outcomesOf collects the outcomes to record of the queued batches, in the
-// order settle reads them back.
-func outcomesOf(queued []*batch) []Outcome {
+// outcomesOf collects the outcomes to record of the queued attempts, in
+// the order settle reads them back.
+func outcomesOf(queued []*attempt) []Outcome {
 	var outs []Outcome
-	for _, b := range queued {
-		for k, ok := range b.rec {
-			if ok {
-				outs = append(outs, b.outs[k])
-			}
+	for _, a := range queued {
+		if a.rec {
+			outs = append(outs, a.out)
 		}
 	}
 	return outs
 }
 
-// settle mirrors committed outcomes on their batches and reports errors.
-func (w *Worker) settle(queued []*batch, outs []Outcome) {
+// settle takes the committed outcomes on their attempts and reports errors.
+func (w *Worker) settle(queued []*attempt, outs []Outcome) {
 	k := 0
-	for _, b := range queued {
-		for j, ok := range b.rec {
-			if !ok {
-				continue
-			}
-			if o := outs[k]; o.Applied {
-				apply(&b.jobs[j], o)
-			} else {
-				b.errs[j] = errors.Join(ErrLeaseLost, b.errs[j])
-			}
+	for _, a := range queued {
+		if a.rec {
+			a.settle(outs[k])
 			k++
 		}
-		for j, err := range b.errs {
-			if err != nil && !errors.Is(err, context.Canceled) {
-				w.report(fmt.Errorf("queue: job %q attempt %d: %w", b.jobs[j].ID, b.jobs[j].Attempts, err))
-			}
+		if a.err != nil && !errors.Is(a.err, context.Canceled) {
+			w.report(fmt.Errorf("queue: job %q attempt %d: %w", a.job.ID, a.job.Attempts, a.err))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -26,6 +27,13 @@ type plainStore struct{ queue.Store }
 var storeKinds = map[string]func() queue.Store{
 	"merged":   func() queue.Store { return queue.NewMemoryStore() },
 	"separate": func() queue.Store { return plainStore{queue.NewMemoryStore()} },
+}
+
+// eachStoreKind runs test once per commit path, in subtests.
+func eachStoreKind(t *testing.T, test func(t *testing.T, newStore func() queue.Store)) {
+	for kind, newStore := range storeKinds {
+		t.Run(kind, func(t *testing.T) { test(t, newStore) })
+	}
 }
 
 func newQueue(t *testing.T, cfg queue.Config) *queue.Queue {
@@ -44,11 +52,7 @@ func newQueueOn(t *testing.T, s queue.Store, cfg queue.Config) *queue.Queue {
 	return q
 }
 
-func TestWorkerProcessesEverything(t *testing.T) {
-	for kind, newStore := range storeKinds {
-		t.Run(kind, func(t *testing.T) { testWorkerProcessesEverything(t, newStore) })
-	}
-}
+func TestWorkerProcessesEverything(t *testing.T) { eachStoreKind(t, testWorkerProcessesEverything) }
 
 func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
@@ -200,7 +204,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 
 func TestAttemptTimeoutIsRetryable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: fixed(0.5)})
+		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: queuetest.FixedRatio(0.5)})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "slow", MaxAttempts: 3})
 		start := virtualNow()
@@ -214,11 +218,7 @@ func TestAttemptTimeoutIsRetryable(t *testing.T) {
 	})
 }
 
-func TestShutdownGrace(t *testing.T) {
-	for kind, newStore := range storeKinds {
-		t.Run(kind, func(t *testing.T) { testShutdownGrace(t, newStore) })
-	}
-}
+func TestShutdownGrace(t *testing.T) { eachStoreKind(t, testShutdownGrace) }
 
 func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
@@ -262,11 +262,7 @@ func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	})
 }
 
-func TestShutdownTimeoutLeavesLeased(t *testing.T) {
-	for kind, newStore := range storeKinds {
-		t.Run(kind, func(t *testing.T) { testShutdownTimeoutLeavesLeased(t, newStore) })
-	}
-}
+func TestShutdownTimeoutLeavesLeased(t *testing.T) { eachStoreKind(t, testShutdownTimeoutLeavesLeased) }
 
 func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
@@ -407,11 +403,6 @@ func TestWorkerConfigValidation(t *testing.T) {
 		t.Error("nil handler accepted")
 	}
 }
-
-// fixed is a rand.Source giving backoff.Float64 == r.
-type fixed float64
-
-func (r fixed) Uint64() uint64 { return uint64(float64(r)*(1<<53)) << 11 }
 
 // flakyStore fails its first Record calls, as a database that is briefly
 // unreachable.

@@ -518,21 +518,29 @@ func recordArgs(outcomes []queue.Outcome) (args []any, retried bool) {
 
 // scanRecorded reads recordSQL's rows into outcomes[i].Applied.
 func scanRecorded(rows pgx.Rows, outcomes []queue.Outcome) error {
-	defer rows.Close()
 	for i := range outcomes {
 		outcomes[i].Applied = false
 	}
+	return scanFenced(rows, func(id string, attempt int) {
+		for i := range outcomes {
+			if outcomes[i].ID == id && outcomes[i].Attempt == attempt {
+				outcomes[i].Applied = true
+			}
+		}
+	})
+}
+
+// scanFenced reads the (id, attempt) rows of recordSQL or extendSQL, one
+// per lease still held, and calls held for each.
+func scanFenced(rows pgx.Rows, held func(id string, attempt int)) error {
+	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var attempt int32
 		if err := rows.Scan(&id, &attempt); err != nil {
 			return err
 		}
-		for i := range outcomes {
-			if outcomes[i].ID == id && outcomes[i].Attempt == int(attempt) {
-				outcomes[i].Applied = true
-			}
-		}
+		held(id, int(attempt))
 	}
 	return rows.Err()
 }
@@ -545,23 +553,21 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 		leases[i].Held = false
 	}
 	rows, err := s.pool.Query(ctx, s.extendSQL(), ids, attempts, leaseUntil, now)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var attempt int32
-		if err := rows.Scan(&id, &attempt); err != nil {
-			return err
-		}
-		for i := range leases {
-			if leases[i].ID == id && leases[i].Attempt == int(attempt) {
-				leases[i].Held = true
+	if err == nil {
+		err = scanFenced(rows, func(id string, attempt int) {
+			for i := range leases {
+				if leases[i].ID == id && leases[i].Attempt == attempt {
+					leases[i].Held = true
+				}
 			}
+		})
+	}
+	if err != nil {
+		for i := range leases {
+			leases[i].Held = false // the statement failed: nothing was extended
 		}
 	}
-	return rows.Err()
+	return err
 }
 
 // extendSQL sets lease_until = available_at = $3, updated_at = $4 on the

@@ -338,9 +338,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, no
 		return err
 	})
 	if err != nil {
-		for i := range outcomes {
-			outcomes[i].Applied = false
-		}
+		notApplied(outcomes) // rolled back
 		return nil, err
 	}
 	return out, nil
@@ -350,50 +348,45 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, 
 	if limit < 1 {
 		return nil, nil // SQLite reads a negative LIMIT as no limit at all
 	}
+	rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+	if err != nil {
+		return nil, err
+	}
 	var out []queue.Job
-	err := func() error {
-		rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+	for rows.Next() {
+		j, err := scan(rows)
 		if err != nil {
-			return err
+			rows.Close()
+			return nil, err
 		}
-		out = out[:0]
-		for rows.Next() {
-			j, err := scan(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			out = append(out, j)
+		out = append(out, j)
+	}
+	// Close does not report an error that ended the iteration: Err does.
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	s.idle.Store(len(out) == 0)
+	switch len(out) {
+	case 0:
+		return nil, nil
+	case 1:
+		_, err = tx.StmtContext(ctx, s.claimOne).ExecContext(ctx, now, leaseUntil, out[0].ID)
+	default:
+		args := make([]any, 0, len(out)+2)
+		args = append(args, now, leaseUntil)
+		for _, j := range out {
+			args = append(args, j.ID)
 		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		s.idle.Store(len(out) == 0)
-		if len(out) == 0 {
-			return nil
-		}
-		if len(out) == 1 {
-			if _, err := tx.StmtContext(ctx, s.claimOne).ExecContext(ctx, now, leaseUntil, out[0].ID); err != nil {
-				return err
-			}
-		} else {
-			args := make([]any, 0, len(out)+2)
-			args = append(args, now, leaseUntil)
-			for _, j := range out {
-				args = append(args, j.ID)
-			}
-			q := claimUpd + `IN (?3` + strings.Repeat(",?", len(out)-1) + `)`
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-				return err
-			}
-		}
-		for i := range out {
-			j := &out[i]
-			j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = queue.Leased, j.Attempts+1, leaseUntil, leaseUntil, now
-		}
-		return nil
-	}()
-	return out, err
+		_, err = tx.ExecContext(ctx, claimUpd+`IN (?3`+strings.Repeat(",?", len(out)-1)+`)`, args...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		j := &out[i]
+		j.State, j.Attempts, j.LeaseUntil, j.AvailableAt, j.UpdatedAt = queue.Leased, j.Attempts+1, leaseUntil, leaseUntil, now
+	}
+	return out, nil
 }
 
 const recordSQL = `UPDATE stagger_jobs SET
@@ -408,7 +401,17 @@ const recordSQL = `UPDATE stagger_jobs SET
 
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return s.recordTx(ctx, tx, outcomes) })
+	err := s.tx(ctx, func(tx *sql.Tx) error { return s.recordTx(ctx, tx, outcomes) })
+	if err != nil {
+		notApplied(outcomes) // rolled back
+	}
+	return err
+}
+
+func notApplied(outcomes []queue.Outcome) {
+	for i := range outcomes {
+		outcomes[i].Applied = false
+	}
 }
 
 func (s *Store) recordTx(ctx context.Context, tx *sql.Tx, outcomes []queue.Outcome) error {
@@ -430,7 +433,7 @@ func (s *Store) recordTx(ctx context.Context, tx *sql.Tx, outcomes []queue.Outco
 
 // Extend implements queue.Store.
 func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		st := tx.StmtContext(ctx, s.extend)
 		for i := range leases {
 			res, err := st.ExecContext(ctx, leases[i].ID, leases[i].Attempt, leaseUntil, now)
@@ -445,6 +448,12 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 		}
 		return nil
 	})
+	if err != nil {
+		for i := range leases {
+			leases[i].Held = false // rolled back
+		}
+	}
+	return err
 }
 
 // Bury implements queue.Store.
