@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/lab"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
@@ -538,5 +541,28 @@ func TestStaggerTransportThroughProxy(t *testing.T) {
 	}
 	if s.ByAttempt["1"] != 1 || s.ByAttempt["2"] != 1 || s.ByAttempt["3"] != 1 {
 		t.Errorf("by attempt %v, want 1, 2, 3 once each", s.ByAttempt)
+	}
+}
+
+// The report's attempt-number table lists the counted numbers in order:
+// none, 1, 2, …, the last with "+"; the live stats use the same names.
+func TestProxyReportByAttempt(t *testing.T) {
+	p, _ := startProxy(t, newUpstream(t, nil))
+	for _, i := range []int{retryhttp.TrackedAttempts, 2, 0, 10, 1} {
+		p.byAttempt[i].Add(int64(i + 1))
+	}
+	var tab *report.Table
+	for _, sec := range p.reportPage("", p.rec.Stats(p.cfg.window)).Sections {
+		if sec.Title == "Attempts by attempt number" {
+			tab = sec.Table
+		}
+	}
+	last := strconv.Itoa(retryhttp.TrackedAttempts)
+	want := [][]string{{"none", "1"}, {"1", "2"}, {"2", "3"}, {"10", "11"}, {last + "+", strconv.Itoa(retryhttp.TrackedAttempts + 1)}}
+	if tab == nil || !reflect.DeepEqual(tab.Rows, want) {
+		t.Fatalf("rows %v, want %v", tab, want)
+	}
+	if got := p.stats().ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
+		t.Errorf("stats ByAttempt %v", got)
 	}
 }
