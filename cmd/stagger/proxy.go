@@ -69,7 +69,6 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		quiet    bool
 	)
 	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
 	fs.StringVar(&upstream, "upstream", "", "URL of the service to forward to (http or https), required")
 	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
