@@ -295,11 +295,11 @@ func TestProxyHelp(t *testing.T) {
 	}
 }
 
-// runCLI starts `stagger proxy` in-process and returns its address.
-func runProxyCLI(t *testing.T, ctx context.Context, args ...string) (addr string, done <-chan int, stdout *proxyOutput) {
+// runProxyCLI starts `stagger proxy` in-process and returns its address.
+func runProxyCLI(t *testing.T, ctx context.Context, args ...string) (addr string, done <-chan int, stdout *syncBuffer) {
 	t.Helper()
 	pr, pw := io.Pipe()
-	stdout = &proxyOutput{}
+	stdout = &syncBuffer{}
 	ch := make(chan int, 1)
 	go func() {
 		ch <- run(ctx, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...), io.MultiWriter(pw, stdout), stdout)
@@ -318,23 +318,6 @@ func runProxyCLI(t *testing.T, ctx context.Context, args ...string) (addr string
 	}
 	t.Fatalf("no address in %q", line)
 	return "", nil, nil
-}
-
-type proxyOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *proxyOutput) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *proxyOutput) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The command runs until its context ends (SIGINT/SIGTERM in main), then
