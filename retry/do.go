@@ -121,7 +121,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			}
 			if deriveCtx {
 				var stop bool
-				if err, expired, stop = p.bounded(ctx, fn, deadline); stop {
+				if expired, stop, err = p.bounded(ctx, fn, deadline); stop {
 					held = false
 					if p.Limiter != nil {
 						p.Limiter.Release(true) // nothing was sent
@@ -174,7 +174,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 // bounded runs one attempt under min(AttemptTimeout, time left before the
 // deadline). stop reports that no time was left to start it; expired that
 // the attempt failed when its own timeout fired (ctx still live).
-func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, deadline time.Time) (err error, expired, stop bool) {
+func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, deadline time.Time) (expired, stop bool, err error) {
 	d := p.AttemptTimeout
 	if !deadline.IsZero() {
 		if left := deadline.Sub(p.now()); d == 0 || left < d {
@@ -182,12 +182,12 @@ func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, de
 		}
 	}
 	if d <= 0 {
-		return nil, false, true
+		return false, true, nil
 	}
 	actx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err = fn(actx)
-	return err, err != nil && actx.Err() != nil && ctx.Err() == nil, false
+	return err != nil && actx.Err() != nil && ctx.Err() == nil, false, err
 }
 
 // Waiter sleeps between attempts with one timer reused across the waits of
