@@ -127,10 +127,7 @@ func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev ti
 	if p == nil {
 		p = &defaultPolicy
 	}
-	class, after := Classify(err)
-	if class == ClassUnknown && p.Classify != nil {
-		class = p.Classify(err)
-	}
+	class, after := p.classify(err)
 	return p.decide(attempt, class, after, now, deadline, prev)
 }
 

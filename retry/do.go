@@ -107,7 +107,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 	}()
 
 	for attempt := 1; ; attempt++ {
-		err := first
+		err, expired := first, false
 		if attempt > 1 || first == nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return p.stopped(ctxReason(cerr), attempt-1, last, cerr)
@@ -121,7 +121,7 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			}
 			if deriveCtx {
 				var stop bool
-				if err, stop = p.bounded(ctx, fn, deadline); stop {
+				if expired, stop, err = p.bounded(ctx, fn, deadline); stop {
 					held = false
 					if p.Limiter != nil {
 						p.Limiter.Release(true) // nothing was sent
@@ -131,25 +131,33 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 			} else {
 				err = fn(ctx)
 			}
-			if p.NeedsNow() || (err != nil && !deadline.IsZero()) {
-				now = p.now()
-			}
-			held = false
-			p.End(err, now)
-		} else if !deadline.IsZero() {
-			now = p.now()
 		}
 
 		if err == nil {
+			if p.NeedsNow() {
+				now = p.now()
+			}
+			held = false
+			p.end(true, now)
 			if h := p.Hooks.OnSuccess; h != nil {
 				h(Event{Attempt: attempt})
 			}
 			return nil
 		}
+		// One classification serves End and the decision.
+		class, after := p.classify(err)
+		if class == ClassUnknown && expired {
+			class = ClassRetryable // the attempt's own timeout fired
+		}
+		if p.NeedsNow() || !deadline.IsZero() {
+			now = p.now()
+		}
+		held = false
+		p.end(class == ClassPermanent, now)
 		if cerr := ctx.Err(); cerr != nil {
 			return p.stopped(ctxReason(cerr), attempt, err, cerr)
 		}
-		dec := p.Decide(attempt, err, now, deadline, prev)
+		dec := p.decide(attempt, class, after, now, deadline, prev)
 		if !dec.Retry {
 			return p.stopped(dec.Reason, attempt, err, nil)
 		}
@@ -164,9 +172,9 @@ func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first 
 }
 
 // bounded runs one attempt under min(AttemptTimeout, time left before the
-// deadline). stop reports that no time was left to start it. An attempt
-// whose own timeout fired and whose error has no class counts as retryable.
-func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, deadline time.Time) (err error, stop bool) {
+// deadline). stop reports that no time was left to start it; expired that
+// the attempt failed when its own timeout fired (ctx still live).
+func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, deadline time.Time) (expired, stop bool, err error) {
 	d := p.AttemptTimeout
 	if !deadline.IsZero() {
 		if left := deadline.Sub(p.now()); d == 0 || left < d {
@@ -174,17 +182,12 @@ func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, de
 		}
 	}
 	if d <= 0 {
-		return nil, true
+		return false, true, nil
 	}
 	actx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err = fn(actx)
-	if err != nil && actx.Err() != nil && ctx.Err() == nil {
-		if c, _ := Classify(err); c == ClassUnknown && (p.Classify == nil || p.Classify(err) == ClassUnknown) {
-			err = Retryable(err)
-		}
-	}
-	return err, false
+	return err != nil && actx.Err() != nil && ctx.Err() == nil, false, err
 }
 
 // Waiter sleeps between attempts with one timer reused across the waits of

@@ -295,6 +295,41 @@ func TestDoAttemptTimeoutIsRetryable(t *testing.T) {
 	})
 }
 
+// TestDoAttemptTimeoutKeepsError: an attempt that timed out counts as
+// retryable, but the give-up error carries the attempt's own error, not a
+// re-marked copy of it.
+func TestDoAttemptTimeoutKeepsError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []error
+		p := &Policy{MaxAttempts: 2, AttemptTimeout: time.Second, Schedule: zeroWait,
+			Hooks: Hooks{OnRetry: func(e Event) { got = append(got, e.Err) }}}
+		err := Do(context.Background(), p, func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		var e *Error
+		if !errors.As(err, &e) || e.Reason != Exhausted || e.Err != context.DeadlineExceeded {
+			t.Fatalf("Do = %#v", err)
+		}
+		if len(got) != 1 || got[0] != context.DeadlineExceeded {
+			t.Errorf("OnRetry errors %v", got)
+		}
+	})
+}
+
+// TestDoClassifiesOnce: Policy.Classify is asked once per failed attempt,
+// though both End and the decision need the class.
+func TestDoClassifiesOnce(t *testing.T) {
+	n := 0
+	bh, _ := limit.NewBulkhead(1)
+	p := &Policy{MaxAttempts: 3, Limiter: bh, Schedule: zeroWait,
+		Classify: func(error) Class { n++; return ClassRetryable }}
+	_ = Do(ctxTODO, p, func(context.Context) error { return errBoom })
+	if n != 3 {
+		t.Errorf("Classify called %d times for 3 attempts", n)
+	}
+}
+
 func TestDoRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()

@@ -38,18 +38,30 @@ func (p *Policy) End(err error, now time.Time) {
 	}
 	ok := err == nil
 	if !ok {
-		c, _ := Classify(err)
-		if c == ClassUnknown && p.Classify != nil {
-			c = p.Classify(err)
-		}
+		c, _ := p.classify(err)
 		ok = c == ClassPermanent
 	}
+	p.end(ok, now)
+}
+
+// end is End once the outcome is judged: ok means the dependency served
+// the attempt.
+func (p *Policy) end(ok bool, now time.Time) {
 	if p.Limiter != nil {
 		p.Limiter.Release(ok)
 	}
 	if p.Budget != nil {
 		p.Budget.Result(now, ok)
 	}
+}
+
+// classify is Classify, with Policy.Classify judging errors of no class.
+func (p *Policy) classify(err error) (Class, time.Duration) {
+	class, after := Classify(err)
+	if class == ClassUnknown && p.Classify != nil {
+		class = p.Classify(err)
+	}
+	return class, after
 }
 
 // NeedsNow reports whether Begin and End use their now argument, so a

@@ -244,35 +244,29 @@ func (b *Budget) Retry(now time.Time) bool {
 		b.granted.Add(1)
 		return true
 	}
-	if now.UnixNano() < b.downUntil.Load() {
-		// Fail closed, but an old reservation is still paid for.
-		if b.takeReserved() {
+	if now.UnixNano() >= b.downUntil.Load() {
+		got, err := b.exec(now, b.spendBatch, true)
+		if err == nil {
+			if got == 0 {
+				b.refused.Add(1)
+				return false
+			}
+			// One of the granted retries is this one; keep the rest.
+			if got > 1 {
+				b.reserved.Add(got - 1)
+				b.reservedAt.Store(now.UnixNano())
+			}
 			b.granted.Add(1)
 			return true
 		}
-		b.refused.Add(1)
-		return false
 	}
-	got, err := b.exec(now, b.spendBatch, true)
-	if err != nil {
-		if b.takeReserved() {
-			b.granted.Add(1)
-			return true
-		}
-		b.refused.Add(1)
-		return false
+	// Redis is down: fail closed, but an old reservation is still paid for.
+	if b.takeReserved() {
+		b.granted.Add(1)
+		return true
 	}
-	if got == 0 {
-		b.refused.Add(1)
-		return false
-	}
-	// One of the granted retries is this one; keep the rest.
-	if got > 1 {
-		b.reserved.Add(got - 1)
-		b.reservedAt.Store(now.UnixNano())
-	}
-	b.granted.Add(1)
-	return true
+	b.refused.Add(1)
+	return false
 }
 
 func (b *Budget) takeReserved() bool {
@@ -302,11 +296,7 @@ func (b *Budget) exec(now time.Time, want int64, refund bool) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opTimeout)
 	defer cancel()
 	b.calls.Add(1)
-	res, err := script.Run(ctx, b.c, []string{b.key},
-		b.max, b.cost, b.need, earned, back*b.cost, want, b.initial, b.keyTTLms).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("unexpected script reply %v", res)
-	}
+	granted, _, err := b.run(ctx, earned, back*b.cost, want, b.keyTTLms)
 	if err != nil {
 		b.errs.Add(1)
 		b.downUntil.Store(now.Add(b.cooldown).UnixNano())
@@ -317,10 +307,24 @@ func (b *Budget) exec(now time.Time, want int64, refund bool) (int64, error) {
 			}
 		}
 		b.reserved.Add(back)
-		return 0, fmt.Errorf("redisbudget: %s: %w", b.key, err)
+		return 0, err
 	}
 	b.downUntil.Store(0)
-	return res[0], nil
+	return granted, nil
+}
+
+// run calls the script once (budget.lua documents the arguments) and
+// returns the retries granted and the reserve left.
+func (b *Budget) run(ctx context.Context, earned, refund, want, ttlms int64) (granted, reserve int64, err error) {
+	res, err := script.Run(ctx, b.c, []string{b.key},
+		b.max, b.cost, b.need, earned, refund, want, b.initial, ttlms).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected script reply %v", res)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("redisbudget: %s: %w", b.key, err)
+	}
+	return res[0], res[1], nil
 }
 
 // Flush pushes pending earnings and returns every unused reservation to
@@ -369,15 +373,8 @@ func (b *Budget) flusher() {
 
 // Credits reads the shared reserve (Initial if the key does not exist).
 func (b *Budget) Credits(ctx context.Context) (int64, error) {
-	res, err := script.Run(ctx, b.c, []string{b.key},
-		b.max, b.cost, b.need, 0, 0, 0, b.initial, -1).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("unexpected script reply %v", res)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("redisbudget: %s: %w", b.key, err)
-	}
-	return res[1], nil
+	_, reserve, err := b.run(ctx, 0, 0, 0, -1) // ttl < 0: read only
+	return reserve, err
 }
 
 // Stats are a process's counters.

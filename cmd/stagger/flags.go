@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,11 @@ func (v durationValue) Set(s string) error {
 	if err != nil {
 		return errors.New("want a duration with a unit, such as 700ms or 1.5s")
 	}
+	return v.set(d)
+}
+
+// set checks d against v's rule and stores it.
+func (v durationValue) set(d time.Duration) error {
 	switch {
 	case v.positive && d <= 0:
 		return fmt.Errorf("must be > 0, got %v", d)
@@ -114,7 +120,7 @@ func (v latencyValue) Set(s string) error {
 	if err != nil {
 		return errors.New("want auto or a duration with a unit, such as 25ms")
 	}
-	if err := (durationValue{p: v.d, max: v.max}).Set(d.String()); err != nil {
+	if err := (durationValue{p: v.d, max: v.max}).set(d); err != nil {
 		return err
 	}
 	*v.auto = false
@@ -177,10 +183,7 @@ func checkReportPath(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory", path)
 	}
-	dir := "."
-	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
-		dir = path[:i+1]
-	}
+	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("directory of %s: %w", path, err)

@@ -62,7 +62,6 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		report         = defaultReport
 	)
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.Var(intValue{&callers, 1, lab.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
 	fs.Var(durationValue{p: &outage, max: 10 * time.Minute}, "outage", "how long the gateway is down (503) from the start; 0 for no outage")
 	fs.Var(latencyValue{d: &latency, auto: &autoLatency, max: time.Minute}, "latency",

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -313,5 +314,26 @@ func TestBoolFlagMessage(t *testing.T) {
 	code, _, errOut = runCLI(t, "sim", "seed000", "--parallel", "x")
 	if code != exitUsage || !strings.Contains(errOut, "--parallel: want a whole number") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestCheckReportPath: a report may go into any existing directory, the
+// current one included, under any file name the platform allows.
+func TestCheckReportPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	ok := []string{"r.html", filepath.Join(dir, "r.html"), filepath.Join(".", "r.html")}
+	if runtime.GOOS != "windows" {
+		ok = append(ok, `a\b.html`) // one file name in the current directory
+	}
+	for _, p := range ok {
+		if err := checkReportPath(p); err != nil {
+			t.Errorf("%q: %v", p, err)
+		}
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "missing", "r.html")} {
+		if err := checkReportPath(p); err == nil {
+			t.Errorf("%q: accepted", p)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,7 +69,6 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		quiet    bool
 	)
 	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
 	fs.StringVar(&upstream, "upstream", "", "URL of the service to forward to (http or https), required")
 	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
@@ -412,14 +410,7 @@ func (p *proxy) stats() proxyStats {
 	}
 	for i := range p.byAttempt {
 		if n := p.byAttempt[i].Load(); n > 0 {
-			k := strconv.Itoa(i)
-			switch i {
-			case 0:
-				k = "none"
-			case retryhttp.TrackedAttempts:
-				k += "+"
-			}
-			out.ByAttempt[k] = n
+			out.ByAttempt[attemptKey(i)] = n
 		}
 	}
 	for _, b := range s.Timeline {
@@ -494,15 +485,11 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 			fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts),
 		}},
 	}
-	st := p.stats()
-	keys := make([]string, 0, len(st.ByAttempt))
-	for k := range st.ByAttempt {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return attemptKeyOrder(keys[i]) < attemptKeyOrder(keys[j]) })
 	byAttempt := &report.Table{Columns: []string{"Stagger-Attempt", "attempts"}}
-	for _, k := range keys {
-		byAttempt.Rows = append(byAttempt.Rows, []string{k, fmt.Sprint(st.ByAttempt[k])})
+	for i := range p.byAttempt {
+		if n := p.byAttempt[i].Load(); n > 0 {
+			byAttempt.Rows = append(byAttempt.Rows, []string{attemptKey(i), fmt.Sprint(n)})
+		}
 	}
 	faults := "no faults"
 	if len(f.clauses) > 0 {
@@ -524,10 +511,14 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 	}
 }
 
-func attemptKeyOrder(k string) int {
-	if k == "none" {
-		return -1
+// attemptKey names entry i of proxy.byAttempt: "none", "1", "2", …, and
+// the last with "+".
+func attemptKey(i int) string {
+	switch i {
+	case 0:
+		return "none"
+	case retryhttp.TrackedAttempts:
+		return strconv.Itoa(i) + "+"
 	}
-	n, _ := strconv.Atoi(strings.TrimSuffix(k, "+"))
-	return n
+	return strconv.Itoa(i)
 }

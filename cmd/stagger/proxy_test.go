@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/lab"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
@@ -292,11 +295,11 @@ func TestProxyHelp(t *testing.T) {
 	}
 }
 
-// runCLI starts `stagger proxy` in-process and returns its address.
-func runProxyCLI(t *testing.T, ctx context.Context, args ...string) (addr string, done <-chan int, stdout *proxyOutput) {
+// runProxyCLI starts `stagger proxy` in-process and returns its address.
+func runProxyCLI(t *testing.T, ctx context.Context, args ...string) (addr string, done <-chan int, stdout *syncBuffer) {
 	t.Helper()
 	pr, pw := io.Pipe()
-	stdout = &proxyOutput{}
+	stdout = &syncBuffer{}
 	ch := make(chan int, 1)
 	go func() {
 		ch <- run(ctx, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...), io.MultiWriter(pw, stdout), stdout)
@@ -315,23 +318,6 @@ func runProxyCLI(t *testing.T, ctx context.Context, args ...string) (addr string
 	}
 	t.Fatalf("no address in %q", line)
 	return "", nil, nil
-}
-
-type proxyOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *proxyOutput) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *proxyOutput) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The command runs until its context ends (SIGINT/SIGTERM in main), then
@@ -538,5 +524,28 @@ func TestStaggerTransportThroughProxy(t *testing.T) {
 	}
 	if s.ByAttempt["1"] != 1 || s.ByAttempt["2"] != 1 || s.ByAttempt["3"] != 1 {
 		t.Errorf("by attempt %v, want 1, 2, 3 once each", s.ByAttempt)
+	}
+}
+
+// The report's attempt-number table lists the counted numbers in order:
+// none, 1, 2, …, the last with "+"; the live stats use the same names.
+func TestProxyReportByAttempt(t *testing.T) {
+	p, _ := startProxy(t, newUpstream(t, nil))
+	for _, i := range []int{retryhttp.TrackedAttempts, 2, 0, 10, 1} {
+		p.byAttempt[i].Add(int64(i + 1))
+	}
+	var tab *report.Table
+	for _, sec := range p.reportPage("", p.rec.Stats(p.cfg.window)).Sections {
+		if sec.Title == "Attempts by attempt number" {
+			tab = sec.Table
+		}
+	}
+	last := strconv.Itoa(retryhttp.TrackedAttempts)
+	want := [][]string{{"none", "1"}, {"1", "2"}, {"2", "3"}, {"10", "11"}, {last + "+", strconv.Itoa(retryhttp.TrackedAttempts + 1)}}
+	if tab == nil || !reflect.DeepEqual(tab.Rows, want) {
+		t.Fatalf("rows %v, want %v", tab, want)
+	}
+	if got := p.stats().ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
+		t.Errorf("stats ByAttempt %v", got)
 	}
 }

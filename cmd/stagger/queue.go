@@ -76,9 +76,8 @@ type queueFlags struct {
 	maxPayload                int
 }
 
-func newQueueFlags(name string, stderr io.Writer, withRunSettings bool) *queueFlags {
+func newQueueFlags(name string, withRunSettings bool) *queueFlags {
 	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError)}
-	f.fs.SetOutput(stderr)
 	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
 	f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
@@ -181,7 +180,7 @@ func queueEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	f := newQueueFlags("enqueue", stderr, false)
+	f := newQueueFlags("enqueue", false)
 	var id, payload, payloadFile, deadline string
 	var maxAttempts int
 	f.fs.StringVar(&id, "id", "", "job ID (without it, jobs are read from stdin: one JSON object per line\n"+
@@ -200,23 +199,22 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		fmt.Fprintf(stderr, "%s: %v; nothing was written\n", f.fs.Name(), err)
 		return exitUsage
 	}
+	if err := intFlag("--max-attempts", maxAttempts, 1, queue.MaxMaxAttempts); err != nil {
+		return usage(err)
+	}
+	dl, err := parseDeadline("--deadline", deadline, now)
+	if err != nil {
+		return usage(err)
+	}
 	if id == "" {
 		if payload != "" || payloadFile != "" {
 			return usage(errors.New("--payload and --payload-file need --id"))
 		}
-		var err error
 		jobs, lines, err = readJobLines(stdin, now, f.maxPayload)
 		if err != nil {
 			return usage(err)
 		}
 		// Flags give the defaults of lines that leave a field out.
-		dl, err := parseDeadline("--deadline", deadline, now)
-		if err != nil {
-			return usage(err)
-		}
-		if err := intFlag("--max-attempts", maxAttempts, 1, queue.MaxMaxAttempts); err != nil {
-			return usage(err)
-		}
 		for i := range jobs {
 			if jobs[i].MaxAttempts == 0 {
 				jobs[i].MaxAttempts = maxAttempts
@@ -226,13 +224,6 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 			}
 		}
 	} else {
-		if err := intFlag("--max-attempts", maxAttempts, 1, queue.MaxMaxAttempts); err != nil {
-			return usage(err)
-		}
-		dl, err := parseDeadline("--deadline", deadline, now)
-		if err != nil {
-			return usage(err)
-		}
 		j := queue.NewJob{ID: id, MaxAttempts: maxAttempts, Deadline: dl, Payload: []byte(payload)}
 		if payloadFile != "" {
 			if payload != "" {
@@ -333,7 +324,7 @@ func (h *handlerFlags) build() (retry.Handler, error) {
 // ---- run-once ----
 
 func queueRunOnce(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("run-once", stderr, true)
+	f := newQueueFlags("run-once", true)
 	var hf handlerFlags
 	hf.register(f.fs)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
@@ -390,7 +381,7 @@ func describe(j queue.Job, now int64) string {
 // ---- work ----
 
 func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("work", stderr, true)
+	f := newQueueFlags("work", true)
 	var hf handlerFlags
 	hf.register(f.fs)
 	var concurrency, batch int
@@ -455,7 +446,7 @@ type statsJSON struct {
 }
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("stats", stderr, false)
+	f := newQueueFlags("stats", false)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
@@ -488,7 +479,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // ---- dead ----
 
 func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("dead", stderr, false)
+	f := newQueueFlags("dead", false)
 	var limit int
 	var after string
 	f.fs.IntVar(&limit, "limit", 100, "list at most this many jobs (1-10000)")
@@ -521,7 +512,7 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // ---- requeue ----
 
 func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("requeue", stderr, false)
+	f := newQueueFlags("requeue", false)
 	var id, deadline string
 	var attempts int
 	f.fs.StringVar(&id, "id", "", "the dead job's ID (required)")
@@ -570,7 +561,7 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // ---- show ----
 
 func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("show", stderr, false)
+	f := newQueueFlags("show", false)
 	var id string
 	f.fs.StringVar(&id, "id", "", "the job's ID (required)")
 	if code, ok := f.parse(args, stdout, stderr); !ok {

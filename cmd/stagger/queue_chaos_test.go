@@ -411,30 +411,10 @@ func runChaos(t *testing.T, b chaosBackend) {
 		t.Errorf("%d violations, e.g. %v", len(v), v[:min(len(v), 10)])
 	}
 	done, err := b.doneCounts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(done) != cfg.jobs {
-		t.Errorf("%d jobs reached done, want %d", len(done), cfg.jobs)
-	}
-	for id, n := range done {
-		if n != 1 {
-			t.Errorf("%s completed %d times in the store", id, n)
-		}
-	}
+	eachOnce(t, "jobs done in the store", done, err, cfg.jobs)
 	// The inbox shows each effect once.
 	effects, err := b.effects()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(effects) != cfg.jobs {
-		t.Errorf("%d effects, want %d", len(effects), cfg.jobs)
-	}
-	for id, n := range effects {
-		if n != 1 {
-			t.Errorf("effect of %s applied %d times", id, n)
-		}
-	}
+	eachOnce(t, "effects applied", effects, err, cfg.jobs)
 	mu.Lock()
 	total := 0
 	for _, n := range deliveries {
@@ -446,6 +426,23 @@ func runChaos(t *testing.T, b chaosBackend) {
 		cfg.jobs, cfg.workers, kills, killPhase.Round(time.Millisecond), elapsed.Round(time.Millisecond), total, dups, retried, maxAttempts)
 	if len(killLog) > 0 {
 		t.Logf("%d error lines from killed workers, e.g. %q", len(killLog), killLog[0])
+	}
+}
+
+// eachOnce checks that counts (what, per job ID) holds every one of the
+// jobs exactly once.
+func eachOnce(t *testing.T, what string, counts map[string]int, err error, jobs int) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != jobs {
+		t.Errorf("%s: %d jobs, want %d", what, len(counts), jobs)
+	}
+	for id, n := range counts {
+		if n != 1 {
+			t.Errorf("%s: %s %d times", what, id, n)
+		}
 	}
 }
 

@@ -74,7 +74,6 @@ type simFlags struct {
 func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, stderr io.Writer) int {
 	cfg := sc.New()
 	fs := flag.NewFlagSet("stagger sim "+sc.Name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f simFlags
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed: the same seed and flags give the same output, byte for byte")
 	fs.IntVar(&f.parallel, "parallel", 0, "goroutines for independent runs (0: one per CPU); never changes results")
@@ -102,8 +101,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	}
 	if f.report != "" {
 		if err := checkReportPath(f.report); err != nil {
-			fmt.Fprintf(stderr, "stagger sim %s: --report: %v\n", sc.Name, err)
-			return exitUsage
+			return usageError(stderr, fs.Name(), "--report: %v", err)
 		}
 	}
 
