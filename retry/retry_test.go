@@ -893,3 +893,30 @@ func TestDoContextAlreadyDone(t *testing.T) {
 		}
 	}
 }
+
+// TestResultReleaseSplitEnd: Result and Release are End's two halves: the
+// Budget hears the outcome at Result (served: nil or permanent), the
+// Limiter slot comes back at Release.
+func TestResultReleaseSplitEnd(t *testing.T) {
+	bh, _ := limit.NewBulkhead(1)
+	tb := &budget.TokenBucket{}
+	p := &Policy{Limiter: bh, Budget: tb}
+	for _, c := range []struct {
+		err    error
+		served bool
+	}{{nil, true}, {errNoGood, true}, {Retryable(errors.New("503")), false}, {errors.New("unclassed"), false}} {
+		if r := p.Begin(2, epoch); r != NoReason {
+			t.Fatalf("Begin: %v", r)
+		}
+		if got := p.Result(c.err, epoch); got != c.served {
+			t.Errorf("Result(%v) = %v, want %v", c.err, got, c.served)
+		}
+		if bh.InFlight() != 1 {
+			t.Errorf("Result(%v) released the slot", c.err)
+		}
+		p.Release(c.served)
+		if bh.InFlight() != 0 {
+			t.Errorf("Release after %v kept the slot", c.err)
+		}
+	}
+}

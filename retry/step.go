@@ -36,12 +36,38 @@ func (p *Policy) End(err error, now time.Time) {
 	if p.Limiter == nil && p.Budget == nil {
 		return
 	}
-	ok := err == nil
-	if !ok {
-		c, _ := p.classify(err)
-		ok = c == ClassPermanent
+	p.end(p.served(err), now)
+}
+
+// Result is End's first half, for a driver that must hold the Limiter slot
+// past the decision (the HTTP transport keeps it until a delivered
+// response's body is closed): it tells the Budget the attempt's outcome,
+// as End does, so that Decide sees it, and reports whether the dependency
+// served the attempt. Release, with that report, is the other half.
+func (p *Policy) Result(err error, now time.Time) (served bool) {
+	served = err == nil || p.Budget == nil && p.Limiter == nil || p.served(err)
+	if p.Budget != nil {
+		p.Budget.Result(now, served)
 	}
-	p.end(ok, now)
+	return served
+}
+
+// Release is End's second half: it gives back the Limiter slot Begin
+// took, with served as Result reported it.
+func (p *Policy) Release(served bool) {
+	if p.Limiter != nil {
+		p.Limiter.Release(served)
+	}
+}
+
+// served reports whether the dependency served an attempt that ended with
+// err (nil or permanent), as End judges it.
+func (p *Policy) served(err error) bool {
+	if err == nil {
+		return true
+	}
+	c, _ := p.classify(err)
+	return c == ClassPermanent
 }
 
 // end is End once the outcome is judged: ok means the dependency served

@@ -325,9 +325,7 @@ func (c *call) roundTrip(req *http.Request, cancel context.CancelFunc) (*http.Re
 		if cancel != nil {
 			cancel()
 		}
-		if l := c.p.Limiter; l != nil {
-			l.Release(false)
-		}
+		c.p.Release(false)
 	}()
 	resp, err := c.t.base_().RoundTrip(req)
 	returned = true
@@ -401,9 +399,7 @@ func (c *call) run() (*http.Response, error) {
 				}
 			}
 			if d <= 0 {
-				if p.Limiter != nil {
-					p.Limiter.Release(true)
-				}
+				p.Release(true) // nothing was sent
 				if attempt == 1 {
 					closeRequestBody(c.req)
 				}
@@ -417,9 +413,7 @@ func (c *call) run() (*http.Response, error) {
 			if cancel != nil {
 				cancel()
 			}
-			if p.Limiter != nil {
-				p.Limiter.Release(true)
-			}
+			p.Release(true) // nothing was sent
 			return c.giveUp(retry.UnknownError, attempt-1, err, nil)
 		}
 		resp, err := c.roundTrip(areq, cancel)
@@ -454,18 +448,22 @@ func (c *call) run() (*http.Response, error) {
 			now = c.now()
 		}
 
+		// The Budget learns the outcome now, before Decide, as in retry.Do;
+		// the Limiter slot is released after the decision (a delivered
+		// response holds it until its body is closed).
+		served := p.Result(cerr, now)
 		if cerr == nil {
 			if h := p.Hooks.OnSuccess; h != nil {
 				h(retry.Event{Attempt: attempt})
 			}
-			return c.deliver(resp, cancel, nil, now), nil
+			return c.deliver(resp, cancel, served), nil
 		}
 		if ctxErr := c.ctx.Err(); ctxErr != nil {
-			return c.finish(ctxReason(ctxErr), attempt, resp, cancel, cerr, ctxErr, now)
+			return c.finish(ctxReason(ctxErr), attempt, resp, cancel, cerr, ctxErr, served)
 		}
 		dec := p.Decide(attempt, cerr, now, c.deadline, prev)
 		if !dec.Retry {
-			return c.finish(dec.Reason, attempt, resp, cancel, cerr, nil, now)
+			return c.finish(dec.Reason, attempt, resp, cancel, cerr, nil, served)
 		}
 
 		// Retry: free the connection and the slot before the wait.
@@ -475,7 +473,7 @@ func (c *call) run() (*http.Response, error) {
 		if cancel != nil {
 			cancel()
 		}
-		p.End(cerr, now)
+		p.Release(served)
 		if h := p.Hooks.OnRetry; h != nil {
 			h(retry.Event{Attempt: attempt, Delay: dec.Delay, Err: cerr})
 		}
@@ -552,15 +550,15 @@ func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error)
 // finish ends the call after attempt failed and will not be retried: a
 // response goes back to the caller (its slot released when the body is
 // closed), an error becomes the give-up error.
-func (c *call) finish(r retry.Reason, attempts int, resp *http.Response, cancel context.CancelFunc, cerr, ctxErr error, now time.Time) (*http.Response, error) {
+func (c *call) finish(r retry.Reason, attempts int, resp *http.Response, cancel context.CancelFunc, cerr, ctxErr error, served bool) (*http.Response, error) {
 	c.report(r, attempts, cerr)
 	if resp != nil {
-		return c.deliver(resp, cancel, cerr, now), nil
+		return c.deliver(resp, cancel, served), nil
 	}
 	if cancel != nil {
 		cancel()
 	}
-	c.p.End(cerr, now)
+	c.p.Release(served)
 	return nil, giveUpErr(r, attempts, cerr, ctxErr)
 }
 
@@ -604,22 +602,15 @@ func (c *call) report(r retry.Reason, attempts int, last error) {
 	l.LogAttrs(c.ctx, level, "http gave up", attrs...)
 }
 
-// deliver hands resp, the outcome of an attempt judged cerr, to the caller.
-// Without a limiter the attempt ends now (Policy.End); with one, its slot is
-// held until the body is closed or read to the end, and End runs then.
+// deliver hands resp, the outcome of an attempt (served as Policy.Result
+// judged it), to the caller. The attempt's Limiter slot is held until the
+// body is closed or read to the end, and released then (Policy.Release).
 // Closing the body also cancels the attempt's context.
-func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, cerr error, now time.Time) *http.Response {
-	var p *retry.Policy
-	if c.p.Limiter == nil {
-		c.p.End(cerr, now)
-		if cancel == nil {
-			return resp
-		}
-	} else {
-		p = new(retry.Policy)
-		*p = c.p
+func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, served bool) *http.Response {
+	if c.p.Limiter == nil && cancel == nil {
+		return resp
 	}
-	rb := &releaseBody{rc: resp.Body, cancel: cancel, p: p, err: cerr}
+	rb := &releaseBody{rc: resp.Body, cancel: cancel, lim: c.p.Limiter, served: served}
 	if rw, isRW := resp.Body.(io.ReadWriteCloser); isRW {
 		resp.Body = &releaseRWBody{releaseBody: rb, w: rw}
 	} else {
@@ -631,8 +622,8 @@ func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, cerr erro
 type releaseBody struct {
 	rc     io.ReadCloser
 	cancel context.CancelFunc
-	p      *retry.Policy // End runs on it at release; nil when it already ran
-	err    error         // the attempt's classified outcome
+	lim    limit.Limiter // the attempt's slot is released on it; nil: none
+	served bool          // the attempt's outcome, as Policy.Result judged it
 	done   atomic.Bool
 }
 
@@ -657,15 +648,8 @@ func (b *releaseBody) release() {
 	if b.cancel != nil {
 		b.cancel()
 	}
-	if b.p != nil {
-		var now time.Time
-		if b.p.NeedsNow() {
-			now = time.Now()
-			if b.p.Clock != nil {
-				now = b.p.Clock.Now()
-			}
-		}
-		b.p.End(b.err, now)
+	if b.lim != nil {
+		b.lim.Release(b.served)
 	}
 }
 

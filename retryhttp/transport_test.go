@@ -797,3 +797,51 @@ func TestBasePanicReleasesSlot(t *testing.T) {
 		}
 	}
 }
+
+// stepBudget records the budget steps a Transport takes, in order.
+type stepBudget struct {
+	mu    sync.Mutex
+	steps []string
+}
+
+func (b *stepBudget) add(s string) { b.mu.Lock(); b.steps = append(b.steps, s); b.mu.Unlock() }
+func (b *stepBudget) Request(time.Time) bool {
+	b.add("request")
+	return true
+}
+func (b *stepBudget) Retry(time.Time) bool {
+	b.add("retry")
+	return true
+}
+func (b *stepBudget) Result(_ time.Time, ok bool) { b.add(fmt.Sprintf("result %v", ok)) }
+
+// TestBudgetLearnsOutcomeBeforeDecision: as in retry.Do (Begin, attempt,
+// End, Decide), the Budget is told a failed attempt's outcome before it is
+// asked for the retry — a throttle that counts failures (budget.GRPC,
+// Breaker) must see the failure it decides on — also while a bulkhead slot
+// is held by the delivered response until its body is closed.
+func TestBudgetLearnsOutcomeBeforeDecision(t *testing.T) {
+	b := &stepBudget{}
+	lim, _ := limit.NewBulkhead(1)
+	p := noWait(3)
+	p.Budget, p.Limiter = b, lim
+	tr := retryhttp.New(&fakeBase{answers: statuses(503, 200)}, p)
+	resp, err := get(t, context.Background(), tr, "http://a/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "request,result false,retry,result true"
+	b.mu.Lock()
+	got := strings.Join(b.steps, ",")
+	b.mu.Unlock()
+	if got != want {
+		t.Errorf("budget steps %s, want %s", got, want)
+	}
+	if lim.InFlight() != 1 {
+		t.Errorf("%d slots held before the body is closed, want 1", lim.InFlight())
+	}
+	resp.Body.Close()
+	if lim.InFlight() != 0 {
+		t.Errorf("%d slots held after the body was closed, want 0", lim.InFlight())
+	}
+}
