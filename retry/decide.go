@@ -97,6 +97,10 @@ type Decision struct {
 	Delay time.Duration
 	// Reason is why the loop stops; NoReason when Retry.
 	Reason Reason
+	// Interrupted reports that the attempt failed after the driver's
+	// context ended ([Step.End]): nothing was decided, Reason is Canceled
+	// or Deadline, and a durable driver hands the work back unchanged.
+	Interrupted bool
 }
 
 // Decide is the one retry decision every stagger driver calls: the
@@ -128,11 +132,11 @@ func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev ti
 		p = &defaultPolicy
 	}
 	class, after := p.classify(err)
-	return p.decide(attempt, class, after, now, deadline, prev)
+	return p.decideN(attempt, p.maxAttempts(), class, after, now, deadline, prev)
 }
 
-// decide is Decide after classification.
-func (p *Policy) decide(attempt int, class Class, after time.Duration, now, deadline time.Time, prev time.Duration) Decision {
+// decideN is Decide after classification, with maxAttempts attempts allowed.
+func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Duration, now, deadline time.Time, prev time.Duration) Decision {
 	switch class {
 	case ClassPermanent:
 		return Decision{Reason: PermanentError}
@@ -140,7 +144,7 @@ func (p *Policy) decide(attempt int, class Class, after time.Duration, now, dead
 	default:
 		return Decision{Reason: UnknownError}
 	}
-	if attempt >= p.maxAttempts() {
+	if attempt >= maxAttempts {
 		return Decision{Reason: Exhausted}
 	}
 	delay := p.schedule().Delay(attempt, prev, p.Rand)

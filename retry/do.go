@@ -35,21 +35,23 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 		return errNilFunc
 	}
 	if p.Budget == nil && p.Limiter == nil && p.AttemptTimeout == 0 && p.Timeout == 0 && ctx.Err() == nil {
-		// Lean first attempt: nothing to acquire, charge or bound. (A ctx
-		// that is already done goes to run, which starts no attempt.)
-		if h := p.Hooks.OnAttempt; h != nil {
-			h(Event{Attempt: 1})
-		}
+		// A plain policy's first attempt: Begin would acquire, charge and
+		// bound nothing, and End after a success release and tell nothing,
+		// so only their hooks run. A failure goes on with the Step.
+		p.Hooks.attempt(1)
 		err := fn(ctx)
 		if err == nil {
-			if h := p.Hooks.OnSuccess; h != nil {
-				h(Event{Attempt: 1})
-			}
+			p.Hooks.success(1)
 			return nil
 		}
-		return p.run(ctx, fn, err)
+		s := Step{Policy: p, Delivery: Delivery{Attempt: 1}, ctx: ctx}
+		if dl, ok := ctx.Deadline(); ok {
+			s.Delivery.Deadline = dl // as Begin would have folded it
+		}
+		return s.loop(ctx, fn, nil, nil, err)
 	}
-	return p.run(ctx, fn, nil)
+	s := Step{Policy: p}
+	return s.loop(ctx, fn, nil, nil, nil)
 }
 
 // DoValue is Do for functions that return a value: it returns the value of
@@ -75,119 +77,53 @@ func (p *Policy) now() time.Time {
 	return time.Now()
 }
 
-// run is the retry loop: Begin, the attempt, End and Decide per attempt,
-// with real waits. A non-nil first is the error of a first attempt Do
-// already made (only when the policy has no budget, limiter or timeouts).
-func (p *Policy) run(ctx context.Context, fn func(context.Context) error, first error) error {
-	var (
-		deadline time.Time
-		now      time.Time
-		prev     time.Duration
-		last     error
-		w        Waiter
-	)
-	if d, ok := ctx.Deadline(); ok {
-		deadline = d
-	}
-	if p.Timeout > 0 || p.NeedsNow() {
-		now = p.now()
-		if p.Timeout > 0 {
-			if dl := now.Add(p.Timeout); deadline.IsZero() || dl.Before(deadline) {
-				deadline = dl
-			}
-		}
-	}
-	deriveCtx := p.AttemptTimeout > 0 || p.Timeout > 0
-	held := false // an attempt holds a Limiter slot that End has not released
+// loop is the in-process driver: the Step per attempt, with real waits on
+// one reused timer. It runs fn, or h on payload with the Delivery in the
+// attempt's context. A non-nil first is the error of the first attempt,
+// which Do already made (the Step holds its Begin).
+func (s *Step) loop(ctx context.Context, fn func(context.Context) error, h Handler, payload []byte, first error) error {
+	p := s.policy()
+	var w Waiter
 	defer func() {
 		w.Stop()
-		if held { // fn panicked: free its slot before the panic goes on
-			p.Limiter.Release(false)
-		}
+		s.Abort() // fn panicked: free its slot before the panic goes on
 	}()
-
-	for attempt := 1; ; attempt++ {
-		err, expired := first, false
-		if attempt > 1 || first == nil {
-			if cerr := ctx.Err(); cerr != nil {
-				return p.stopped(ctxReason(cerr), attempt-1, last, cerr)
-			}
-			if r := p.Begin(attempt, now); r != NoReason {
-				return p.stopped(r, attempt-1, last, nil)
-			}
-			held = p.Limiter != nil
-			if h := p.Hooks.OnAttempt; h != nil {
-				h(Event{Attempt: attempt})
-			}
-			if deriveCtx {
-				var stop bool
-				if expired, stop, err = p.bounded(ctx, fn, deadline); stop {
-					held = false
-					if p.Limiter != nil {
-						p.Limiter.Release(true) // nothing was sent
-					}
-					return p.stopped(Deadline, attempt-1, last, nil)
-				}
-			} else {
-				err = fn(ctx)
-			}
-		}
-
-		if err == nil {
-			if p.NeedsNow() {
+	for {
+		var now time.Time
+		err := first
+		if first == nil {
+			if s.Delivery.Attempt == 0 && s.NeedsNow(ctx) || s.needsNow() {
 				now = p.now()
 			}
-			held = false
-			p.end(true, now)
-			if h := p.Hooks.OnSuccess; h != nil {
-				h(Event{Attempt: attempt})
+			if s.Begin(ctx, now) != NoReason {
+				return s.Err()
 			}
-			return nil
+			actx := s.Context()
+			if h != nil {
+				err = h(WithDelivery(actx, s.Delivery), payload)
+			} else {
+				err = fn(actx)
+			}
 		}
-		// One classification serves End and the decision.
-		class, after := p.classify(err)
-		if class == ClassUnknown && expired {
-			class = ClassRetryable // the attempt's own timeout fired
-		}
-		if p.NeedsNow() || !deadline.IsZero() {
+		first = nil
+		if p.Budget != nil || err != nil && s.needsNow() {
 			now = p.now()
 		}
-		held = false
-		p.end(class == ClassPermanent, now)
-		if cerr := ctx.Err(); cerr != nil {
-			return p.stopped(ctxReason(cerr), attempt, err, cerr)
+		dec := s.End(err, now)
+		if err == nil {
+			return nil
 		}
-		dec := p.decide(attempt, class, after, now, deadline, prev)
 		if !dec.Retry {
-			return p.stopped(dec.Reason, attempt, err, nil)
+			return s.Err()
 		}
-		if h := p.Hooks.OnRetry; h != nil {
-			h(Event{Attempt: attempt, Delay: dec.Delay, Err: err})
-		}
-		last, prev = err, dec.Delay
-		if dec.Delay > 0 && w.Wait(ctx, p.Clock, dec.Delay) != nil {
-			return p.stopped(ctxReason(ctx.Err()), attempt, err, ctx.Err())
-		}
-	}
-}
-
-// bounded runs one attempt under min(AttemptTimeout, time left before the
-// deadline). stop reports that no time was left to start it; expired that
-// the attempt failed when its own timeout fired (ctx still live).
-func (p *Policy) bounded(ctx context.Context, fn func(context.Context) error, deadline time.Time) (expired, stop bool, err error) {
-	d := p.AttemptTimeout
-	if !deadline.IsZero() {
-		if left := deadline.Sub(p.now()); d == 0 || left < d {
-			d = left
+		if dec.Delay > 0 {
+			if werr := w.Wait(ctx, p.Clock, dec.Delay); werr != nil {
+				s.ctxErr = werr
+				s.stop(ctxReason(werr))
+				return s.Err()
+			}
 		}
 	}
-	if d <= 0 {
-		return false, true, nil
-	}
-	actx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	err = fn(actx)
-	return err != nil && actx.Err() != nil && ctx.Err() == nil, false, err
 }
 
 // Waiter sleeps between attempts with one timer reused across the waits of
@@ -233,22 +169,4 @@ func (w *Waiter) Stop() {
 	if w.ctimer != nil {
 		w.ctimer.Stop()
 	}
-}
-
-func ctxReason(err error) Reason {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return Deadline
-	}
-	return Canceled
-}
-
-// stopped reports a give-up to the hook and builds the error.
-func (p *Policy) stopped(r Reason, attempts int, last, ctxErr error) error {
-	if h := p.Hooks.OnGiveUp; h != nil {
-		h(Event{Attempt: attempts, Err: last, Reason: r})
-	}
-	if r == UnknownError {
-		return last
-	}
-	return &Error{Reason: r, Attempts: attempts, Err: last, ctxErr: ctxErr}
 }

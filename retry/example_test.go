@@ -122,8 +122,8 @@ func ExamplePolicy_Decide() {
 	fmt.Printf("%+v\n", p.Decide(3, retry.Retryable(errUnavailable), now, time.Time{}, 0))
 	fmt.Printf("%+v\n", p.Decide(1, retry.After(errUnavailable, 2*time.Second), now, time.Time{}, 0))
 	// Output:
-	// {Retry:true Delay:100ms Reason:none}
-	// {Retry:false Delay:0s Reason:deadline}
-	// {Retry:false Delay:0s Reason:exhausted}
-	// {Retry:true Delay:2s Reason:none}
+	// {Retry:true Delay:100ms Reason:none Interrupted:false}
+	// {Retry:false Delay:0s Reason:deadline Interrupted:false}
+	// {Retry:false Delay:0s Reason:exhausted Interrupted:false}
+	// {Retry:true Delay:2s Reason:none Interrupted:false}
 }

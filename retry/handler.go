@@ -1,6 +1,9 @@
 package retry
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Handler processes one unit of work — a job's payload, a message's body —
 // and answers in the retry vocabulary: nil (done), [Retryable] or [After]
@@ -11,18 +14,34 @@ import "context"
 // and on every broker adapter; each driver puts a [Delivery] in the context.
 type Handler func(ctx context.Context, payload []byte) error
 
-// Delivery describes the attempt a Handler is running.
+// Delivery describes the attempt a Handler is running, and is the ledger
+// of its unit of work: what a driver carries between attempts (a queue
+// row, message headers, HTTP headers) so that the attempts and the
+// deadline left travel with the work. A handler that hands its work on to
+// another driver (enqueues it, publishes it) passes its Delivery along, so
+// the work continues with what is left instead of a fresh budget.
 type Delivery struct {
-	// ID identifies the unit of work across attempts and redeliveries
-	// (job ID, message ID): the key an inbox deduplicates on.
+	// ID identifies the unit of work across attempts, redeliveries and
+	// layers (job ID, message ID, Stagger-Request-Id): the key an inbox
+	// deduplicates on.
 	ID string
-	// Attempt counts attempts of this unit of work, from 1.
+	// Attempt counts attempts of this unit of work, from 1 (between
+	// attempts: the attempts made so far).
 	Attempt int
-	// MaxAttempts is the attempt budget, 0 when the driver has none.
+	// MaxAttempts is the attempt budget; 0 means the Policy's.
 	MaxAttempts int
 	// Source names the driver: "retry", "queue", "rabbitmq", "kafka",
-	// "jetstream".
+	// "jetstream", "http".
 	Source string
+	// Deadline is when the unit of work must be done by; zero: none. It
+	// only ever moves earlier.
+	Deadline time.Time
+	// First is when the unit of work's first attempt started (the base of
+	// Policy.Timeout); zero before it.
+	First time.Time
+	// Prev is the wait decided after the last failure (the schedule's
+	// input for decorrelated jitter); 0 after none.
+	Prev time.Duration
 }
 
 type deliveryKey struct{}
@@ -58,19 +77,19 @@ func DeliveryFrom(ctx context.Context) (Delivery, bool) {
 }
 
 // Run is the in-process driver of a Handler: it runs h on payload under
-// policy p (nil: the zero Policy) with Do, giving each attempt a Delivery
-// with the given id and Source "retry".
+// policy p (nil: the zero Policy) as Do runs a function, giving each
+// attempt a Delivery with the given id, Source "retry", the attempt number,
+// the attempt budget and the deadline.
 func Run(ctx context.Context, p *Policy, id string, payload []byte, h Handler) error {
+	if p == nil {
+		p = &defaultPolicy
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	if h == nil {
 		return errNilFunc
 	}
-	max := DefaultMaxAttempts
-	if p != nil {
-		max = p.maxAttempts()
-	}
-	attempt := 0
-	return Do(ctx, p, func(ctx context.Context) error {
-		attempt++
-		return h(WithDelivery(ctx, Delivery{ID: id, Attempt: attempt, MaxAttempts: max, Source: "retry"}), payload)
-	})
+	s := Step{Policy: p, Delivery: Delivery{ID: id, MaxAttempts: p.maxAttempts(), Source: "retry"}}
+	return s.loop(ctx, nil, h, payload, nil)
 }

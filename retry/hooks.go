@@ -32,6 +32,18 @@ type Hooks struct {
 	OnGiveUp func(Event)
 }
 
+func (h *Hooks) attempt(n int) {
+	if f := h.OnAttempt; f != nil {
+		f(Event{Attempt: n})
+	}
+}
+
+func (h *Hooks) success(n int) {
+	if f := h.OnSuccess; f != nil {
+		f(Event{Attempt: n})
+	}
+}
+
 // JoinHooks returns hooks that call each of hs in order.
 func JoinHooks(hs ...Hooks) Hooks {
 	var j Hooks

@@ -697,13 +697,13 @@ func TestRunPutsDeliveryInContext(t *testing.T) {
 		if !ok || string(payload) != "x" {
 			t.Fatal("no delivery or wrong payload")
 		}
-		got = append(got, d)
+		got = append(got, Delivery{ID: d.ID, Attempt: d.Attempt, MaxAttempts: d.MaxAttempts, Source: d.Source})
 		return errFlaky
 	})
 	if !errors.Is(err, ErrExhausted) {
 		t.Fatal(err)
 	}
-	want := "[{job-1 1 2 retry} {job-1 2 2 retry}]"
+	want := "[{job-1 1 2 retry 0001-01-01 00:00:00 +0000 UTC 0001-01-01 00:00:00 +0000 UTC 0s} {job-1 2 2 retry 0001-01-01 00:00:00 +0000 UTC 0001-01-01 00:00:00 +0000 UTC 0s}]"
 	if fmt.Sprint(got) != want {
 		t.Errorf("deliveries %v, want %s", got, want)
 	}
@@ -747,26 +747,39 @@ func (r *recorder) Result(_ time.Time, ok bool) {
 func TestBeginEnd(t *testing.T) {
 	r := &recorder{slots: 1, request: true, retryOK: true}
 	p := &Policy{Limiter: r, Budget: r, Schedule: zeroWait}
-	if got := p.Begin(1, epoch); got != NoReason {
-		t.Fatalf("Begin = %v", got)
+	s1 := Step{Policy: p}
+	if got := s1.Begin(nil, epoch); got != NoReason || s1.Delivery.Attempt != 1 {
+		t.Fatalf("Begin = %v, attempt %d", got, s1.Delivery.Attempt)
 	}
-	if got := p.Begin(2, epoch); got != Limited {
+	s2 := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+	if got := s2.Begin(nil, epoch); got != Limited || s2.Delivery.Attempt != 1 {
 		t.Fatalf("second Begin with one slot = %v", got)
 	}
-	p.End(errNoGood, epoch) // permanent: the dependency served it
+	s1.End(errNoGood, epoch) // permanent: the dependency served it
 	r.request = false
-	if got := p.Begin(1, epoch); got != Budget || r.inflight != 0 {
+	s3 := Step{Policy: p}
+	if got := s3.Begin(nil, epoch); got != Budget || r.inflight != 0 {
 		t.Fatalf("refused original: %v, in flight %d", got, r.inflight)
 	}
-	p.Begin(2, epoch) // a retry does not ask Request
-	p.End(errFlaky, epoch)
-	want := "acquire|request|acquire|release true|result true|acquire|request|release true|acquire|release false|result false"
+	s4 := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+	s4.Begin(nil, epoch) // a retry does not ask Request
+	s4.End(errFlaky, epoch)
+	want := "acquire|request|acquire|result true|release true|acquire|request|release true|acquire|result false|release false|retry"
 	if got := strings.Join(r.log, "|"); got != want {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
-	if !p.NeedsNow() || (&Policy{}).NeedsNow() {
+	if !(&Step{Policy: p}).NeedsNow(nil) || (&Step{}).NeedsNow(context.Background()) {
 		t.Error("NeedsNow")
 	}
+	if !(&Step{}).NeedsNow(expiredCtx(t)) {
+		t.Error("NeedsNow must see the context's deadline")
+	}
+}
+
+func expiredCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithDeadline(context.Background(), epoch)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // TestDoUsesTheSteps: Do's calls to the limiter and budget are exactly
@@ -782,7 +795,7 @@ func TestDoUsesTheSteps(t *testing.T) {
 		}
 		return nil
 	})
-	want := "acquire|request|release false|result false|retry|acquire|release false|result false|retry|acquire|release true|result true"
+	want := "acquire|request|result false|release false|retry|acquire|result false|release false|retry|acquire|result true|release true"
 	if got := strings.Join(r.log, "|"); got != want {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
@@ -839,9 +852,10 @@ func TestEndUsesPolicyClassify(t *testing.T) {
 	if !errors.Is(err, ErrPermanent) {
 		t.Fatalf("Do = %v, want a permanent give-up", err)
 	}
-	p.Begin(2, epoch)
-	p.End(errBoom, epoch) // unknown for Classify too: a failure
-	want := "acquire|request|release true|result true|acquire|release false|result false"
+	s := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+	s.Begin(nil, epoch)
+	s.End(errBoom, epoch) // unknown for Classify too: a failure
+	want := "acquire|request|result true|release true|acquire|result false|release false"
 	if got := strings.Join(r.log, "|"); got != want {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
@@ -894,10 +908,9 @@ func TestDoContextAlreadyDone(t *testing.T) {
 	}
 }
 
-// TestResultReleaseSplitEnd: Result and Release are End's two halves: the
-// Budget hears the outcome at Result (served: nil or permanent), the
-// Limiter slot comes back at Release.
-func TestResultReleaseSplitEnd(t *testing.T) {
+// TestHoldRelease: under Hold, End tells the Budget the outcome (served:
+// nil or permanent) at once but keeps the Limiter slot until Release.
+func TestHoldRelease(t *testing.T) {
 	bh, _ := limit.NewBulkhead(1)
 	tb := &budget.TokenBucket{}
 	p := &Policy{Limiter: bh, Budget: tb}
@@ -905,16 +918,20 @@ func TestResultReleaseSplitEnd(t *testing.T) {
 		err    error
 		served bool
 	}{{nil, true}, {errNoGood, true}, {Retryable(errors.New("503")), false}, {errors.New("unclassed"), false}} {
-		if r := p.Begin(2, epoch); r != NoReason {
+		s := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+		if r := s.Begin(nil, epoch); r != NoReason {
 			t.Fatalf("Begin: %v", r)
 		}
-		if got := p.Result(c.err, epoch); got != c.served {
-			t.Errorf("Result(%v) = %v, want %v", c.err, got, c.served)
+		s.Hold()
+		s.End(c.err, epoch)
+		if s.served != c.served {
+			t.Errorf("End(%v) judged served=%v, want %v", c.err, s.served, c.served)
 		}
 		if bh.InFlight() != 1 {
-			t.Errorf("Result(%v) released the slot", c.err)
+			t.Errorf("End(%v) under Hold released the slot", c.err)
 		}
-		p.Release(c.served)
+		s.Release()
+		s.Release() // idempotent
 		if bh.InFlight() != 0 {
 			t.Errorf("Release after %v kept the slot", c.err)
 		}

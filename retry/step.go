@@ -1,84 +1,314 @@
 package retry
 
-import "time"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
-// Begin takes what attempt number attempt needs before it starts: a slot
-// from the Limiter and, for the first attempt (an original request), the
-// Budget's permission. It returns NoReason when the attempt may start, or
-// Limited / Budget when it may not — and then holds nothing. A retry's
-// budget charge is not taken here: Decide took it when it said Retry.
+// Step is the per-attempt code every stagger driver runs: the in-process
+// loop ([Do]), the HTTP transport, the broker processor, the durable queue
+// and the simulator. A driver differs only in how it waits between attempts
+// and where it keeps the [Delivery] (the ledger) between them: in a local
+// variable, a queue row or message headers.
 //
-// Begin, End and Decide are the steps of every stagger driver, in this
-// order per attempt: Begin, run the attempt, End, and — for a failure —
-// Decide. Do is these steps with real waits; the simulator, the queue, the
-// HTTP transport and the broker adapters call the same steps.
-func (p *Policy) Begin(attempt int, now time.Time) Reason {
-	if p.Limiter != nil && !p.Limiter.TryAcquire() {
-		return Limited
+// Per attempt a driver calls, in this order:
+//
+//	r := s.Begin(ctx, now)   // may the attempt start? (NoReason: yes)
+//	actx := s.Context()      // the attempt's context, bounded
+//	err := work(actx)        // the attempt
+//	dec := s.End(err, now)   // judge it, decide, fire hooks
+//
+// and then waits dec.Delay and loops, or stops. Begin refuses a done
+// context, a deadline already passed, a full Limiter and — for the first
+// attempt of a unit of work — a Budget that throttles originals; it counts
+// the attempt in Delivery.Attempt and fires OnAttempt. End classifies the
+// error once (an unclassed error from an attempt whose own timeout fired is
+// retryable; Policy.Classify judges the rest), tells the Budget whether the
+// dependency served the attempt, releases the Limiter slot, makes the one
+// decision ([Policy.Decide]'s rules) and fires OnSuccess, OnRetry or
+// OnGiveUp.
+//
+// An attempt that fails after the driver's context has ended is
+// interrupted: the context's end may have caused the failure, so the
+// failure is not judged and no retry is decided. End then reports
+// Decision.Interrupted with reason Canceled or Deadline (OnGiveUp sees
+// that reason). An in-process driver gives up; a durable one (queue,
+// broker) hands the work back to be run again rather than retry or
+// dead-letter it.
+//
+// now is the driver's current time; it may be the zero time when NeedsNow
+// reports false (no budget, no timeouts, no deadline), so a driver can skip
+// its clock. A Step is used by one goroutine at a time; the zero value with
+// a Policy set is ready to use, and after a stop it may be reused for
+// another unit of work once Delivery is reset.
+type Step struct {
+	// Policy holds the rules; nil means the zero Policy.
+	Policy *Policy
+	// Delivery is the ledger of the unit of work: what the previous
+	// attempts left (Attempt made so far, Prev, First, Deadline) going in,
+	// and what the next attempt must carry on coming out. A driver that
+	// persists attempts between processes stores it with the work.
+	Delivery Delivery
+
+	ctx    context.Context    // the driver's context of the attempt in flight
+	actx   context.Context    // the attempt's own bounded context; nil when none
+	cancel context.CancelFunc // cancels actx
+	bound  time.Duration      // the attempt's bound, 0 when none
+	held   bool               // a Limiter slot is held
+	keep   bool               // End keeps the slot and actx (Hold)
+	served bool               // the last attempt's outcome, as the Budget heard it
+	reason Reason             // why the unit of work stopped; NoReason while it goes on
+	last   error              // the last attempt's error
+	ctxErr error              // the context's error when the context ended the work
+}
+
+func (s *Step) policy() *Policy {
+	if s.Policy == nil {
+		return &defaultPolicy
 	}
-	if attempt <= 1 && p.Budget != nil && !p.Budget.Request(now) {
-		if p.Limiter != nil {
-			p.Limiter.Release(true)
+	return s.Policy
+}
+
+// NeedsNow reports whether Begin and End with ctx use their now argument:
+// with no Budget, no timeouts and no deadline (carried or ctx's) they do
+// not, and a driver may pass the zero time.
+func (s *Step) NeedsNow(ctx context.Context) bool {
+	if s.needsNow() {
+		return true
+	}
+	if ctx != nil {
+		if _, ok := ctx.Deadline(); ok {
+			return true
 		}
-		return Budget
 	}
+	return false
+}
+
+// needsNow is NeedsNow once Begin has folded ctx's deadline into
+// Delivery.Deadline.
+func (s *Step) needsNow() bool {
+	p := s.policy()
+	return p.Budget != nil || p.Timeout > 0 || !s.Delivery.Deadline.IsZero()
+}
+
+// Begin asks whether attempt Delivery.Attempt+1 may start at now under
+// ctx (nil: a driver without a context, such as the simulator). It returns
+// NoReason and counts the attempt, or the reason the unit of work stops
+// before it: Canceled or Deadline (ctx done, or the deadline passed or
+// left no time for the attempt), Limited (no Limiter slot) or Budget (the
+// Budget throttles an original). A refusal holds nothing, fires OnGiveUp
+// and leaves Delivery as it was.
+//
+// On the first attempt Begin sets Delivery.First to now; on every attempt
+// it folds ctx's deadline and Policy.Timeout (from First) into
+// Delivery.Deadline, so the deadline carried on never moves later.
+func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
+	p := s.policy()
+	d := &s.Delivery
+	s.ctx, s.actx, s.cancel, s.bound, s.keep = ctx, nil, nil, 0, false
+	var ctxDeadline time.Time
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			s.ctxErr = err
+			return s.stop(ctxReason(err))
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			ctxDeadline = dl
+			d.Deadline = earlier(d.Deadline, dl)
+		}
+	}
+	first := d.First
+	if first.IsZero() {
+		first = now
+	}
+	if p.Timeout > 0 && !first.IsZero() {
+		d.Deadline = earlier(d.Deadline, first.Add(p.Timeout))
+	}
+	bound := p.AttemptTimeout
+	if !d.Deadline.IsZero() {
+		left := d.Deadline.Sub(now)
+		if left <= 0 {
+			return s.stop(Deadline)
+		}
+		if (bound == 0 || left < bound) && !d.Deadline.Equal(ctxDeadline) {
+			bound = left // ctx's own deadline needs no second timer
+		}
+	}
+	if p.Limiter != nil && !p.Limiter.TryAcquire() {
+		return s.stop(Limited)
+	}
+	if d.Attempt == 0 && p.Budget != nil && !p.Budget.Request(now) {
+		if p.Limiter != nil {
+			p.Limiter.Release(true) // nothing was sent
+		}
+		return s.stop(Budget)
+	}
+	s.held = p.Limiter != nil
+	s.bound = bound
+	d.First = first
+	d.Attempt++
+	p.Hooks.attempt(d.Attempt)
 	return NoReason
 }
 
-// End gives back what Begin took and records the attempt's outcome: the
-// Limiter's slot is released and the Budget told whether the dependency
-// served the attempt. An attempt counts as served when err is nil or
-// permanent — marked [Permanent], or of no class and made permanent by
-// Policy.Classify, as Decide judges it (the dependency answered; the
-// content was wrong); retryable and unknown errors count as failures of the
-// dependency.
-func (p *Policy) End(err error, now time.Time) {
-	if p.Limiter == nil && p.Budget == nil {
-		return
+// Context returns the attempt's context: the ctx given to Begin, bounded
+// by min(Policy.AttemptTimeout, time left before Delivery.Deadline) when
+// either applies. End (or Release, after Hold) cancels it. Drivers that
+// run no context-taking work (the simulator) need not call it.
+func (s *Step) Context() context.Context {
+	if s.bound <= 0 || s.ctx == nil {
+		return s.ctx
 	}
-	p.end(p.served(err), now)
+	s.actx, s.cancel = context.WithTimeout(s.ctx, s.bound)
+	return s.actx
 }
 
-// Result is End's first half, for a driver that must hold the Limiter slot
-// past the decision (the HTTP transport keeps it until a delivered
-// response's body is closed): it tells the Budget the attempt's outcome,
-// as End does, so that Decide sees it, and reports whether the dependency
-// served the attempt. Release, with that report, is the other half.
-func (p *Policy) Result(err error, now time.Time) (served bool) {
-	served = err == nil || p.Budget == nil && p.Limiter == nil || p.served(err)
+// Hold makes the next End keep the attempt's Limiter slot and context
+// after judging it, for a driver that hands a result to the caller which
+// still uses them (the HTTP transport's response body). Call Release when
+// the caller is done.
+func (s *Step) Hold() { s.keep = true }
+
+// Release gives back what an attempt ended under Hold kept: its Limiter
+// slot (with the outcome End judged) and its context. It is idempotent.
+func (s *Step) Release() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	if s.held {
+		s.held = false
+		s.policy().Limiter.Release(s.served)
+	}
+}
+
+// Abort ends an attempt that did not return (a panic): its Limiter slot is
+// released as an overload sign and its context canceled. A driver defers
+// it around the attempt; after End (or Release) it does nothing.
+func (s *Step) Abort() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	if s.held {
+		s.held = false
+		s.policy().Limiter.Release(false)
+	}
+}
+
+// Resend counts a re-send of the current attempt that the driver could not
+// prevent and that starts at once (net/http writes a request again on a
+// fresh connection when a reused one closed before answering). It counts
+// as a new attempt: it needs an attempt left (Delivery.MaxAttempts or the
+// Policy's) and the Budget's permission for a retry, and fires OnRetry
+// (delay 0) and OnAttempt. It returns false, counting nothing, when either
+// refuses; the driver must then stop the re-send.
+func (s *Step) Resend(now time.Time) bool {
+	p := s.policy()
+	d := &s.Delivery
+	if d.Attempt >= s.maxAttempts(p) {
+		return false
+	}
+	if p.Budget != nil && !p.Budget.Retry(now) {
+		return false
+	}
+	if h := p.Hooks.OnRetry; h != nil {
+		h(Event{Attempt: d.Attempt, Err: errResent})
+	}
+	d.Attempt++
+	d.Prev = 0
+	p.Hooks.attempt(d.Attempt)
+	return true
+}
+
+var errResent = errors.New("retry: re-sent at once on a new connection")
+
+// End judges the attempt Begin started, which ended at now with err, and
+// returns the decision: the zero Decision for a success, Retry with the
+// wait before the next attempt, or the reason the unit of work stops. See
+// [Step] for the rules, and [Policy.Decide] for the decision's.
+func (s *Step) End(err error, now time.Time) Decision {
+	p := s.policy()
+	d := &s.Delivery
+	expired := err != nil && s.actx != nil && s.actx.Err() != nil && s.ctx.Err() == nil
+	var (
+		class Class
+		after time.Duration
+	)
+	if err != nil {
+		class, after = p.classify(err)
+		if class == ClassUnknown && expired {
+			class = ClassRetryable // the attempt's own timeout fired
+		}
+	}
+	s.served = err == nil || class == ClassPermanent
 	if p.Budget != nil {
-		p.Budget.Result(now, served)
+		p.Budget.Result(now, s.served)
 	}
-	return served
-}
-
-// Release is End's second half: it gives back the Limiter slot Begin
-// took, with served as Result reported it.
-func (p *Policy) Release(served bool) {
-	if p.Limiter != nil {
-		p.Limiter.Release(served)
+	if !s.keep {
+		s.Release()
 	}
-}
-
-// served reports whether the dependency served an attempt that ended with
-// err (nil or permanent), as End judges it.
-func (p *Policy) served(err error) bool {
+	s.actx = nil
 	if err == nil {
-		return true
+		s.reason, s.last = NoReason, nil
+		p.Hooks.success(d.Attempt)
+		return Decision{}
 	}
-	c, _ := p.classify(err)
-	return c == ClassPermanent
+	s.last = err
+	if s.ctx != nil {
+		if cerr := s.ctx.Err(); cerr != nil {
+			s.ctxErr = cerr
+			s.stop(ctxReason(cerr))
+			return Decision{Reason: s.reason, Interrupted: true}
+		}
+	}
+	dec := p.decideN(d.Attempt, s.maxAttempts(p), class, after, now, d.Deadline, d.Prev)
+	if !dec.Retry {
+		s.stop(dec.Reason)
+		return dec
+	}
+	if h := p.Hooks.OnRetry; h != nil {
+		h(Event{Attempt: d.Attempt, Delay: dec.Delay, Err: err})
+	}
+	d.Prev = dec.Delay
+	return dec
 }
 
-// end is End once the outcome is judged: ok means the dependency served
-// the attempt.
-func (p *Policy) end(ok bool, now time.Time) {
-	if p.Limiter != nil {
-		p.Limiter.Release(ok)
+// Err returns the error a driver returns when the unit of work stopped
+// without success: a [*Error] with the reason, the attempts made and the
+// last attempt's error (errors.Is also matches the context's error when
+// the context ended it), or the last error itself for UnknownError. It is
+// nil while the work goes on or after a success.
+func (s *Step) Err() error {
+	switch s.reason {
+	case NoReason:
+		return nil
+	case UnknownError:
+		if s.last != nil {
+			return s.last
+		}
 	}
-	if p.Budget != nil {
-		p.Budget.Result(now, ok)
+	return &Error{Reason: s.reason, Attempts: s.Delivery.Attempt, Err: s.last, ctxErr: s.ctxErr}
+}
+
+// Reason is why the unit of work stopped (NoReason while it goes on).
+func (s *Step) Reason() Reason { return s.reason }
+
+// stop records a give-up for r and fires OnGiveUp.
+func (s *Step) stop(r Reason) Reason {
+	s.reason = r
+	if h := s.policy().Hooks.OnGiveUp; h != nil {
+		h(Event{Attempt: s.Delivery.Attempt, Err: s.last, Reason: r})
 	}
+	return r
+}
+
+func (s *Step) maxAttempts(p *Policy) int {
+	if s.Delivery.MaxAttempts > 0 {
+		return s.Delivery.MaxAttempts
+	}
+	return p.maxAttempts()
 }
 
 // classify is Classify, with Policy.Classify judging errors of no class.
@@ -90,6 +320,16 @@ func (p *Policy) classify(err error) (Class, time.Duration) {
 	return class, after
 }
 
-// NeedsNow reports whether Begin and End use their now argument, so a
-// driver can skip reading its clock when they do not (no Budget).
-func (p *Policy) NeedsNow() bool { return p.Budget != nil }
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func ctxReason(err error) Reason {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Deadline
+	}
+	return Canceled
+}
