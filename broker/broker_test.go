@@ -113,7 +113,7 @@ func TestProcessor(t *testing.T) {
 	if o.Action != broker.Retry || o.Delay != 10*time.Second || o.State.Attempts != 1 || !o.State.Due.Equal(c.t.Add(10*time.Second)) || o.State.Error != "503" {
 		t.Fatalf("first failure: %+v", o)
 	}
-	if seen[0] != (retry.Delivery{ID: "a", Attempt: 1, MaxAttempts: 4, Source: "test"}) {
+	if d := seen[0]; d.ID != "a" || d.Attempt != 1 || d.MaxAttempts != 4 || d.Source != "test" || !d.First.Equal(c.t.Add(-5*time.Millisecond)) {
 		t.Fatalf("delivery %+v", seen[0])
 	}
 	first := o.State.FirstFailure
@@ -317,7 +317,9 @@ func TestInterrupted(t *testing.T) {
 		{"canceled while live", live, context.Canceled, false},
 		{"ctx's error", ended, context.Canceled, true},
 		{"wrapped and classified", ended, retry.Retryable(fmt.Errorf("query: %w", context.Canceled)), true},
-		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), false},
+		// Any failure while the context has ended is not judged: the
+		// end may have caused it (retry.Step's interrupted rule).
+		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), true},
 		{"cause", withCause, fmt.Errorf("stopped: %w", cause), true},
 	} {
 		if got := broker.Interrupted(c.ctx, broker.Outcome{Err: c.err}); got != c.want {

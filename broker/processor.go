@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
@@ -52,6 +51,9 @@ type Outcome struct {
 	Reason    retry.Reason  // Dead: why
 	Err       error         // the handler's error, if any
 	Duplicate bool          // the inbox had already applied this ID
+	// Interrupted: the adapter's context ended before or during the
+	// attempt; nothing was decided and State is as it came (Action Park).
+	Interrupted bool
 }
 
 // Processor runs a Handler on deliveries and decides what happens next. It
@@ -123,10 +125,6 @@ func (p *Processor) Process(ctx context.Context, id string, payload []byte, st S
 // bases the next due time, so a retry is never early) or when the policy
 // has a Budget.
 func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st State, start time.Time) Outcome {
-	pol := p.Policy
-	if pol == nil {
-		pol = &retry.Policy{}
-	}
 	if start.IsZero() {
 		start = p.now()
 	}
@@ -137,153 +135,77 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		}
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
-	attempt := st.Attempts + 1
-	var deadline time.Time // Policy.Timeout, from the first attempt's start
-	if pol.Timeout > 0 {
-		first := st.FirstAttempt
-		if first.IsZero() {
-			first = start
+	s := retry.Step{Policy: p.Policy, Delivery: retry.Delivery{
+		ID: id, Attempt: st.Attempts, MaxAttempts: p.MaxAttempts(), Source: p.Source,
+		First: st.FirstAttempt, Prev: st.Prev,
+	}}
+	if r := s.Begin(ctx, start); r != retry.NoReason {
+		if ctx.Err() != nil {
+			// Shutting down before the attempt: not an attempt; the
+			// delivery goes back as it came.
+			return Outcome{Action: Park, State: st, Reason: r, Interrupted: true}
 		}
-		if deadline = first.Add(pol.Timeout); !start.Before(deadline) {
-			// No time left (the broker delivered the retry late): as
-			// retry.Do, give up before the attempt, not after it.
-			return p.refuse(pol, st, retry.Deadline)
+		// Refused before it started (deadline passed, Limiter, Budget),
+		// as retry.Do gives up: not an attempt.
+		st.Due = time.Time{}
+		st.Reason = r.String()
+		if st.Error == "" {
+			st.Error = r.Err().Error()
 		}
+		return Outcome{Action: Dead, State: st, Reason: r}
 	}
-	if r := pol.Begin(attempt, start); r != retry.NoReason {
-		// Refused before it started, as retry.Do gives up: not an attempt.
-		return p.refuse(pol, st, r)
-	}
-	if h := pol.Hooks.OnAttempt; h != nil {
-		h(retry.Event{Attempt: attempt})
-	}
-	hctx := retry.WithDelivery(ctx, retry.Delivery{ID: id, Attempt: attempt, MaxAttempts: p.MaxAttempts(), Source: p.Source})
-	// The attempt's own bound, as in retry.Do: min(AttemptTimeout, the
-	// time left before the deadline).
-	bound := pol.AttemptTimeout
-	if !deadline.IsZero() {
-		if left := deadline.Sub(start); bound == 0 || left < bound {
-			bound = left
-		}
-	}
-	var (
-		dup bool
-		err error
-	)
-	if bound > 0 {
-		actx, cancel := context.WithTimeout(hctx, bound)
-		dup, err = p.run(actx, pol, id, payload)
-		if err != nil && actx.Err() != nil && ctx.Err() == nil {
-			// The attempt's own timeout fired: an error without a class
-			// is retryable, as in retry.Do.
-			if c, _ := retry.Classify(err); c == retry.ClassUnknown && (pol.Classify == nil || pol.Classify(err) == retry.ClassUnknown) {
-				err = retry.Retryable(err)
-			}
-		}
-		cancel()
-	} else {
-		dup, err = p.run(hctx, pol, id, payload)
-	}
-	var now time.Time
-	if err != nil || pol.NeedsNow() {
+	dup, err := p.run(&s, id, payload)
+	now := start
+	if err != nil || s.NeedsNow(ctx) {
 		now = p.now()
 	}
-	pol.End(err, now)
+	dec := s.End(err, now)
 	if err == nil {
-		if h := pol.Hooks.OnSuccess; h != nil {
-			h(retry.Event{Attempt: attempt})
-		}
 		return Outcome{Action: Ack, Duplicate: dup}
 	}
-	if Interrupted(ctx, Outcome{Err: err}) {
-		// Shutting down, and the failure is the cancellation itself: as
-		// retry.Do does, a give-up for the context's reason (OnGiveUp), not
-		// a retry decision. The state is returned as it came (the attempt
-		// is not counted) with Park, so an adapter that does not check
-		// Interrupted forwards it unchanged rather than retry or
-		// dead-letter it.
-		r := retry.Canceled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			r = retry.Deadline
-		}
-		if h := pol.Hooks.OnGiveUp; h != nil {
-			h(retry.Event{Attempt: attempt, Err: err, Reason: r})
-		}
-		return Outcome{Action: Park, State: st, Reason: r, Err: err}
+	if dec.Interrupted {
+		// The failure came while ctx ended: not decided. The state goes
+		// back as it came (the attempt is not counted) with Park, so an
+		// adapter that does not check Interrupted forwards it unchanged
+		// rather than retry or dead-letter it.
+		return Outcome{Action: Park, State: st, Reason: dec.Reason, Err: err, Interrupted: true}
 	}
-
-	st.Attempts = attempt
+	st.Attempts = s.Delivery.Attempt
+	st.FirstAttempt = s.Delivery.First
 	st.Due = time.Time{}
-	if st.FirstAttempt.IsZero() {
-		st.FirstAttempt = start
-	}
 	if st.FirstFailure.IsZero() {
 		st.FirstFailure = now
 	}
 	st.Error = ErrorText(err)
-	dec := pol.Decide(attempt, err, now, deadline, st.Prev)
 	if !dec.Retry {
 		st.Reason = dec.Reason.String()
-		return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: dec.Reason, Err: err})
-	}
-	if h := pol.Hooks.OnRetry; h != nil {
-		h(retry.Event{Attempt: attempt, Delay: dec.Delay, Err: err})
+		return Outcome{Action: Dead, State: st, Reason: dec.Reason, Err: err}
 	}
 	st.Prev = dec.Delay
 	st.Due = now.Add(dec.Delay)
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
 }
 
-// Interrupted reports whether o is a failure caused by the end of ctx, the
-// context the adapter handed to Process: ctx is done and the handler's
-// error is (or wraps) ctx's error or its cause. Such a failure says
-// nothing about the message, so it is not an attempt: an adapter that is
-// shutting down leaves the delivery to be handled again (requeued,
-// uncommitted, redelivered) instead of retrying or dead-lettering it. A
-// handler that fails for its own reasons while ctx ends is still decided
-// as usual.
+// Interrupted reports whether o is a failure that came while ctx, the
+// context the adapter handed to Process, had ended (Outcome.Interrupted).
+// Such a failure says nothing about the message, so it is not an attempt:
+// an adapter that is shutting down leaves the delivery to be handled again
+// (requeued, uncommitted, redelivered) instead of retrying or
+// dead-lettering it.
 func Interrupted(ctx context.Context, o Outcome) bool {
-	if o.Err == nil || ctx.Err() == nil {
-		return false
-	}
-	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
+	return o.Interrupted || o.Err != nil && ctx.Err() != nil
 }
 
-// run calls the handler (through the inbox, when there is one). If the
-// handler panics, the attempt's Limiter slot is released (as an overload
-// sign) before the panic goes on, as retry.Do does: an adapter that
-// recovers panics must not lose a bulkhead slot to each.
-func (p *Processor) run(ctx context.Context, pol *retry.Policy, id string, payload []byte) (dup bool, err error) {
-	returned := false
-	defer func() {
-		if !returned && pol.Limiter != nil {
-			pol.Limiter.Release(false)
-		}
-	}()
+// run calls the handler (through the inbox, when there is one) in the
+// attempt's context, with the Delivery in it. If the handler panics, the
+// attempt's Limiter slot is released (as an overload sign) before the
+// panic goes on, as retry.Do does: an adapter that recovers panics must
+// not lose a bulkhead slot to each.
+func (p *Processor) run(s *retry.Step, id string, payload []byte) (dup bool, err error) {
+	defer s.Abort()
+	ctx := retry.WithDelivery(s.Context(), s.Delivery)
 	if p.Inbox != nil && id != "" {
-		dup, err = p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
-	} else {
-		err = p.Handler(ctx, payload)
+		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
 	}
-	returned = true
-	return dup, err
-}
-
-// refuse dead-letters a delivery given up for r before its attempt: the
-// state as it came, with r as the reason (and as the error, when no attempt
-// failed before).
-func (p *Processor) refuse(pol *retry.Policy, st State, r retry.Reason) Outcome {
-	st.Due = time.Time{}
-	st.Reason = r.String()
-	if st.Error == "" {
-		st.Error = r.Err().Error()
-	}
-	return p.giveUp(pol, Outcome{Action: Dead, State: st, Reason: r})
-}
-
-func (p *Processor) giveUp(pol *retry.Policy, o Outcome) Outcome {
-	if h := pol.Hooks.OnGiveUp; h != nil {
-		h(retry.Event{Attempt: o.State.Attempts, Err: o.Err, Reason: o.Reason})
-	}
-	return o
+	return false, p.Handler(ctx, payload)
 }

@@ -44,7 +44,10 @@ func (a *attempt) run(ctx context.Context, h retry.Handler) {
 	a.stopHeartbeat()
 }
 
-// handle runs the handler and computes the outcome.
+// handle runs the handler through the retry.Step every stagger driver
+// shares and computes the outcome. The attempt was counted by the claim
+// (j.Attempts), so the Step starts from the attempts before it; the job's
+// max_attempts and deadline govern it.
 func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 	q, j := a.q, &a.job
 	a.mu.Lock()
@@ -55,31 +58,42 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		return
 	}
 	o := Outcome{ID: j.ID, Attempt: j.Attempts}
-	if err := ctx.Err(); err != nil {
-		// Shut down before the handler started: release the job. The
-		// attempt was spent by the claim and is not given back.
+	s := retry.Step{Policy: &q.policy, Delivery: retry.Delivery{
+		ID: j.ID, Attempt: j.Attempts - 1, MaxAttempts: j.MaxAttempts, Source: "queue",
+		Deadline: time.UnixMilli(j.Deadline),
+	}}
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if r := s.Begin(hctx, time.UnixMilli(a.t0)); r != retry.NoReason {
+		// Not started. The attempt was spent by the claim and is not
+		// given back (as when a lease expires).
 		o.Now = max(q.now(), a.t0)
-		o.State, o.AvailableAt = Pending, o.Now
-		o.LastError = truncateError("released before the handler started: " + err.Error())
-		a.out, a.rec, a.err = o, true, err
+		switch {
+		case ctx.Err() != nil: // shut down before the handler started: release
+			o.State, o.AvailableAt = Pending, o.Now
+			o.LastError = truncateError("released before the handler started: " + ctx.Err().Error())
+			a.err = ctx.Err()
+		case r == retry.Deadline:
+			o.State, o.DeadReason = Dead, DeadlineReached
+			o.LastError = truncateError(r.Err().Error())
+		default: // the Limiter or the Budget refused: due again after the schedule's wait
+			o.State = Pending
+			o.AvailableAt = addMs(o.Now, ceilMs(q.policy.Schedule.Delay(j.Attempts, 0, q.policy.Rand)))
+			o.LastError = truncateError("not started: " + r.Err().Error())
+		}
+		a.out, a.rec = o, true
 		return
 	}
-
-	hctx, cancel := context.WithCancelCause(ctx)
-	actx, acancel := context.WithTimeout(hctx, q.cfg.AttemptTimeout)
+	defer s.Abort()
+	actx := s.Context()
 	a.mu.Lock()
 	a.cancel, a.actx = cancel, actx
 	a.mu.Unlock()
-	herr := call(retry.WithDelivery(actx, retry.Delivery{
-		ID: j.ID, Attempt: j.Attempts, MaxAttempts: j.MaxAttempts, Source: "queue",
-	}), h, j.Payload)
-	timedOut := herr != nil && errors.Is(actx.Err(), context.DeadlineExceeded) && hctx.Err() == nil
-	acancel()
+	herr := call(retry.WithDelivery(actx, s.Delivery), h, j.Payload)
 	leaseLost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	a.mu.Lock()
 	a.cancel, a.actx = nil, nil
 	a.mu.Unlock()
-	cancel(nil)
 
 	t1 := q.now()
 	if leaseLost {
@@ -88,6 +102,7 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		return
 	}
 	if t1 < a.t0 {
+		// No decision with this clock: Abort frees the slot undecided.
 		back := fmt.Errorf("%w: read %d ms after the claim at %d ms", ErrClockBackwards, t1, a.t0)
 		o.Now = a.t0 // the later reading is not trusted
 		if herr == nil {
@@ -99,6 +114,7 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		a.out, a.rec, a.err = o, true, errors.Join(back, herr)
 		return
 	}
+	d := s.End(herr, time.UnixMilli(t1))
 	o.Now = t1
 	if herr == nil {
 		o.State = Done
@@ -106,20 +122,11 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		return
 	}
 	o.LastError = truncateError(herr.Error())
-	if err := ctx.Err(); err != nil {
-		// The caller is shutting down and the handler gave up: release.
+	switch {
+	case d.Interrupted: // the caller is shutting down: release
 		o.State, o.AvailableAt = Pending, t1
 		o.LastError = truncateError("released at shutdown: " + o.LastError)
-		a.out, a.rec, a.err = o, true, err
-		return
-	}
-	if timedOut {
-		if c, _ := retry.Classify(herr); c == retry.ClassUnknown {
-			herr = retry.Retryable(herr) // the attempt's own timeout fired
-		}
-	}
-	d := q.decide(j, herr, t1)
-	switch {
+		a.err = ctx.Err()
 	case d.Retry:
 		o.State, o.AvailableAt = Pending, addMs(t1, ceilMs(d.Delay))
 	case d.Reason == retry.Exhausted:
@@ -128,9 +135,11 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		o.State, o.DeadReason = Dead, DeadlineReached
 	case d.Reason == retry.PermanentError:
 		o.State, o.DeadReason = Dead, PermanentFailure
-	default: // UnknownError: back to the caller; the lease runs out
-		o.State = Leased
+	case d.Reason == retry.UnknownError:
+		o.State = Leased // back to the caller; the lease runs out
 		a.err = herr
+	default: // Budget, Pushback: as a retry the policy will not make now
+		o.State, o.AvailableAt = Pending, addMs(t1, ceilMs(q.policy.Schedule.Delay(j.Attempts, 0, q.policy.Rand)))
 	}
 	a.out, a.rec = o, true
 }

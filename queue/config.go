@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"github.com/staggerhq/stagger/retry"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -61,6 +62,14 @@ type Config struct {
 	// Rand is the random source of the retry ratio; nil means the runtime's
 	// generator. It is used under a lock, so any Source will do.
 	Rand rand.Source
+	// Policy, if set, holds the rules every attempt runs under, as
+	// retry.Do honours them: Hooks, Classify, Budget, Limiter, MaxAfter
+	// (0 here: any wait up to the job's deadline), AttemptTimeout (0: the
+	// Config's) and Schedule (nil: Base and Cap above). A job row's
+	// max_attempts and deadline still govern the job, so Policy.MaxAttempts
+	// is not used (Config.MaxAttempts is the default of new jobs) and
+	// Policy.Timeout must be 0 (Config.Deadline is the default deadline).
+	Policy *retry.Policy
 }
 
 // withDefaults fills defaults and checks every field.
@@ -94,6 +103,14 @@ func (c Config) withDefaults() (Config, error) {
 	} {
 		if err := checkDuration(d.name, d.v, d.min); err != nil {
 			return c, err
+		}
+	}
+	if c.Policy != nil {
+		if err := c.Policy.Validate(); err != nil {
+			return c, fmt.Errorf("%w: Policy: %w", ErrInvalid, err)
+		}
+		if c.Policy.Timeout != 0 {
+			return c, fmt.Errorf("%w: Policy.Timeout must be 0 (a job's deadline governs it: set Config.Deadline or the job's), got %v", ErrInvalid, c.Policy.Timeout)
 		}
 	}
 	switch {

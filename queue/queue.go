@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,8 +18,7 @@ type Queue struct {
 	store    Store
 	cfg      Config
 	now      func() int64
-	sched    backoff.Schedule
-	rand     rand.Source
+	policy   retry.Policy // the jobs' retry rules (Config.Policy with the queue's schedule)
 	leaseMs  int64
 	recordTO time.Duration
 
@@ -41,7 +39,6 @@ func New(store Store, cfg Config) (*Queue, error) {
 		store:    store,
 		cfg:      cfg,
 		now:      cfg.Now,
-		sched:    backoff.Ratio{Base: cfg.Base, Cap: cfg.Cap},
 		leaseMs:  ceilMs(cfg.Lease),
 		recordTO: 30 * time.Second,
 		wake:     make(chan struct{}),
@@ -49,8 +46,20 @@ func New(store Store, cfg Config) (*Queue, error) {
 	if q.now == nil {
 		q.now = systemNow
 	}
+	if cfg.Policy != nil {
+		q.policy = *cfg.Policy
+	}
+	if q.policy.Schedule == nil {
+		q.policy.Schedule = backoff.Ratio{Base: cfg.Base, Cap: cfg.Cap}
+	}
+	if q.policy.MaxAfter == 0 {
+		q.policy.MaxAfter = backoff.MaxDelay // a job waits as long as asked, up to its deadline
+	}
+	if q.policy.AttemptTimeout == 0 {
+		q.policy.AttemptTimeout = cfg.AttemptTimeout
+	}
 	if cfg.Rand != nil {
-		q.rand = &lockedSource{src: cfg.Rand}
+		q.policy.Rand = &lockedSource{src: cfg.Rand}
 	}
 	return q, nil
 }
@@ -289,15 +298,4 @@ func (q *Queue) waitChan() <-chan struct{} {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	return q.wake
-}
-
-// decide is the shared retry decision for one job.
-func (q *Queue) decide(j *Job, err error, now int64) retry.Decision {
-	p := retry.Policy{
-		MaxAttempts: j.MaxAttempts,
-		Schedule:    q.sched,
-		MaxAfter:    backoff.MaxDelay,
-		Rand:        q.rand,
-	}
-	return p.Decide(j.Attempts, err, time.UnixMilli(now), time.UnixMilli(j.Deadline), 0)
 }

@@ -152,6 +152,12 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	return NoReason
 }
 
+// Resume makes s the Step of an attempt that Begin started on another
+// Step value of the same unit of work, for a driver that keeps only the
+// Delivery while an attempt is in flight (the simulator keeps millions):
+// s then holds the attempt's Limiter slot, and End judges the attempt.
+func (s *Step) Resume() { s.held = s.policy().Limiter != nil }
+
 // Context returns the attempt's context: the ctx given to Begin, bounded
 // by min(Policy.AttemptTimeout, time left before Delivery.Deadline) when
 // either applies. End (or Release, after Hold) cancels it. Drivers that

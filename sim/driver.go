@@ -21,30 +21,36 @@ var (
 	ErrTimeout = retry.Retryable(errors.New("sim: timeout"))
 )
 
-// driver runs one retry.Policy one step per event with the shipped steps
-// every stagger driver uses: Policy.Begin before an attempt (limiter slot;
-// the budget's Request for an original), Policy.End after it (release, the
-// budget's Result), then Policy.Decide for a failure (which asks the
-// budget's Retry). Nothing of the decision or its bookkeeping is copied here.
+// driver runs one retry.Policy one step per event with the shipped
+// retry.Step every stagger driver uses: Begin before an attempt (limiter
+// slot; the budget's Request for an original), End after it (the budget's
+// Result, the release, the decision — which asks the budget's Retry).
+// A model keeps only the attempt number, deadline and previous delay of a
+// request in flight; the Step is rebuilt from them at each event
+// (Step.Resume). Nothing of the decision or its bookkeeping is copied here.
 type driver struct {
 	p *retry.Policy
 }
 
 // begin takes what an original attempt needs; NoReason means it may start.
-func (d driver) begin(now time.Time) retry.Reason { return d.p.Begin(1, now) }
+func (d driver) begin(now time.Time) retry.Reason {
+	s := retry.Step{Policy: d.p}
+	return s.Begin(nil, now)
+}
 
 // again takes what a retry attempt needs (the budget was charged by
-// Decide, so Begin reads no time for it); NoReason means it may start.
-func (d driver) again() retry.Reason { return d.p.Begin(2, time.Time{}) }
+// the decision, so Begin reads no time for it); NoReason means it may start.
+func (d driver) again() retry.Reason {
+	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: 1}}
+	return s.Begin(nil, time.Time{})
+}
 
 // end closes attempt number attempt, which ended at now with err, and
 // returns the policy's decision (the zero Decision for a success).
 func (d driver) end(now time.Time, attempt int, err error, deadline time.Time, prev time.Duration) retry.Decision {
-	d.p.End(err, now)
-	if err == nil {
-		return retry.Decision{}
-	}
-	return d.p.Decide(attempt, err, now, deadline, prev)
+	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: attempt, Deadline: deadline, Prev: prev}}
+	s.Resume()
+	return s.End(err, now)
 }
 
 // needsSendEvent reports whether a retry must start in an event of its own

@@ -738,7 +738,8 @@ func testSuccess(t *testing.T, s queue.Store) {
 		e.clock.Advance(7)
 		return nil
 	})
-	if got != (retry.Delivery{ID: "s", Attempt: 1, MaxAttempts: 4, Source: "queue"}) || string(payload) != "hello" {
+	if got.ID != "s" || got.Attempt != 1 || got.MaxAttempts != 4 || got.Source != "queue" ||
+		!got.Deadline.Equal(time.UnixMilli(j.Deadline)) || string(payload) != "hello" {
 		t.Fatalf("delivery %+v payload %q", got, payload)
 	}
 	expect(t, "returned", *j, queue.Done, 1, -1, "")
