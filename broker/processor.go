@@ -154,6 +154,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		}
 		return Outcome{Action: Dead, State: st, Reason: r}
 	}
+	defer s.Abort() // the handler panicked: free its slot before the panic goes on
 	dup, err := p.run(&s, id, payload)
 	now := start
 	if err != nil || s.NeedsNow(ctx) {
@@ -197,12 +198,11 @@ func Interrupted(ctx context.Context, o Outcome) bool {
 }
 
 // run calls the handler (through the inbox, when there is one) in the
-// attempt's context, with the Delivery in it. If the handler panics, the
-// attempt's Limiter slot is released (as an overload sign) before the
-// panic goes on, as retry.Do does: an adapter that recovers panics must
-// not lose a bulkhead slot to each.
+// attempt's context, with the Delivery in it. If the handler panics,
+// ProcessAt's deferred Step.Abort releases the attempt's Limiter slot (as
+// an overload sign) before the panic goes on, as retry.Do does: an adapter
+// that recovers panics must not lose a bulkhead slot to each.
 func (p *Processor) run(s *retry.Step, id string, payload []byte) (dup bool, err error) {
-	defer s.Abort()
 	ctx := retry.WithDelivery(s.Context(), s.Delivery)
 	if p.Inbox != nil && id != "" {
 		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })

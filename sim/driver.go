@@ -39,9 +39,14 @@ func (d driver) begin(now time.Time) retry.Reason {
 }
 
 // again takes what a retry attempt needs (the budget was charged by
-// the decision, so Begin reads no time for it); NoReason means it may start.
-func (d driver) again() retry.Reason {
-	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: 1}}
+// the decision, so Begin reads no time for it); NoReason means it may
+// start. The models' policies carry no hooks, so the attempt number the
+// Step reports to OnAttempt is not tracked here (see againN).
+func (d driver) again() retry.Reason { return d.againN(2) }
+
+// againN is again for attempt number n (2 or more).
+func (d driver) againN(n int) retry.Reason {
+	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: n - 1}}
 	return s.Begin(nil, time.Time{})
 }
 
