@@ -15,8 +15,8 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 var _ = []Budget{&TokenBucket{}, &Ratio{}, &Adaptive{}, &GRPC{}, &Breaker{}}
 
-func TestTokenBucketSeed003(t *testing.T) {
-	b := &TokenBucket{}
+func TestTokenBucketEarnAndSpend(t *testing.T) {
+	b := &TokenBucket{Empty: true}
 	if b.Retry(t0) {
 		t.Fatal("an empty bucket allowed a retry")
 	}
@@ -51,7 +51,7 @@ func TestTokenBucketSeed003(t *testing.T) {
 
 func TestTokenBucketFractionalVariant(t *testing.T) {
 	// "+0.1 per call, cap 5, a retry needs > 1 then spends 1", in tenths.
-	b := &TokenBucket{Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11}
+	b := &TokenBucket{Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11, Empty: true}
 	for range 10 {
 		b.Request(t0)
 	}
@@ -76,8 +76,14 @@ func TestTokenBucketInitialAndValidate(t *testing.T) {
 		t.Fatalf("Initial 30: credits %d", b.Credits())
 	}
 	nb, err := NewTokenBucket(20, 1, 10)
-	if err != nil || nb.Credits() != 0 {
-		t.Fatal(err)
+	if err != nil || nb.Credits() != 20 {
+		t.Fatal("NewTokenBucket must start full", err)
+	}
+	// The zero value starts full: the first failures of a healthy
+	// dependency may be retried.
+	z := &TokenBucket{}
+	if z.Credits() != DefaultMax || !z.Retry(t0) || z.Credits() != DefaultMax-DefaultPerRetry {
+		t.Fatalf("zero value: credits %d", z.Credits())
 	}
 	for _, c := range []struct {
 		b     *TokenBucket
@@ -89,6 +95,7 @@ func TestTokenBucketInitialAndValidate(t *testing.T) {
 		{&TokenBucket{MinToRetry: -1}, "MinToRetry"},
 		{&TokenBucket{MinToRetry: 5}, "MinToRetry"},
 		{&TokenBucket{Initial: 201}, "Initial"},
+		{&TokenBucket{Initial: 5, Empty: true}, "Initial"},
 		{&TokenBucket{Max: 5}, "PerRetry"},
 	} {
 		if err := c.b.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.field) {
@@ -101,7 +108,7 @@ func TestTokenBucketInitialAndValidate(t *testing.T) {
 }
 
 func TestTokenBucketConservedUnderRace(t *testing.T) {
-	b := &TokenBucket{Max: 1 << 40}
+	b := &TokenBucket{Max: 1 << 40, Empty: true}
 	var earned, spent atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -128,7 +135,7 @@ func TestTokenBucketConservedUnderRace(t *testing.T) {
 		t.Fatal("no retries: the test proves nothing")
 	}
 	// With the cap in play credits never leave [0, Max].
-	c := &TokenBucket{}
+	c := &TokenBucket{Empty: true}
 	var neg atomic.Bool
 	for range 8 {
 		wg.Add(1)

@@ -10,7 +10,7 @@ import (
 // Seed 003's retry budget in integer credits: +1 per original request up to
 // 200, a retry needs and spends 10.
 func ExampleTokenBucket() {
-	b := &budget.TokenBucket{}
+	b := &budget.TokenBucket{Empty: true} // the zero value starts full (200)
 	now := time.Now()
 	for range 25 {
 		b.Request(now)

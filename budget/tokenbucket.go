@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Seed-003 integer credits: +1 per original request, a retry needs and
+// Integer credits: +1 per original request, a retry needs and
 // spends 10, the reserve holds at most 200. Ten originals earn one retry.
 const (
 	DefaultMax        = 200 // TokenBucket.Max: the largest reserve, in credits
@@ -18,8 +18,11 @@ const (
 // earns PerRequest credits up to Max; a retry is allowed when at least
 // MinToRetry credits are held and then spends PerRetry.
 //
-// The zero value is the seed-003 budget (Max 200, PerRequest 1, PerRetry 10,
-// MinToRetry 10), starting empty. Fractional budgets scale to integers: the
+// The zero value is the default budget (Max 200, PerRequest 1, PerRetry 10,
+// MinToRetry 10), starting full: a dependency that has been healthy has a
+// full reserve, so the first failures may be retried (20 retries before the
+// bucket must be earned back). Set Empty to start with no credits, as a
+// budget that must be earned from the first request. Fractional budgets scale to integers: the
 // "+0.1 per call, cap 5, a retry needs more than 1 then spends 1" bucket is
 // {Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11}.
 //
@@ -27,7 +30,8 @@ const (
 // exactly under any concurrency: each successful Retry removes PerRetry and
 // each Request adds min(PerRequest, room) with a single atomic update.
 type TokenBucket struct {
-	// delta is the reserve minus Initial, so the zero value holds Initial.
+	// delta is the reserve minus the initial one, so the zero value holds
+	// the initial reserve.
 	delta atomic.Int64
 	_     [56]byte // keep the hot counter on its own cache line
 
@@ -39,11 +43,14 @@ type TokenBucket struct {
 	PerRetry int64
 	// MinToRetry is the smallest reserve that allows a retry; 0 means PerRetry.
 	MinToRetry int64
-	// Initial is the reserve before the first request; 0 starts empty.
+	// Initial is the reserve before the first request; 0 means Max (full),
+	// unless Empty is set.
 	Initial int64
+	// Empty starts the reserve at 0 credits (Initial must then be 0).
+	Empty bool
 }
 
-// NewTokenBucket returns a validated, empty bucket: each original request
+// NewTokenBucket returns a validated, full bucket: each original request
 // earns perRequest credits up to max, a retry needs and spends perRetry.
 // Set MinToRetry or Initial on the result before first use for the variants.
 func NewTokenBucket(max, perRequest, perRetry int64) (*TokenBucket, error) {
@@ -70,6 +77,9 @@ func (b *TokenBucket) Validate() error {
 	}
 	if b.MinToRetry != 0 && b.MinToRetry < b.cost() {
 		return fmt.Errorf("%w: TokenBucket.MinToRetry (%d) must be >= PerRetry (%d)", ErrInvalid, b.MinToRetry, b.cost())
+	}
+	if b.Empty && b.Initial != 0 {
+		return fmt.Errorf("%w: TokenBucket.Initial (%d) must be 0 when Empty is set", ErrInvalid, b.Initial)
 	}
 	if b.Initial > b.max() {
 		return fmt.Errorf("%w: TokenBucket.Initial (%d) must be <= Max (%d)", ErrInvalid, b.Initial, b.max())
@@ -109,7 +119,18 @@ func (b *TokenBucket) need() int64 {
 }
 
 // Credits returns the current reserve.
-func (b *TokenBucket) Credits() int64 { return b.Initial + b.delta.Load() }
+func (b *TokenBucket) Credits() int64 { return b.initial() + b.delta.Load() }
+
+// initial is the reserve before the first request.
+func (b *TokenBucket) initial() int64 {
+	switch {
+	case b.Empty:
+		return 0
+	case b.Initial == 0:
+		return b.max()
+	}
+	return b.Initial
+}
 
 // Request earns credits for an original request and always allows it. When
 // the reserve is full it only reads the counter, so a healthy service's
@@ -121,7 +142,7 @@ func (b *TokenBucket) Request(time.Time) bool {
 
 // Earn adds PerRequest credits, up to Max.
 func (b *TokenBucket) Earn() {
-	limit, earn := b.max()-b.Initial, b.earn()
+	limit, earn := b.max()-b.initial(), b.earn()
 	for {
 		d := b.delta.Load()
 		if d >= limit {
@@ -138,7 +159,7 @@ func (b *TokenBucket) Retry(time.Time) bool { return b.Spend() }
 
 // Spend is Retry without a time argument.
 func (b *TokenBucket) Spend() bool {
-	need, cost := b.need()-b.Initial, b.cost()
+	need, cost := b.need()-b.initial(), b.cost()
 	for {
 		d := b.delta.Load()
 		if d < need {

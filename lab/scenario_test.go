@@ -175,7 +175,7 @@ func TestBudget(t *testing.T) {
 			t.Errorf("gave up: %v, want 4 for budget", gu)
 		}
 
-		empty := mustStrategy(t, "immediate+budget", StrategyOptions{NewBudget: func() budget.Budget { return &budget.TokenBucket{} }})
+		empty := mustStrategy(t, "immediate+budget", StrategyOptions{NewBudget: func() budget.Budget { return &budget.TokenBucket{Empty: true} }})
 		r = mustRun(t, s, empty)
 		if r.Gateway.Total != 4 || r.GaveUp()[retry.Budget] != 4 {
 			t.Errorf("empty budget: %d attempts, gave up %v; want 4 attempts, 4 budget give-ups", r.Gateway.Total, r.GaveUp())

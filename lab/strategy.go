@@ -132,7 +132,7 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 			s.Title += " + BUDGET"
 			s.NewBudget = o.NewBudget
 			if s.NewBudget == nil {
-				s.NewBudget = func() budget.Budget { return &budget.TokenBucket{Initial: DefaultBudgetInitial} }
+				s.NewBudget = func() budget.Budget { return &budget.TokenBucket{Initial: DefaultBudgetInitial} } // full
 			}
 		case "bulkhead":
 			s.Title += " + BULKHEAD"

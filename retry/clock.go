@@ -17,18 +17,3 @@ type Timer interface {
 	Reset(d time.Duration) bool
 	Stop() bool
 }
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// NewTimer returns a real timer.
-func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
-
-type systemTimer struct{ t *time.Timer }
-
-func (s systemTimer) C() <-chan time.Time        { return s.t.C }
-func (s systemTimer) Reset(d time.Duration) bool { return s.t.Reset(d) }
-func (s systemTimer) Stop() bool                 { return s.t.Stop() }

@@ -45,14 +45,19 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
 
-// ParseReason is the inverse of Reason.String.
-func ParseReason(s string) (Reason, error) {
+// MarshalText returns the reason's name (Reason.String).
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText parses a reason's name (case-insensitive), the inverse of
+// MarshalText, as a dead letter's or a job's reason is read back.
+func (r *Reason) UnmarshalText(b []byte) error {
 	for i, n := range reasonNames {
-		if strings.EqualFold(s, n) {
-			return Reason(i), nil
+		if strings.EqualFold(string(b), n) {
+			*r = Reason(i)
+			return nil
 		}
 	}
-	return NoReason, fmt.Errorf("retry: unknown reason %q", s)
+	return fmt.Errorf("retry: unknown reason %q", b)
 }
 
 // Sentinels, one per give-up reason. A give-up error satisfies errors.Is for
@@ -64,6 +69,10 @@ var (
 	ErrLimited   = limit.ErrLimited                                  // reason Limited (the same value as limit.ErrLimited)
 	ErrPermanent = errors.New("retry: permanent error")              // reason PermanentError
 	ErrPushback  = errors.New("retry: pushback longer than allowed") // reason Pushback
+
+	// ErrInvalid is wrapped by policy validation errors; the message
+	// names the field and the rule.
+	ErrInvalid = errors.New("retry: invalid policy")
 )
 
 // Err returns the reason's sentinel (context.Canceled for Canceled, nil for
@@ -208,14 +217,4 @@ func (e *Error) Unwrap() []error {
 		errs = append(errs, e.Err)
 	}
 	return errs
-}
-
-// GiveUp builds the error a driver returns when it stops for reason after
-// attempts attempts whose last error was last. For UnknownError it returns
-// last unchanged (unknown errors go back to the caller as they are).
-func GiveUp(reason Reason, attempts int, last error) error {
-	if reason == UnknownError && last != nil {
-		return last
-	}
-	return &Error{Reason: reason, Attempts: attempts, Err: last}
 }

@@ -14,7 +14,6 @@
 package retry
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -39,10 +38,6 @@ var DefaultSchedule backoff.Schedule = backoff.Exponential{
 	Cap:    10 * time.Second,
 	Jitter: backoff.Full,
 }
-
-// ErrInvalid is wrapped by policy validation errors; the message names the
-// field and the rule.
-var ErrInvalid = errors.New("retry: invalid policy")
 
 // Policy says how to retry. The zero value is usable: 3 attempts,
 // DefaultSchedule, no timeouts, no budget, no limiter, pushback capped at one

@@ -571,18 +571,17 @@ func TestValidate(t *testing.T) {
 
 func TestReasonStrings(t *testing.T) {
 	for r := NoReason; r <= Pushback; r++ {
-		back, err := ParseReason(r.String())
-		if err != nil || back != r {
-			t.Errorf("ParseReason(%q) = %v, %v", r.String(), back, err)
+		text, _ := r.MarshalText()
+		var back Reason
+		if err := back.UnmarshalText(text); err != nil || back != r {
+			t.Errorf("UnmarshalText(%q) = %v, %v", text, back, err)
 		}
 	}
-	if _, err := ParseReason("nope"); err == nil {
-		t.Error("ParseReason accepted nonsense")
+	var r Reason
+	if err := r.UnmarshalText([]byte("nope")); err == nil {
+		t.Error("UnmarshalText accepted nonsense")
 	}
-	if GiveUp(UnknownError, 1, errBoom) != errBoom {
-		t.Error("GiveUp(UnknownError) must return the error unchanged")
-	}
-	if err := GiveUp(Exhausted, 0, nil); err.Error() != "retry: gave up (exhausted) after 0 attempts" {
+	if err := (&Error{Reason: Exhausted}).Error(); err != "retry: gave up (exhausted) after 0 attempts" {
 		t.Errorf("message %q", err)
 	}
 }

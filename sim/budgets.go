@@ -78,9 +78,9 @@ func (c *BudgetsConfig) policy(name string) (*retry.Policy, error) {
 		p.MaxAttempts = 1
 	case "token-bucket":
 		// +0.1 per call, cap 5, a retry needs more than 1 token and spends 1 (in tenths)
-		p.Budget = &budget.TokenBucket{Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11}
+		p.Budget = &budget.TokenBucket{Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11, Empty: true}
 	case "credits":
-		p.Budget = &budget.TokenBucket{} // seed 003: +1 per call, cap 200, a retry costs 10
+		p.Budget = &budget.TokenBucket{Empty: true} // +1 per call, cap 200, a retry costs 10, earned from the start
 	case "ratio-10%":
 		p.Budget, err = budget.NewRatio(0.1, c.RatioSpan)
 	case "breaker":

@@ -75,7 +75,7 @@ func (c *CollapseConfig) policy(name string) *retry.Policy {
 	case "no-backoff":
 		p.Schedule = backoff.Constant(0)
 	case "budget":
-		p.Budget = &budget.TokenBucket{} // seed 003 credits, one budget for the client fleet
+		p.Budget = &budget.TokenBucket{Empty: true} // one budget for the client fleet, earned from the start
 	}
 	return p
 }

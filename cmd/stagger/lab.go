@@ -78,7 +78,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(durationValue{p: &ramp, max: time.Minute}, "ramp", "callers start evenly over this span: caller i of N sends its first attempt at i·ramp/N")
 	fs.Var(durationValue{p: &base, positive: true, max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
 	fs.Var(durationValue{p: &capDelay, max: time.Hour}, "cap", "largest window of expo* and decorrelated; 0 for none")
-	fs.Var(intValue{&budgetInitial, 0, budget.DefaultMax}, "budget-initial", "credits the +budget token bucket holds at the start (seed 003: +1 per request, a retry costs 10, at most 200)")
+	fs.Var(intValue{&budgetInitial, 0, budget.DefaultMax}, "budget-initial", "credits the +budget token bucket holds at the start (+1 per request, a retry costs 10, at most 200; 0 starts empty)")
 	fs.Var(intValue{&bulkhead, 1, lab.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
 	fs.Var(intValue{&capacity, 0, lab.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
 	fs.Var(durationValue{p: &attemptTimeout, max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
@@ -109,7 +109,9 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 
 	opt := lab.StrategyOptions{
 		Base: base, Cap: capDelay, Bulkhead: bulkhead,
-		NewBudget: func() budget.Budget { return &budget.TokenBucket{Initial: int64(budgetInitial)} },
+		NewBudget: func() budget.Budget {
+			return &budget.TokenBucket{Initial: int64(budgetInitial), Empty: budgetInitial == 0}
+		},
 	}
 	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args}
 	seen := map[string]bool{}

@@ -253,7 +253,10 @@ func (r *Recorder) Release(ok bool) {
 func (r *Recorder) Request(time.Time) bool { r.add("request"); return r.requestOK }
 
 // Retry implements budget.Budget.
-func (r *Recorder) Retry(time.Time) bool { r.add(fmt.Sprintf("retry? %v", r.retryOK)); return r.retryOK }
+func (r *Recorder) Retry(time.Time) bool {
+	r.add(fmt.Sprintf("retry? %v", r.retryOK))
+	return r.retryOK
+}
 
 // Result implements budget.Budget.
 func (r *Recorder) Result(_ time.Time, ok bool) { r.add(fmt.Sprintf("result %v", ok)) }
