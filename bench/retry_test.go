@@ -16,6 +16,7 @@ import (
 	"time"
 
 	avast "github.com/avast/retry-go/v4"
+	avast5 "github.com/avast/retry-go/v5"
 	cenkalti "github.com/cenkalti/backoff/v5"
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
@@ -51,6 +52,11 @@ func peers() []peer {
 		avast.DelayType(avast.FixedDelay), avast.LastErrorOnly(true),
 	}
 
+	// v5 builds a reusable Retrier once; the benchmark context is
+	// Background, so one Retrier (whose default context it is) serves.
+	avast5Retrier := avast5.New(avast5.Attempts(3), avast5.Delay(0), avast5.MaxJitter(0),
+		avast5.DelayType(avast5.FixedDelay), avast5.LastErrorOnly(true))
+
 	failsafeExec := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithDelay(0).Build())
 
 	return []peer{
@@ -63,6 +69,9 @@ func peers() []peer {
 		}, errTransient},
 		{"avast", func(ctx context.Context, fn func() error) error {
 			return avast.Do(fn, append(avastOpts, avast.Context(ctx))...)
+		}, errTransient},
+		{"avast5", func(ctx context.Context, fn func() error) error {
+			return avast5Retrier.Do(fn)
 		}, errTransient},
 		{"sethvargo", func(ctx context.Context, fn func() error) error {
 			// go-retry backoffs are stateful: one per call, as documented.
