@@ -78,10 +78,11 @@ func ExampleDo_giveUp() {
 	// true
 }
 
-// A retry budget shared by every request to one dependency: with seed 003's
-// credits, ten original requests earn one retry.
+// A retry budget shared by every request to one dependency: ten original
+// requests earn one retry. (The zero TokenBucket starts full, as a healthy
+// dependency's would; this one starts empty to show the earning.)
 func ExamplePolicy_budget() {
-	credits := &budget.TokenBucket{} // +1 per original (cap 200), a retry costs 10
+	credits := &budget.TokenBucket{Empty: true} // +1 per original (cap 200), a retry costs 10
 	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Budget: credits}
 	for range 10 {
 		retry.Do(context.Background(), p, func(context.Context) error { return nil })

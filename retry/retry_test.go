@@ -936,3 +936,23 @@ func TestHoldRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestStepDoContinuesTheLedger: work handed over with two attempts made
+// and a deadline gets only what is left.
+func TestStepDoContinuesTheLedger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		deadline := time.Now().Add(time.Minute)
+		s := Step{Policy: &Policy{MaxAttempts: 3, Schedule: zeroWait}, Delivery: Delivery{ID: "w", Attempt: 2, Deadline: deadline}}
+		var seen []int
+		err := s.Do(context.Background(), func(ctx context.Context) error {
+			seen = append(seen, s.Delivery.Attempt)
+			if dl, ok := ctx.Deadline(); !ok || dl.After(deadline) {
+				t.Errorf("attempt context deadline %v, want at most %v", dl, deadline)
+			}
+			return errFlaky
+		})
+		if !errors.Is(err, ErrExhausted) || fmt.Sprint(seen) != "[3]" {
+			t.Fatalf("err %v, attempts %v; want one attempt (3 of 3)", err, seen)
+		}
+	})
+}

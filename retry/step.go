@@ -281,6 +281,22 @@ func (s *Step) End(err error, now time.Time) Decision {
 	return dec
 }
 
+// Do runs the attempts of the unit of work that are left in process, as
+// [Do] runs them: the Delivery carried in (attempts already made, the
+// deadline, MaxAttempts, ID) counts, so work handed over from another
+// driver continues with what is left rather than a fresh budget. fn is
+// called once per attempt with the attempt's context and may read
+// s.Delivery (the attempt number, the ID) for the attempt it runs.
+func (s *Step) Do(ctx context.Context, fn func(context.Context) error) error {
+	if err := s.policy().Validate(); err != nil {
+		return err
+	}
+	if fn == nil {
+		return errNilFunc
+	}
+	return s.loop(ctx, fn, nil, nil, nil)
+}
+
 // Err returns the error a driver returns when the unit of work stopped
 // without success: a [*Error] with the reason, the attempts made and the
 // last attempt's error (errors.Is also matches the context's error when
