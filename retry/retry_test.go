@@ -399,7 +399,7 @@ func TestDoLimitedAnswersAtOnce(t *testing.T) {
 }
 
 func TestDoBudget(t *testing.T) {
-	b := &budget.TokenBucket{} // seed 003, starts empty
+	b := &budget.TokenBucket{Empty: true} // earned from the first request
 	p := &Policy{MaxAttempts: 3, Schedule: zeroWait, Budget: b}
 	// Nine originals succeed: 9 credits, not enough for a retry.
 	for range 9 {
@@ -633,7 +633,7 @@ func mustBulkhead(n int) *limit.Bulkhead {
 // limiter; credits are conserved exactly and the limiter never admits more
 // than its size.
 func TestSharedBudgetAndLimiterRace(t *testing.T) {
-	b := &budget.TokenBucket{Max: 1 << 40} // no cap: every earned credit is kept
+	b := &budget.TokenBucket{Max: 1 << 40, Empty: true} // no cap: every earned credit is kept
 	bh := mustBulkhead(8)
 	var inflight, peak, retries, originals atomic.Int64
 	p := &Policy{
