@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Seed-003 integer credits: +1 per original request, a retry needs and
-// spends 10, the reserve holds at most 200. Ten originals earn one retry.
+// The default credits: +1 per original request, a retry needs and spends
+// 10, the reserve holds at most 200. Ten originals earn one retry: a 10%
+// retry budget, as in Marc Brooker 2022 ("Fixing retries with token buckets
+// and circuit breakers") and the SRE book's per-client retry budget.
 const (
 	DefaultMax        = 200 // TokenBucket.Max: the largest reserve, in credits
 	DefaultPerRequest = 1   // TokenBucket.PerRequest: credits earned per original request
@@ -18,7 +20,7 @@ const (
 // earns PerRequest credits up to Max; a retry is allowed when at least
 // MinToRetry credits are held and then spends PerRetry.
 //
-// The zero value is the seed-003 budget (Max 200, PerRequest 1, PerRetry 10,
+// The zero value is the default budget (Max 200, PerRequest 1, PerRetry 10,
 // MinToRetry 10), starting empty. Fractional budgets scale to integers: the
 // "+0.1 per call, cap 5, a retry needs more than 1 then spends 1" bucket is
 // {Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11}.

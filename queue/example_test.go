@@ -12,7 +12,7 @@ import (
 )
 
 // Enqueue a job and process it with RunOnce: a retryable failure leaves it
-// pending at now + delay (seed 002: base 100ms, ratio 0.5 → 50ms), the next
+// pending at now + delay (base 100ms, ratio 0.5 → 50ms), the next
 // run after that time finishes it. The clock and the ratio are fixed here so
 // the output is deterministic.
 func Example() {

@@ -78,8 +78,8 @@ func ExampleDo_giveUp() {
 	// true
 }
 
-// A retry budget shared by every request to one dependency: with seed 003's
-// credits, ten original requests earn one retry.
+// A retry budget shared by every request to one dependency: with the
+// default credits, ten original requests earn one retry.
 func ExamplePolicy_budget() {
 	credits := &budget.TokenBucket{} // +1 per original (cap 200), a retry costs 10
 	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Budget: credits}

@@ -399,7 +399,7 @@ func TestDoLimitedAnswersAtOnce(t *testing.T) {
 }
 
 func TestDoBudget(t *testing.T) {
-	b := &budget.TokenBucket{} // seed 003, starts empty
+	b := &budget.TokenBucket{} // the default credits, starts empty
 	p := &Policy{MaxAttempts: 3, Schedule: zeroWait, Budget: b}
 	// Nine originals succeed: 9 credits, not enough for a retry.
 	for range 9 {
