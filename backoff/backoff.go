@@ -6,9 +6,8 @@
 // [Decorrelated]) is passed in by the caller, and randomness comes from an
 // injectable [rand.Source] so that runs can be reproduced from a seed.
 //
-// The package also carries [RetryDelay], the durable-queue formula of the
-// project's specification, with exact integer arithmetic for every attempt up
-// to math.MaxInt.
+// The package also carries [RetryDelay], the durable queue's delay formula,
+// with exact integer arithmetic for every attempt up to math.MaxInt.
 package backoff
 
 import (
@@ -48,7 +47,7 @@ func (f Func) Delay(n int, prev time.Duration, src rand.Source) time.Duration {
 	return max(0, f(n, prev, src))
 }
 
-// Constant waits the same time after every failure. Seed 000's "retry
+// Constant waits the same time after every failure. The lab's "retry
 // immediately" (nothing before the first attempt, 20 ms before each later
 // one) is Constant(20 * time.Millisecond): the first attempt never waits.
 type Constant time.Duration
@@ -97,8 +96,8 @@ func (j Jitter) String() string {
 //	window(n) = min(Cap, Base * Multiplier^(n-1))
 //
 // and the wait is drawn from the window according to Jitter, in whole
-// multiples of Unit. Seed 000's "full jitter over 60·2^(n−2) ms before attempt
-// n" is
+// multiples of Unit. "Full jitter over 60·2^(n−2) ms before attempt n"
+// (Brooker 2015, "Exponential Backoff And Jitter") is
 //
 //	Exponential{Base: 60 * time.Millisecond, Jitter: Full, Unit: time.Millisecond}
 //

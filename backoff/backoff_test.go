@@ -26,10 +26,10 @@ func TestRetryDelaySeedNumbers(t *testing.T) {
 		ratio     float64
 		want      time.Duration
 	}{
-		// Seed 002: base=100, cap=1000, jitter=0.5: 50 ms after the 1st failure, 100 ms after the 2nd.
+		// base=100, cap=1000, jitter=0.5: 50 ms after the 1st failure, 100 ms after the 2nd.
 		{1, 100 * ms, 1000 * ms, 0.5, 50 * ms},
 		{2, 100 * ms, 1000 * ms, 0.5, 100 * ms},
-		// Seed 002: base=100, cap=250, attempt 3: window is 250 (not 400), delay 125 ms.
+		// base=100, cap=250, attempt 3: window is 250 (not 400), delay 125 ms.
 		{3, 100 * ms, 250 * ms, 0.5, 125 * ms},
 		// Ratios 0 and 1 are the bounds.
 		{1, 100 * ms, 1000 * ms, 0, 0},
@@ -41,8 +41,8 @@ func TestRetryDelaySeedNumbers(t *testing.T) {
 		{1, 100 * ms, 1000 * ms, 0.25, 25 * ms},
 		{1, 3 * ms, 1000 * ms, 0.5, 1 * ms},                    // floor(1.5)
 		{2, 3 * ms, 1000 * ms, 0.999, 5 * ms},                  // floor(5.994)
-		{1, 10 * ms, 1000 * ms, 0.3, 3 * ms},                   // 10*0.3 == 3.0 in float64, as in the seed
-		{1, 100 * ms, 1000 * ms, 0.29, 28 * ms},                // 100*0.29 == 28.999999999999996, as in the seed
+		{1, 10 * ms, 1000 * ms, 0.3, 3 * ms},                   // 10*0.3 == 3.0 in float64
+		{1, 100 * ms, 1000 * ms, 0.29, 28 * ms},                // 100*0.29 == 28.999999999999996
 		{2, 1500 * time.Microsecond, time.Second, 0.5, 1 * ms}, // window 3ms
 		{1, 1500 * time.Microsecond, time.Second, 1, 1 * ms},   // fractional window 1.5ms floors to 1ms
 		{3, 100 * ms, 1000 * ms, 0.123, 49 * ms},               // floor(49.2)
@@ -178,11 +178,11 @@ func TestExponentialMultiplier(t *testing.T) {
 			t.Errorf("Window(%d) = %v, want %v", i+1, got, w)
 		}
 	}
-	// Seed 004: 1s, ×2, max 30s: 1, 2, 4, 8, 16, 30, 30.
+	// 1s, ×2, max 30s: 1, 2, 4, 8, 16, 30, 30.
 	s := Exponential{Base: time.Second, Cap: 30 * time.Second}
 	for i, w := range []time.Duration{1, 2, 4, 8, 16, 30, 30, 30} {
 		if got := s.Delay(i+1, 0, nil); got != w*time.Second {
-			t.Errorf("seed 004 wait %d = %v, want %vs", i+1, got, w)
+			t.Errorf("wait %d = %v, want %vs", i+1, got, w)
 		}
 	}
 	// Growth never wraps.

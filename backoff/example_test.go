@@ -8,7 +8,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 )
 
-// Seed 002's durable-queue delay: the cap applies before the ratio.
+// The durable queue's delay: the cap applies before the ratio.
 func ExampleRetryDelay() {
 	for _, attempt := range []int{1, 2, 3} {
 		d, _ := backoff.RetryDelay(attempt, 100*time.Millisecond, 250*time.Millisecond, 0.5)
@@ -23,7 +23,7 @@ func ExampleRetryDelay() {
 	// backoff: invalid argument: attempt must be >= 1, got 0
 }
 
-// Seed 000's two strategies, expressed exactly: retry immediately (nothing
+// The lab's two default strategies, expressed exactly: retry immediately (nothing
 // before the first attempt, 20ms before each later one), and full jitter over
 // 60·2^(n−2) ms before attempt n, drawn in whole milliseconds.
 func ExampleExponential() {

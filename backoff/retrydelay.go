@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// RetryDelay is the durable-queue delay of seed 002:
+// RetryDelay is the durable queue's delay:
 //
 //	window = min(cap, base·2^(attempt−1))
 //	delay  = floor(window·ratio), truncated to whole milliseconds
@@ -17,11 +17,10 @@ import (
 // so base 100ms, cap 250ms, attempt 3, ratio 0.5 gives 125ms (not 200ms).
 //
 // The window saturates at cap for every attempt up to math.MaxInt: no shift
-// wraps to zero (the seed's own code wraps past attempt 63). The product is
-// computed as the seed computes it — the window in milliseconds (exact in a
-// float64 for every Duration) times ratio, one IEEE multiplication, then
-// floor — so RetryDelay agrees bit for bit with floor(window_ms * ratio) in
-// the seed's language: base 10ms, ratio 0.3 gives 3ms, and base 100ms,
+// wraps to zero (a plain 1<<(attempt-1) wraps past attempt 63). The product
+// is the window in milliseconds (exact in a float64 for every Duration)
+// times ratio, one IEEE multiplication, then floor — so RetryDelay agrees bit
+// for bit with floor(window_ms * ratio) in float64 arithmetic: base 10ms, ratio 0.3 gives 3ms, and base 100ms,
 // ratio 0.29 gives 28ms (100*0.29 is 28.999999999999996 in binary floating
 // point). A window that is not a whole number of milliseconds takes its
 // fractional part into the product.
@@ -50,7 +49,7 @@ func RetryDelay(attempt int, base, cap time.Duration, ratio float64) (time.Durat
 	return min(d, whole) * time.Millisecond, nil
 }
 
-// Ratio is the seed-002 schedule as a [Schedule]: after failed attempt n it
+// Ratio is RetryDelay as a [Schedule]: after failed attempt n it
 // waits RetryDelay(n, Base, Cap, ratio) with a fresh uniform ratio in [0, 1)
 // drawn from the random source for every retry. It is what the durable queue
 // uses; a fixed ratio (every worker passing 0.5) would spread nothing.

@@ -7,7 +7,7 @@ package bench
 //
 //	BenchmarkSuccess/<lib>        the operation succeeds on the first try
 //	BenchmarkThreeAttempts/<lib>  it fails twice (zero delay), then succeeds
-//	BenchmarkBudget/stagger       seed-003 budget, RunParallel (see below)
+//	BenchmarkBudget/stagger       default TokenBucket, RunParallel (see below)
 
 import (
 	"context"
@@ -124,7 +124,7 @@ func BenchmarkThreeAttempts(b *testing.B) {
 	}
 }
 
-// BenchmarkBudget: the seed-003 token bucket shared by every goroutine.
+// BenchmarkBudget: the default token bucket shared by every goroutine.
 //
 //	stagger           what every request pays on a healthy service: an
 //	                  original request against a full reserve (a read of

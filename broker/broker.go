@@ -20,7 +20,7 @@
 //   - unknown (no class, and Policy.Classify gives none): dead letter at
 //     once, reason "unknown", with the error text. A broker has no caller to
 //     hand an unknown error back to; requeueing it would redeliver it at once
-//     in a loop (seed 004's thundering herd) and leaving it unacknowledged
+//     in a loop (a thundering herd) and leaving it unacknowledged
 //     blocks a prefetch slot and loops the same way after a reconnect. The
 //     dead-letter queue keeps it visible and replayable without pretending it
 //     was retried. Set Policy.Classify to make unknown errors retryable.
@@ -81,7 +81,7 @@ var ErrInvalid = errors.New("broker: invalid configuration")
 // RabbitMQ wait queue or one Kafka retry topic per tier.
 type Tiers []time.Duration
 
-// DefaultTiers is seed 004's cascade: 10 s, 1 min, 10 min (then the DLQ).
+// DefaultTiers is the default cascade: 10 s, 1 min, 10 min (then the DLQ).
 var DefaultTiers = Tiers{10 * time.Second, time.Minute, 10 * time.Minute}
 
 // MaxTier is the longest tier accepted (RabbitMQ's x-message-ttl is a 32-bit
@@ -142,7 +142,7 @@ func DurationName(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
-// CascadePolicy is the seed-004 policy over tiers: attempt n's failure waits
+// CascadePolicy is the cascade policy over tiers: attempt n's failure waits
 // tiers[n-1] (retry.10s → retry.1m → retry.10m), and the message is
 // dead-lettered after len(tiers)+1 attempts. Adapters use it when no Policy
 // is given.

@@ -175,7 +175,7 @@ func TestProcessorDeadlineAndBudget(t *testing.T) {
 		t.Fatalf("deadline: %+v", o)
 	}
 
-	b := &budget.TokenBucket{} // starts empty: a retry needs 10 originals' credit
+	b := &budget.TokenBucket{Empty: true} // a retry needs 10 originals' credit
 	p = &broker.Processor{Handler: fail, Policy: &retry.Policy{Budget: b}, Now: c.now}
 	if o = p.Process(context.Background(), "b", nil, broker.State{}); o.Action != broker.Dead || o.Reason != retry.Budget {
 		t.Fatalf("budget: %+v", o)

@@ -10,8 +10,8 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// A Processor turns one delivery into the broker's next step. Here the seed
-// cascade: attempt n waits tier n, then the DLQ.
+// A Processor turns one delivery into the broker's next step. Here the
+// default cascade: attempt n waits tier n, then the DLQ.
 func ExampleProcessor() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	p := &broker.Processor{

@@ -7,7 +7,7 @@ import (
 	"github.com/staggerhq/stagger/budget"
 )
 
-// Seed 003's retry budget in integer credits: +1 per original request up to
+// The default retry budget in integer credits: +1 per original request up to
 // 200, a retry needs and spends 10.
 func ExampleTokenBucket() {
 	b := &budget.TokenBucket{Empty: true} // the zero value starts full (200)

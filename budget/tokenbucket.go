@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Integer credits: +1 per original request, a retry needs and
-// spends 10, the reserve holds at most 200. Ten originals earn one retry.
+// The default credits: +1 per original request, a retry needs and spends
+// 10, the reserve holds at most 200. Ten originals earn one retry: a 10%
+// retry budget, as in Marc Brooker 2022 ("Fixing retries with token buckets
+// and circuit breakers") and the SRE book's per-client retry budget.
 const (
 	DefaultMax        = 200 // TokenBucket.Max: the largest reserve, in credits
 	DefaultPerRequest = 1   // TokenBucket.PerRequest: credits earned per original request
@@ -22,7 +24,8 @@ const (
 // MinToRetry 10), starting full: a dependency that has been healthy has a
 // full reserve, so the first failures may be retried (20 retries before the
 // bucket must be earned back). Set Empty to start with no credits, as a
-// budget that must be earned from the first request. Fractional budgets scale to integers: the
+// budget that must be earned from the first request. Fractional budgets
+// scale to integers: the
 // "+0.1 per call, cap 5, a retry needs more than 1 then spends 1" bucket is
 // {Max: 50, PerRequest: 1, PerRetry: 10, MinToRetry: 11}.
 //

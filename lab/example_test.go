@@ -29,7 +29,7 @@ func ExampleScenario_Run() {
 		fmt.Println(err)
 		return
 	}
-	// r.WriteLog(os.Stdout, true) would print the seed-000 log with the
+	// r.WriteLog(os.Stdout, true) would print the per-attempt log with the
 	// counts (r.Gateway.Total, .Accepted, .Peak), and lab.WriteReportFile
 	// the HTML report. Here: what holds on every run.
 	refusedInOutage := true

@@ -22,7 +22,7 @@ func (s Span) Contains(t time.Duration) bool { return t >= s.From && t < s.To }
 // Slow is a slow phase: inside the span the gateway's latency grows linearly
 // from Latency (no extra) at From to Latency+Extra just before To; after To it
 // is back to Latency. The dependency does not fail — it gets slower, which
-// is what turns timeouts and retries into an outage (seed 003).
+// is what turns timeouts and retries into an outage.
 type Slow struct {
 	Span                // when the phase lasts
 	Extra time.Duration // latency added by the end of the span; >= 0
@@ -58,8 +58,8 @@ type Faults struct {
 	RetryAfter time.Duration
 }
 
-// Outage returns the seed-000 timeline: down from the start for d, answering
-// after latency.
+// Outage returns a gateway down from the start for d, answering after
+// latency: the timeline of [FourCallerOutage].
 func Outage(d, latency time.Duration) Faults {
 	f := Faults{Latency: latency}
 	if d > 0 {

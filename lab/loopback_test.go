@@ -47,18 +47,18 @@ func checkAgreement(t *testing.T, r *Result) {
 	}
 }
 
-func TestLoopbackSeed000(t *testing.T) {
+func TestLoopbackFourCallerOutage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the seed-000 scenario on real time (~2 s); skipped with -short")
+		t.Skip("runs the four-caller outage on real time (~2 s); skipped with -short")
 	}
 	for _, name := range []string{"immediate", "expo-full"} {
-		r := mustRun(t, Seed000(), mustStrategy(t, name, StrategyOptions{}))
+		r := mustRun(t, FourCallerOutage(), mustStrategy(t, name, StrategyOptions{}))
 		checkAgreement(t, r)
 		if r.CallersAccepted() != 4 {
 			t.Errorf("%s: %d callers accepted, want 4", name, r.CallersAccepted())
 		}
 		for _, a := range r.Attempts {
-			if (a.Outcome == Accepted) != (a.Arrived >= Seed000Outage) {
+			if (a.Outcome == Accepted) != (a.Arrived >= FourCallerDown) {
 				t.Errorf("%s: caller %d attempt %d arrived at %v: %v", name, a.Caller, a.Attempt, a.Arrived, a.Outcome)
 			}
 		}

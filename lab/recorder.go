@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// DefaultWindow is the width of the window the peak is counted in: seed
-// 000's "attempts inside one 200 ms window".
+// DefaultWindow is the width of the window the peak is counted in:
+// "attempts inside one 200 ms window".
 const DefaultWindow = 200 * time.Millisecond
 
 // MaxIDLen is the longest request ID a [Recorder] attributes attempts to.

@@ -85,7 +85,7 @@ func checkReportMarkup(t *testing.T, html string, results []*Result) {
 
 func runForReport(t *testing.T) []*Result {
 	t.Helper()
-	s := Seed000()
+	s := FourCallerOutage()
 	s.Faults, s.RoundTrip = Outage(300*time.Millisecond, 10*time.Millisecond), 0
 	var results []*Result
 	for _, name := range []string{"immediate", "expo", "expo-full+budget"} {
@@ -97,7 +97,7 @@ func runForReport(t *testing.T) []*Result {
 func TestReportMarkup(t *testing.T) {
 	var results []*Result
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		for _, name := range []string{"immediate", "expo-full", "decorrelated+bulkhead"} {
 			results = append(results, mustRun(t, s, mustStrategy(t, name, StrategyOptions{})))
 		}

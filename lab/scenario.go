@@ -19,7 +19,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// Defaults of a [Scenario] and of the seed-000 reproduction.
+// Defaults of a [Scenario] and of [FourCallerOutage].
 const (
 	// DefaultMaxAttempts is how many attempts a caller makes at most:
 	// callers retry "until accepted", and this is only a safety net.
@@ -27,19 +27,19 @@ const (
 	// MaxCallers bounds Scenario.Callers: every caller holds a loopback
 	// connection.
 	MaxCallers = 10000
-	// Seed000Outage is how long the seed-000 gateway is down.
-	Seed000Outage = 700 * time.Millisecond
-	// Seed000Ramp is the span over which the seed-000 callers start (see
-	// Scenario.Ramp).
-	Seed000Ramp = 48 * time.Millisecond
-	// Seed000RoundTrip is the round trip the seed-000 callers see. The
-	// seed's numbers imply about 46 ms per "retry immediately" cycle: its
-	// caller 1 sends attempt 1 at 12 ms and has attempt 16 accepted at
-	// 708 ms, (708 − 12) / 15 = 46.4 ms, of which 20 ms is the wait. With
-	// callers 12 ms apart, 4 callers make exactly the seed's 64 attempts
-	// with a peak of 18 for any cycle in (45.87, 46.57) ms; 46.2 ms is the
-	// middle, so the round trip is 26.2 ms.
-	Seed000RoundTrip = 26200 * time.Microsecond
+	// FourCallerDown is how long the gateway of [FourCallerOutage] is down.
+	FourCallerDown = 700 * time.Millisecond
+	// FourCallerRamp is the span over which the callers of
+	// [FourCallerOutage] start (see Scenario.Ramp).
+	FourCallerRamp = 48 * time.Millisecond
+	// FourCallerRoundTrip is the round trip the callers of
+	// [FourCallerOutage] see. The scenario aims at about 46 ms per "retry
+	// immediately" cycle: caller 1 sends attempt 1 at 12 ms and has
+	// attempt 16 accepted at 708 ms, (708 − 12) / 15 = 46.4 ms, of which
+	// 20 ms is the wait. With callers 12 ms apart, 4 callers make exactly
+	// 64 attempts with a peak of 18 for any cycle in (45.87, 46.57) ms;
+	// 46.2 ms is the middle, so the round trip is 26.2 ms.
+	FourCallerRoundTrip = 26200 * time.Microsecond
 	// calibrationRounds is how many warm-up exchanges measure the
 	// machine's own overhead when Scenario.RoundTrip is set.
 	calibrationRounds = 7
@@ -75,8 +75,8 @@ type Scenario struct {
 	// machine itself adds to a cycle (the loopback, the HTTP stack, the
 	// lateness of the two timers) and sets the gateway's latency to
 	// RoundTrip minus that overhead (never below 0). The result records
-	// both. This keeps a reproduction of published timings (seed 000)
-	// steady across machines; a heavily loaded machine still adds noise
+	// both. This keeps a scenario's timing (FourCallerOutage's 46 ms
+	// cycle) steady across machines; a heavily loaded machine still adds noise
 	// (compare Overhead with Result.ObservedOverhead).
 	RoundTrip time.Duration
 	// Listen and Dial replace TCP on 127.0.0.1, for example with an
@@ -85,21 +85,22 @@ type Scenario struct {
 	Dial   func(ctx context.Context, network, addr string) (net.Conn, error) // the callers' HTTP transport dials the gateway with it
 }
 
-// Seed000 returns the scenario of seed 000: 4 callers, a gateway down for
-// 700 ms, peaks counted in 200 ms windows, seed 1, and the seed's timing —
-// callers starting 12 ms apart over a 48 ms ramp (the seed's first attempt
-// arrives at 12 ms, and its peak of 18 rather than 20 means the callers were
-// not in lock-step) and a round trip of 26.2 ms (see Seed000RoundTrip), which
-// Run turns into a gateway latency for the machine it runs on.
-func Seed000() Scenario {
+// FourCallerOutage returns the lab's default scenario: 4 callers, a
+// gateway down for 700 ms, peaks counted in 200 ms windows, seed 1, callers
+// starting 12 ms apart over a 48 ms ramp (the first attempt arrives at
+// 12 ms, and the callers are not in lock-step, so "retry immediately" peaks
+// at 18 rather than 20) and a round trip of 26.2 ms (see
+// FourCallerRoundTrip), which Run turns into a gateway latency for the
+// machine it runs on.
+func FourCallerOutage() Scenario {
 	return Scenario{
 		Callers:     4,
-		Faults:      Outage(Seed000Outage, 0),
+		Faults:      Outage(FourCallerDown, 0),
 		Window:      DefaultWindow,
-		Ramp:        Seed000Ramp,
+		Ramp:        FourCallerRamp,
 		MaxAttempts: DefaultMaxAttempts,
 		Seed:        1,
-		RoundTrip:   Seed000RoundTrip,
+		RoundTrip:   FourCallerRoundTrip,
 	}
 }
 
@@ -261,11 +262,11 @@ func (r *Result) ObservedOverhead() time.Duration {
 	return sum / time.Duration(n)
 }
 
-// ErrJitterIdle is the seed's own verification failing: a jittered strategy
-// whose waits took fewer than 2 distinct values.
+// ErrJitterIdle is the jitter check failing: a jittered strategy whose
+// waits took fewer than 2 distinct values.
 var ErrJitterIdle = errors.New("every wait was identical — jitter is not doing anything")
 
-// CheckJitter is seed 000's verification: a jittered strategy's waits must
+// CheckJitter is the jitter check: a jittered strategy's waits must
 // take at least 2 distinct values, otherwise callers that failed together
 // come back together and the point of jitter is lost. It returns
 // ErrJitterIdle when they did not. Strategies without jitter, and runs with

@@ -64,24 +64,24 @@ func checkWaitsAreReal(t *testing.T, r *Result, latency time.Duration) {
 	}
 }
 
-// TestSeed000InVirtualTime reproduces seed 000's published "retry
+// TestFourCallerOutageInVirtualTime checks the scenario's "retry
 // immediately" numbers exactly: with callers starting 12 ms apart (the
-// seed's first attempt is at 12 ms) and a 46.2 ms cycle (20 ms wait + 26.2 ms
-// round trip; caller 1 is accepted at 12 + 15·46.2 ≈ 705 ms, the seed says
-// 708), 4 callers make 64 attempts with a peak of 18 in one 200 ms window.
-func TestSeed000InVirtualTime(t *testing.T) {
+// first attempt is at 12 ms) and a 46.2 ms cycle (20 ms wait + 26.2 ms
+// round trip; caller 1 is accepted at 12 + 15·46.2 ≈ 705 ms), 4 callers
+// make 64 attempts with a peak of 18 in one 200 ms window.
+func TestFourCallerOutageInVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		// In a bubble the machine adds nothing: the calibrated latency is
 		// the whole round trip.
-		lat := Seed000RoundTrip
+		lat := FourCallerRoundTrip
 		r := mustRun(t, s, mustStrategy(t, "immediate", StrategyOptions{}))
 		if r.Latency != lat || r.Overhead != 0 {
 			t.Errorf("latency %v, overhead %v; want %v and 0", r.Latency, r.Overhead, lat)
 		}
 		g := r.Gateway
 		if g.Total != 64 || g.Accepted != 4 || g.Peak != 18 {
-			t.Errorf("immediate: %d attempts, %d accepted, peak %d; the seed publishes 64, 4, 18", g.Total, g.Accepted, g.Peak)
+			t.Errorf("immediate: %d attempts, %d accepted, peak %d; want 64, 4, 18", g.Total, g.Accepted, g.Peak)
 		}
 		c1 := r.Callers[0]
 		if !c1.Accepted || c1.Attempts != 16 || c1.AcceptedAt != 12*ms+15*(20*ms+lat) {
@@ -94,7 +94,7 @@ func TestSeed000InVirtualTime(t *testing.T) {
 			if a.Attempt > 1 && a.Wait != ImmediateWait {
 				t.Errorf("immediate waited %v before caller %d attempt %d", a.Wait, a.Caller, a.Attempt)
 			}
-			if want := a.At() >= Seed000Outage; (a.Outcome == Accepted) != want {
+			if want := a.At() >= FourCallerDown; (a.Outcome == Accepted) != want {
 				t.Errorf("caller %d attempt %d at %v: %v", a.Caller, a.Attempt, a.At(), a.Outcome)
 			}
 		}
@@ -136,12 +136,12 @@ func TestSeed000InVirtualTime(t *testing.T) {
 	})
 }
 
-// TestNoJitterComesBackTogether is the seed's point about doubling without
-// jitter: 4 callers that failed together come back together — 4 after 60 ms,
+// TestNoJitterComesBackTogether shows what doubling without jitter
+// does: 4 callers that failed together come back together — 4 after 60 ms,
 // 4 after 180 ms, 4 after 420 ms.
 func TestNoJitterComesBackTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		s.Ramp, s.RoundTrip = 0, 0
 		r := mustRun(t, s, mustStrategy(t, "expo", StrategyOptions{}))
 		byTime := map[time.Duration]int{}
@@ -161,12 +161,12 @@ func TestNoJitterComesBackTogether(t *testing.T) {
 	})
 }
 
-// TestBudget: the seed-003 token bucket shared by all callers allows
+// TestBudget: the default token bucket shared by all callers allows
 // Initial/10 retries in all, then every caller gives up with reason budget.
 // Starting empty, 4 originals earn 4 credits and no retry is ever possible.
 func TestBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		r := mustRun(t, s, mustStrategy(t, "immediate+budget", StrategyOptions{}))
 		if r.Gateway.Total != 4+DefaultBudgetInitial/10 || r.Gateway.Accepted != 0 {
 			t.Errorf("immediate+budget: %d attempts, %d accepted; want %d, 0", r.Gateway.Total, r.Gateway.Accepted, 4+DefaultBudgetInitial/10)
@@ -199,7 +199,7 @@ func TestBudget(t *testing.T) {
 // the others get a controlled answer at once (limited) and send nothing.
 func TestBulkhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		s.Ramp = 0
 		r := mustRun(t, s, mustStrategy(t, "immediate+bulkhead", StrategyOptions{}))
 		limited, accepted := 0, 0
@@ -225,7 +225,7 @@ func TestBulkhead(t *testing.T) {
 // together are therefore served one per second: 4 + 3 + 2 + 1 attempts.
 func TestCapacityAndRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		s.Ramp, s.RoundTrip = 0, 0
 		s.Faults = Faults{Capacity: 1, Latency: 100 * ms, RetryAfter: time.Second}
 		r := mustRun(t, s, mustStrategy(t, "immediate", StrategyOptions{}))
@@ -248,7 +248,7 @@ func TestCapacityAndRetryAfter(t *testing.T) {
 // still counts the attempts it received; the callers see failures.
 func TestAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		s.Faults, s.RoundTrip = Faults{Latency: 50 * ms}, 0
 		s.AttemptTimeout = 10 * ms
 		s.MaxAttempts = 3
@@ -274,7 +274,7 @@ func TestRunCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 300*ms)
 		defer cancel()
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		r, err := s.Run(ctx, mustStrategy(t, "immediate", StrategyOptions{}))
 		if !errors.Is(err, context.DeadlineExceeded) || r == nil {
 			t.Fatalf("err = %v, result %v", err, r)
@@ -287,7 +287,7 @@ func TestRunCanceled(t *testing.T) {
 
 func TestJitterCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		s.MaxAttempts = 2
 		// A base under the 1 ms granularity jitters nothing: every wait is 0.
 		r := mustRun(t, s, mustStrategy(t, "expo-full", StrategyOptions{Base: 500 * time.Microsecond}))
@@ -307,7 +307,7 @@ func TestJitterCheck(t *testing.T) {
 }
 
 func TestScenarioValidate(t *testing.T) {
-	ok := Seed000()
+	ok := FourCallerOutage()
 	bad := []struct {
 		name string
 		mod  func(*Scenario)
@@ -355,11 +355,11 @@ func (c slowConn) Write(p []byte) (int, error) {
 
 // TestRoundTripCalibration: on a "machine" whose network adds 1 ms to every
 // request, Run measures that overhead while warming up and takes it off the
-// gateway's latency, so the callers still see the seed's 26.2 ms round trip
-// and the seed's numbers still come out exactly.
+// gateway's latency, so the callers still see the 26.2 ms round trip and
+// the scenario's numbers still come out exactly.
 func TestRoundTripCalibration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := inMemory(Seed000())
+		s := inMemory(FourCallerOutage())
 		dial := s.Dial
 		s.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dial(ctx, network, addr)
@@ -372,29 +372,29 @@ func TestRoundTripCalibration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Overhead != ms || r.Latency != Seed000RoundTrip-ms {
-			t.Errorf("overhead %v, latency %v; want 1ms and %v", r.Overhead, r.Latency, Seed000RoundTrip-ms)
+		if r.Overhead != ms || r.Latency != FourCallerRoundTrip-ms {
+			t.Errorf("overhead %v, latency %v; want 1ms and %v", r.Overhead, r.Latency, FourCallerRoundTrip-ms)
 		}
 		if g := r.Gateway; g.Total != 64 || g.Peak != 18 || g.Accepted != 4 {
 			t.Errorf("%d attempts, peak %d, %d accepted; want 64, 18, 4", g.Total, g.Peak, g.Accepted)
 		}
 		// Without calibration the same network stretches every cycle.
-		s.RoundTrip, s.Faults.Latency = 0, Seed000RoundTrip
+		s.RoundTrip, s.Faults.Latency = 0, FourCallerRoundTrip
 		r, err = s.Run(t.Context(), mustStrategy(t, "immediate", StrategyOptions{}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Overhead != 0 || r.Latency != Seed000RoundTrip || r.Gateway.Total == 64 {
+		if r.Overhead != 0 || r.Latency != FourCallerRoundTrip || r.Gateway.Total == 64 {
 			t.Errorf("uncalibrated: overhead %v, latency %v, %d attempts", r.Overhead, r.Latency, r.Gateway.Total)
 		}
 	})
 }
 
-// TestSeed000CycleWindow checks the README's claim: with callers 12 ms apart,
-// "retry immediately" makes exactly the seed's 64 attempts with a peak of 18
+// TestFourCallerCycleWindow checks docs/lab.md's claim: with callers 12 ms
+// apart, "retry immediately" makes exactly 64 attempts with a peak of 18
 // for any cycle (20 ms + round trip) between 45.87 and 46.57 ms, and not
 // outside.
-func TestSeed000CycleWindow(t *testing.T) {
+func TestFourCallerCycleWindow(t *testing.T) {
 	us := time.Microsecond
 	for _, c := range []struct {
 		roundTrip time.Duration
@@ -404,7 +404,7 @@ func TestSeed000CycleWindow(t *testing.T) {
 		{26400 * us, true}, {26560 * us, true}, {26600 * us, false},
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			s := inMemory(Seed000())
+			s := inMemory(FourCallerOutage())
 			s.RoundTrip = c.roundTrip
 			r := mustRun(t, s, mustStrategy(t, "immediate", StrategyOptions{}))
 			got := r.Gateway.Total == 64 && r.Gateway.Peak == 18

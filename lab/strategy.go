@@ -11,15 +11,15 @@ import (
 
 // Defaults of [StrategyOptions].
 const (
-	// DefaultBase is the base of the backoff strategies: seed 000's 60 ms.
+	// DefaultBase is the base of the backoff strategies: 60 ms.
 	DefaultBase = 60 * time.Millisecond
 	// ImmediateWait is what "retry immediately" waits before every attempt
-	// but the first: seed 000's NoBackoff (0, then 20 ms).
+	// but the first (0, then 20 ms).
 	ImmediateWait = 20 * time.Millisecond
 	// DefaultBudgetInitial is the credit the +budget token bucket holds when
 	// a run starts: a full reserve (budget.DefaultMax = 200 credits, that
 	// is 20 retries at 10 credits each), as a service has after at least
-	// 200 healthy requests. Starting empty, as the seed-003 zero value
+	// 200 healthy requests. Starting empty, as the zero TokenBucket
 	// does, 4 callers earn 4 credits and no retry is ever allowed.
 	DefaultBudgetInitial = budget.DefaultMax
 	// DefaultBulkhead is the number of slots +bulkhead shares among the
@@ -51,13 +51,13 @@ type Strategy struct {
 // StrategyOptions are the parameters of named strategies.
 type StrategyOptions struct {
 	// Base is the wait (constant) or the first window (expo*, decorrelated);
-	// 0 means DefaultBase. Waits are drawn in whole milliseconds, as in the
-	// seed, so a base under 1 ms jitters nothing.
+	// 0 means DefaultBase. Waits are drawn in whole milliseconds, so a
+	// base under 1 ms jitters nothing.
 	Base time.Duration
 	// Cap bounds the windows of expo* and decorrelated; 0 means no cap.
 	Cap time.Duration
 	// NewBudget returns the budget of "+budget"; nil means a
-	// budget.TokenBucket (seed-003 credits) starting with
+	// budget.TokenBucket (its default credits) starting with
 	// DefaultBudgetInitial credits. A run with that bucket makes at most
 	// (200 + credits its originals earn) / 10 retries in all: each original
 	// earns 1 credit while the reserve is below 200.
@@ -72,10 +72,10 @@ var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo
 
 // ParseStrategy turns a command-line name into a strategy:
 //
-//	immediate     backoff.Constant(20ms) — nothing before the first attempt (seed 000's NoBackoff)
+//	immediate     backoff.Constant(20ms) — nothing before the first attempt
 //	constant      backoff.Constant(Base)
 //	expo          backoff.Exponential{Base, Cap, NoJitter, ms}
-//	expo-full     backoff.Exponential{Base, Cap, Full, ms} — seed 000: uniform whole ms in [0, 60·2^(n−2)] before attempt n
+//	expo-full     backoff.Exponential{Base, Cap, Full, ms} — uniform whole ms in [0, 60·2^(n−2)] before attempt n
 //	expo-equal    backoff.Exponential{Base, Cap, Equal, ms}
 //	decorrelated  backoff.Decorrelated{Base, Cap, ms}
 //

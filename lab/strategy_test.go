@@ -44,10 +44,10 @@ func TestParseStrategySchedules(t *testing.T) {
 	}
 }
 
-// TestSeedSchedule checks the seed-000 draws through the strategy: before
+// TestExpoFullDraws checks expo-full's draws through the strategy: before
 // attempt n, a uniform whole number of ms in [0, 60·2^(n−2)], reaching both
 // ends.
-func TestSeedSchedule(t *testing.T) {
+func TestExpoFullDraws(t *testing.T) {
 	st := mustStrategy(t, "expo-full", StrategyOptions{})
 	for n := 1; n <= 4; n++ { // Delay(n) is the wait before attempt n+1
 		hi := 60 * ms << (n - 1)

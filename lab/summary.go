@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// wholeMS returns d in whole milliseconds (truncated), as the seed prints times.
+// wholeMS returns d in whole milliseconds (truncated), as the log prints times.
 func wholeMS(d time.Duration) int64 { return int64(d / time.Millisecond) }
 
-// WriteLog writes the result in seed 000's format: the summary line
+// WriteLog writes the result as the lab's log: the summary line
 //
 //	RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 18
 //
@@ -23,7 +23,7 @@ func wholeMS(d time.Duration) int64 { return int64(d / time.Millisecond) }
 //	caller 1 attempt 2: after 20ms -> DOWN at 58ms
 //
 // where "at" is the arrival time at the gateway (the send time if it never
-// arrived) and waits are padded to the longest one, as in the seed. A caller
+// arrived) and waits are padded to the longest one. A caller
 // that gave up gets one more line saying why:
 //
 //	caller 3 gave up after 3 attempts: budget

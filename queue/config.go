@@ -34,7 +34,7 @@ const (
 // takes its default. Negative values, values out of range and a Cap below
 // Base are rejected by New with an error naming the field.
 type Config struct {
-	// Base and Cap are the retry schedule (seed 002): after failed attempt
+	// Base and Cap are the retry schedule (backoff.RetryDelay): after failed attempt
 	// n the job waits floor(min(Cap, Base·2^(n−1))·ratio) with a fresh
 	// random ratio in [0, 1) per retry (backoff.Ratio). Defaults 1s and 5m
 	// (a zero Cap with a Base above 5m defaults to Base).

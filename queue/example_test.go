@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
@@ -12,7 +13,7 @@ import (
 )
 
 // Enqueue a job and process it with RunOnce: a retryable failure leaves it
-// pending at now + delay (seed 002: base 100ms, ratio 0.5 → 50ms), the next
+// pending at now + delay (base 100ms, ratio 0.5 → 50ms), the next
 // run after that time finishes it. The clock and the ratio are fixed here so
 // the output is deterministic.
 func Example() {
@@ -53,4 +54,64 @@ func Example() {
 	// before available_at: <nil>
 	// done attempts 2
 	// re-submitted, created: false
+}
+
+// A Worker runs handlers for due jobs until its context ends: here two
+// handlers at once drain three orders, one of which fails once and is
+// retried, and one of which is malformed and goes dead at once. The ratio
+// is fixed at 0, so a retry is due at once and the example runs in a moment.
+func ExampleWorker() {
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Rand: queuetest.FixedRatio(0)})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id, Payload: []byte(id), MaxAttempts: 3}); err != nil {
+			panic(err)
+		}
+	}
+
+	var mu sync.Mutex
+	settled := 0
+	handle := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		var err error
+		switch {
+		case d.ID == "order-3":
+			err = retry.Permanent(errors.New("malformed order"))
+		case d.ID == "order-2" && d.Attempt == 1:
+			return retry.Retryable(errors.New("warehouse: 503"))
+		}
+		mu.Lock()
+		if settled++; settled == 3 {
+			cancel() // everything is done or dead: stop the worker
+		}
+		mu.Unlock()
+		return err
+	}
+	w, err := queue.NewWorker(q, handle, queue.WorkerConfig{Concurrency: 2})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		panic(err)
+	}
+
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		j, _ := q.Get(context.Background(), id)
+		line := fmt.Sprintf("%s: %s, attempts %d", j.ID, j.State, j.Attempts)
+		if j.State == queue.Dead {
+			line += ", " + string(j.DeadReason)
+		}
+		if j.LastError != "" {
+			line += ", last error: " + j.LastError
+		}
+		fmt.Println(line)
+	}
+	// Output:
+	// order-1: done, attempts 1
+	// order-2: done, attempts 2, last error: warehouse: 503
+	// order-3: dead, attempts 1, permanent, last error: malformed order
 }

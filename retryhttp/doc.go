@@ -19,5 +19,5 @@
 // number, sheds load with 503 + Retry-After + [NoRetryHeader] when the
 // service is overloaded, and tells a Transport used inside the handler that
 // an upstream layer already owns retries — so three stacked layers of three
-// attempts send three attempts to the bottom, not twenty-seven (seed 003).
+// attempts send three attempts to the bottom, not twenty-seven.
 package retryhttp

@@ -72,8 +72,9 @@ func ParseAttempt(v string) (int, bool) {
 	return n, n >= 1 && n <= MaxAttemptHeader
 }
 
-// Guard is server middleware for the single-retry-owner rule (seed 003:
-// exactly one layer owns retries; hidden retries are counted or turned off).
+// Guard is server middleware for the single-retry-owner rule: exactly one
+// layer owns retries; hidden retries are counted or turned off (the SRE
+// book, "Addressing Cascading Failures": avoid retrying at multiple levels).
 //
 // It reads the AttemptHeader of every request and counts requests per
 // attempt number, so a service can see how much of its load is retries. A

@@ -15,7 +15,7 @@
 // Each failure is decided by the shared retry.Policy.Decide; a retry is a
 // NakWithDelay of exactly the decided delay, so the server redelivers it no
 // sooner. The attempt number is the server's delivery count (NumDelivered):
-// a delivery that crashed or timed out counts, as seed 002 counts claims.
+// a delivery that crashed or timed out counts, as the durable queue counts claims.
 //
 // Dead letters are published with a Nats-Msg-Id derived from the consumer
 // and the original's stream and sequence, so the consumer's own copy and

@@ -194,7 +194,7 @@ func TestConsumerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := c.ConsumerConfig()
-	// Default policy: the seed cascade, 4 attempts.
+	// Default policy: the default cascade, 4 attempts.
 	want := []time.Duration{15 * time.Second, time.Minute, 10 * time.Minute}
 	if cfg.MaxDeliver != 4 || fmt.Sprint(cfg.BackOff) != fmt.Sprint(want) || cfg.AckPolicy != jetstream.AckExplicitPolicy {
 		t.Fatalf("config %+v", cfg)

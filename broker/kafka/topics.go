@@ -1,5 +1,5 @@
 // Package kafka runs a stagger retry.Handler on Kafka with Uber-style retry
-// topics (seed 004), on franz-go: no consumer ever sleeps.
+// topics, on franz-go: no consumer ever sleeps.
 //
 //	producer ──► orders ──► stage 0 (group G) ── nil ─────────────────► commit
 //	                           │ retryable: produce, then commit

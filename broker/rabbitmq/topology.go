@@ -1,7 +1,7 @@
 // Package rabbitmq runs a stagger retry.Handler on a RabbitMQ queue with
 // broker-side delayed retries: no consumer ever sleeps.
 //
-// The topology is seed 004's delay-queue cascade. A failed message is
+// The topology is a delay-queue cascade. A failed message is
 // published (with publisher confirms and mandatory) to the wait queue of its
 // delay tier; the wait queue has no consumer, a queue-level x-message-ttl and
 // x-dead-letter-exchange pointing back at the main exchange, so when the
@@ -22,7 +22,7 @@
 // 10-second retry behind a 10-minute one. The tier is chosen from the delay
 // the shared decision (retry.Policy.Decide) returns: the first tier at least
 // that long, so a message is never delivered early; with the default policy
-// (broker.CascadePolicy) attempt n waits tier n, as in the seed.
+// (broker.CascadePolicy) attempt n waits tier n.
 //
 // The attempt count travels in our own header (broker.HeaderAttempt), not
 // in x-death, whose counting changed in RabbitMQ 3.13.

@@ -1,4 +1,4 @@
-// Package redisbudget is the seed-003 retry budget shared by every process
+// Package redisbudget is the token-bucket retry budget shared by every process
 // that calls one dependency, kept in Redis.
 //
 // The credits are those of [budget.TokenBucket]: every original request

@@ -13,7 +13,7 @@ import (
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
-// Every replica of a service shares one seed-003 budget for the payments
+// Every replica of a service shares one token-bucket budget for the payments
 // API: +1 credit per original request (cap 200), 10 per retry, kept in
 // Redis. With Redis unreachable, retries stop (fail closed); originals go on.
 func Example() {

@@ -20,7 +20,7 @@ import (
 func init() {
 	register(command{
 		name:    "lab",
-		summary: "count what a retry policy does to the service that receives it (seed 000)",
+		summary: "count what a retry policy does to the service that receives it",
 		run:     runLab,
 	})
 }
@@ -48,11 +48,11 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		bulkhead       = lab.DefaultBulkhead
 		capacity       = 0
 		budgetInitial  = int(lab.DefaultBudgetInitial)
-		outage         = lab.Seed000Outage
+		outage         = lab.FourCallerDown
 		latency        time.Duration
 		autoLatency    = true
 		window         = lab.DefaultWindow
-		ramp           = lab.Seed000Ramp
+		ramp           = lab.FourCallerRamp
 		base           = lab.DefaultBase
 		capDelay       time.Duration
 		attemptTimeout time.Duration
@@ -65,7 +65,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(intValue{&callers, 1, lab.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
 	fs.Var(durationValue{p: &outage, max: 10 * time.Minute}, "outage", "how long the gateway is down (503) from the start; 0 for no outage")
 	fs.Var(latencyValue{d: &latency, auto: &autoLatency, max: time.Minute}, "latency",
-		"how long the gateway takes to answer; auto: measure what this machine adds to a cycle and make up the seed's 26.2ms round trip, so that immediate lands on the seed's 64 attempts / peak 18")
+		"how long the gateway takes to answer; auto: measure what this machine adds to a cycle and make up a 26.2ms round trip, so that immediate makes 64 attempts with a peak of 18")
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the timeline's buckets")
 	fs.Var(&listValue{p: &names, check: checkStrategyName}, "strategy",
 		"strategy to run; repeat the flag or separate names with commas: "+strings.Join(lab.StrategyNames, ", ")+
@@ -138,7 +138,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		Seed:           seed,
 	}
 	if autoLatency {
-		cfg.scenario.RoundTrip = lab.Seed000RoundTrip
+		cfg.scenario.RoundTrip = lab.FourCallerRoundTrip
 	}
 	if err := cfg.scenario.Validate(); err != nil { // the flags' own checks make this unreachable
 		return usageErr("%v", err)
@@ -160,8 +160,8 @@ func labUsage(w io.Writer, fs *flag.FlagSet) {
 Runs callers against a real HTTP gateway on 127.0.0.1 that is down for a
 while, once per strategy, and counts on the receiving side: attempts,
 accepted, and the peak number of attempts inside one window. With no flags it
-reproduces seed 000: 4 callers, a gateway down for 700 ms, "retry
-immediately" against exponential backoff with full jitter (base 60 ms).
+runs four callers against a gateway down for 700 ms, "retry immediately"
+against exponential backoff with full jitter (base 60 ms).
 
 Exit status: 0 ok; 1 a check failed (a jittered strategy whose waits were all
 identical, or callers and gateway disagreeing on the count); 2 bad flags.
@@ -227,7 +227,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return labVerdict(stderr, results)
 }
 
-// labVerdict applies the built-in checks: seed 000's jitter verification and
+// labVerdict applies the built-in checks: the jitter check and
 // the agreement of the two counts.
 func labVerdict(stderr io.Writer, results []*lab.Result) int {
 	code := exitOK

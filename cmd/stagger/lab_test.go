@@ -19,7 +19,7 @@ var (
 )
 
 // TestLabDefault runs `stagger lab` with its defaults (plus a report path in
-// a temporary directory) and checks the seed's format line by line, and
+// a temporary directory) and checks the log's format line by line, and
 // that every count in it adds up. It runs on real time, so it asserts counts
 // and format, not timings.
 func TestLabDefault(t *testing.T) {
@@ -52,7 +52,7 @@ func TestLabDefault(t *testing.T) {
 		if strings.HasPrefix(line, "  caller ") {
 			m := attemptRE.FindStringSubmatch(line)
 			if m == nil || cur == nil {
-				t.Fatalf("attempt line not in the seed's format: %q", line)
+				t.Fatalf("attempt line not in the log's format: %q", line)
 			}
 			cur.lines++
 			if m[5] == "ACCEPTED" {
@@ -79,7 +79,7 @@ func TestLabDefault(t *testing.T) {
 		}
 	}
 	if len(blocks) != 2 || blocks[0].title != "RETRY IMMEDIATELY" || blocks[1].title != "EXPONENTIAL + JITTER" {
-		t.Fatalf("want the two seed strategies, got %d blocks:\n%s", len(blocks), out)
+		t.Fatalf("want the two default strategies, got %d blocks:\n%s", len(blocks), out)
 	}
 	for _, b := range blocks {
 		if b.callers != 4 || b.accepted != 4 || b.acceptedLines != 4 || len(b.lastAttempt) != 4 {
@@ -177,7 +177,7 @@ func TestLabJSON(t *testing.T) {
 }
 
 // TestLabJitterCheck: full jitter over a window smaller than the 1 ms
-// granularity draws 0 every time; the seed's verification fails the run.
+// granularity draws 0 every time; the jitter check fails the run.
 func TestLabJitterCheck(t *testing.T) {
 	t.Chdir(t.TempDir())
 	code, out, errOut := runCLI(t, "lab", "--strategy", "expo-full", "--base", "500us", "--max-attempts", "2",

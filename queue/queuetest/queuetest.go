@@ -1,6 +1,6 @@
 // Package queuetest is the conformance suite every queue.Store must pass:
 // the store's atomic transitions (Insert, Claim, Record, Extend, Bury,
-// Requeue, Stats) and, on top of them, the seed-002 contract of queue.Queue
+// Requeue, Stats) and, on top of them, the contract of queue.Queue
 // driven by a fake clock. A store module calls Run from its tests.
 package queuetest
 
@@ -79,7 +79,7 @@ type env struct {
 	ctx   context.Context
 }
 
-// base 100ms, cap 1000ms, ratio 0.5: the seed's first example.
+// base 100ms, cap 1000ms, ratio 0.5: 50 ms after the first failure.
 func newEnv(t *testing.T, s queue.Store, mod func(*queue.Config)) *env {
 	t.Helper()
 	clock := NewClock(Start)
@@ -754,7 +754,7 @@ func testSuccess(t *testing.T, s queue.Store) {
 }
 
 func testRetryDelay(t *testing.T, s queue.Store) {
-	// Seed 002: base 100, cap 1000, ratio 0.5: 50 ms after the 1st failure,
+	// Base 100, cap 1000, ratio 0.5: 50 ms after the 1st failure,
 	// 100 ms after the 2nd; base 100, cap 250, attempt 3: 125 ms.
 	for _, tc := range []struct {
 		cap   time.Duration
