@@ -48,6 +48,10 @@ type Driver struct {
 	// no user code (the simulator models timeouts itself), so the cases
 	// that end a context, need an attempt timeout or panic do not apply.
 	Simulated bool
+	// RemoteHandler: the attempt's code runs in another process (a
+	// server), whose panics are not the driver's, so the panic case does
+	// not apply.
+	RemoteHandler bool
 	// RecoversPanics: the driver turns a handler's panic into an error
 	// instead of letting it go on.
 	RecoversPanics bool
@@ -278,7 +282,7 @@ func (r *Recorder) InFlight() int {
 // Run runs every case against d and checks it against the reference log.
 func Run(t *testing.T, d Driver) {
 	for _, c := range Cases() {
-		if c.WaitCancel && d.NoWaitCancel || (c.UsesContext || c.Panics) && d.Simulated {
+		if c.WaitCancel && d.NoWaitCancel || (c.UsesContext || c.Panics) && d.Simulated || c.Panics && d.RemoteHandler {
 			continue
 		}
 		t.Run(c.Name, func(t *testing.T) {
