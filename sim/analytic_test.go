@@ -50,21 +50,43 @@ func occCompletion(n int, d time.Duration, s backoff.Schedule) time.Duration {
 }
 
 // TestBrookerScenarioZeroVariance runs the same check through the
-// scenario's sweep (parallel runs, averaging).
+// scenario's sweep (parallel runs, averaging) with the blog simulator's
+// attempt counter: at SD = 0 expo finishes at
+// 40N + Σ_{k=1}^{N−1} min(2000, 5·2^k) ms (188.55 s at N = 100; stagger's
+// own counter, whose first window is 5 ms, gives 186.555 s).
 func TestBrookerScenarioZeroVariance(t *testing.T) {
-	c := DefaultBrooker2015()
-	c.NFrom, c.NTo, c.NStep, c.Runs, c.SD = 5, 25, 10, 3, 0
-	c.Strategies = []string{"expo"}
-	res, err := c.Run(context.Background(), Options{Seed: 9})
-	if err != nil {
-		t.Fatal(err)
+	paper := func(n int) float64 {
+		ms := 40.0 * float64(n)
+		for k := 1; k < n; k++ {
+			ms += math.Min(2000, 5*math.Pow(2, float64(k)))
+		}
+		return ms
 	}
-	s := backoff.Exponential{Base: c.Base, Cap: c.Cap}
-	for i, n := range []int{5, 15, 25} {
-		row := res.Table.Rows[i]
-		want := occCompletion(n, c.Delay, s)
-		if row[1] != n || row[2] != float64(n*(n+1)/2) || row[4] != float64(want)/float64(time.Millisecond) {
-			t.Errorf("row %v; want N=%d calls=%d completion=%v", row, n, n*(n+1)/2, want)
+	if got := paper(100); got != 188550 {
+		t.Fatalf("closed form at N=100 = %v ms, want 188550", got)
+	}
+	for _, counter := range []string{"paper", "stagger"} {
+		c := DefaultBrooker2015()
+		c.NFrom, c.NTo, c.NStep, c.Runs, c.SD = 5, 100, 5, 3, 0
+		c.Strategies = []string{"expo"}
+		c.Counter = counter
+		res, err := c.Run(context.Background(), Options{Seed: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := backoff.Exponential{Base: c.Base, Cap: c.Cap}
+		for i, row := range res.Table.Rows {
+			n := 5 + 5*i
+			want := paper(n)
+			if counter == "stagger" {
+				want = float64(occCompletion(n, c.Delay, s)) / float64(time.Millisecond)
+			}
+			if row[1] != n || row[2] != float64(n*(n+1)/2) || row[4] != want {
+				t.Errorf("%s: row %v; want N=%d calls=%d completion=%v ms", counter, row, n, n*(n+1)/2, want)
+			}
+		}
+		if last := res.Table.Rows[len(res.Table.Rows)-1]; counter == "stagger" && last[4] != 186555.0 {
+			t.Errorf("stagger counter at N=100: %v ms, want 186555", last[4])
 		}
 	}
 }
@@ -343,6 +365,40 @@ func TestLittlesStep(t *testing.T) {
 		}
 		if before /= 20; before < 7 || before > 13 {
 			t.Errorf("%s: %.1f in flight before the step, want ~10", name, before)
+		}
+	}
+}
+
+// TestBrookerCounter: with the blog simulator's counter the k-th window of
+// expo, full and equal is min(cap, base·2^k) (its attempt counter is
+// incremented before the wait), and with stagger's it is
+// min(cap, base·2^(k−1)); decorrelated's first wait is drawn from
+// [base, 3·base] in both.
+func TestBrookerCounter(t *testing.T) {
+	for _, counter := range []string{"paper", "stagger"} {
+		c := DefaultBrooker2015()
+		c.Counter = counter
+		shift := 0
+		if counter == "paper" {
+			shift = 1
+		}
+		for _, name := range []string{"expo", "full", "equal"} {
+			e, ok := c.schedule(name).(backoff.Exponential)
+			if !ok {
+				t.Fatalf("%s: schedule %T, want backoff.Exponential", name, c.schedule(name))
+			}
+			for k := 1; k <= 12; k++ {
+				want := min(c.Cap, c.Base<<(k-1+shift))
+				if got := e.Window(k); got != want {
+					t.Errorf("%s %s: window %d = %v, want %v", counter, name, k, got, want)
+				}
+			}
+		}
+		src := pcg(3)
+		for range 1000 {
+			if d := c.schedule("decorrelated").Delay(1, 0, src); d < c.Base || d > 3*c.Base {
+				t.Fatalf("%s decorrelated first wait %v outside [%v, %v]", counter, d, c.Base, 3*c.Base)
+			}
 		}
 	}
 }

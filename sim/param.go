@@ -165,3 +165,21 @@ func listParam(v *[]string, name, usage string, choices []string) *Param {
 		},
 	}
 }
+
+// choiceParam is one name from choices.
+func choiceParam(v *string, name, usage string, choices []string) *Param {
+	return &Param{
+		Name: name, Usage: usage + " (one of " + strings.Join(choices, ", ") + ")",
+		get: func() string { return *v },
+		set: func(s string) error {
+			*v = strings.TrimSpace(s)
+			return nil
+		},
+		check: func() error {
+			if !slices.Contains(choices, *v) {
+				return fmt.Errorf("unknown name %q (choose one of %s)", *v, strings.Join(choices, ", "))
+			}
+			return nil
+		},
+	}
+}
