@@ -348,6 +348,32 @@ func TestHerdImmediateExact(t *testing.T) {
 	}
 }
 
+// TestHerdAnsweredDown: "answered down" counts the attempts the database
+// handled while it was down, so with a host that handles db-rate attempts
+// per second it never exceeds db-rate × outage (plus the one in service
+// when the outage began to end), however many workers queue up; with 100
+// workers it is one per worker per round trip, below that bound.
+func TestHerdAnsweredDown(t *testing.T) {
+	t.Parallel()
+	c := DefaultHerd()
+	c.Strategies = []string{"immediate"}
+	for _, workers := range []int{100, 20_000} {
+		c.Workers = workers
+		res, err := c.Run(context.Background(), Options{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		down := res.Table.Rows[0][2].(int64)
+		bound := int64(c.Rate*c.Outage.Seconds()) + 1
+		if down > bound {
+			t.Errorf("%d workers: answered down %d > db-rate × outage = %d", workers, down, bound)
+		}
+		if workers == 20_000 && down < bound-int64(c.Rate*c.RTT.Seconds()) { // the first arrive half a round trip in
+			t.Errorf("%d workers: answered down %d, want the host saturated at ~%d", workers, down, bound)
+		}
+	}
+}
+
 // TestHerdOrdering: the strategies order as the seed says: immediate ≫
 // expo-full ≥ budget during the outage, and the budget dead-letters.
 func TestHerdOrdering(t *testing.T) {
@@ -359,42 +385,78 @@ func TestHerdOrdering(t *testing.T) {
 	}
 	imm, expo, bud := res.Table.Rows[0], res.Table.Rows[1], res.Table.Rows[2]
 	if !(imm[2].(int64) > 100*expo[2].(int64) && expo[2].(int64) > bud[2].(int64)) {
-		t.Errorf("requests in outage: immediate %v, expo %v, budget %v", imm[2], expo[2], bud[2])
+		t.Errorf("answered down: immediate %v, expo %v, budget %v", imm[2], expo[2], bud[2])
 	}
 	if expo[5] != int64(100) || bud[6].(int64) == 0 {
 		t.Errorf("expo-full wrote %v (want 100); budget dead-lettered %v (want > 0)", expo[5], bud[6])
 	}
 }
 
-// TestCollapse: plain retries tip the server into a state it does not
-// leave; the budget keeps it out.
+// TestCollapse: the paper's spike collapses the server with retries that
+// do not back off (their 3 tries exceed its 100 attempts/s capacity, so
+// latency keeps growing after the spike), while the 10 s doubling full
+// jitter backoff and the budget recover; without the spike nothing times
+// out. The ramp's falling edge is back at the normal rate at 50 s; the
+// budget serves again by then, plain retries do not.
 func TestCollapse(t *testing.T) {
 	t.Parallel()
-	c := DefaultCollapse()
-	res, err := c.Run(context.Background(), Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	collapsed := map[string]string{}
-	for _, row := range res.Table.Rows {
-		collapsed[row[0].(string)] = row[9].(string)
-	}
-	if collapsed["no-backoff"] == "0/20" || collapsed["full-jitter"] == "0/20" {
-		t.Errorf("no run of plain retries collapsed: %v", collapsed)
-	}
-	if collapsed["budget"] != "0/20" {
-		t.Errorf("budget runs collapsed: %v", collapsed)
-	}
-	// without the spike nothing collapses
-	c.SpikeRate = c.Rate
-	res, err = c.Run(context.Background(), Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, row := range res.Table.Rows {
-		if row[9] != "0/20" || row[3].(float64) != 0 {
-			t.Errorf("no spike: %v", row)
+	collapsed := func(c CollapseConfig) map[string]string {
+		res, err := c.Run(context.Background(), Options{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
 		}
+		m := map[string]string{}
+		for _, row := range res.Table.Rows {
+			m[row[0].(string)] = row[10].(string)
+			// without a spike only the network's tail (two hops of
+			// Exp(0.1 s) past the slack of 1.3 s) times out, rarely.
+			if c.SpikeRate == c.Rate && row[3].(float64) > 1 {
+				t.Errorf("no spike: %v timeouts per run, want < 1", row)
+			}
+		}
+		return m
+	}
+	c := DefaultCollapse()
+	got := collapsed(c)
+	if got["no-backoff"] != "10/10" && got["no-backoff"] != "9/10" && got["no-backoff"] != "8/10" {
+		t.Errorf("spike: no-backoff collapsed in %s runs, want at least 8/10", got["no-backoff"])
+	}
+	if got["full-jitter"] != "0/10" || got["budget"] != "0/10" {
+		t.Errorf("spike: backoff or budget runs collapsed: %v", got)
+	}
+	r := c
+	r.Load = "ramp"
+	got = collapsed(r)
+	if got["no-backoff"] != "10/10" || got["budget"] != "0/10" {
+		t.Errorf("ramp: %v; want no-backoff 10/10, budget 0/10", got)
+	}
+	c.SpikeRate = c.Rate
+	for name, v := range collapsed(c) {
+		if v != "0/10" {
+			t.Errorf("no spike: %s collapsed in %s runs", name, v)
+		}
+	}
+}
+
+// TestCollapseLittle: in steady state at λ = 40 req/s the server holds
+// L = λ·W attempts with W = Latency + PerRequest·L, so
+// L = λ·Latency / (1 − λ·PerRequest) = 40 / 0.6 ≈ 66.7.
+func TestCollapseLittle(t *testing.T) {
+	t.Parallel()
+	c := DefaultCollapse()
+	c.SpikeRate, c.Duration = c.Rate, 400*time.Second
+	run := c.runOne("no-backoff", 7)
+	var sum float64
+	for _, n := range run.conc[20:] {
+		sum += float64(n)
+	}
+	l := sum / float64(len(run.conc)-20)
+	want := c.Rate * c.Latency.Seconds() / (1 - c.Rate*c.PerRequest.Seconds())
+	if math.Abs(l-want) > 0.05*want {
+		t.Errorf("mean in flight %.1f, want λ·Latency/(1−λ·PerRequest) = %.1f ± 5%%", l, want)
+	}
+	if run.timeouts > 5 {
+		t.Errorf("%d timeouts at a stable load", run.timeouts)
 	}
 }
 

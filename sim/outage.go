@@ -37,7 +37,8 @@ type attemptLog struct {
 
 type outageRun struct {
 	m       *Meter
-	during  int64 // attempts that reached the server during the outage
+	during  int64 // attempts the server handled while down (answered ErrDown)
+	arrived int64 // attempts that reached the server during the outage
 	log     []attemptLog
 	events  uint64
 	maxWait time.Duration // longest time an attempt queued at the server
@@ -113,7 +114,7 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 		case evArrive:
 			m.Call(now)
 			if now < om.outage {
-				res.during++
+				res.arrived++
 			}
 			begin := now
 			if service > 0 {
@@ -122,6 +123,9 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				res.maxWait = max(res.maxWait, begin-now)
 			}
 			c.failed = begin < om.outage
+			if c.failed {
+				res.during++
+			}
 			e.At(begin+service+back, evReply, id)
 		case evReply:
 			var err error
