@@ -297,7 +297,7 @@ func TestLittlesLaw(t *testing.T) {
 	if steady != 5 {
 		t.Fatalf("%d steady rows, want 5", steady)
 	}
-	// seed 003's numbers: ~10 in flight at 0.1 s, ~200 at 2 s, 50 in a bulkhead
+	// the reference numbers: ~10 in flight at 0.1 s, ~200 at 2 s, 50 in a bulkhead
 	for _, row := range res.Table.Rows {
 		lat, mode, l := row[0].(float64), row[1].(string), row[4].(float64)
 		want := map[string]float64{"0.1unbounded": 10, "2unbounded": 200, "2bulkhead": 50}[fmt.Sprint(lat)+mode]
@@ -307,10 +307,10 @@ func TestLittlesLaw(t *testing.T) {
 	}
 }
 
-// TestSeed000 reproduces the published immediate-retry numbers with the
-// calibrated round trip, and checks the seed's own jitter verification.
-func TestSeed000(t *testing.T) {
-	c := DefaultSeed000()
+// TestOutageScenario reproduces the published immediate-retry numbers with the
+// calibrated round trip, and checks the jitter verification.
+func TestOutageScenario(t *testing.T) {
+	c := DefaultOutage()
 	res, err := c.Run(context.Background(), Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func TestHerdAnsweredDown(t *testing.T) {
 	}
 }
 
-// TestHerdOrdering: the strategies order as the seed says: immediate ≫
+// TestHerdOrdering: the strategies order as expected: immediate ≫
 // expo-full ≥ budget during the outage, and the budget dead-letters.
 func TestHerdOrdering(t *testing.T) {
 	t.Parallel()

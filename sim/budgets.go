@@ -38,7 +38,7 @@ import (
 //     budget.Breaker is windowed, so this one is [paperBreaker].
 //
 // stagger's own budgets run as further strategies, each with up to
-// Retries retries: credits (budget.TokenBucket's seed-003 defaults,
+// Retries retries: credits (budget.TokenBucket's defaults,
 // starting empty), ratio-10% (budget.Ratio, the SRE book's per-client
 // retry budget), breaker-window (budget.Breaker over WindowSpan, minimum
 // 10 results), grpc (budget.GRPC, gRPC A6 retry throttling with its
@@ -120,7 +120,7 @@ func (c *BudgetsConfig) policy(name string, src rand.Source) (*retry.Policy, err
 	case "breaker":
 		p.Budget = &paperBreaker{max: c.BreakerRate}
 	case "credits":
-		p.Budget = &budget.TokenBucket{} // seed 003: +1 per call, cap 200, a retry costs 10, starts empty
+		p.Budget = &budget.TokenBucket{} // the defaults: +1 per call, cap 200, a retry costs 10, starts empty
 	case "ratio-10%":
 		p.Budget, err = budget.NewRatio(0.1, c.RatioSpan)
 	case "breaker-window":

@@ -104,7 +104,7 @@ func (c *CollapseConfig) policy(name string) *retry.Policy {
 	case "full-jitter":
 		p.Schedule = backoff.Exponential{Base: 2 * c.Backoff, Jitter: backoff.Full}
 	case "budget":
-		p.Budget = &budget.TokenBucket{} // seed 003 credits, one budget for the client fleet
+		p.Budget = &budget.TokenBucket{} // budget.TokenBucket's defaults, one budget for the client fleet
 	}
 	return p
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// HerdConfig is seed 004's thundering herd: workers consume an order queue
+// HerdConfig is a thundering herd: workers consume an order queue
 // and write to a database that reboots for Outage. Each worker holds Jobs
 // orders in turn and retries each until it is written or the policy gives
 // up (the order goes to the dead-letter queue).
@@ -29,10 +29,10 @@ type HerdConfig struct {
 
 var herdStrategies = []string{"immediate", "expo-full", "expo-full+budget"}
 
-// DefaultHerd returns seed 004's numbers: 100 workers, a 5 s reboot, a
+// DefaultHerd returns the reference numbers: 100 workers, a 5 s reboot, a
 // 2.5 ms requeue round trip, backoff 1 s ×2 capped at 30 s, and a database
-// host that takes at most 50,000 connection attempts per second (the
-// seed's "~50,000 TCP SYN/s").
+// host that takes at most 50,000 connection attempts per second (about
+// the TCP SYNs per second one host accepts).
 func DefaultHerd() HerdConfig {
 	return HerdConfig{
 		Workers: 100, Jobs: 1, Outage: 5 * time.Second, RTT: 2500 * time.Microsecond,
@@ -84,7 +84,7 @@ func (c *HerdConfig) policy(name string) *retry.Policy {
 		p.Schedule = expo
 	case "expo-full+budget":
 		p.Schedule = expo
-		// seed 003: +1 per order, 10 per retry, cap 200; shared by the workers,
+		// budget.TokenBucket's defaults: +1 per order, 10 per retry, cap 200; shared by the workers,
 		// full when the database reboots (as after a healthy while; the lab's
 		// +budget starts full too).
 		p.Budget = &budget.TokenBucket{Initial: budget.DefaultMax}
@@ -148,7 +148,7 @@ func (c *HerdConfig) Run(ctx context.Context, o Options) (*Result, error) {
 		if arrived > immediate {
 			note += fmt.Sprintf("; %d arrived during the outage, and the %d others waited their turn and were served after it", arrived, arrived-immediate)
 		}
-		res.Notes = append(res.Notes, note+". Seed 004 says more than 200,000 for 100 workers in 5 s (~50,000 SYN/s).")
+		res.Notes = append(res.Notes, note+".")
 	}
 	return res, nil
 }

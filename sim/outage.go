@@ -7,7 +7,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// The down-then-up server (seeds 000 and 004). Callers are serial: each
+// The down-then-up server (outage and herd). Callers are serial: each
 // works through its logical requests (jobs) one after another, retrying
 // each with the policy until it succeeds or the policy stops. An attempt
 // takes half the round trip to reach the server and half to come back. The
@@ -27,7 +27,7 @@ type outageModel struct {
 	countWaits    bool // count the distinct waits before retries
 }
 
-// attemptLog is one attempt as its caller saw it (seed 000's log line).
+// attemptLog is one attempt as its caller saw it (one log line).
 type attemptLog struct {
 	caller, attempt int
 	wait            time.Duration // wait before this attempt (0 for the first)

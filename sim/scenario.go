@@ -40,13 +40,13 @@ type Scenario struct {
 // Scenarios returns every scenario, in the order of `stagger sim list`.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{"seed000", "seed 000: 4 callers, 700 ms outage, retry immediately vs exponential + full jitter", func() Runner { c := DefaultSeed000(); return &c }},
-		{"herd", "seed 004: workers hammer a database down for 5 s: immediate requeue vs expo-full vs budget", func() Runner { c := DefaultHerd(); return &c }},
+		{"outage", "4 callers, 700 ms outage, retry immediately vs exponential + full jitter", func() Runner { c := DefaultOutage(); return &c }},
+		{"herd", "workers hammer a database down for 5 s: immediate requeue vs expo-full vs budget", func() Runner { c := DefaultHerd(); return &c }},
 		{"brooker2015", "optimistic-concurrency row (Brooker 2015): calls and completion time vs clients per backoff", func() Runner { c := DefaultBrooker2015(); return &c }},
 		{"budgets", "failure rate 0…1: load amplification and success of retry budgets, breaker and 3 retries", func() Runner { c := DefaultBudgets(); return &c }},
 		{"collapse", "metastable collapse: a 5 s spike, timeouts that do not cancel work, goodput per second", func() Runner { c := DefaultCollapse(); return &c }},
 		{"layers", "retries stacked in layers multiply (n^L); a single retry owner keeps n", func() Runner { c := DefaultLayers(); return &c }},
-		{"littles-law", "seed 003: 100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
+		{"littles-law", "100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
 	}
 }
 

@@ -106,13 +106,13 @@ func TestEveryScenarioListed(t *testing.T) {
 // (values set in code), naming the parameter.
 func TestBadParams(t *testing.T) {
 	cases := []struct{ scenario, param, value string }{
-		{"seed000", "callers", "0"},
-		{"seed000", "callers", "-4"},
-		{"seed000", "callers", "true"},
-		{"seed000", "callers", "4.5"},
-		{"seed000", "outage", "-1s"},
-		{"seed000", "outage", "soon"},
-		{"seed000", "strategy", "sometimes"},
+		{"outage", "callers", "0"},
+		{"outage", "callers", "-4"},
+		{"outage", "callers", "true"},
+		{"outage", "callers", "4.5"},
+		{"outage", "outage", "-1s"},
+		{"outage", "outage", "soon"},
+		{"outage", "strategy", "sometimes"},
 		{"herd", "workers", "99999999999"},
 		{"herd", "db-rate", "NaN"},
 		{"herd", "db-rate", "+Inf"},
@@ -168,10 +168,10 @@ func TestBadParams(t *testing.T) {
 	if _, err := h.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "workers") {
 		t.Errorf("immediate with 10⁶ workers and no db-rate: %v", err)
 	}
-	s := DefaultSeed000()
+	s := DefaultOutage()
 	s.Outage, s.Callers = time.Hour, 100_000
 	if _, err := s.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "callers") {
-		t.Errorf("seed000 with an hour-long outage: %v", err)
+		t.Errorf("outage with an hour-long outage: %v", err)
 	}
 	b := DefaultBrooker2015()
 	b.Delay, b.SD = 0, 0

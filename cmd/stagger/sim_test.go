@@ -24,7 +24,7 @@ func TestSimList(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, name := range []string{"seed000", "herd", "brooker2015", "budgets", "collapse", "layers", "littles-law"} {
+	for _, name := range []string{"outage", "herd", "brooker2015", "budgets", "collapse", "layers", "littles-law"} {
 		if !strings.Contains(out, "  "+name+" ") {
 			t.Errorf("list lacks %s:\n%s", name, out)
 		}
@@ -54,11 +54,11 @@ func TestSimBadInput(t *testing.T) {
 		{[]string{"sim", "budgets", "--rate", "1e400"}, "-rate"},
 		{[]string{"sim", "layers", "--shapes", "3by3"}, "-shapes"},
 		{[]string{"sim", "littles-law", "--warmup", "2h", "--duration", "1h"}, "warmup"},
-		{[]string{"sim", "seed000", "--json", "--csv"}, "choose one"},
-		{[]string{"sim", "seed000", "--parallel", "-1"}, "--parallel"},
-		{[]string{"sim", "seed000", "extra"}, `unexpected argument "extra"`},
-		{[]string{"sim", "seed000", "--seed", "-1"}, "-seed"},
-		{[]string{"sim", "seed000", "--report", filepath.Join(t.TempDir(), "missing", "r.html")}, "--report"},
+		{[]string{"sim", "outage", "--json", "--csv"}, "choose one"},
+		{[]string{"sim", "outage", "--parallel", "-1"}, "--parallel"},
+		{[]string{"sim", "outage", "extra"}, `unexpected argument "extra"`},
+		{[]string{"sim", "outage", "--seed", "-1"}, "-seed"},
+		{[]string{"sim", "outage", "--report", filepath.Join(t.TempDir(), "missing", "r.html")}, "--report"},
 	}
 	for _, c := range cases {
 		code, out, errs := runCLI(t, c.args...)
@@ -111,8 +111,8 @@ func TestSimOutputs(t *testing.T) {
 }
 
 func TestSimSeedChangesOutput(t *testing.T) {
-	_, a, _ := runCLI(t, "sim", "seed000", "--seed", "1", "--quiet")
-	_, b, _ := runCLI(t, "sim", "seed000", "--seed", "2", "--quiet")
+	_, a, _ := runCLI(t, "sim", "outage", "--seed", "1", "--quiet")
+	_, b, _ := runCLI(t, "sim", "outage", "--seed", "2", "--quiet")
 	if a == b {
 		t.Fatal("seeds 1 and 2 printed the same")
 	}
@@ -120,7 +120,7 @@ func TestSimSeedChangesOutput(t *testing.T) {
 
 func TestSimReportPathIsDirectory(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errs := runCLI(t, "sim", "seed000", "--report", dir)
+	code, out, errs := runCLI(t, "sim", "outage", "--report", dir)
 	if code != exitUsage || out != "" || !strings.Contains(errs, "directory") {
 		t.Fatalf("exit %d stdout %q stderr %q", code, out, errs)
 	}
