@@ -523,3 +523,67 @@ func TestBrookerCounter(t *testing.T) {
 		}
 	}
 }
+
+// metastableAt runs the metastable scenario at a tenth of the paper's rate
+// and capacity (the same queue waits, a tenth of the events).
+func metastableAt(t *testing.T, rate, cut float64, resends int, strategy string, cutLen, duration time.Duration) (goodput float64, c MetastableConfig) {
+	t.Helper()
+	c = DefaultMetastable()
+	c.Rate, c.Capacity, c.Cut, c.Resends, c.Duration = rate/10, c.Capacity/10, cut, resends, duration
+	run := c.runOne(strategy, cutLen, 1)
+	secs := int(c.Duration / time.Second)
+	return meanRange(run.goodput, secs-10, secs), c
+}
+
+// TestMetastablePaperCases: the four cases of Huang et al.'s retry
+// experiment land where the paper reports them: a 10 s cut to 0.40 CPU
+// fails metastably at 13,333 req/s; 9 s at 0.40, 10 s at 0.45 and 10 s at
+// 10,000 req/s recover. A budget recovers from the 10 s cut too.
+func TestMetastablePaperCases(t *testing.T) {
+	t.Parallel()
+	paper := 1e9 / 75_000.0
+	cases := []struct {
+		name       string
+		rate, cut  float64
+		len        time.Duration
+		strategy   string
+		metastable bool
+	}{
+		{"10 s at 0.40 CPU", paper, 0.2, 10 * time.Second, "retries", true},
+		{"9 s at 0.40 CPU", paper, 0.2, 9 * time.Second, "retries", false},
+		{"10 s at 0.45 CPU", paper, 0.225, 10 * time.Second, "retries", false},
+		{"10 s at 0.40 CPU, 10,000 req/s", 10_000, 0.2, 10 * time.Second, "retries", false},
+		{"10 s at 0.40 CPU with a budget", paper, 0.2, 10 * time.Second, "budget", false},
+	}
+	for _, tc := range cases {
+		g, c := metastableAt(t, tc.rate, tc.cut, 4, tc.strategy, tc.len, DefaultMetastable().Duration)
+		if got := g < 0.5*c.Rate; got != tc.metastable {
+			t.Errorf("%s: goodput %.0f/s of %.0f offered; metastable %v, want %v", tc.name, g, c.Rate, got, tc.metastable)
+		}
+	}
+}
+
+// TestMetastableBound: once the queue is past the timeout every request
+// costs Resends+1 attempts, so the failure can sustain itself only if
+// Rate × (Resends+1) > Capacity. With one resend (2 × 13,333 < 34,000) the
+// server recovers from a cut of any length (the backlog of a 20 s cut
+// drains at 34,000 − 26,667 attempts/s within a minute and a half); without
+// the cut nothing times out.
+func TestMetastableBound(t *testing.T) {
+	t.Parallel()
+	paper := 1e9 / 75_000.0
+	for _, l := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		g, c := metastableAt(t, paper, 0.2, 1, "retries", l, 200*time.Second)
+		if 2*c.Rate >= c.Capacity {
+			t.Fatalf("bound not met: %v × 2 >= %v", c.Rate, c.Capacity)
+		}
+		if g < 0.9*c.Rate {
+			t.Errorf("one resend, %v cut: goodput %.0f/s of %.0f, want recovered", l, g, c.Rate)
+		}
+	}
+	c := DefaultMetastable()
+	c.Rate, c.Capacity = c.Rate/10, c.Capacity/10
+	if run := c.runOne("retries", time.Nanosecond, 1); run.timeouts != 0 {
+		t.Errorf("no cut: %d timeouts", run.timeouts)
+	}
+}

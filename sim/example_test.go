@@ -44,6 +44,7 @@ func ExampleScenarios() {
 	// collapse
 	// layers
 	// littles-law
+	// metastable
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/staggerhq/stagger/sim"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -24,13 +26,14 @@ func TestSimList(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, name := range []string{"outage", "herd", "brooker2015", "budgets", "collapse", "layers", "littles-law"} {
-		if !strings.Contains(out, "  "+name+" ") {
-			t.Errorf("list lacks %s:\n%s", name, out)
+	all := sim.Scenarios()
+	for _, s := range all {
+		if !strings.Contains(out, "  "+s.Name+" ") {
+			t.Errorf("list lacks %s:\n%s", s.Name, out)
 		}
 	}
-	if n := strings.Count(strings.TrimSpace(out), "\n") + 1; n != 7 {
-		t.Errorf("%d lines, want 7 (one per scenario)", n)
+	if n := strings.Count(strings.TrimSpace(out), "\n") + 1; n != len(all) || n < 8 {
+		t.Errorf("%d lines, want %d (one per scenario)", n, len(all))
 	}
 }
 
