@@ -587,3 +587,39 @@ func TestMetastableBound(t *testing.T) {
 		t.Errorf("no cut: %d timeouts", run.timeouts)
 	}
 }
+
+// TestSpiral: without a budget second k carries Rate + k·(Rate − Capacity)
+// attempts on average (the SRE book's 10,100 QPS against 10,000 grow by 100
+// QPS a second); a run is a random walk around it with a standard
+// deviation of about √(k·Rate), so the mean of the runs must lie within 4
+// of its standard errors. Each budget allows at most one retry per ten
+// queries, so its attempts per query stay at or below 1.1 (a windowed ratio
+// may spend its window's allowance in a burst, so a single second can go
+// above 1.1 × Rate).
+func TestSpiral(t *testing.T) {
+	t.Parallel()
+	c := DefaultSpiral()
+	c.Runs = 8
+	res, err := c.Run(context.Background(), Options{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := []int{1, 15, 30, 59}
+	for _, row := range res.Table.Rows {
+		name := row[0].(string)
+		for i, k := range marks {
+			got := row[1+i].(float64)
+			switch name {
+			case "retries":
+				want := c.Rate + float64(k)*(c.Rate-c.Capacity)
+				se := math.Sqrt(float64(k+1)*c.Rate) / math.Sqrt(float64(c.Runs))
+				if math.Abs(got-want) > 4*se {
+					t.Errorf("retries, second %d: load %.0f, want %.0f ± %.0f", k, got, want, 4*se)
+				}
+			}
+		}
+		if amp := row[7].(float64); name != "retries" && amp > 1.1+1e-3 {
+			t.Errorf("%s: %.4f attempts per query, want <= 1.1", name, amp)
+		}
+	}
+}

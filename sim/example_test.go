@@ -45,6 +45,7 @@ func ExampleScenarios() {
 	// layers
 	// littles-law
 	// metastable
+	// spiral
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and

@@ -48,6 +48,7 @@ func Scenarios() []Scenario {
 		{"layers", "retries stacked in layers multiply (n^L); a single retry owner keeps n", func() Runner { c := DefaultLayers(); return &c }},
 		{"littles-law", "100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
 		{"metastable", "capacity cut of set length (Huang et al. 2022): timeouts and resends keep the server down after it is back", func() Runner { c := DefaultMetastable(); return &c }},
+		{"spiral", "retry spiral (SRE book): 10,100 QPS against 10,000, every failure retried 1 s later; what a budget does", func() Runner { c := DefaultSpiral(); return &c }},
 	}
 }
 
