@@ -623,3 +623,42 @@ func TestSpiral(t *testing.T) {
 		}
 	}
 }
+
+// TestBackoffFor: open clients make 1 + f + f² + f³ calls per request with
+// or without backoff, and as many calls per second; serial clients without
+// backoff call at Clients·k / (1/RatePer + 2k·RTT) per second (k the mean
+// attempts per call), and with backoff they all but stop calling a
+// dependency that fails every call.
+func TestBackoffFor(t *testing.T) {
+	t.Parallel()
+	c := DefaultBackoffFor()
+	res, err := c.Run(context.Background(), Options{Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serialNone := map[float64]float64{}
+	for _, row := range res.Table.Rows {
+		mode, strategy, f := row[0].(string), row[1].(string), row[2].(float64)
+		n, cps, load := float64(row[3].(int64)), row[5].(float64), row[7].(float64)
+		k := expectedLoad(f, c.Retries)
+		switch {
+		case mode == "open":
+			// var(attempts) <= 4, so 4 standard errors are at most 8/√n
+			if math.Abs(load-k) > 8/math.Sqrt(n)+1e-9 {
+				t.Errorf("open %s f=%.1f: %.4f calls/request, want %.4f", strategy, f, load, k)
+			}
+			if want := float64(c.Clients) * c.RatePer * k; math.Abs(cps-want) > 0.03*want {
+				t.Errorf("open %s f=%.1f: %.1f calls/s, want %.1f ± 3%%", strategy, f, cps, want)
+			}
+		case strategy == "no-backoff":
+			serialNone[f] = cps
+			if want := c.serialCallRate(f); math.Abs(cps-want) > 0.03*want {
+				t.Errorf("serial f=%.1f: %.1f calls/s, want %.1f ± 3%%", f, cps, want)
+			}
+		case f == 1:
+			if cps > 0.1*serialNone[1] {
+				t.Errorf("serial backoff at f=1: %.1f calls/s, want < 10%% of %.1f without backoff", cps, serialNone[1])
+			}
+		}
+	}
+}

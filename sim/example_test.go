@@ -46,6 +46,7 @@ func ExampleScenarios() {
 	// littles-law
 	// metastable
 	// spiral
+	// backoff
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and

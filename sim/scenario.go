@@ -49,6 +49,7 @@ func Scenarios() []Scenario {
 		{"littles-law", "100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
 		{"metastable", "capacity cut of set length (Huang et al. 2022): timeouts and resends keep the server down after it is back", func() Runner { c := DefaultMetastable(); return &c }},
 		{"spiral", "retry spiral (SRE book): 10,100 QPS against 10,000, every failure retried 1 s later; what a budget does", func() Runner { c := DefaultSpiral(); return &c }},
+		{"backoff", "what backoff is for (Brooker 2022): open-loop clients keep their amplification, serial clients slow down", func() Runner { c := DefaultBackoffFor(); return &c }},
 	}
 }
 
