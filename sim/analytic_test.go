@@ -662,3 +662,36 @@ func TestBackoffFor(t *testing.T) {
 		}
 	}
 }
+
+// TestBimodal: the SRE book's frontend (1,000 threads, 1,000 QPS × 0.1 s)
+// keeps Rate·Latency = 100 threads busy; when 5% of the queries hang to
+// the 100 s deadline it accepts Threads / (Rate·E[hold]) = 19.6% of them
+// (the book's 80.4% error rate), and a 1 s per-attempt timeout brings it
+// back to accepting everything and serving the 95% that complete.
+func TestBimodal(t *testing.T) {
+	t.Parallel()
+	c := DefaultBimodal()
+	c.Hangs = []float64{0, 0.05}
+	res, err := c.Run(context.Background(), Options{Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range res.Table.Rows {
+		name, hang := row[0].(string), row[1].(float64)
+		acc, book, served, busy := row[3].(float64), row[4].(float64), row[5].(float64), row[6].(float64)
+		switch {
+		case hang == 0:
+			if acc != 1 || math.Abs(busy-100) > 5 {
+				t.Errorf("%s, nothing hangs: accepted %.4f, %.1f threads busy; want 1 and 100 (λ·W)", name, acc, busy)
+			}
+		case name == "deadline":
+			if math.Abs(book-1000.0/5095) > 1e-9 || math.Abs(acc-book) > 0.01 {
+				t.Errorf("deadline, 5%% hang: accepted %.4f, book %.4f; want 0.196 ± 0.01", acc, book)
+			}
+		default:
+			if acc < 0.999 || math.Abs(served-0.95) > 0.005 {
+				t.Errorf("timeout, 5%% hang: accepted %.4f, served %.4f; want 1 and 0.95", acc, served)
+			}
+		}
+	}
+}

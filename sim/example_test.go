@@ -47,6 +47,7 @@ func ExampleScenarios() {
 	// metastable
 	// spiral
 	// backoff
+	// bimodal
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and
