@@ -185,25 +185,17 @@ func (c *BackoffForConfig) Run(ctx context.Context, o Options) (*Result, error) 
 	strategies := selected(backoffForStrategies, c.Strategies)
 	points := c.Steps + 1
 	per := len(strategies) * points
-	runs := make([]budgetsRun, len(modes)*per)
-	errs := make([]error, len(runs))
-	err := parallel(ctx, o, len(runs), func(i int) {
+	runs, err := sweep(ctx, o, len(modes)*per, func(i int) (budgetsRun, error) {
 		m, s, k := modes[i/per], strategies[i%per/points], i%points
 		f := float64(k) / float64(c.Steps)
 		seed := mix(o.Seed, uint64(m), uint64(s), uint64(k))
 		if backoffForModes[m] == "open" {
-			runs[i], errs[i] = c.open(backoffForStrategies[s], f, seed)
-		} else {
-			runs[i] = c.serial(backoffForStrategies[s], f, seed)
+			return c.open(backoffForStrategies[s], f, seed)
 		}
+		return c.serial(backoffForStrategies[s], f, seed), nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
 	}
 	res := &Result{
 		Scenario: "backoff",

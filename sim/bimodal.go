@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 
@@ -116,8 +115,7 @@ func (c *BimodalConfig) runOne(strategy string, hang float64, seed uint64) bimod
 	hold := c.hold(strategy)
 	var out bimodalRun
 	var busy int64
-	gap := func() time.Duration { return time.Duration(math.Ceil(rng.ExpFloat64() / c.Rate * 1e9)) }
-	e.At(gap(), evBimodalNew, 0)
+	e.At(poissonGap(rng, c.Rate), evBimodalNew, 0)
 	for {
 		ev, ok := e.Next()
 		if !ok || ev.At >= c.Duration {
@@ -127,7 +125,7 @@ func (c *BimodalConfig) runOne(strategy string, hang float64, seed uint64) bimod
 		measured := now >= c.Warmup
 		switch ev.Kind {
 		case evBimodalNew:
-			e.After(gap(), evBimodalNew, 0)
+			e.After(poissonGap(rng, c.Rate), evBimodalNew, 0)
 			if measured {
 				out.arrived++
 				busy += int64(pool.InFlight()) // Poisson arrivals see time averages
@@ -166,10 +164,9 @@ func (c *BimodalConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	strategies := selected(bimodalStrategies, c.Strategies)
 	n := len(c.Hangs)
-	runs := make([]bimodalRun, len(strategies)*n)
-	err := parallel(ctx, o, len(runs), func(i int) {
+	runs, err := sweep(ctx, o, len(strategies)*n, func(i int) (bimodalRun, error) {
 		s, k := strategies[i/n], i%n
-		runs[i] = c.runOne(bimodalStrategies[s], c.Hangs[k], mix(o.Seed, uint64(s), uint64(k)))
+		return c.runOne(bimodalStrategies[s], c.Hangs[k], mix(o.Seed, uint64(s), uint64(k))), nil
 	})
 	if err != nil {
 		return nil, err

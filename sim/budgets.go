@@ -260,19 +260,12 @@ func (c *BudgetsConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	strategies := selected(budgetStrategies, c.Strategies)
 	points := c.Steps + 1
-	runs := make([]budgetsRun, len(strategies)*points)
-	errs := make([]error, len(runs))
-	err := parallel(ctx, o, len(runs), func(i int) {
+	runs, err := sweep(ctx, o, len(strategies)*points, func(i int) (budgetsRun, error) {
 		s, k := strategies[i/points], i%points
-		runs[i], errs[i] = c.runOne(budgetStrategies[s], float64(k)/float64(c.Steps), mix(o.Seed, uint64(s), uint64(k)))
+		return c.runOne(budgetStrategies[s], float64(k)/float64(c.Steps), mix(o.Seed, uint64(s), uint64(k)))
 	})
 	if err != nil {
 		return nil, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
 	}
 	res := &Result{
 		Scenario: "budgets",

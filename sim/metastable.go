@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 
@@ -156,8 +155,7 @@ func (c *MetastableConfig) runOne(strategy string, cutLen time.Duration, seed ui
 		out.wasted++ // the server does it after its client stopped waiting
 		e.At(now+c.Timeout, evMetaTimeout, id)
 	}
-	gap := func() time.Duration { return time.Duration(math.Ceil(rng.ExpFloat64() / c.Rate * 1e9)) }
-	e.At(gap(), evMetaNew, 0)
+	e.At(poissonGap(rng, c.Rate), evMetaNew, 0)
 	for {
 		ev, ok := e.Next()
 		if !ok || ev.At >= c.Duration {
@@ -166,7 +164,7 @@ func (c *MetastableConfig) runOne(strategy string, cutLen time.Duration, seed ui
 		now := e.Now()
 		switch ev.Kind {
 		case evMetaNew:
-			e.After(gap(), evMetaNew, 0)
+			e.After(poissonGap(rng, c.Rate), evMetaNew, 0)
 			out.requests++
 			if d.begin(e.Time()) != retry.NoReason {
 				continue
@@ -195,10 +193,9 @@ func (c *MetastableConfig) Run(ctx context.Context, o Options) (*Result, error) 
 	}
 	strategies := selected(metastableStrategies, c.Strategies)
 	n := len(c.CutLens)
-	runs := make([]metaRun, len(strategies)*n)
-	err := parallel(ctx, o, len(runs), func(i int) {
+	runs, err := sweep(ctx, o, len(strategies)*n, func(i int) (metaRun, error) {
 		s, k := strategies[i/n], i%n
-		runs[i] = c.runOne(metastableStrategies[s], c.CutLens[k], mix(o.Seed, uint64(s), uint64(c.CutLens[k])))
+		return c.runOne(metastableStrategies[s], c.CutLens[k], mix(o.Seed, uint64(s), uint64(c.CutLens[k]))), nil
 	})
 	if err != nil {
 		return nil, err

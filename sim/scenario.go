@@ -2,10 +2,12 @@ package sim
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Options are the settings every scenario shares.
@@ -115,4 +117,26 @@ func parallel(ctx context.Context, o Options, n int, job func(i int)) error {
 	}
 	wg.Wait()
 	return ctx.Err()
+}
+
+// sweep runs job(i) for i in [0, n) with parallel and returns the results
+// in index order, or the error of the lowest-numbered job that failed.
+func sweep[T any](ctx context.Context, o Options, n int, job func(i int) (T, error)) ([]T, error) {
+	out := make([]T, n)
+	errs := make([]error, n)
+	if err := parallel(ctx, o, n, func(i int) { out[i], errs[i] = job(i) }); err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// poissonGap draws the gap to the next arrival of a Poisson process at
+// rate per second, rounded up to a whole nanosecond (never 0).
+func poissonGap(rng *rand.Rand, rate float64) time.Duration {
+	return time.Duration(math.Ceil(rng.ExpFloat64() / rate * 1e9))
 }

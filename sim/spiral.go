@@ -138,8 +138,7 @@ func (c *SpiralConfig) runOne(name string, seed uint64) (spiralRun, error) {
 			out.refused++
 		}
 	}
-	gap := func() time.Duration { return time.Duration(math.Ceil(rng.ExpFloat64() / c.Rate * 1e9)) }
-	e.At(gap(), evSpiralNew, 0)
+	e.At(poissonGap(rng, c.Rate), evSpiralNew, 0)
 	for {
 		ev, ok := e.Next()
 		if !ok || ev.At >= c.Duration {
@@ -148,7 +147,7 @@ func (c *SpiralConfig) runOne(name string, seed uint64) (spiralRun, error) {
 		now := e.Now()
 		switch ev.Kind {
 		case evSpiralNew:
-			e.After(gap(), evSpiralNew, 0)
+			e.After(poissonGap(rng, c.Rate), evSpiralNew, 0)
 			out.requests++
 			if d.begin(e.Time()) != retry.NoReason {
 				continue
@@ -175,19 +174,12 @@ func (c *SpiralConfig) Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	strategies := selected(spiralStrategies, c.Strategies)
-	runs := make([]spiralRun, len(strategies)*c.Runs)
-	errs := make([]error, len(runs))
-	err := parallel(ctx, o, len(runs), func(i int) {
+	runs, err := sweep(ctx, o, len(strategies)*c.Runs, func(i int) (spiralRun, error) {
 		s, r := strategies[i/c.Runs], i%c.Runs
-		runs[i], errs[i] = c.runOne(spiralStrategies[s], mix(o.Seed, uint64(s), uint64(r)))
+		return c.runOne(spiralStrategies[s], mix(o.Seed, uint64(s), uint64(r)))
 	})
 	if err != nil {
 		return nil, err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
 	}
 	secs := int(c.Duration / time.Second)
 	marks := []int{1, secs / 4, secs / 2, secs - 1}
