@@ -695,3 +695,41 @@ func TestBimodal(t *testing.T) {
 		}
 	}
 }
+
+// TestLimits: before the step every mode serves the offered 1,000 req/s;
+// after it a bulkhead of 50 carries B/after = 500 req/s (Little's law)
+// with no timeouts, no limit lets the queue grow past the timeout so that
+// nothing is served in time, and limit.AIMD with Netflix's defaults finds
+// the new capacity within its [20, 200] bounds.
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	c := DefaultLimits()
+	res, err := c.Run(context.Background(), Options{Seed: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capAfter := float64(c.Workers) / c.After.Seconds()
+	for _, row := range res.Table.Rows {
+		name, before, late := row[0].(string), row[1].(float64), row[2].(float64)
+		timeouts, maxIn := row[4].(float64), row[8].(int64)
+		if math.Abs(before-c.Rate) > 0.05*c.Rate {
+			t.Errorf("%s: goodput before the step %.0f, want %.0f ± 5%%", name, before, c.Rate)
+		}
+		switch name {
+		case "none":
+			if late > 0.05*capAfter {
+				t.Errorf("none: late goodput %.0f, want ~0 (collapsed)", late)
+			}
+		case "bulkhead":
+			want := float64(c.Bulkhead) / c.After.Seconds()
+			if math.Abs(late-want) > 0.05*want || timeouts != 0 || maxIn > int64(c.Bulkhead) {
+				t.Errorf("bulkhead: late goodput %.0f (want %.0f ± 5%%), %.1f timeouts/s, max in flight %d", late, want, timeouts, maxIn)
+			}
+		case "aimd":
+			lim := row[7].(int64)
+			if late < 0.9*capAfter || maxIn > int64(c.AIMDMax) || lim < int64(c.AIMDMin) || lim > int64(c.AIMDMax) {
+				t.Errorf("aimd: late goodput %.0f (want >= 90%% of %.0f), max in flight %d, limit %d", late, capAfter, maxIn, lim)
+			}
+		}
+	}
+}

@@ -48,6 +48,7 @@ func ExampleScenarios() {
 	// spiral
 	// backoff
 	// bimodal
+	// limits
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and

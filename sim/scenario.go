@@ -53,6 +53,7 @@ func Scenarios() []Scenario {
 		{"spiral", "retry spiral (SRE book): 10,100 QPS against 10,000, every failure retried 1 s later; what a budget does", func() Runner { c := DefaultSpiral(); return &c }},
 		{"backoff", "what backoff is for (Brooker 2022): open-loop clients keep their amplification, serial clients slow down", func() Runner { c := DefaultBackoffFor(); return &c }},
 		{"bimodal", "bimodal latency (SRE book): 5% of queries hang to a 100 s deadline and take the threads; a timeout gives them back", func() Runner { c := DefaultBimodal(); return &c }},
+		{"limits", "concurrency limits under a latency step: limit.AIMD (Netflix defaults) vs a fixed bulkhead vs none", func() Runner { c := DefaultLimits(); return &c }},
 	}
 }
 

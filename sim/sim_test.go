@@ -30,6 +30,7 @@ func small(t *testing.T, name string) Runner {
 		"budgets":     {"duration": "1s", "steps": "2", "clients": "20"},
 		"collapse":    {"runs": "2", "duration": "40s"},
 		"layers":      {"clicks": "30"},
+		"limits":      {"rate": "200", "workers": "10", "step-at": "5s", "duration": "15s"},
 		"bimodal":     {"rate": "100", "threads": "100", "hang": "0.05", "deadline": "10s", "warmup": "20s", "duration": "40s"},
 		"backoff":     {"clients": "20", "duration": "2s", "steps": "2"},
 		"spiral":      {"rate": "1010", "capacity": "1000", "duration": "10s"},
@@ -101,8 +102,8 @@ func TestEveryScenarioListed(t *testing.T) {
 			fs.Var(p, p.Name, p.Usage) // panics on a duplicate name
 		}
 	}
-	if len(seen) != 11 {
-		t.Errorf("%d scenarios, want 11", len(seen))
+	if len(seen) != 12 {
+		t.Errorf("%d scenarios, want 12", len(seen))
 	}
 }
 
