@@ -231,7 +231,11 @@ func (d Decorrelated) Validate() error {
 	return nil
 }
 
-// Delay returns min(Cap, uniform(Base, 3·prev)).
+// Delay returns min(Cap, uniform(Base, 3·prev)) in whole units, with prev
+// raised to Base: the draw spans [Base, 3·prev] whatever the cap, and a draw
+// above Cap waits exactly Cap, so once prev reaches the cap about two thirds
+// of the waits equal it (AWS's formula; for Base 5 ms, Cap 2 s the mean
+// wait there is about 1.67 s).
 func (d Decorrelated) Delay(_ int, prev time.Duration, src rand.Source) time.Duration {
 	limit := d.Cap
 	if limit <= 0 {
@@ -239,8 +243,8 @@ func (d Decorrelated) Delay(_ int, prev time.Duration, src rand.Source) time.Dur
 	}
 	base := min(max(d.Base, 0), limit)
 	prev = max(prev, base)
-	hi := limit
-	if prev <= limit/3 {
+	hi := MaxDelay
+	if prev <= MaxDelay/3 {
 		hi = prev * 3
 	}
 	unit := d.Unit
@@ -258,7 +262,8 @@ func (d Decorrelated) Delay(_ int, prev time.Duration, src rand.Source) time.Dur
 		}
 		return min(lo*unit, limit)
 	}
-	return time.Duration(uint64(lo)+uniformUpTo(src, uint64(top-lo))) * unit
+	w := time.Duration(uint64(lo)+uniformUpTo(src, uint64(top-lo))) * unit
+	return min(w, limit)
 }
 
 // Sequence waits ds[n-1] after failed attempt n and repeats the last value

@@ -213,12 +213,63 @@ func TestDecorrelated(t *testing.T) {
 		hitCap = hitCap || got == time.Second
 		prev = got
 	}
-	_ = hitCap
+	if !hitCap {
+		t.Error("200 decorrelated waits from 10ms under a 1s cap never equalled the cap")
+	}
 	// The state is the caller's: the same prev gives the same range.
 	for range 100 {
 		if got := d.Delay(1, 0, src); got < 10*ms || got > 30*ms {
 			t.Fatalf("first decorrelated delay %v outside [10ms, 30ms]", got)
 		}
+	}
+}
+
+// TestDecorrelatedNearCap checks the distribution once prev has reached the
+// cap: sleep = min(cap, uniform(base, 3·prev)) for base 5 ms, cap 2 s draws
+// from [5 ms, 6 s], so a wait equals the cap with probability
+// (6 s − 2 s)/(6 s − 5 ms) ≈ 0.667 and the mean is
+// 0.333·(5 ms + 2 s)/2 + 0.667·2 s ≈ 1.668 s. The old draw,
+// uniform(base, min(cap, 3·prev)), had a mean near 1.0 s and never equalled
+// the cap.
+func TestDecorrelatedNearCap(t *testing.T) {
+	d := Decorrelated{Base: 5 * ms, Cap: 2 * time.Second}
+	src := rand.NewPCG(11, 12)
+	const n = 200000
+	var sum float64
+	atCap := 0
+	for range n {
+		got := d.Delay(5, 2*time.Second, src)
+		if got < 5*ms || got > 2*time.Second {
+			t.Fatalf("Delay(prev 2s) = %v outside [5ms, 2s]", got)
+		}
+		if got == 2*time.Second {
+			atCap++
+		}
+		sum += got.Seconds()
+	}
+	mean := sum / n
+	pCap := float64(atCap) / n
+	wantP := (6.0 - 2.0) / (6.0 - 0.005)
+	wantMean := (1-wantP)*(0.005+2)/2 + wantP*2
+	if math.Abs(mean-wantMean) > 0.01 {
+		t.Errorf("mean wait at the cap = %.4fs, want %.4fs ± 0.01", mean, wantMean)
+	}
+	if math.Abs(pCap-wantP) > 0.01 {
+		t.Errorf("P(wait == cap) = %.4f, want %.4f ± 0.01", pCap, wantP)
+	}
+	// A caller's chain from prev = 0 reaches the cap too.
+	atCap = 0
+	for range 2000 {
+		prev := time.Duration(0)
+		for k := 1; k <= 50; k++ {
+			prev = d.Delay(k, prev, src)
+		}
+		if prev == 2*time.Second {
+			atCap++
+		}
+	}
+	if atCap == 0 {
+		t.Error("no 50th wait of 2000 chains equalled the cap")
 	}
 }
 

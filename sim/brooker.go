@@ -31,13 +31,30 @@ import (
 // attempts, of which one wins, so the calls are N(N+1)/2; round k takes
 // 4·Delay, and the k-th wait is the schedule's b(k), so the last client
 // finishes at 4·Delay·N + Σ_{k=1}^{N−1} b(k) for a deterministic schedule.
+//
+// The defaults follow the blog's simulator (aws-samples/
+// aws-arch-backoff-simulator, backoff_simulator.py): hops of
+// |Normal(10 ms, 2 ms)|, base 5 ms, cap 2 s, N = 10…190 step 10, 100 runs
+// per point, and calls counted as writes. That simulator increments its
+// attempt counter before it computes the wait, so its k-th wait is drawn
+// from the window min(cap, base·2^k): the first retry's window is 2·base.
+// With Counter "paper" (the default) expo, full and equal run
+// backoff.Exponential with Base 2·base (min(cap, 2·base·2^(k−1)) is the
+// same window), so at SD = 0 expo finishes at
+// 40 ms·N + Σ_{k=1}^{N−1} min(2 s, 5 ms·2^k); with Counter "stagger" they
+// run backoff.Exponential's own convention, whose first window is base.
+// Decorrelated starts from sleep = base in both (backoff.Decorrelated
+// raises a zero prev to Base).
 type Brooker2015Config struct {
 	NFrom, NTo, NStep int           // client counts N swept: NFrom, NFrom+NStep, … up to NTo
 	Runs              int           // runs per N and strategy, averaged
 	Delay, SD         time.Duration // one network hop: |Normal(Delay, SD)|
 	Base, Cap         time.Duration // backoff base and cap of every strategy but "none"; Cap >= Base
 	Strategies        []string      // of "none", "expo", "full", "equal", "decorrelated"; run in that order
+	Counter           string        // "paper": the k-th window is min(cap, base·2^k); "stagger": min(cap, base·2^(k−1))
 }
+
+var brookerCounters = []string{"paper", "stagger"}
 
 var brookerStrategies = []string{"none", "expo", "full", "equal", "decorrelated"}
 
@@ -46,7 +63,7 @@ var brookerStrategies = []string{"none", "expo", "full", "equal", "decorrelated"
 func DefaultBrooker2015() Brooker2015Config {
 	return Brooker2015Config{NFrom: 10, NTo: 190, NStep: 10, Runs: 100,
 		Delay: 10 * time.Millisecond, SD: 2 * time.Millisecond, Base: 5 * time.Millisecond, Cap: 2 * time.Second,
-		Strategies: brookerStrategies}
+		Strategies: brookerStrategies, Counter: "paper"}
 }
 
 // Params returns the scenario's parameters.
@@ -61,6 +78,7 @@ func (c *Brooker2015Config) Params() []*Param {
 		durParam(&c.Base, "base", "backoff base", time.Nanosecond, time.Hour),
 		durParam(&c.Cap, "cap", "backoff cap", time.Nanosecond, 24*time.Hour),
 		listParam(&c.Strategies, "strategy", "backoff strategies", brookerStrategies),
+		choiceParam(&c.Counter, "counter", "attempt counter of expo, full and equal: paper (the k-th window is min(cap, base·2^k), as the blog's simulator) or stagger (backoff.Exponential: min(cap, base·2^(k−1)))", brookerCounters),
 	}
 }
 
@@ -83,17 +101,23 @@ func (c *Brooker2015Config) validate() error {
 	return nil
 }
 
-// Schedule returns the schedule of a strategy.
+// schedule returns the schedule of a strategy. With Counter "paper" the
+// exponential strategies start from the window 2·base (capped), which is
+// the blog simulator's min(cap, base·2^k) for the k-th wait.
 func (c *Brooker2015Config) schedule(name string) backoff.Schedule {
+	first := c.Base
+	if c.Counter != "stagger" {
+		first = min(c.Cap, 2*c.Base)
+	}
 	switch name {
 	case "none":
 		return backoff.Constant(0)
 	case "expo":
-		return backoff.Exponential{Base: c.Base, Cap: c.Cap}
+		return backoff.Exponential{Base: first, Cap: c.Cap}
 	case "full":
-		return backoff.Exponential{Base: c.Base, Cap: c.Cap, Jitter: backoff.Full}
+		return backoff.Exponential{Base: first, Cap: c.Cap, Jitter: backoff.Full}
 	case "equal":
-		return backoff.Exponential{Base: c.Base, Cap: c.Cap, Jitter: backoff.Equal}
+		return backoff.Exponential{Base: first, Cap: c.Cap, Jitter: backoff.Equal}
 	}
 	return backoff.Decorrelated{Base: c.Base, Cap: c.Cap}
 }

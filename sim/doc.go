@@ -30,7 +30,7 @@
 //
 // # Models
 //
-//   - Down-then-up server (seed000, herd): down for attempts it starts to
+//   - Down-then-up server (outage, herd): down for attempts it starts to
 //     serve before the outage ends. An attempt takes half the round trip
 //     to arrive and half to return. Optionally the server serves attempts
 //     one at a time at a fixed rate, first come first served (herd's
@@ -48,7 +48,7 @@
 //     (littles-law), both on limit.Bulkhead.
 //   - Stacked retry layers (layers), each with its own policy.
 //
-// Clients are closed-loop callers (seed000), serial workers with jobs in
+// Clients are closed-loop callers (outage), serial workers with jobs in
 // turn (herd), or open-loop Poisson arrivals (budgets, collapse,
 // littles-law).
 //

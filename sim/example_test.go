@@ -9,12 +9,12 @@ import (
 	"github.com/staggerhq/stagger/sim"
 )
 
-// Simulate seed 000 in virtual time: 4 callers against a gateway that is
+// Simulate the four-caller outage in virtual time: 4 callers against a gateway that is
 // down for 700 ms, retrying immediately (20 ms) or with exponential backoff
 // and full jitter, using the shipped retry.Policy and backoff schedules.
-// The seed fixes every random draw, so the table is the same on every run.
-func ExampleSeed000Config() {
-	cfg := sim.DefaultSeed000()
+// Options.Seed fixes every random draw, so the table is the same on every run.
+func ExampleOutageConfig() {
+	cfg := sim.DefaultOutage()
 	cfg.Log = 0 // no per-attempt lines
 	res, err := cfg.Run(context.Background(), sim.Options{Seed: 1})
 	if err != nil {
@@ -24,7 +24,7 @@ func ExampleSeed000Config() {
 	res.Settings = nil
 	res.WriteText(os.Stdout)
 	// Output:
-	// seed000 — 4 callers, gateway down 700ms, each retries until accepted
+	// outage — 4 callers, gateway down 700ms, each retries until accepted
 	//
 	// strategy   callers  attempts  accepted  peak/200ms  distinct waits  last accept ms  attempts/request
 	// immediate        4        64         4          20               1             716             16.00
@@ -37,13 +37,18 @@ func ExampleScenarios() {
 		fmt.Println(s.Name)
 	}
 	// Output:
-	// seed000
+	// outage
 	// herd
 	// brooker2015
 	// budgets
 	// collapse
 	// layers
 	// littles-law
+	// metastable
+	// spiral
+	// backoff
+	// bimodal
+	// limits
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and

@@ -12,7 +12,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// HerdConfig is seed 004's thundering herd: workers consume an order queue
+// HerdConfig is a thundering herd: workers consume an order queue
 // and write to a database that reboots for Outage. Each worker holds Jobs
 // orders in turn and retries each until it is written or the policy gives
 // up (the order goes to the dead-letter queue).
@@ -29,10 +29,10 @@ type HerdConfig struct {
 
 var herdStrategies = []string{"immediate", "expo-full", "expo-full+budget"}
 
-// DefaultHerd returns seed 004's numbers: 100 workers, a 5 s reboot, a
+// DefaultHerd returns the reference numbers: 100 workers, a 5 s reboot, a
 // 2.5 ms requeue round trip, backoff 1 s ×2 capped at 30 s, and a database
-// host that takes at most 50,000 connection attempts per second (the
-// seed's "~50,000 TCP SYN/s").
+// host that takes at most 50,000 connection attempts per second (about
+// the TCP SYNs per second one host accepts).
 func DefaultHerd() HerdConfig {
 	return HerdConfig{
 		Workers: 100, Jobs: 1, Outage: 5 * time.Second, RTT: 2500 * time.Microsecond,
@@ -84,7 +84,7 @@ func (c *HerdConfig) policy(name string) *retry.Policy {
 		p.Schedule = expo
 	case "expo-full+budget":
 		p.Schedule = expo
-		// seed 003: +1 per order, 10 per retry, cap 200; shared by the workers,
+		// budget.TokenBucket's defaults: +1 per order, 10 per retry, cap 200; shared by the workers,
 		// full when the database reboots (as after a healthy while; the lab's
 		// +budget starts full too).
 		p.Budget = &budget.TokenBucket{Initial: budget.DefaultMax}
@@ -104,7 +104,7 @@ func (c *HerdConfig) Run(ctx context.Context, o Options) (*Result, error) {
 		Table: Table{Columns: []Column{
 			{Key: "strategy", Title: "strategy"},
 			{Key: "workers", Title: "workers"},
-			{Key: "requests_in_outage", Title: "requests in outage"},
+			{Key: "requests_down", Title: "answered down"},
 			{Key: "requests", Title: "requests"},
 			{Key: "peak", Title: "peak/" + shortDur(c.Window)},
 			{Key: "written", Title: "written"},
@@ -116,7 +116,7 @@ func (c *HerdConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	const bucket = 100 * time.Millisecond
 	load := Chart{Title: "requests per second at the database", XLabel: "time (s)", YLabel: "requests/s",
 		Shades: []Shade{{From: 0, To: c.Outage.Seconds(), Label: "rebooting"}}}
-	var immediate int64 = -1
+	var immediate, arrived int64 = -1, 0
 	for _, i := range selected(herdStrategies, c.Strategies) {
 		name := herdStrategies[i]
 		if err := ctx.Err(); err != nil {
@@ -135,17 +135,20 @@ func (c *HerdConfig) Run(ctx context.Context, o Options) (*Result, error) {
 		res.Events += run.events
 		load.Series = append(load.Series, Series{Name: name, Points: bucketPoints(m.Load(), bucket, float64(time.Second/bucket))})
 		if name == "immediate" {
-			immediate = run.during
+			immediate, arrived = run.during, run.arrived
 		}
 	}
 	res.Charts = []Chart{load}
 	if immediate >= 0 {
-		note := fmt.Sprintf("immediate requeue: %d requests reached the database during the %v outage; one per worker per round trip would be %.0f",
+		note := fmt.Sprintf("immediate requeue: the database answered %d requests while down (\"answered down\": attempts it handled before the %v outage ended); one per worker per round trip would be %.0f",
 			immediate, c.Outage, float64(c.Workers)*c.Outage.Seconds()/c.RTT.Seconds())
 		if c.Rate > 0 {
-			note += fmt.Sprintf(", and the host serves at most %.0f in that time at --db-rate %g (the rest wait their turn)", c.Rate*c.Outage.Seconds(), c.Rate)
+			note += fmt.Sprintf(", and the host handles at most %.0f in that time at --db-rate %g", c.Rate*c.Outage.Seconds(), c.Rate)
 		}
-		res.Notes = append(res.Notes, note+". Seed 004 says more than 200,000 for 100 workers in 5 s (~50,000 SYN/s).")
+		if arrived > immediate {
+			note += fmt.Sprintf("; %d arrived during the outage, and the %d others waited their turn and were served after it", arrived, arrived-immediate)
+		}
+		res.Notes = append(res.Notes, note+".")
 	}
 	return res, nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// LayersConfig stacks retry layers (seed 003: browser → API → SDK → the
+// LayersConfig stacks retry layers (browser → API → SDK → the
 // service): each layer calls the one below with its own retry policy, and
 // a failure that survives one layer's retries is an error, retryable, for
 // the layer above. Without an owner every layer retries, so one click can
@@ -29,7 +29,7 @@ type LayersConfig struct {
 	Deadline time.Duration // one deadline for the whole click, passed down (0: none)
 }
 
-// DefaultLayers returns seed 003's 3 × 3 and two variations, with the
+// DefaultLayers returns the reference 3 × 3 and two variations, with the
 // service down (every call fails).
 func DefaultLayers() LayersConfig {
 	return LayersConfig{Shapes: []string{"3x3", "3x4", "5x3"}, Failure: 1, Clicks: 1000,

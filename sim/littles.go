@@ -11,7 +11,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// LittlesLawConfig is seed 003's slow dependency: Poisson requests at Rate
+// LittlesLawConfig is a slow dependency: Poisson requests at Rate
 // call a dependency whose latency is exponential with the given mean, in
 // three set-ups: no limit ("unbounded"), a pool of Pool connections with a
 // queue in front ("pool": requests wait for a free connection), and a

@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultWindow is the width of the window in which the receiving side's
-// peak is counted (seed 000: 200 ms).
+// peak is counted (200 ms by default, as the lab).
 const DefaultWindow = 200 * time.Millisecond
 
 // Meter records one run from both sides: what the server received (calls,

@@ -7,7 +7,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// The down-then-up server (seeds 000 and 004). Callers are serial: each
+// The down-then-up server (outage and herd). Callers are serial: each
 // works through its logical requests (jobs) one after another, retrying
 // each with the policy until it succeeds or the policy stops. An attempt
 // takes half the round trip to reach the server and half to come back. The
@@ -27,7 +27,7 @@ type outageModel struct {
 	countWaits    bool // count the distinct waits before retries
 }
 
-// attemptLog is one attempt as its caller saw it (seed 000's log line).
+// attemptLog is one attempt as its caller saw it (one log line).
 type attemptLog struct {
 	caller, attempt int
 	wait            time.Duration // wait before this attempt (0 for the first)
@@ -37,7 +37,8 @@ type attemptLog struct {
 
 type outageRun struct {
 	m       *Meter
-	during  int64 // attempts that reached the server during the outage
+	during  int64 // attempts the server handled while down (answered ErrDown)
+	arrived int64 // attempts that reached the server during the outage
 	log     []attemptLog
 	events  uint64
 	maxWait time.Duration // longest time an attempt queued at the server
@@ -113,7 +114,7 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 		case evArrive:
 			m.Call(now)
 			if now < om.outage {
-				res.during++
+				res.arrived++
 			}
 			begin := now
 			if service > 0 {
@@ -122,6 +123,9 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				res.maxWait = max(res.maxWait, begin-now)
 			}
 			c.failed = begin < om.outage
+			if c.failed {
+				res.during++
+			}
 			e.At(begin+service+back, evReply, id)
 		case evReply:
 			var err error

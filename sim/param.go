@@ -165,3 +165,57 @@ func listParam(v *[]string, name, usage string, choices []string) *Param {
 		},
 	}
 }
+
+// choiceParam is one name from choices.
+func choiceParam(v *string, name, usage string, choices []string) *Param {
+	return &Param{
+		Name: name, Usage: usage + " (one of " + strings.Join(choices, ", ") + ")",
+		get: func() string { return *v },
+		set: func(s string) error {
+			*v = strings.TrimSpace(s)
+			return nil
+		},
+		check: func() error {
+			if !slices.Contains(choices, *v) {
+				return fmt.Errorf("unknown name %q (choose one of %s)", *v, strings.Join(choices, ", "))
+			}
+			return nil
+		},
+	}
+}
+
+// floatsParam is a comma-separated list of numbers in [lo, hi].
+func floatsParam(v *[]float64, name, usage string, lo, hi float64) *Param {
+	return &Param{
+		Name: name, Usage: usage,
+		get: func() string {
+			parts := make([]string, len(*v))
+			for i, f := range *v {
+				parts[i] = strconv.FormatFloat(f, 'g', -1, 64)
+			}
+			return strings.Join(parts, ",")
+		},
+		set: func(s string) error {
+			*v = nil
+			for _, f := range strings.Split(s, ",") {
+				x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+				if err != nil {
+					return fmt.Errorf("want numbers in [%g, %g] such as 0,0.05, got %q", lo, hi, f)
+				}
+				*v = append(*v, x)
+			}
+			return nil
+		},
+		check: func() error {
+			if len(*v) == 0 {
+				return fmt.Errorf("needs at least one number")
+			}
+			for _, x := range *v {
+				if math.IsNaN(x) || x < lo || x > hi {
+					return fmt.Errorf("each must be a number in [%g, %g], got %v", lo, hi, x)
+				}
+			}
+			return nil
+		},
+	}
+}

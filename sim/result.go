@@ -20,7 +20,7 @@ type Result struct {
 	Title    string    // one line saying what was simulated
 	Settings []Setting // the parameters used, in order
 	Notes    []string  // findings and model statements printed under the table
-	Log      []string  // per-attempt lines (seed000), printed after the notes; not in the report
+	Log      []string  // per-attempt lines (outage), printed after the notes; not in the report
 	Table    Table     // the rows, printed and written as JSON or CSV
 	Charts   []Chart   // the charts of the HTML report, in order
 	Events   uint64    // engine events handled, summed over all runs

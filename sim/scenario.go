@@ -2,10 +2,12 @@ package sim
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Options are the settings every scenario shares.
@@ -40,13 +42,18 @@ type Scenario struct {
 // Scenarios returns every scenario, in the order of `stagger sim list`.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{"seed000", "seed 000: 4 callers, 700 ms outage, retry immediately vs exponential + full jitter", func() Runner { c := DefaultSeed000(); return &c }},
-		{"herd", "seed 004: workers hammer a database down for 5 s: immediate requeue vs expo-full vs budget", func() Runner { c := DefaultHerd(); return &c }},
+		{"outage", "4 callers, 700 ms outage, retry immediately vs exponential + full jitter", func() Runner { c := DefaultOutage(); return &c }},
+		{"herd", "workers hammer a database down for 5 s: immediate requeue vs expo-full vs budget", func() Runner { c := DefaultHerd(); return &c }},
 		{"brooker2015", "optimistic-concurrency row (Brooker 2015): calls and completion time vs clients per backoff", func() Runner { c := DefaultBrooker2015(); return &c }},
 		{"budgets", "failure rate 0…1: load amplification and success of retry budgets, breaker and 3 retries", func() Runner { c := DefaultBudgets(); return &c }},
 		{"collapse", "metastable collapse: a 5 s spike, timeouts that do not cancel work, goodput per second", func() Runner { c := DefaultCollapse(); return &c }},
 		{"layers", "retries stacked in layers multiply (n^L); a single retry owner keeps n", func() Runner { c := DefaultLayers(); return &c }},
-		{"littles-law", "seed 003: 100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
+		{"littles-law", "100 req/s, latency 0.1 s → 2 s, a pool of 50: in-flight = λ·W", func() Runner { c := DefaultLittlesLaw(); return &c }},
+		{"metastable", "capacity cut of set length (Huang et al. 2022): timeouts and resends keep the server down after it is back", func() Runner { c := DefaultMetastable(); return &c }},
+		{"spiral", "retry spiral (SRE book): 10,100 QPS against 10,000, every failure retried 1 s later; what a budget does", func() Runner { c := DefaultSpiral(); return &c }},
+		{"backoff", "what backoff is for (Brooker 2022): open-loop clients keep their amplification, serial clients slow down", func() Runner { c := DefaultBackoffFor(); return &c }},
+		{"bimodal", "bimodal latency (SRE book): 5% of queries hang to a 100 s deadline and take the threads; a timeout gives them back", func() Runner { c := DefaultBimodal(); return &c }},
+		{"limits", "concurrency limits under a latency step: limit.AIMD (Netflix defaults) vs a fixed bulkhead vs none", func() Runner { c := DefaultLimits(); return &c }},
 	}
 }
 
@@ -111,4 +118,26 @@ func parallel(ctx context.Context, o Options, n int, job func(i int)) error {
 	}
 	wg.Wait()
 	return ctx.Err()
+}
+
+// sweep runs job(i) for i in [0, n) with parallel and returns the results
+// in index order, or the error of the lowest-numbered job that failed.
+func sweep[T any](ctx context.Context, o Options, n int, job func(i int) (T, error)) ([]T, error) {
+	out := make([]T, n)
+	errs := make([]error, n)
+	if err := parallel(ctx, o, n, func(i int) { out[i], errs[i] = job(i) }); err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// poissonGap draws the gap to the next arrival of a Poisson process at
+// rate per second, rounded up to a whole nanosecond (never 0).
+func poissonGap(rng *rand.Rand, rate float64) time.Duration {
+	return time.Duration(math.Ceil(rng.ExpFloat64() / rate * 1e9))
 }

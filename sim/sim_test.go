@@ -30,6 +30,11 @@ func small(t *testing.T, name string) Runner {
 		"budgets":     {"duration": "1s", "steps": "2", "clients": "20"},
 		"collapse":    {"runs": "2", "duration": "40s"},
 		"layers":      {"clicks": "30"},
+		"limits":      {"rate": "200", "workers": "10", "step-at": "5s", "duration": "15s"},
+		"bimodal":     {"rate": "100", "threads": "100", "hang": "0.05", "deadline": "10s", "warmup": "20s", "duration": "40s"},
+		"backoff":     {"clients": "20", "duration": "2s", "steps": "2"},
+		"spiral":      {"rate": "1010", "capacity": "1000", "duration": "10s"},
+		"metastable":  {"rate": "1333", "capacity": "3400", "cut-len": "9s,10s", "duration": "30s"},
 		"littles-law": {"duration": "60s", "warmup": "10s", "latency": "100ms,1s"},
 	}[name]
 	for _, p := range r.Params() {
@@ -97,8 +102,8 @@ func TestEveryScenarioListed(t *testing.T) {
 			fs.Var(p, p.Name, p.Usage) // panics on a duplicate name
 		}
 	}
-	if len(seen) != 7 {
-		t.Errorf("%d scenarios, want 7", len(seen))
+	if len(seen) != 12 {
+		t.Errorf("%d scenarios, want 12", len(seen))
 	}
 }
 
@@ -106,13 +111,13 @@ func TestEveryScenarioListed(t *testing.T) {
 // (values set in code), naming the parameter.
 func TestBadParams(t *testing.T) {
 	cases := []struct{ scenario, param, value string }{
-		{"seed000", "callers", "0"},
-		{"seed000", "callers", "-4"},
-		{"seed000", "callers", "true"},
-		{"seed000", "callers", "4.5"},
-		{"seed000", "outage", "-1s"},
-		{"seed000", "outage", "soon"},
-		{"seed000", "strategy", "sometimes"},
+		{"outage", "callers", "0"},
+		{"outage", "callers", "-4"},
+		{"outage", "callers", "true"},
+		{"outage", "callers", "4.5"},
+		{"outage", "outage", "-1s"},
+		{"outage", "outage", "soon"},
+		{"outage", "strategy", "sometimes"},
 		{"herd", "workers", "99999999999"},
 		{"herd", "db-rate", "NaN"},
 		{"herd", "db-rate", "+Inf"},
@@ -168,10 +173,10 @@ func TestBadParams(t *testing.T) {
 	if _, err := h.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "workers") {
 		t.Errorf("immediate with 10⁶ workers and no db-rate: %v", err)
 	}
-	s := DefaultSeed000()
+	s := DefaultOutage()
 	s.Outage, s.Callers = time.Hour, 100_000
 	if _, err := s.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "callers") {
-		t.Errorf("seed000 with an hour-long outage: %v", err)
+		t.Errorf("outage with an hour-long outage: %v", err)
 	}
 	b := DefaultBrooker2015()
 	b.Delay, b.SD = 0, 0

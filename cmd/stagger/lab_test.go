@@ -311,7 +311,7 @@ func TestBoolFlagMessage(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, `invalid boolean value "2" for --json: want true or false`) {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
-	code, _, errOut = runCLI(t, "sim", "seed000", "--parallel", "x")
+	code, _, errOut = runCLI(t, "sim", "outage", "--parallel", "x")
 	if code != exitUsage || !strings.Contains(errOut, "--parallel: want a whole number") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// Seed000Config is the seed-000 reference scenario: callers each retry one
+// OutageConfig is the four-caller 700 ms outage of the lab: callers each retry one
 // logical request until a gateway that is down for Outage accepts it.
-type Seed000Config struct {
+type OutageConfig struct {
 	Callers    int           // callers, each retrying one request until accepted
 	Outage     time.Duration // how long the gateway is down from t=0
 	RTT        time.Duration // round trip of one attempt
@@ -25,21 +25,21 @@ type Seed000Config struct {
 	Log        int           // print every attempt of the first Log callers
 }
 
-var seed000Strategies = []string{"immediate", "expo-full"}
+var outageStrategies = []string{"immediate", "expo-full"}
 
-// DefaultSeed000 returns seed 000's numbers. The 26 ms round trip is
+// DefaultOutage returns the lab's default outage: 4 callers, 700 ms. The 26 ms round trip is
 // calibrated so that "retry immediately" makes the published 64 attempts
 // (16 per caller at 46 ms spacing).
-func DefaultSeed000() Seed000Config {
-	return Seed000Config{
+func DefaultOutage() OutageConfig {
+	return OutageConfig{
 		Callers: 4, Outage: 700 * time.Millisecond, RTT: 26 * time.Millisecond,
 		Window: DefaultWindow, Wait: 20 * time.Millisecond, Base: 60 * time.Millisecond,
-		Strategies: seed000Strategies, Log: 1,
+		Strategies: outageStrategies, Log: 1,
 	}
 }
 
 // Params returns the scenario's parameters.
-func (c *Seed000Config) Params() []*Param {
+func (c *OutageConfig) Params() []*Param {
 	return []*Param{
 		intParam(&c.Callers, "callers", "callers, each retrying one request until accepted", 1, 1_000_000),
 		durParam(&c.Outage, "outage", "how long the gateway is down from t=0", 0, time.Hour),
@@ -47,12 +47,12 @@ func (c *Seed000Config) Params() []*Param {
 		durParam(&c.Window, "window", "width of the window the peak is counted in", time.Millisecond, time.Hour),
 		durParam(&c.Wait, "wait", "immediate: wait before every retry", 0, time.Hour),
 		durParam(&c.Base, "base", "expo-full: window after the first failure (doubles, full jitter, whole ms)", time.Millisecond, time.Hour),
-		listParam(&c.Strategies, "strategy", "strategies to run", seed000Strategies),
-		intParam(&c.Log, "log", "print every attempt of the first N callers in the seed's format", 0, 1000),
+		listParam(&c.Strategies, "strategy", "strategies to run", outageStrategies),
+		intParam(&c.Log, "log", "print every attempt of the first N callers one line per attempt", 0, 1000),
 	}
 }
 
-func (c *Seed000Config) policy(name string) *retry.Policy {
+func (c *OutageConfig) policy(name string) *retry.Policy {
 	p := &retry.Policy{MaxAttempts: math.MaxInt}
 	switch name {
 	case "immediate":
@@ -64,7 +64,7 @@ func (c *Seed000Config) policy(name string) *retry.Policy {
 }
 
 // Run simulates each strategy once.
-func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
+func (c *OutageConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	if err := checkParams(c.Params()); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	res := &Result{
-		Scenario: "seed000",
+		Scenario: "outage",
 		Title:    fmt.Sprintf("%d callers, gateway down %v, each retries until accepted", c.Callers, c.Outage),
 		Settings: settings(c.Params(), o),
 		Table: Table{Columns: []Column{
@@ -90,8 +90,8 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	load := Chart{Title: "attempts per " + shortDur(c.Window) + " window", XLabel: "time (s)", YLabel: "attempts",
 		Shades: []Shade{{From: 0, To: c.Outage.Seconds(), Label: "down"}}}
-	for _, i := range selected(seed000Strategies, c.Strategies) {
-		name := seed000Strategies[i]
+	for _, i := range selected(outageStrategies, c.Strategies) {
+		name := outageStrategies[i]
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func (c *Seed000Config) Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// logLines prints attempts in seed 000's format.
+// logLines prints one line per attempt, as the lab does.
 func logLines(log []attemptLog) []string {
 	// the log is in time order; group it by caller
 	var out []string
