@@ -14,6 +14,7 @@ require (
 	github.com/riverqueue/river/riverdriver/riversqlite v0.43.0
 	github.com/sethvargo/go-retry v0.5.0
 	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger/grpc v0.0.0
 	github.com/staggerhq/stagger/queue/postgres v0.0.0
 	github.com/staggerhq/stagger/queue/sqlite v0.0.0
 	maragu.dev/goqite v0.4.0
@@ -38,9 +39,13 @@ require (
 	github.com/tidwall/match v1.2.0 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
+	google.golang.org/grpc v1.84.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 	modernc.org/libc v1.75.7 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -48,6 +53,7 @@ require (
 
 replace (
 	github.com/staggerhq/stagger => ..
+	github.com/staggerhq/stagger/grpc => ../grpc
 	github.com/staggerhq/stagger/queue/postgres => ../queue/postgres
 	github.com/staggerhq/stagger/queue/sqlite => ../queue/sqlite
 )
