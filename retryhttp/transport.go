@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,11 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //   - A failed response is drained (up to MaxDrain bytes) and closed before
 //     the wait, so its connection is reused; the concurrency slot is
 //     released before the wait too.
+//   - What reaches the wire is counted: when net/http's Transport re-sends
+//     a request by itself (a reused connection closed before answering),
+//     the re-send is an attempt of its own — it carries its own
+//     AttemptHeader and needs an attempt left and the Budget's retry, or
+//     it is stopped before anything is written.
 //   - Every attempt carries AttemptHeader. A request whose context says
 //     that an upstream owner already retries ([UpstreamAttempt], set by
 //     [Guard]) is sent once, so stacked layers do not multiply attempts.
@@ -328,6 +334,17 @@ type call struct {
 	waiter   retry.Waiter
 	bounded  bool        // the Step gave the attempt its own context
 	body     releaseBody // a delivered response's body, when it holds something
+
+	// What reaches the wire, for a request net/http re-sends by itself
+	// (see wire.go); wire is false for the rest.
+	wire     bool
+	areq     *http.Request           // the attempt's request
+	cancel   context.CancelCauseFunc // cancels the attempt's context
+	trace    *httptrace.ClientTrace  // the attempt's hooks
+	ownTrace httptrace.ClientTrace   // the first attempt's, unless a caller's is composed in
+	tries    int                     // GetConn calls in the attempt
+	wrote    atomic.Bool             // the current try wrote its headers
+	refused  bool                    // a re-send was refused: every later try fails
 }
 
 // start sets up the Step: the host's policy for the call's RetryAfter
@@ -345,6 +362,7 @@ func (c *call) start(st *hostState) {
 		d.MaxAttempts = 1
 	}
 	d.Source = "http"
+	c.wire = resent(c.req)
 	p := &st.step[0]
 	if _, ok := c.ctx.Deadline(); ok || p.Timeout > 0 || !d.Deadline.IsZero() {
 		p = &st.step[1]
@@ -369,6 +387,7 @@ func (c *call) roundTrip(req *http.Request) (*http.Response, error) {
 	defer func() {
 		if !returned {
 			c.step.Abort()
+			c.endWire()
 		}
 	}()
 	resp, err := c.t.base_().RoundTrip(req)
@@ -393,10 +412,17 @@ func (c *call) run() (*http.Response, error) {
 		}
 		actx := s.Context()
 		c.bounded = actx != c.ctx
+		if c.wire {
+			actx = c.watch(actx)
+		}
 		areq, err := c.attemptRequest(actx)
+		c.areq = areq
 		var resp *http.Response
 		if err == nil {
 			resp, err = c.roundTrip(areq)
+			if err != nil && c.refused {
+				err = errResendRefused
+			}
 		} // else GetBody failed: the attempt ends before anything was sent
 		if err == nil && resp == nil {
 			err = errors.New("retryhttp: Base.RoundTrip returned neither a response nor an error")
@@ -420,6 +446,7 @@ func (c *call) run() (*http.Response, error) {
 			if resp != nil {
 				return c.deliver(resp), nil
 			}
+			c.endWire()
 			return nil, s.Err()
 		}
 		// Retry: free the connection and the slot before the wait.
@@ -427,6 +454,7 @@ func (c *call) run() (*http.Response, error) {
 			drain(resp.Body, c.t.MaxDrain)
 			s.Release()
 		}
+		c.endWire()
 		if l := c.t.Logger; l != nil {
 			l.LogAttrs(c.ctx, slog.LevelDebug, "http retry",
 				slog.String("method", c.req.Method), slog.String("host", c.req.URL.Host),
@@ -570,7 +598,9 @@ func (c *call) logGiveUp(r retry.Reason, last error) {
 // context — is released when the body is closed or read to the end
 // (Step.Release).
 func (c *call) deliver(resp *http.Response) *http.Response {
-	if c.step.Policy.Limiter == nil && !c.bounded {
+	if c.step.Policy.Limiter == nil && !c.bounded && (c.cancel == nil || c.ctx.Done() == nil) {
+		// Nothing held. (A cancel whose parent can never end registered
+		// nothing anywhere: it needs no call.)
 		return resp
 	}
 	c.body.rc, c.body.c = resp.Body, c
@@ -607,6 +637,7 @@ func (b *releaseBody) Close() error {
 func (b *releaseBody) release() {
 	if b.done.CompareAndSwap(false, true) {
 		b.c.step.Release()
+		b.c.endWire()
 	}
 }
 
