@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,16 +64,18 @@ const DefaultMaxHosts = 1024
 var ErrInvalid = errors.New("retryhttp: invalid configuration")
 
 // Transport is an http.RoundTripper that retries what is safe to retry
-// under a stagger [retry.Policy], making every retry decision with
-// [retry.Policy.Decide] — the same decision the in-process loop, the queue
-// and the simulator use.
+// under a stagger [retry.Policy]. Every attempt runs the shared
+// [retry.Step] — the per-attempt rules the in-process loop, the queue, the
+// broker processor and the simulator run — so deadlines, attempt bounds,
+// budgets, limiters and hooks behave as in [retry.Do].
 //
 //   - Only idempotent requests (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and
 //     requests carrying an Idempotency-Key are retried; a request body is
 //     replayed with GetBody, and a request whose body cannot be replayed is
 //     sent once.
-//   - Each attempt's outcome is judged by Classify (per endpoint with
-//     [Routes]); the response's Retry-After raises the wait, as the
+//   - Each attempt's outcome is judged once: by Classify (per endpoint with
+//     [Routes]), then by Policy.Classify if that left it without a class.
+//     A retryable response's Retry-After raises the wait, as the
 //     RetryAfter mode allows.
 //   - One deadline covers the whole call (the request context's and
 //     Policy.Timeout); each attempt gets min(Policy.AttemptTimeout, time
@@ -81,6 +84,11 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //   - A failed response is drained (up to MaxDrain bytes) and closed before
 //     the wait, so its connection is reused; the concurrency slot is
 //     released before the wait too.
+//   - What reaches the wire is counted: when net/http's Transport re-sends
+//     a request by itself (a reused connection closed before answering),
+//     the re-send is an attempt of its own — it carries its own
+//     AttemptHeader and needs an attempt left and the Budget's retry, or
+//     it is stopped before anything is written.
 //   - Every attempt carries AttemptHeader. A request whose context says
 //     that an upstream owner already retries ([UpstreamAttempt], set by
 //     [Guard]) is sent once, so stacked layers do not multiply attempts.
@@ -141,8 +149,14 @@ func New(base http.RoundTripper, p *retry.Policy) *Transport {
 	return &Transport{Base: base, Policy: p}
 }
 
+// hostState is a host's entry in the registry: the policies its calls'
+// Steps run.
 type hostState struct {
-	policy retry.Policy // Transport.Policy with the host's budget and limiter
+	// step[1] is for calls with a deadline, step[0] for the rest. Both are
+	// Transport.Policy with the host's budget and limiter, MaxAfter and
+	// ClampAfter as the RetryAfter mode says, and no Classify: a call runs
+	// Policy.Classify itself, once, before the Step judges the attempt.
+	step [2]retry.Policy
 }
 
 func (t *Transport) init() error {
@@ -163,7 +177,7 @@ func (t *Transport) init() error {
 			return
 		}
 		if t.NewBudget == nil && t.NewLimiter == nil {
-			t.single = &hostState{policy: t.base}
+			t.single = t.newState("")
 		} else {
 			t.hosts = make(map[string]*hostState)
 		}
@@ -203,17 +217,31 @@ func (t *Transport) state(host string) *hostState {
 }
 
 func (t *Transport) newState(host string) *hostState {
-	s := &hostState{policy: t.base}
+	p := t.base
 	if t.NewBudget != nil {
-		s.policy.Budget = nil
+		p.Budget = nil
 		if b := t.NewBudget(host); b != nil {
-			s.policy.Budget = b
+			p.Budget = b
 		}
 	}
 	if t.NewLimiter != nil {
-		s.policy.Limiter = nil
+		p.Limiter = nil
 		if l := t.NewLimiter(host); l != nil {
-			s.policy.Limiter = l
+			p.Limiter = l
+		}
+	}
+	p.Classify = nil
+	s := &hostState{step: [2]retry.Policy{p, p}}
+	switch t.RetryAfter {
+	case AfterDeadline:
+		// A wait that ends before the deadline is honoured; Decide gives
+		// up on one that does not.
+		s.step[1].MaxAfter, s.step[1].ClampAfter = backoff.MaxDelay, false
+	case AfterCap:
+		s.step[0].ClampAfter, s.step[1].ClampAfter = true, true
+	case AfterAlways:
+		for i := range s.step {
+			s.step[i].MaxAfter, s.step[i].ClampAfter = backoff.MaxDelay, false
 		}
 	}
 	return s
@@ -224,7 +252,7 @@ func (t *Transport) Budget(host string) budget.Budget {
 	if t.init() != nil {
 		return nil
 	}
-	return t.state(host).policy.Budget
+	return t.state(host).step[0].Budget
 }
 
 // Limiter returns the limiter the Transport uses for host (nil if none).
@@ -232,7 +260,7 @@ func (t *Transport) Limiter(host string) limit.Limiter {
 	if t.init() != nil {
 		return nil
 	}
-	return t.state(host).policy.Limiter
+	return t.state(host).step[0].Limiter
 }
 
 // CloseIdleConnections closes the idle connections of Base, if it can.
@@ -289,25 +317,63 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, errors.New("retryhttp: request has no URL")
 	}
-	st := t.state(req.URL.Host)
-	c := call{t: t, req: req, ctx: req.Context(), p: st.policy}
+	c := &call{t: t, req: req, ctx: req.Context()}
+	c.start(t.state(req.URL.Host))
 	return c.run()
 }
 
-// call is the state of one RoundTrip.
+// call is the state of one RoundTrip: the Step that runs its attempts, and
+// the attempt in flight.
 type call struct {
 	t        *Transport
 	req      *http.Request
 	ctx      context.Context
-	p        retry.Policy // per-call copy: MaxAttempts / MaxAfter adjusted
-	upstream int
-	deadline time.Time
+	classify func(error) retry.Class // Policy.Classify, run by the call itself
+	step     retry.Step
+	upstream int // the upstream owner's attempt number, 0 when none
 	waiter   retry.Waiter
+	bounded  bool        // the Step gave the attempt its own context
+	body     releaseBody // a delivered response's body, when it holds something
+
+	// What reaches the wire, for a request net/http re-sends by itself
+	// (see wire.go); wire is false for the rest.
+	wire     bool
+	areq     *http.Request           // the attempt's request
+	cancel   context.CancelCauseFunc // cancels the attempt's context
+	trace    *httptrace.ClientTrace  // the attempt's hooks
+	ownTrace httptrace.ClientTrace   // the first attempt's, unless a caller's is composed in
+	tries    int                     // GetConn calls in the attempt
+	wrote    atomic.Bool             // the current try wrote its headers
+	refused  bool                    // a re-send was refused: every later try fails
+}
+
+// start sets up the Step: the host's policy for the call's RetryAfter
+// case, and the ledger the call starts from.
+func (c *call) start(st *hostState) {
+	d := &c.step.Delivery
+	if prev, ok := retry.DeliveryFrom(c.ctx); ok {
+		d.Deadline = prev.Deadline // the deadline carried on only moves earlier
+	}
+	if n, ok := UpstreamAttempt(c.ctx); ok && !c.t.NestedRetries {
+		c.upstream = n
+		d.MaxAttempts = 1 // the upstream owner retries
+	}
+	if !Replayable(c.req) {
+		d.MaxAttempts = 1
+	}
+	d.Source = "http"
+	c.wire = resent(c.req)
+	p := &st.step[0]
+	if _, ok := c.ctx.Deadline(); ok || p.Timeout > 0 || !d.Deadline.IsZero() {
+		p = &st.step[1]
+	}
+	c.step.Policy = p
+	c.classify = c.t.base.Classify
 }
 
 func (c *call) now() time.Time {
-	if c.p.Clock != nil {
-		return c.p.Clock.Now()
+	if clk := c.step.Policy.Clock; clk != nil {
+		return clk.Now()
 	}
 	return time.Now()
 }
@@ -316,16 +382,13 @@ func (c *call) now() time.Time {
 // context and its Limiter slot (as an overload sign) are released before
 // the panic goes on: a panic recovered further up (net/http recovers a
 // handler's) must not hold a bulkhead slot for good.
-func (c *call) roundTrip(req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
+func (c *call) roundTrip(req *http.Request) (*http.Response, error) {
 	returned := false
 	defer func() {
-		if returned {
-			return
+		if !returned {
+			c.step.Abort()
+			c.endWire()
 		}
-		if cancel != nil {
-			cancel()
-		}
-		c.p.Release(false)
 	}()
 	resp, err := c.t.base_().RoundTrip(req)
 	returned = true
@@ -333,168 +396,125 @@ func (c *call) roundTrip(req *http.Request, cancel context.CancelFunc) (*http.Re
 }
 
 func (c *call) run() (*http.Response, error) {
-	p := &c.p
-	if n, ok := UpstreamAttempt(c.ctx); ok && !c.t.NestedRetries {
-		c.upstream = n
-		p.MaxAttempts = 1
-	}
-	if !Replayable(c.req) {
-		p.MaxAttempts = 1
-	}
-	if d, ok := c.ctx.Deadline(); ok {
-		c.deadline = d
-	}
-	var now time.Time
-	if p.Timeout > 0 || p.Budget != nil || p.AttemptTimeout > 0 {
-		now = c.now()
-		if p.Timeout > 0 {
-			if dl := now.Add(p.Timeout); c.deadline.IsZero() || dl.Before(c.deadline) {
-				c.deadline = dl
-			}
-		}
-	}
-	switch c.t.RetryAfter {
-	case AfterDeadline:
-		if !c.deadline.IsZero() {
-			p.MaxAfter, p.ClampAfter = backoff.MaxDelay, false
-		}
-	case AfterCap:
-		p.ClampAfter = true
-	case AfterAlways:
-		p.MaxAfter, p.ClampAfter = backoff.MaxDelay, false
-	}
+	s := &c.step
 	defer c.waiter.Stop()
-
-	var (
-		prev time.Duration
-		last error // the last attempt's classified error
-	)
-	for attempt := 1; ; attempt++ {
-		if err := c.ctx.Err(); err != nil {
-			if attempt == 1 {
-				closeRequestBody(c.req)
-			}
-			return c.giveUp(ctxReason(err), attempt-1, last, err)
-		}
-		if r := p.Begin(attempt, now); r != retry.NoReason {
-			if attempt == 1 {
-				closeRequestBody(c.req)
-			}
-			return c.giveUp(r, attempt-1, last, nil)
-		}
-		if h := p.Hooks.OnAttempt; h != nil {
-			h(retry.Event{Attempt: attempt})
-		}
-
-		// The attempt's own context: min(AttemptTimeout, time left).
-		actx, cancel := c.ctx, context.CancelFunc(nil)
-		if p.AttemptTimeout > 0 || p.Timeout > 0 {
-			if attempt > 1 || now.IsZero() {
-				now = c.now()
-			}
-			d := p.AttemptTimeout
-			if !c.deadline.IsZero() {
-				if left := c.deadline.Sub(now); d == 0 || left < d {
-					d = left
-				}
-			}
-			if d <= 0 {
-				p.Release(true) // nothing was sent
-				if attempt == 1 {
-					closeRequestBody(c.req)
-				}
-				return c.giveUp(retry.Deadline, attempt-1, last, nil)
-			}
-			actx, cancel = context.WithTimeout(c.ctx, d)
-		}
-
-		areq, err := c.attemptRequest(actx, attempt)
-		if err != nil { // GetBody failed: nothing was sent
-			if cancel != nil {
-				cancel()
-			}
-			p.Release(true) // nothing was sent
-			return c.giveUp(retry.UnknownError, attempt-1, err, nil)
-		}
-		resp, err := c.roundTrip(areq, cancel)
-		if (resp == nil) == (err == nil) { // a broken Base
-			if resp != nil {
-				resp.Body.Close()
-				err = fmt.Errorf("retryhttp: Base.RoundTrip returned both a response and an error: %w", err)
-			} else {
-				err = errors.New("retryhttp: Base.RoundTrip returned neither a response nor an error")
-			}
-			resp = nil
-		}
-
-		classify := c.t.Classify
-		if classify == nil {
-			classify = DefaultClassify
-		}
-		cerr := classify(areq, resp, err)
-		if cerr != nil {
-			class, _ := retry.Classify(cerr)
-			if class == retry.ClassUnknown && err != nil && cancel != nil &&
-				actx.Err() != nil && c.ctx.Err() == nil &&
-				(p.Classify == nil || p.Classify(cerr) == retry.ClassUnknown) {
-				cerr = retry.Retryable(cerr) // the attempt's own timeout fired
-				class = retry.ClassRetryable
-			}
-			if resp != nil {
-				cerr = c.markResponse(cerr, class, resp)
-			}
-		}
-		if p.NeedsNow() || (cerr != nil && !c.deadline.IsZero()) {
+	for {
+		var now time.Time
+		if s.NeedsNow(c.ctx) {
 			now = c.now()
 		}
-
-		// The Budget learns the outcome now, before Decide, as in retry.Do;
-		// the Limiter slot is released after the decision (a delivered
-		// response holds it until its body is closed).
-		served := p.Result(cerr, now)
-		if cerr == nil {
-			if h := p.Hooks.OnSuccess; h != nil {
-				h(retry.Event{Attempt: attempt})
+		if r := s.Begin(c.ctx, now); r != retry.NoReason {
+			if s.Delivery.Attempt == 0 {
+				closeRequestBody(c.req)
 			}
-			return c.deliver(resp, cancel, served), nil
+			c.logGiveUp(r, nil)
+			return nil, s.Err()
 		}
-		if ctxErr := c.ctx.Err(); ctxErr != nil {
-			return c.finish(ctxReason(ctxErr), attempt, resp, cancel, cerr, ctxErr, served)
+		actx := s.Context()
+		c.bounded = actx != c.ctx
+		if c.wire {
+			actx = c.watch(actx)
 		}
-		dec := p.Decide(attempt, cerr, now, c.deadline, prev)
+		areq, err := c.attemptRequest(actx)
+		c.areq = areq
+		var resp *http.Response
+		if err == nil {
+			resp, err = c.roundTrip(areq)
+			if err != nil && c.refused {
+				err = errResendRefused
+			}
+		} // else GetBody failed: the attempt ends before anything was sent
+		if err == nil && resp == nil {
+			err = errors.New("retryhttp: Base.RoundTrip returned neither a response nor an error")
+		} else if err != nil && resp != nil {
+			resp.Body.Close()
+			resp, err = nil, fmt.Errorf("retryhttp: Base.RoundTrip returned both a response and an error: %w", err)
+		}
+		cerr := c.judge(areq, resp, err)
+		if resp != nil {
+			s.Hold() // a delivered response keeps the slot until its body is closed
+		}
+		if s.NeedsNow(c.ctx) {
+			now = c.now()
+		}
+		dec := s.End(cerr, now)
+		if cerr == nil {
+			return c.deliver(resp), nil
+		}
 		if !dec.Retry {
-			return c.finish(dec.Reason, attempt, resp, cancel, cerr, nil, served)
+			c.logGiveUp(dec.Reason, cerr)
+			if resp != nil {
+				return c.deliver(resp), nil
+			}
+			c.endWire()
+			return nil, s.Err()
 		}
-
 		// Retry: free the connection and the slot before the wait.
 		if resp != nil {
 			drain(resp.Body, c.t.MaxDrain)
+			s.Release()
 		}
-		if cancel != nil {
-			cancel()
-		}
-		p.Release(served)
-		if h := p.Hooks.OnRetry; h != nil {
-			h(retry.Event{Attempt: attempt, Delay: dec.Delay, Err: cerr})
-		}
+		c.endWire()
 		if l := c.t.Logger; l != nil {
 			l.LogAttrs(c.ctx, slog.LevelDebug, "http retry",
 				slog.String("method", c.req.Method), slog.String("host", c.req.URL.Host),
-				slog.String("path", c.req.URL.Path), slog.Int("attempt", attempt),
+				slog.String("path", c.req.URL.Path), slog.Int("attempt", s.Delivery.Attempt),
 				slog.Duration("delay", dec.Delay), slog.String("error", cerr.Error()))
 		}
-		last, prev = cerr, dec.Delay
 		if dec.Delay > 0 {
-			if err := c.waiter.Wait(c.ctx, c.p.Clock, dec.Delay); err != nil {
-				return c.giveUp(ctxReason(err), attempt, last, err)
-			}
+			// A wait the context ends is a give-up: the next Begin refuses
+			// the done context.
+			_ = c.waiter.Wait(c.ctx, s.Policy.Clock, dec.Delay)
 		}
 	}
 }
 
+// judge is the attempt's outcome in the core vocabulary: nil for a
+// response handed to the caller, or the classified failure. Classify (the
+// Transport's) runs once, Policy.Classify at most once (for a failure of
+// no class), and a retryable response's Retry-After becomes its wait.
+func (c *call) judge(areq *http.Request, resp *http.Response, err error) error {
+	if areq == nil { // GetBody failed
+		return err
+	}
+	classify := c.t.Classify
+	if classify == nil {
+		classify = DefaultClassify
+	}
+	cerr := classify(areq, resp, err)
+	if cerr == nil {
+		return nil
+	}
+	class, _ := retry.Classify(cerr)
+	if class == retry.ClassUnknown && c.classify != nil {
+		class = c.classify(cerr)
+		cerr = mark(cerr, class)
+	}
+	if resp != nil {
+		cerr = c.markResponse(cerr, class, resp)
+	}
+	return cerr
+}
+
+// mark gives cerr the class Policy.Classify found, so the Step (which runs
+// without Policy.Classify) reads it.
+func mark(cerr error, class retry.Class) error {
+	if se, ok := cerr.(*StatusError); ok {
+		se.Class = class
+		return se
+	}
+	switch class {
+	case retry.ClassRetryable:
+		return retry.Retryable(cerr)
+	case retry.ClassPermanent:
+		return retry.Permanent(cerr)
+	}
+	return cerr
+}
+
 // markResponse adds what the response says about retrying to cerr: a
 // Stagger-No-Retry header makes it permanent, a Retry-After on a retryable
-// answer becomes its minimum wait.
+// answer becomes its minimum wait (parsed only then).
 func (c *call) markResponse(cerr error, class retry.Class, resp *http.Response) error {
 	noRetry := resp.Header.Get(NoRetryHeader) == "1"
 	var after time.Duration
@@ -523,9 +543,10 @@ func (c *call) markResponse(cerr error, class retry.Class, resp *http.Response) 
 	return cerr
 }
 
-// attemptRequest is req for attempt n: its own context, the attempt header
-// and a fresh body.
-func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error) {
+// attemptRequest is req for the attempt Begin just counted: its own
+// context, the attempt header and a fresh body.
+func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
+	n := c.step.Delivery.Attempt
 	r := c.req.WithContext(ctx)
 	h := make(http.Header, len(c.req.Header)+1)
 	for k, v := range c.req.Header {
@@ -547,39 +568,9 @@ func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error)
 	return r, nil
 }
 
-// finish ends the call after attempt failed and will not be retried: a
-// response goes back to the caller (its slot released when the body is
-// closed), an error becomes the give-up error.
-func (c *call) finish(r retry.Reason, attempts int, resp *http.Response, cancel context.CancelFunc, cerr, ctxErr error, served bool) (*http.Response, error) {
-	c.report(r, attempts, cerr)
-	if resp != nil {
-		return c.deliver(resp, cancel, served), nil
-	}
-	if cancel != nil {
-		cancel()
-	}
-	c.p.Release(served)
-	return nil, giveUpErr(r, attempts, cerr, ctxErr)
-}
-
-// giveUp ends the call when no attempt is in flight.
-func (c *call) giveUp(r retry.Reason, attempts int, last, ctxErr error) (*http.Response, error) {
-	c.report(r, attempts, last)
-	return nil, giveUpErr(r, attempts, last, ctxErr)
-}
-
-func giveUpErr(r retry.Reason, attempts int, last, ctxErr error) error {
-	err := retry.GiveUp(r, attempts, last)
-	if ctxErr != nil && !errors.Is(err, ctxErr) {
-		err = fmt.Errorf("%w (%w)", err, ctxErr)
-	}
-	return err
-}
-
-func (c *call) report(r retry.Reason, attempts int, last error) {
-	if h := c.p.Hooks.OnGiveUp; h != nil {
-		h(retry.Event{Attempt: attempts, Err: last, Reason: r})
-	}
+// logGiveUp records a give-up for reason r on the Logger, if any; the
+// policy's OnGiveUp hook has already run (in the Step).
+func (c *call) logGiveUp(r retry.Reason, last error) {
 	l := c.t.Logger
 	if l == nil {
 		return
@@ -593,7 +584,7 @@ func (c *call) report(r retry.Reason, attempts int, last error) {
 	}
 	attrs := []slog.Attr{
 		slog.String("method", c.req.Method), slog.String("host", c.req.URL.Host),
-		slog.String("path", c.req.URL.Path), slog.Int("attempts", attempts),
+		slog.String("path", c.req.URL.Path), slog.Int("attempts", c.step.Delivery.Attempt),
 		slog.String("reason", r.String()),
 	}
 	if last != nil {
@@ -602,29 +593,31 @@ func (c *call) report(r retry.Reason, attempts int, last error) {
 	l.LogAttrs(c.ctx, level, "http gave up", attrs...)
 }
 
-// deliver hands resp, the outcome of an attempt (served as Policy.Result
-// judged it), to the caller. The attempt's Limiter slot is held until the
-// body is closed or read to the end, and released then (Policy.Release).
-// Closing the body also cancels the attempt's context.
-func (c *call) deliver(resp *http.Response, cancel context.CancelFunc, served bool) *http.Response {
-	if c.p.Limiter == nil && cancel == nil {
+// deliver hands resp, the outcome of the attempt End judged under Hold, to
+// the caller. What the attempt holds — its Limiter slot, its bounded
+// context — is released when the body is closed or read to the end
+// (Step.Release).
+func (c *call) deliver(resp *http.Response) *http.Response {
+	if c.step.Policy.Limiter == nil && !c.bounded && (c.cancel == nil || c.ctx.Done() == nil) {
+		// Nothing held. (A cancel whose parent can never end registered
+		// nothing anywhere: it needs no call.)
 		return resp
 	}
-	rb := &releaseBody{rc: resp.Body, cancel: cancel, lim: c.p.Limiter, served: served}
+	c.body.rc, c.body.c = resp.Body, c
 	if rw, isRW := resp.Body.(io.ReadWriteCloser); isRW {
-		resp.Body = &releaseRWBody{releaseBody: rb, w: rw}
+		resp.Body = &releaseRWBody{releaseBody: &c.body, w: rw}
 	} else {
-		resp.Body = rb
+		resp.Body = &c.body
 	}
 	return resp
 }
 
+// releaseBody is a delivered response's body: closing it, or reading it to
+// the end, releases what the attempt held.
 type releaseBody struct {
-	rc     io.ReadCloser
-	cancel context.CancelFunc
-	lim    limit.Limiter // the attempt's slot is released on it; nil: none
-	served bool          // the attempt's outcome, as Policy.Result judged it
-	done   atomic.Bool
+	rc   io.ReadCloser
+	c    *call
+	done atomic.Bool
 }
 
 func (b *releaseBody) Read(p []byte) (int, error) {
@@ -642,14 +635,9 @@ func (b *releaseBody) Close() error {
 }
 
 func (b *releaseBody) release() {
-	if !b.done.CompareAndSwap(false, true) {
-		return
-	}
-	if b.cancel != nil {
-		b.cancel()
-	}
-	if b.lim != nil {
-		b.lim.Release(b.served)
+	if b.done.CompareAndSwap(false, true) {
+		b.c.step.Release()
+		b.c.endWire()
 	}
 }
 
@@ -675,11 +663,4 @@ func closeRequestBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
-}
-
-func ctxReason(err error) retry.Reason {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return retry.Deadline
-	}
-	return retry.Canceled
 }

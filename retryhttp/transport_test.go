@@ -845,3 +845,94 @@ func TestBudgetLearnsOutcomeBeforeDecision(t *testing.T) {
 		t.Errorf("%d slots held after the body was closed, want 0", lim.InFlight())
 	}
 }
+
+// TestPolicyClassifyRunsOncePerAttempt: a failure of no class is judged by
+// Policy.Classify exactly once per attempt — for a response, for a
+// transport error and for a transport error of an attempt whose own
+// timeout fired — and its verdict decides (retryable here; unknown stays
+// unknown unless the attempt's own timeout fired).
+func TestPolicyClassifyRunsOncePerAttempt(t *testing.T) {
+	cases := []struct {
+		name     string
+		answers  []answer
+		verdict  retry.Class
+		timeout  time.Duration // Policy.AttemptTimeout
+		raw      bool          // Transport.Classify hands transport errors back unclassed
+		attempts int
+		reason   retry.Reason
+	}{
+		{"500 made retryable", statuses(500), retry.ClassRetryable, 0, false, 3, retry.Exhausted},
+		{"500 left unknown", statuses(500), retry.ClassUnknown, 0, false, 1, retry.UnknownError},
+		{"error made permanent", []answer{{err: errBoom}}, retry.ClassPermanent, 0, false, 1, retry.PermanentError},
+		{"error made retryable", []answer{{err: errBoom}}, retry.ClassRetryable, 0, false, 3, retry.Exhausted},
+		{"own timeout, left unknown", []answer{{block: true}}, retry.ClassUnknown, time.Second, true, 3, retry.Exhausted},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int64
+				rec := &recorder{}
+				p := noWait(3)
+				p.AttemptTimeout, p.Hooks = c.timeout, rec.hooks()
+				p.Classify = func(error) retry.Class { calls.Add(1); return c.verdict }
+				base := &fakeBase{answers: c.answers}
+				tr := retryhttp.New(base, p)
+				if c.raw {
+					tr.Classify = func(req *http.Request, resp *http.Response, err error) error {
+						if err != nil {
+							return err
+						}
+						return retryhttp.DefaultClassify(req, resp, nil)
+					}
+				}
+				resp, _ := get(t, context.Background(), tr, "http://svc/")
+				if resp != nil {
+					resp.Body.Close()
+				}
+				if n := base.attempts(); n != c.attempts {
+					t.Fatalf("attempts = %d, want %d", n, c.attempts)
+				}
+				if n := calls.Load(); n != int64(c.attempts) {
+					t.Errorf("Policy.Classify ran %d times for %d attempts, want once per attempt", n, c.attempts)
+				}
+				if g := rec.lastGiveUp(t); g.Reason != c.reason {
+					t.Errorf("reason %v, want %v", g.Reason, c.reason)
+				}
+			})
+		})
+	}
+}
+
+// TestRetryAfterOnlyOnRetryableAnswers: a Retry-After is read only from
+// an answer that will be retried — a permanent 400 carries none in its
+// error — and a 500 made retryable by Policy.Classify waits as asked.
+func TestRetryAfterOnlyOnRetryableAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		p := noWait(2)
+		p.Hooks = rec.hooks()
+		base := &fakeBase{answers: []answer{{status: 400, header: http.Header{"Retry-After": {"7"}}}}}
+		resp, err := get(t, context.Background(), retryhttp.New(base, p), "http://svc/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var se *retryhttp.StatusError
+		if g := rec.lastGiveUp(t); !errors.As(g.Err, &se) || se.After != 0 || g.Reason != retry.PermanentError {
+			t.Errorf("400 give-up %v (%v): want permanent with no Retry-After read", g.Reason, g.Err)
+		}
+
+		p = noWait(2)
+		p.Classify = func(error) retry.Class { return retry.ClassRetryable }
+		base = &fakeBase{answers: []answer{{status: 500, header: http.Header{"Retry-After": {"7"}}}}}
+		resp, err = get(t, context.Background(), retryhttp.New(base, p), "http://svc/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		seen := base.seenCopy()
+		if len(seen) != 2 || seen[1].at.Sub(seen[0].at) != 7*time.Second {
+			t.Errorf("a 500 made retryable: %d attempts, want 2, 7s apart (Retry-After)", len(seen))
+		}
+	})
+}
