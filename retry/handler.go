@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -46,34 +47,52 @@ type Delivery struct {
 
 type deliveryKey struct{}
 
-// deliveryCtx carries a Delivery in one allocation: Value hands out a
-// pointer to the field (no boxing), and every other key goes to the parent,
-// so cancellation and deadlines propagate as for any derived context.
+// deliveryCtx carries what a handler needs of a Delivery in one small
+// allocation (64 bytes): Value hands out the context itself (no boxing),
+// and every other key goes to the parent, so cancellation and deadlines
+// propagate as for any derived context. First and Prev, the driver's own
+// bookkeeping, are not carried.
 type deliveryCtx struct {
 	context.Context
-	d Delivery
+	id, source   string
+	attempt, max int32
+	deadline     int64 // Unix ns; 0: none
 }
 
 func (c *deliveryCtx) Value(key any) any {
 	if _, ok := key.(deliveryKey); ok {
-		return &c.d
+		return c
 	}
 	return c.Context.Value(key)
 }
 
 func (c *deliveryCtx) String() string { return "retry.WithDelivery" }
 
-// WithDelivery returns a context carrying d (one allocation).
+// WithDelivery returns a context carrying d's ID, Attempt, MaxAttempts,
+// Source and Deadline (one allocation). Counts beyond 2³¹−1 are clamped.
 func WithDelivery(ctx context.Context, d Delivery) context.Context {
-	return &deliveryCtx{Context: ctx, d: d}
+	c := &deliveryCtx{Context: ctx, id: d.ID, source: d.Source,
+		attempt: clamp32(d.Attempt), max: clamp32(d.MaxAttempts)}
+	if !d.Deadline.IsZero() {
+		c.deadline = d.Deadline.UnixNano()
+	}
+	return c
 }
 
-// DeliveryFrom returns the Delivery a driver put in ctx.
+func clamp32(n int) int32 { return int32(min(max(n, 0), math.MaxInt32)) }
+
+// DeliveryFrom returns the Delivery a driver put in ctx: its ID, Attempt,
+// MaxAttempts, Source and Deadline (First and Prev stay with the driver).
 func DeliveryFrom(ctx context.Context) (Delivery, bool) {
-	if d, ok := ctx.Value(deliveryKey{}).(*Delivery); ok && d != nil {
-		return *d, true
+	c, ok := ctx.Value(deliveryKey{}).(*deliveryCtx)
+	if !ok || c == nil {
+		return Delivery{}, false
 	}
-	return Delivery{}, false
+	d := Delivery{ID: c.id, Source: c.source, Attempt: int(c.attempt), MaxAttempts: int(c.max)}
+	if c.deadline != 0 {
+		d.Deadline = time.Unix(0, c.deadline)
+	}
+	return d, true
 }
 
 // Run is the in-process driver of a Handler: it runs h on payload under

@@ -77,7 +77,7 @@ func (s *Step) NeedsNow(ctx context.Context) bool {
 	if s.needsNow() {
 		return true
 	}
-	if ctx != nil {
+	if ctx != nil && ctx != s.ctx { // Begin folded s.ctx's deadline in already
 		if _, ok := ctx.Deadline(); ok {
 			return true
 		}
@@ -118,12 +118,14 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 			d.Deadline = earlier(d.Deadline, dl)
 		}
 	}
-	first := d.First
-	if first.IsZero() {
-		first = now
-	}
-	if p.Timeout > 0 && !first.IsZero() {
-		d.Deadline = earlier(d.Deadline, first.Add(p.Timeout))
+	if p.Timeout > 0 {
+		first := d.First
+		if first.IsZero() {
+			first = now
+		}
+		if !first.IsZero() {
+			d.Deadline = earlier(d.Deadline, first.Add(p.Timeout))
+		}
 	}
 	bound := p.AttemptTimeout
 	if !d.Deadline.IsZero() {
@@ -146,7 +148,9 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	}
 	s.held = p.Limiter != nil
 	s.bound = bound
-	d.First = first
+	if d.First.IsZero() {
+		d.First = now
+	}
 	d.Attempt++
 	p.Hooks.attempt(d.Attempt)
 	return NoReason
