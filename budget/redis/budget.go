@@ -94,8 +94,12 @@ type Config struct {
 	PerRetry int64
 	// MinToRetry is the smallest reserve that allows a retry; 0 means PerRetry.
 	MinToRetry int64
-	// Initial is the reserve when the key does not exist yet; 0 starts empty.
+	// Initial is the reserve when the key does not exist yet; 0 means Max
+	// (full, as budget.TokenBucket's zero value), unless Empty is set.
 	Initial int64
+	// Empty starts a key that does not exist yet at 0 credits (Initial
+	// must then be 0).
+	Empty bool
 
 	// EarnBatch is how many earnings are counted locally before they are
 	// pushed; 0 means DefaultEarnBatch, 1 pushes every one.
@@ -157,7 +161,7 @@ func New(cfg Config) (*Budget, error) {
 	if cfg.Key == "" || len(cfg.Key) > MaxKeyLen || strings.ContainsAny(cfg.Key, "\r\n") {
 		return nil, fmt.Errorf("%w: Key must be 1..%d bytes without line breaks, got %d bytes", ErrInvalid, MaxKeyLen, len(cfg.Key))
 	}
-	tb := &budget.TokenBucket{Max: cfg.Max, PerRequest: cfg.PerRequest, PerRetry: cfg.PerRetry, MinToRetry: cfg.MinToRetry, Initial: cfg.Initial}
+	tb := &budget.TokenBucket{Max: cfg.Max, PerRequest: cfg.PerRequest, PerRetry: cfg.PerRetry, MinToRetry: cfg.MinToRetry, Initial: cfg.Initial, Empty: cfg.Empty}
 	if err := tb.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -182,7 +186,7 @@ func New(cfg Config) (*Budget, error) {
 	b := &Budget{
 		c: cfg.Client, key: cfg.Key,
 		max: or(cfg.Max, budget.DefaultMax), earn: or(cfg.PerRequest, budget.DefaultPerRequest),
-		cost: or(cfg.PerRetry, budget.DefaultPerRetry), initial: cfg.Initial,
+		cost: or(cfg.PerRetry, budget.DefaultPerRetry), initial: tb.Credits(),
 		earnBatch: or(int64(cfg.EarnBatch), DefaultEarnBatch), spendBatch: or(int64(cfg.SpendBatch), DefaultSpendBatch),
 		reserveTTL: or(cfg.ReserveTTL, DefaultReserveTTL), keyTTLms: cfg.KeyTTL.Milliseconds(),
 		opTimeout: or(cfg.OpTimeout, DefaultOpTimeout), cooldown: or(cfg.Cooldown, DefaultCooldown),
