@@ -1,7 +1,8 @@
 // Package limit decides whether an attempt may start now.
 //
-// A concurrency limit caps the attempts in flight to one dependency; it is
-// not a rate limit. It is checked before a connection is taken and, with no
+// A concurrency limit ([Bulkhead], [AIMD]) caps the attempts in flight to
+// one dependency; a rate limit ([Rate]) caps the attempts started per
+// second. Either is checked before a connection is taken and, with no
 // free slot, answers at once with [ErrLimited] — a controlled answer instead
 // of a queue without end. Use one limiter per dependency that must fail
 // independently (a bulkhead). Remember that a cap of 10 on 20 replicas is 200
