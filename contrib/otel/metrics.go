@@ -131,7 +131,7 @@ func (m *Metrics) Hooks(name string) retry.Hooks {
 	// Options are kept in slices so that passing them does not allocate.
 	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))
 	add, rec := []metric.AddOption{set}, []metric.RecordOption{set}
-	var byReason [retry.Pushback + 1][]metric.AddOption
+	var byReason [retry.CircuitOpen + 1][]metric.AddOption
 	for r := range byReason {
 		byReason[r] = []metric.AddOption{reasonSet(name, retry.Reason(r))}
 	}
