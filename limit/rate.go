@@ -34,9 +34,11 @@ type Rate struct {
 
 // NewRate returns a limit of perSecond starts per second (finite, > 0 and
 // <= MaxRate) with bursts of up to burst starts (>= 1). clock supplies the
-// time for TryAcquire and Wait; nil means time.Now. Times are measured
-// from the first one the limit sees, with Time.Sub, so time.Now's
-// monotonic readings and a simulator's virtual times both work.
+// time for TryAcquire and Wait; nil means the real clock, read as time
+// since NewRate (monotonic). With a clock, times are measured from the
+// first one the limit sees, with Time.Sub, so a simulator's virtual times
+// work; TryAcquireAt and WaitAt take a time directly (for the real clock,
+// a time.Now value).
 func NewRate(perSecond float64, burst int, clock func() time.Time) (*Rate, error) {
 	switch {
 	case math.IsNaN(perSecond) || math.IsInf(perSecond, 0):
@@ -51,11 +53,23 @@ func NewRate(perSecond float64, burst int, clock func() time.Time) (*Rate, error
 	if interval*float64(burst) > 1<<62 {
 		return nil, fmt.Errorf("%w: Rate burst / perSecond must be at most %v, got %d / %v", ErrInvalid, time.Duration(1<<62), burst, perSecond)
 	}
-	if clock == nil {
-		clock = time.Now
-	}
 	iv := max(int64(interval), 1)
-	return &Rate{interval: iv, limit: iv * int64(burst), clock: clock}, nil
+	r := &Rate{interval: iv, limit: iv * int64(burst), clock: clock}
+	if clock == nil {
+		// The real clock: time from now on, so that TryAcquire reads only
+		// the monotonic clock (time.Since), half the cost of time.Now.
+		start := time.Now()
+		r.origin.Store(&start)
+	}
+	return r, nil
+}
+
+// now returns the clock's time in ns since the origin.
+func (r *Rate) now() int64 {
+	if r.clock == nil {
+		return int64(time.Since(*r.origin.Load()))
+	}
+	return r.since(r.clock())
 }
 
 // since returns now in ns since the limit's origin (the first time seen).
@@ -73,11 +87,13 @@ func (r *Rate) since(now time.Time) int64 {
 }
 
 // TryAcquire takes a start at the clock's time if one is due.
-func (r *Rate) TryAcquire() bool { return r.TryAcquireAt(r.clock()) }
+func (r *Rate) TryAcquire() bool { return r.acquire(r.now()) }
 
 // TryAcquireAt takes a start at now if one is due: it never blocks.
-func (r *Rate) TryAcquireAt(now time.Time) bool {
-	n := r.since(now)
+func (r *Rate) TryAcquireAt(now time.Time) bool { return r.acquire(r.since(now)) }
+
+// acquire takes a start at n ns since the origin if one is due.
+func (r *Rate) acquire(n int64) bool {
 	for {
 		tat := r.tat.Load()
 		next := max(tat, n) + r.interval
@@ -95,11 +111,12 @@ func (r *Rate) Release(bool) {}
 
 // Wait returns how long from the clock's time until TryAcquire would
 // admit a start (0: now), for a driver that schedules instead of refusing.
-func (r *Rate) Wait() time.Duration { return r.WaitAt(r.clock()) }
+func (r *Rate) Wait() time.Duration { return r.wait(r.now()) }
 
 // WaitAt is Wait at now.
-func (r *Rate) WaitAt(now time.Time) time.Duration {
-	n := r.since(now)
+func (r *Rate) WaitAt(now time.Time) time.Duration { return r.wait(r.since(now)) }
+
+func (r *Rate) wait(n int64) time.Duration {
 	return time.Duration(max(0, r.tat.Load()+r.interval-r.limit-n))
 }
 
