@@ -69,6 +69,29 @@ func failsafeRate() ratelimiter.RateLimiter[any] {
 
 var okOp = func() error { return nil }
 
+// doStagger times one succeeding call through retry.Do with p.
+func doStagger(b *testing.B, p *retry.Policy) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = retry.Do(ctx, p, func(context.Context) error { return okOp() })
+	}
+	if sink != nil {
+		b.Fatal(sink)
+	}
+}
+
+// doFailsafe times one succeeding call through a failsafe-go executor.
+func doFailsafe(b *testing.B, exec failsafe.Executor[any]) {
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = exec.Run(okOp)
+	}
+	if sink != nil {
+		b.Fatal(sink)
+	}
+}
+
 func BenchmarkCircuitBreaker(b *testing.B) {
 	b.Run("stagger", func(b *testing.B) {
 		cb := staggerBreaker(b)
@@ -103,26 +126,9 @@ func BenchmarkCircuitBreaker(b *testing.B) {
 		}
 	})
 	b.Run("stagger-run", func(b *testing.B) {
-		p := &retry.Policy{MaxAttempts: 1, Schedule: backoff.Constant(0), Budget: staggerBreaker(b)}
-		ctx := context.Background()
-		b.ReportAllocs()
-		for b.Loop() {
-			sink = retry.Do(ctx, p, func(context.Context) error { return okOp() })
-		}
-		if sink != nil {
-			b.Fatal(sink)
-		}
+		doStagger(b, &retry.Policy{MaxAttempts: 1, Schedule: backoff.Constant(0), Budget: staggerBreaker(b)})
 	})
-	b.Run("failsafe-run", func(b *testing.B) {
-		exec := failsafe.With[any](failsafeBreaker())
-		b.ReportAllocs()
-		for b.Loop() {
-			sink = exec.Run(okOp)
-		}
-		if sink != nil {
-			b.Fatal(sink)
-		}
-	})
+	b.Run("failsafe-run", func(b *testing.B) { doFailsafe(b, failsafe.With[any](failsafeBreaker())) })
 	b.Run("stagger-parallel", func(b *testing.B) {
 		cb := staggerBreaker(b)
 		b.ReportAllocs()
@@ -177,26 +183,9 @@ func BenchmarkRateLimiter(b *testing.B) {
 		}
 	})
 	b.Run("stagger-run", func(b *testing.B) {
-		p := &retry.Policy{MaxAttempts: 1, Schedule: backoff.Constant(0), Limiter: staggerRate(b)}
-		ctx := context.Background()
-		b.ReportAllocs()
-		for b.Loop() {
-			sink = retry.Do(ctx, p, func(context.Context) error { return okOp() })
-		}
-		if sink != nil {
-			b.Fatal(sink)
-		}
+		doStagger(b, &retry.Policy{MaxAttempts: 1, Schedule: backoff.Constant(0), Limiter: staggerRate(b)})
 	})
-	b.Run("failsafe-run", func(b *testing.B) {
-		exec := failsafe.With[any](failsafeRate())
-		b.ReportAllocs()
-		for b.Loop() {
-			sink = exec.Run(okOp)
-		}
-		if sink != nil {
-			b.Fatal(sink)
-		}
-	})
+	b.Run("failsafe-run", func(b *testing.B) { doFailsafe(b, failsafe.With[any](failsafeRate())) })
 	b.Run("stagger-parallel", func(b *testing.B) {
 		r := staggerRate(b)
 		b.ReportAllocs()
