@@ -284,3 +284,26 @@ func (b *CircuitBreaker) changed(from, to CircuitState, now time.Time) {
 		b.onChange(from, to, now)
 	}
 }
+
+// Guard returns a budget with the circuit in front of b, for a policy that
+// wants both (retry.Policy has one Budget): Request and Retry ask the
+// circuit first, so an attempt it refuses costs b nothing, and both hear
+// every Result. The result is a [Circuit] with this circuit's state, so a
+// driver gives refusals while the circuit is not closed its circuit-open
+// reason — a refusal by b while the circuit is half-open included; a
+// trial admitted by the circuit and then refused by b is replaced one
+// cool-down later.
+func (cb *CircuitBreaker) Guard(b Budget) Circuit { return guarded{cb, b} }
+
+type guarded struct {
+	cb     *CircuitBreaker
+	behind Budget
+}
+
+func (g guarded) Request(now time.Time) bool { return g.cb.Request(now) && g.behind.Request(now) }
+func (g guarded) Retry(now time.Time) bool   { return g.cb.Retry(now) && g.behind.Retry(now) }
+func (g guarded) State() CircuitState        { return g.cb.State() }
+func (g guarded) Result(now time.Time, ok bool) {
+	g.cb.Result(now, ok)
+	g.behind.Result(now, ok)
+}

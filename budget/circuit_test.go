@@ -300,3 +300,34 @@ func BenchmarkCircuit(b *testing.B) {
 		}
 	})
 }
+
+// TestCircuitGuard: the circuit in front of a token bucket: refusals by the
+// open circuit cost no credit; the bucket still rules retries while the
+// circuit is closed; both hear the outcomes.
+func TestCircuitGuard(t *testing.T) {
+	cb := mustCircuit(t, CircuitConfig{MinCalls: 2, CoolDown: time.Second})
+	tb := &TokenBucket{Initial: 20}
+	g := cb.Guard(tb)
+	if !g.Retry(at(0)) || !g.Retry(at(0)) || g.Retry(at(0)) || tb.Credits() != 0 {
+		t.Fatalf("closed circuit: the bucket's 2 retries, then a refusal; credits %d", tb.Credits())
+	}
+	if g.State() != CircuitClosed {
+		t.Fatal("state")
+	}
+	g.Result(at(1), false)
+	g.Result(at(1), false)
+	if g.State() != CircuitOpen || cb.State() != CircuitOpen {
+		t.Fatal("the circuit did not hear the outcomes")
+	}
+	for range 30 {
+		if g.Request(at(2)) {
+			t.Fatal("an open circuit admitted an original")
+		}
+	}
+	if tb.Credits() != 0 {
+		t.Fatalf("refused originals earned %d credits", tb.Credits())
+	}
+	if !g.Request(at(1001)) || tb.Credits() != 1 {
+		t.Fatalf("the trial: credits %d", tb.Credits())
+	}
+}

@@ -353,7 +353,7 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 		lim = b
 	}
 	if st.NewLimiter != nil {
-		lim = joinLimiters(lim, st.NewLimiter())
+		lim = limit.Join(lim, st.NewLimiter())
 	}
 
 	// The gateway's clock starts after uncounted warm-up requests, so that

@@ -203,60 +203,11 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 			if behind == nil {
 				return cb
 			}
-			return guarded{cb, behind()}
+			return cb.Guard(behind())
 		}
 	}
 	if err := backoff.Validate(s.Schedule); err != nil {
 		return Strategy{}, fmt.Errorf("%w: strategy %q: %w", ErrInvalid, name, err)
 	}
 	return s, nil
-}
-
-// guarded is a retry budget behind a circuit breaker: the circuit is asked
-// first, so an attempt it refuses costs the budget nothing, and both hear
-// every outcome. Its State is the circuit's, so a refusal while the
-// circuit is not closed gives up with reason circuit-open.
-type guarded struct {
-	cb     *budget.CircuitBreaker
-	behind budget.Budget
-}
-
-func (g guarded) Request(now time.Time) bool { return g.cb.Request(now) && g.behind.Request(now) }
-func (g guarded) Retry(now time.Time) bool   { return g.cb.Retry(now) && g.behind.Retry(now) }
-func (g guarded) State() budget.CircuitState { return g.cb.State() }
-func (g guarded) Result(now time.Time, ok bool) {
-	g.cb.Result(now, ok)
-	g.behind.Result(now, ok)
-}
-
-// both is two limiters in turn: an attempt needs a slot of each, and a
-// refusal by the second gives the first's slot back.
-type both struct{ first, second limit.Limiter }
-
-func (b both) TryAcquire() bool {
-	if !b.first.TryAcquire() {
-		return false
-	}
-	if !b.second.TryAcquire() {
-		b.first.Release(true)
-		return false
-	}
-	return true
-}
-
-func (b both) Release(ok bool) {
-	b.second.Release(ok)
-	b.first.Release(ok)
-}
-
-// joinLimiters returns a limiter that needs a slot of first (if not nil)
-// and then of second (if not nil).
-func joinLimiters(first, second limit.Limiter) limit.Limiter {
-	switch {
-	case first == nil:
-		return second
-	case second == nil:
-		return first
-	}
-	return both{first, second}
 }

@@ -147,7 +147,7 @@ func TestParseStrategyBreakerAndRate(t *testing.T) {
 	// bulkhead's slot back.
 	st = mustStrategy(t, "immediate+bulkhead+rate", StrategyOptions{Bulkhead: 5, Rate: 1, Burst: 2})
 	bh, _ := limit.NewBulkhead(st.Bulkhead)
-	l := joinLimiters(bh, st.NewLimiter())
+	l := limit.Join(bh, st.NewLimiter())
 	if !l.TryAcquire() || !l.TryAcquire() || l.TryAcquire() || bh.InFlight() != 2 {
 		t.Fatalf("bulkhead+rate: in flight %d, want 2 after the burst of 2", bh.InFlight())
 	}

@@ -157,3 +157,45 @@ func (a *AIMD) Release(ok bool) {
 		}
 	}
 }
+
+// Join returns a limiter that needs a slot of every one of ls, taken in
+// order: a refusal gives back the slots already taken, so the limiters
+// before it hold nothing. Release releases every one. Put the limiter
+// whose slot is cheapest to give back first (a bulkhead before a rate,
+// whose starts are spent). nil entries are skipped; with one limiter left
+// Join returns it.
+func Join(ls ...Limiter) Limiter {
+	var j joined
+	for _, l := range ls {
+		if l != nil {
+			j = append(j, l)
+		}
+	}
+	switch len(j) {
+	case 0:
+		return nil
+	case 1:
+		return j[0]
+	}
+	return j
+}
+
+type joined []Limiter
+
+func (j joined) TryAcquire() bool {
+	for i, l := range j {
+		if !l.TryAcquire() {
+			for _, taken := range j[:i] {
+				taken.Release(true) // nothing was started
+			}
+			return false
+		}
+	}
+	return true
+}
+
+func (j joined) Release(ok bool) {
+	for _, l := range j {
+		l.Release(ok)
+	}
+}
