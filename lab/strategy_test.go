@@ -180,7 +180,7 @@ func TestParseStrategyBreakerAndRateErrors(t *testing.T) {
 // after it, in virtual time: 40 callers starting 50 ms apart over 2 s, a
 // gateway down for the first second, answering in 10 ms.
 func outageRamp() Scenario {
-	s := inMemory(Seed000())
+	s := inMemory(FourCallerOutage())
 	s.Callers, s.Ramp, s.RoundTrip = 40, 2*time.Second, 0
 	s.Faults = Outage(time.Second, 10*ms)
 	return s
