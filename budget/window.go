@@ -42,16 +42,15 @@ func (w *window) add(now time.Time, k uint32) {
 	s := &w.slots[int(ep)%len(w.slots)]
 	for {
 		v := s.Load()
-		e := uint32(v >> 32)
-		var nv uint64
-		if e == ep || int32(e-ep) > 0 {
-			// same slot, or a newer one written by a caller whose clock
-			// ran slightly ahead: count it there.
-			nv = v + uint64(k)
-		} else {
-			nv = uint64(ep)<<32 | uint64(k)
+		if e := uint32(v >> 32); e == ep || int32(e-ep) > 0 {
+			// The same slot, or a newer one written by a caller whose
+			// clock ran slightly ahead: count it there. An add, not a
+			// compare-and-swap, so racing writers never retry; if the
+			// slot moved on meanwhile, the event counts in the newer one.
+			s.Add(uint64(k))
+			return
 		}
-		if s.CompareAndSwap(v, nv) {
+		if s.CompareAndSwap(v, uint64(ep)<<32|uint64(k)) {
 			return
 		}
 	}
