@@ -30,3 +30,13 @@ func ExampleRate() {
 	// true true true false 500ms
 	// true false
 }
+
+// A bulkhead and a rate limit on one policy: an attempt needs a slot of
+// each, and the rate's refusal gives the bulkhead's slot back.
+func ExampleJoin() {
+	bulkhead, _ := limit.NewBulkhead(10)
+	rate, _ := limit.NewRate(100, 2, nil) // 100 starts per second, bursts of 2
+	l := limit.Join(bulkhead, rate)       // for retry.Policy.Limiter
+	fmt.Println(l.TryAcquire(), l.TryAcquire(), l.TryAcquire(), bulkhead.InFlight())
+	// Output: true true false 2
+}
