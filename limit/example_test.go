@@ -35,8 +35,9 @@ func ExampleRate() {
 // each, and the rate's refusal gives the bulkhead's slot back.
 func ExampleJoin() {
 	bulkhead, _ := limit.NewBulkhead(10)
-	rate, _ := limit.NewRate(100, 2, nil) // 100 starts per second, bursts of 2
-	l := limit.Join(bulkhead, rate)       // for retry.Policy.Limiter
+	now := time.Unix(0, 0)                                            // an injected clock, standing still
+	rate, _ := limit.NewRate(100, 2, func() time.Time { return now }) // 100 starts per second, bursts of 2
+	l := limit.Join(bulkhead, rate)                                   // for retry.Policy.Limiter
 	fmt.Println(l.TryAcquire(), l.TryAcquire(), l.TryAcquire(), bulkhead.InFlight())
 	// Output: true true false 2
 }
