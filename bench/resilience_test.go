@@ -224,13 +224,13 @@ func TestBreakersBehave(t *testing.T) {
 }
 
 // TestRateLimitersBehave checks both limiter kinds refuse at their rate
-// (10 per second here, a burst of 1 for the smooth kind).
+// (one per hour here, a burst of 1 for the smooth kind).
 func TestRateLimitersBehave(t *testing.T) {
-	s, err := limit.NewRate(10, 1, nil)
+	s, err := limit.NewRate(1.0/3600, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := ratelimiter.NewSmooth[any](10, time.Second)
+	f := ratelimiter.NewSmooth[any](1, time.Hour)
 	if !s.TryAcquire() || s.TryAcquire() || !f.TryAcquirePermit() || f.TryAcquirePermit() {
 		t.Fatal("want one permit, then a refusal, from each")
 	}

@@ -145,7 +145,7 @@ func TestParseStrategyBreakerAndRate(t *testing.T) {
 	}
 	// +bulkhead and +rate: both limits apply; the rate's refusal gives the
 	// bulkhead's slot back.
-	st = mustStrategy(t, "immediate+bulkhead+rate", StrategyOptions{Bulkhead: 5, Rate: 1, Burst: 2})
+	st = mustStrategy(t, "immediate+bulkhead+rate", StrategyOptions{Bulkhead: 5, Rate: 1e-3, Burst: 2})
 	bh, _ := limit.NewBulkhead(st.Bulkhead)
 	l := limit.Join(bh, st.NewLimiter())
 	if !l.TryAcquire() || !l.TryAcquire() || l.TryAcquire() || bh.InFlight() != 2 {

@@ -106,7 +106,7 @@ func TestRateAt(t *testing.T) {
 }
 
 func TestRateDefaultClock(t *testing.T) {
-	r := mustRate(t, 1, 3, nil)
+	r := mustRate(t, 1e-3, 3, nil) // one start per 1000 s after the burst
 	if n := take(r); n != 3 {
 		t.Fatalf("real clock: %d at once, want 3", n)
 	}
