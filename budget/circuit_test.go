@@ -308,8 +308,8 @@ func TestCircuitGuard(t *testing.T) {
 	cb := mustCircuit(t, CircuitConfig{MinCalls: 2, CoolDown: time.Second})
 	tb := &TokenBucket{Initial: 20}
 	g := cb.Guard(tb)
-	if !g.Retry(at(0)) || !g.Retry(at(0)) || g.Retry(at(0)) || tb.Credits() != 0 {
-		t.Fatalf("closed circuit: the bucket's 2 retries, then a refusal; credits %d", tb.Credits())
+	if got := [3]bool{g.Retry(at(0)), g.Retry(at(0)), g.Retry(at(0))}; got != [3]bool{true, true, false} || tb.Credits() != 0 {
+		t.Fatalf("closed circuit: %v, credits %d; want the bucket's 2 retries, then a refusal", got, tb.Credits())
 	}
 	if g.State() != CircuitClosed {
 		t.Fatal("state")

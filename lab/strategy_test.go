@@ -148,8 +148,8 @@ func TestParseStrategyBreakerAndRate(t *testing.T) {
 	st = mustStrategy(t, "immediate+bulkhead+rate", StrategyOptions{Bulkhead: 5, Rate: 1e-3, Burst: 2})
 	bh, _ := limit.NewBulkhead(st.Bulkhead)
 	l := limit.Join(bh, st.NewLimiter())
-	if !l.TryAcquire() || !l.TryAcquire() || l.TryAcquire() || bh.InFlight() != 2 {
-		t.Fatalf("bulkhead+rate: in flight %d, want 2 after the burst of 2", bh.InFlight())
+	if got := [3]bool{l.TryAcquire(), l.TryAcquire(), l.TryAcquire()}; got != [3]bool{true, true, false} || bh.InFlight() != 2 {
+		t.Fatalf("bulkhead+rate: %v, in flight %d; want 2 starts (the burst), then a refusal", got, bh.InFlight())
 	}
 	l.Release(true)
 	if bh.InFlight() != 1 {
