@@ -25,6 +25,11 @@
 //	stagger.limiter.inflight    updown    slots held
 //	stagger.guard.requests      counter   requests a Guard saw, by stagger.attempt (1..15, 16+, none, malformed)
 //	stagger.guard.shed          counter   requests a Guard shed
+//	stagger.circuit.changes     counter   circuit-breaker state changes, by stagger.state ([Metrics.CircuitStateChanges])
+//
+// Traces: [Tracer.Do] is retry.Do with a span per attempt, a child of the
+// caller's span, carrying the attempt number, the decided delay and the
+// give-up reason.
 package staggerotel
 
 import (
