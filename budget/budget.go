@@ -23,7 +23,7 @@ var ErrInvalid = errors.New("budget: invalid configuration")
 // Budget is the contract between a retry driver and a retry budget.
 //
 // A driver calls Request before each original attempt (it may be refused only
-// by throttling budgets such as [Adaptive]), Retry before each retry (a true
+// by throttling budgets such as [Adaptive] and by an open [CircuitBreaker]), Retry before each retry (a true
 // answer charges the budget), and Result after each attempt with ok reporting
 // whether the dependency served it (false for overload-like failures:
 // timeouts, 5xx, refused connections).

@@ -33,3 +33,28 @@ func ExampleRatio() {
 	fmt.Println(allowed)
 	// Output: 3
 }
+
+// A circuit breaker that refuses original requests too: it opens when half
+// of at least 4 outcomes in a second failed, and tries one request again
+// after a cool-down of 100 ms.
+func ExampleCircuitBreaker() {
+	cb, _ := budget.NewCircuitBreaker(budget.CircuitConfig{
+		FailureRatio: 0.5, MinCalls: 4, Window: time.Second, CoolDown: 100 * time.Millisecond,
+		OnStateChange: func(from, to budget.CircuitState, _ time.Time) { fmt.Println(from, "->", to) },
+	})
+	now := time.Now()
+	for range 4 {
+		cb.Request(now)
+		cb.Result(now, false) // the dependency failed
+	}
+	fmt.Println("original admitted:", cb.Request(now))
+	later := now.Add(100 * time.Millisecond)
+	fmt.Println("trial admitted:", cb.Request(later), "another:", cb.Request(later))
+	cb.Result(later, true)
+	// Output:
+	// closed -> open
+	// original admitted: false
+	// open -> half-open
+	// trial admitted: true another: false
+	// half-open -> closed
+}

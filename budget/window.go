@@ -14,7 +14,7 @@ import (
 // now.Sub, so callers that pass time.Now values get monotonic arithmetic and
 // a simulator can pass virtual times.
 type window struct {
-	origin atomic.Pointer[time.Time]
+	origin origin
 	width  time.Duration
 	slots  []atomic.Uint64
 }
@@ -29,16 +29,7 @@ func newWindow(span time.Duration, slots int) *window {
 
 // epoch returns the slot number for now.
 func (w *window) epoch(now time.Time) uint32 {
-	o := w.origin.Load()
-	if o == nil {
-		t := now
-		if !w.origin.CompareAndSwap(nil, &t) {
-			o = w.origin.Load()
-		} else {
-			o = &t
-		}
-	}
-	d := now.Sub(*o)
+	d := w.origin.since(now)
 	if d < 0 {
 		return 0
 	}
@@ -51,16 +42,15 @@ func (w *window) add(now time.Time, k uint32) {
 	s := &w.slots[int(ep)%len(w.slots)]
 	for {
 		v := s.Load()
-		e := uint32(v >> 32)
-		var nv uint64
-		if e == ep || int32(e-ep) > 0 {
-			// same slot, or a newer one written by a caller whose clock
-			// ran slightly ahead: count it there.
-			nv = v + uint64(k)
-		} else {
-			nv = uint64(ep)<<32 | uint64(k)
+		if e := uint32(v >> 32); e == ep || int32(e-ep) > 0 {
+			// The same slot, or a newer one written by a caller whose
+			// clock ran slightly ahead: count it there. An add, not a
+			// compare-and-swap, so racing writers never retry; if the
+			// slot moved on meanwhile, the event counts in the newer one.
+			s.Add(uint64(k))
+			return
 		}
-		if s.CompareAndSwap(v, nv) {
+		if s.CompareAndSwap(v, uint64(ep)<<32|uint64(k)) {
 			return
 		}
 	}
@@ -79,4 +69,23 @@ func (w *window) sum(now time.Time) uint64 {
 		}
 	}
 	return total
+}
+
+// origin is the first instant a shared clock reading was seen: times are
+// measured from it with now.Sub (monotonic for time.Now values).
+type origin struct{ p atomic.Pointer[time.Time] }
+
+// since returns now minus the origin, setting the origin to now first if
+// no time was seen yet.
+func (o *origin) since(now time.Time) time.Duration {
+	t := o.p.Load()
+	if t == nil {
+		n := now
+		if !o.p.CompareAndSwap(nil, &n) {
+			t = o.p.Load()
+		} else {
+			t = &n
+		}
+	}
+	return now.Sub(*t)
 }

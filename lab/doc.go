@@ -21,7 +21,7 @@
 // counts them with the same code.
 //
 // Strategies are named as on the command line — immediate, constant, expo,
-// expo-full, expo-equal, decorrelated, each optionally +budget and/or
-// +bulkhead — and [ParseStrategy] turns a name into the real schedule, budget
-// and limiter.
+// expo-full, expo-equal, decorrelated, each optionally followed by +budget,
+// +bulkhead, +breaker and +rate — and [ParseStrategy] turns a name into the
+// real schedule, budget, circuit breaker and limiters.
 package lab

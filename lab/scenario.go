@@ -352,6 +352,9 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 		}
 		lim = b
 	}
+	if st.NewLimiter != nil {
+		lim = limit.Join(lim, st.NewLimiter())
+	}
 
 	// The gateway's clock starts after uncounted warm-up requests, so that
 	// the process's first HTTP exchange (lazy initialisation, the first

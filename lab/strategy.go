@@ -1,12 +1,14 @@
 package lab
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/limit"
 )
 
 // Defaults of [StrategyOptions].
@@ -25,10 +27,22 @@ const (
 	// DefaultBulkhead is the number of slots +bulkhead shares among the
 	// callers of a run.
 	DefaultBulkhead = 2
+	// DefaultRate is the starts per second +rate allows all the callers of
+	// a run together.
+	DefaultRate = 20
+	// DefaultBurst is the burst of +rate: the starts it admits at once.
+	DefaultBurst = 4
 )
 
+// DefaultBreaker is the circuit breaker of +breaker, sized for a run of a
+// few callers: it opens when half of at least 4 outcomes in the last second
+// failed and admits one trial 250 ms later.
+var DefaultBreaker = budget.CircuitConfig{FailureRatio: 0.5, MinCalls: 4, Window: time.Second,
+	CoolDown: 250 * time.Millisecond, TrialCalls: 1}
+
 // Strategy is a named way of retrying: the schedule every caller uses, and
-// optionally a budget and a bulkhead shared by all callers of one run.
+// optionally a budget (or circuit breaker), a bulkhead and a rate limit
+// shared by all callers of one run.
 type Strategy struct {
 	// Name is the command-line name, e.g. "expo-full+budget".
 	Name string
@@ -46,6 +60,10 @@ type Strategy struct {
 	// callers of one run: an attempt that finds no free slot is not sent
 	// and its caller gives up at once (reason "limited").
 	Bulkhead int
+	// NewLimiter, if set, returns a limiter shared by the callers of one
+	// run (a fresh one per run), checked after the bulkhead: an attempt it
+	// refuses is not sent and its caller gives up at once ("limited").
+	NewLimiter func() limit.Limiter
 }
 
 // StrategyOptions are the parameters of named strategies.
@@ -64,10 +82,20 @@ type StrategyOptions struct {
 	NewBudget func() budget.Budget
 	// Bulkhead is the size of "+bulkhead"; 0 means DefaultBulkhead.
 	Bulkhead int
+	// Breaker configures the budget.CircuitBreaker of "+breaker"; the
+	// zero value means DefaultBreaker (a config with any field set takes
+	// budget's defaults for its zero fields). With "+budget" too, the
+	// circuit is asked first and an attempt it refuses costs no credit.
+	Breaker budget.CircuitConfig
+	// Rate is the starts per second of "+rate" (a limit.Rate shared by the
+	// callers); 0 means DefaultRate.
+	Rate float64
+	// Burst is the burst of "+rate"; 0 means DefaultBurst.
+	Burst int
 }
 
 // StrategyNames lists the base strategy names ParseStrategy knows; each may
-// be followed by "+budget" and/or "+bulkhead".
+// be followed by any of "+budget", "+bulkhead", "+breaker" and "+rate".
 var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo-equal", "decorrelated"}
 
 // ParseStrategy turns a command-line name into a strategy:
@@ -79,8 +107,11 @@ var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo
 //	expo-equal    backoff.Exponential{Base, Cap, Equal, ms}
 //	decorrelated  backoff.Decorrelated{Base, Cap, ms}
 //
-// followed by any of "+budget" (a shared retry budget) and "+bulkhead" (a
-// shared concurrency limit), each at most once.
+// followed by any of "+budget" (a shared retry budget), "+bulkhead" (a
+// shared concurrency limit), "+breaker" (a shared circuit breaker, which
+// refuses original requests too while open; refusals give up with reason
+// "circuit-open") and "+rate" (a shared limit of starts per second), each
+// at most once.
 func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 	if o.Base < 0 {
 		return Strategy{}, fmt.Errorf("%w: strategy base must be > 0, got %v", ErrInvalid, o.Base)
@@ -90,6 +121,18 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 	}
 	if o.Bulkhead < 0 {
 		return Strategy{}, fmt.Errorf("%w: bulkhead size must be >= 1, got %d", ErrInvalid, o.Bulkhead)
+	}
+	rate, burst := cmp.Or(o.Rate, DefaultRate), cmp.Or(o.Burst, DefaultBurst)
+	if _, err := limit.NewRate(rate, burst, nil); err != nil {
+		return Strategy{}, fmt.Errorf("%w: +rate: %w", ErrInvalid, err)
+	}
+	breaker := o.Breaker
+	if b := breaker; b.FailureRatio == 0 && b.MinCalls == 0 && b.Window == 0 && b.CoolDown == 0 && b.TrialCalls == 0 {
+		breaker.FailureRatio, breaker.MinCalls, breaker.Window, breaker.CoolDown, breaker.TrialCalls =
+			DefaultBreaker.FailureRatio, DefaultBreaker.MinCalls, DefaultBreaker.Window, DefaultBreaker.CoolDown, DefaultBreaker.TrialCalls
+	}
+	if _, err := budget.NewCircuitBreaker(breaker); err != nil {
+		return Strategy{}, fmt.Errorf("%w: +breaker: %w", ErrInvalid, err)
 	}
 	base := o.Base
 	if base == 0 {
@@ -118,7 +161,7 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 		s.Title, s.Jittered = "DECORRELATED JITTER", true
 		s.Schedule = backoff.Decorrelated{Base: base, Cap: o.Cap, Unit: time.Millisecond}
 	default:
-		return Strategy{}, fmt.Errorf("%w: unknown strategy %q (want one of %s, optionally followed by +budget and/or +bulkhead)",
+		return Strategy{}, fmt.Errorf("%w: unknown strategy %q (want one of %s, optionally followed by +budget, +bulkhead, +breaker or +rate)",
 			ErrInvalid, parts[0], strings.Join(StrategyNames, ", "))
 	}
 	seen := map[string]bool{}
@@ -140,8 +183,27 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 			if s.Bulkhead == 0 {
 				s.Bulkhead = DefaultBulkhead
 			}
+		case "breaker":
+			s.Title += " + BREAKER"
+		case "rate":
+			s.Title += " + RATE"
+			s.NewLimiter = func() limit.Limiter {
+				r, _ := limit.NewRate(rate, burst, nil) // validated above
+				return r
+			}
 		default:
-			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget or +bulkhead)", ErrInvalid, "+"+p, name)
+			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget, +bulkhead, +breaker or +rate)", ErrInvalid, "+"+p, name)
+		}
+	}
+	if seen["breaker"] {
+		// After the loop: +budget may come before or after +breaker.
+		behind := s.NewBudget
+		s.NewBudget = func() budget.Budget {
+			cb, _ := budget.NewCircuitBreaker(breaker) // validated above
+			if behind == nil {
+				return cb
+			}
+			return cb.Guard(behind())
 		}
 	}
 	if err := backoff.Validate(s.Schedule); err != nil {

@@ -1,7 +1,8 @@
 // Package limit decides whether an attempt may start now.
 //
-// A concurrency limit caps the attempts in flight to one dependency; it is
-// not a rate limit. It is checked before a connection is taken and, with no
+// A concurrency limit ([Bulkhead], [AIMD]) caps the attempts in flight to
+// one dependency; a rate limit ([Rate]) caps the attempts started per
+// second. Either is checked before a connection is taken and, with no
 // free slot, answers at once with [ErrLimited] — a controlled answer instead
 // of a queue without end. Use one limiter per dependency that must fail
 // independently (a bulkhead). Remember that a cap of 10 on 20 replicas is 200
@@ -154,5 +155,47 @@ func (a *AIMD) Release(ok bool) {
 		if nl == l || a.limit.CompareAndSwap(l, nl) {
 			return
 		}
+	}
+}
+
+// Join returns a limiter that needs a slot of every one of ls, taken in
+// order: a refusal gives back the slots already taken, so the limiters
+// before it hold nothing. Release releases every one. Put the limiter
+// whose slot is cheapest to give back first (a bulkhead before a rate,
+// whose starts are spent). nil entries are skipped; with one limiter left
+// Join returns it.
+func Join(ls ...Limiter) Limiter {
+	var j joined
+	for _, l := range ls {
+		if l != nil {
+			j = append(j, l)
+		}
+	}
+	switch len(j) {
+	case 0:
+		return nil
+	case 1:
+		return j[0]
+	}
+	return j
+}
+
+type joined []Limiter
+
+func (j joined) TryAcquire() bool {
+	for i, l := range j {
+		if !l.TryAcquire() {
+			for _, taken := range j[:i] {
+				taken.Release(true) // nothing was started
+			}
+			return false
+		}
+	}
+	return true
+}
+
+func (j joined) Release(ok bool) {
+	for _, l := range j {
+		l.Release(ok)
 	}
 }

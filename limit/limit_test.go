@@ -185,3 +185,27 @@ func TestDoReleasesOnPanic(t *testing.T) {
 		t.Errorf("AIMD after a panic: in flight %d, limit %d; want 0, 2 (released as overload)", a.InFlight(), a.Limit())
 	}
 }
+
+// TestJoin: a joined limiter needs a slot of each; a refusal by a later
+// one gives back the earlier slots; nil entries are skipped.
+func TestJoin(t *testing.T) {
+	if Join() != nil || Join(nil, nil) != nil {
+		t.Fatal("Join of nothing must be nil")
+	}
+	b, _ := NewBulkhead(3)
+	if Join(nil, b) != Limiter(b) {
+		t.Fatal("Join of one limiter must be that limiter")
+	}
+	small, _ := NewBulkhead(1)
+	j := Join(b, small)
+	if !j.TryAcquire() || b.InFlight() != 1 || small.InFlight() != 1 {
+		t.Fatal("first acquire")
+	}
+	if j.TryAcquire() || b.InFlight() != 1 {
+		t.Fatalf("the second limiter refused, yet the first holds %d slots", b.InFlight())
+	}
+	j.Release(true)
+	if b.InFlight() != 0 || small.InFlight() != 0 {
+		t.Fatal("Release must release every limiter")
+	}
+}

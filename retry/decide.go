@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/staggerhq/stagger/budget"
 	"github.com/staggerhq/stagger/limit"
 )
 
@@ -33,9 +34,11 @@ const (
 	Canceled
 	// Pushback: the dependency asked for a wait longer than Policy.MaxAfter.
 	Pushback
+	// CircuitOpen: a circuit breaker (a [budget.Circuit]) refused the attempt.
+	CircuitOpen
 )
 
-var reasonNames = [...]string{"none", "exhausted", "deadline", "budget", "limited", "permanent", "unknown", "canceled", "pushback"}
+var reasonNames = [...]string{"none", "exhausted", "deadline", "budget", "limited", "permanent", "unknown", "canceled", "pushback", "circuit-open"}
 
 // String returns the reason's lower-case name, as used in metrics and logs.
 func (r Reason) String() string {
@@ -63,12 +66,13 @@ func (r *Reason) UnmarshalText(b []byte) error {
 // Sentinels, one per give-up reason. A give-up error satisfies errors.Is for
 // its reason's sentinel and for the last attempt's error.
 var (
-	ErrExhausted = errors.New("retry: attempts exhausted")           // reason Exhausted
-	ErrDeadline  = errors.New("retry: deadline")                     // reason Deadline
-	ErrBudget    = errors.New("retry: budget refused")               // reason Budget
-	ErrLimited   = limit.ErrLimited                                  // reason Limited (the same value as limit.ErrLimited)
-	ErrPermanent = errors.New("retry: permanent error")              // reason PermanentError
-	ErrPushback  = errors.New("retry: pushback longer than allowed") // reason Pushback
+	ErrExhausted   = errors.New("retry: attempts exhausted")           // reason Exhausted
+	ErrDeadline    = errors.New("retry: deadline")                     // reason Deadline
+	ErrBudget      = errors.New("retry: budget refused")               // reason Budget
+	ErrLimited     = limit.ErrLimited                                  // reason Limited (the same value as limit.ErrLimited)
+	ErrPermanent   = errors.New("retry: permanent error")              // reason PermanentError
+	ErrPushback    = errors.New("retry: pushback longer than allowed") // reason Pushback
+	ErrCircuitOpen = errors.New("retry: circuit open")                 // reason CircuitOpen
 
 	// ErrInvalid is wrapped by policy validation errors; the message
 	// names the field and the rule.
@@ -93,6 +97,8 @@ func (r Reason) Err() error {
 		return context.Canceled
 	case Pushback:
 		return ErrPushback
+	case CircuitOpen:
+		return ErrCircuitOpen
 	}
 	return nil
 }
@@ -131,7 +137,8 @@ type Decision struct {
 //     MaxAfter when ClampAfter is set);
 //   - now + delay >= deadline → Deadline (equality counts: there is no
 //     budget left to start then);
-//   - the Budget refuses → Budget. A Budget that allows the retry has
+//   - the Budget refuses → Budget (CircuitOpen when it is a circuit
+//     breaker that is not closed). A Budget that allows the retry has
 //     charged for it, so call Decide once per failure.
 func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev time.Duration) Decision {
 	if err == nil {
@@ -170,15 +177,25 @@ func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Durat
 		return Decision{Reason: Deadline}
 	}
 	if p.Budget != nil && !p.Budget.Retry(now) {
-		return Decision{Reason: Budget}
+		return Decision{Reason: p.refused()}
 	}
 	return Decision{Retry: true, Delay: delay}
 }
 
+// refused is the reason a refusal by p.Budget gives: CircuitOpen when the
+// budget is a circuit breaker that is not closed, Budget otherwise.
+func (p *Policy) refused() Reason {
+	if c, ok := p.Budget.(budget.Circuit); ok && c.State() != budget.CircuitClosed {
+		return CircuitOpen
+	}
+	return Budget
+}
+
 // Error is returned when a retry loop gives up. It satisfies errors.Is for
 // the reason's sentinel (ErrExhausted, ErrDeadline, ErrBudget, ErrLimited,
-// ErrPermanent, ErrPushback, context.Canceled), for the context's error when
-// the context ended the loop, and for the last attempt's error.
+// ErrPermanent, ErrPushback, ErrCircuitOpen, context.Canceled), for the
+// context's error when the context ended the loop, and for the last
+// attempt's error.
 type Error struct {
 	Reason   Reason // why the loop stopped
 	Attempts int    // attempts made

@@ -570,7 +570,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestReasonStrings(t *testing.T) {
-	for r := NoReason; r <= Pushback; r++ {
+	for r := NoReason; r <= CircuitOpen; r++ {
 		text, _ := r.MarshalText()
 		var back Reason
 		if err := back.UnmarshalText(text); err != nil || back != r {

@@ -97,7 +97,7 @@ func (s *Step) needsNow() bool {
 // NoReason and counts the attempt, or the reason the unit of work stops
 // before it: Canceled or Deadline (ctx done, or the deadline passed or
 // left no time for the attempt), Limited (no Limiter slot) or Budget (the
-// Budget throttles an original). A refusal holds nothing, fires OnGiveUp
+// Budget throttles an original; CircuitOpen for an open circuit breaker). A refusal holds nothing, fires OnGiveUp
 // and leaves Delivery as it was.
 //
 // On the first attempt Begin sets Delivery.First to now; on every attempt
@@ -144,7 +144,7 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 		if p.Limiter != nil {
 			p.Limiter.Release(true) // nothing was sent
 		}
-		return s.stop(Budget)
+		return s.stop(p.refused())
 	}
 	s.held = p.Limiter != nil
 	s.bound = bound

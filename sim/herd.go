@@ -24,10 +24,14 @@ type HerdConfig struct {
 	Rate       float64       // connection attempts the database host handles per second; 0: unlimited
 	Window     time.Duration // width of the window the peak is counted in
 	Base, Cap  time.Duration // expo-full: wait = uniform(0, min(Cap, Base·2^(n−1)))
-	Strategies []string      // of "immediate", "expo-full", "expo-full+budget"; run in that order
+	Strategies []string      // of herdStrategies; run in that order
 }
 
-var herdStrategies = []string{"immediate", "expo-full", "expo-full+budget"}
+// herdStrategies are the strategies herd knows; the first three run by
+// default. "+breaker" is a budget.CircuitBreaker shared by the workers
+// (it refuses new orders' first attempts too while open); "+rate" a
+// limit.Rate of HerdRate starts per second, burst HerdBurst.
+var herdStrategies = []string{"immediate", "expo-full", "expo-full+budget", "expo-full+breaker", "expo-full+rate"}
 
 // DefaultHerd returns the reference numbers: 100 workers, a 5 s reboot, a
 // 2.5 ms requeue round trip, backoff 1 s ×2 capped at 30 s, and a database
@@ -37,7 +41,7 @@ func DefaultHerd() HerdConfig {
 	return HerdConfig{
 		Workers: 100, Jobs: 1, Outage: 5 * time.Second, RTT: 2500 * time.Microsecond,
 		Rate: 50_000, Window: DefaultWindow, Base: time.Second, Cap: 30 * time.Second,
-		Strategies: herdStrategies,
+		Strategies: herdStrategies[:3],
 	}
 }
 
@@ -88,6 +92,10 @@ func (c *HerdConfig) policy(name string) *retry.Policy {
 		// full when the database reboots (as after a healthy while; the lab's
 		// +budget starts full too).
 		p.Budget = &budget.TokenBucket{Initial: budget.DefaultMax}
+	case "expo-full+breaker":
+		p.Schedule, p.Budget = expo, newCircuit()
+	case "expo-full+rate":
+		p.Schedule, p.Limiter = expo, newVirtualRate(HerdRate, HerdBurst)
 	}
 	return p
 }

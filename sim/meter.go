@@ -22,7 +22,7 @@ type Meter struct {
 	calls     int64
 	originals int64
 	successes int64
-	gaveUp    [retry.Pushback + 1]int64
+	gaveUp    [retry.CircuitOpen + 1]int64
 	peak      int
 	peakAt    time.Duration
 	lastDone  time.Duration

@@ -62,6 +62,7 @@ type outageCaller struct {
 func (om outageModel) run(p *retry.Policy) outageRun {
 	d := driver{p}
 	e := NewEngine(om.callers)
+	bindClock(p.Limiter, e)
 	m := NewMeter(om.window, om.bucket)
 	res := outageRun{m: m}
 	if om.countWaits {

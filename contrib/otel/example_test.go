@@ -9,6 +9,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
@@ -53,4 +55,35 @@ func ExampleMetrics_Hooks() {
 	// stagger.budget.decisions 4
 	// stagger.giveups 1
 	// stagger.retries 2
+}
+
+// A span per attempt, each a child of the caller's span: two failures,
+// then a success.
+func ExampleTracer_Do() {
+	rec := tracetest.NewSpanRecorder() // in production: a batch span processor and an exporter
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	tr, _ := staggerotel.NewTracer(tp)
+
+	calls := 0
+	policy := &retry.Policy{MaxAttempts: 5, Schedule: backoff.Constant(0)}
+	err := tr.Do(context.Background(), policy, "inventory", func(context.Context) error {
+		if calls++; calls < 3 {
+			return retry.Retryable(errors.New("unavailable"))
+		}
+		return nil
+	})
+	fmt.Println(err)
+	for _, s := range rec.Ended() {
+		var attrs []string
+		for _, kv := range s.Attributes() {
+			attrs = append(attrs, fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit()))
+		}
+		fmt.Println(s.Name(), strings.Join(attrs, " "), s.Status().Code)
+	}
+	// Output:
+	// <nil>
+	// inventory stagger.name=inventory stagger.attempt.number=1 stagger.retry.delay=0 Unset
+	// inventory stagger.name=inventory stagger.attempt.number=2 stagger.retry.delay=0 Unset
+	// inventory stagger.name=inventory stagger.attempt.number=3 Ok
 }

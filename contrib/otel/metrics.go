@@ -25,6 +25,11 @@
 //	stagger.limiter.inflight    updown    slots held
 //	stagger.guard.requests      counter   requests a Guard saw, by stagger.attempt (1..15, 16+, none, malformed)
 //	stagger.guard.shed          counter   requests a Guard shed
+//	stagger.circuit.changes     counter   circuit-breaker state changes, by stagger.state ([Metrics.CircuitStateChanges])
+//
+// Traces: [Tracer.Do] is retry.Do with a span per attempt, a child of the
+// caller's span, carrying the attempt number, the decided delay and the
+// give-up reason.
 package staggerotel
 
 import (
@@ -131,7 +136,7 @@ func (m *Metrics) Hooks(name string) retry.Hooks {
 	// Options are kept in slices so that passing them does not allocate.
 	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))
 	add, rec := []metric.AddOption{set}, []metric.RecordOption{set}
-	var byReason [retry.Pushback + 1][]metric.AddOption
+	var byReason [retry.CircuitOpen + 1][]metric.AddOption
 	for r := range byReason {
 		byReason[r] = []metric.AddOption{reasonSet(name, retry.Reason(r))}
 	}
