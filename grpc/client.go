@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -421,7 +422,7 @@ type retryStream struct {
 	closed    bool // CloseSend was called
 	committed bool
 	ended     bool // the Step's attempt was judged
-	wait      retry.Waiter
+	wait      wait.Waiter
 }
 
 // start begins an attempt: a new stream with the attempt's metadata, and

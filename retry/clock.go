@@ -1,6 +1,10 @@
 package retry
 
-import "time"
+import (
+	"time"
+
+	"github.com/staggerhq/stagger/internal/wait"
+)
 
 // Clock is the source of time for a retry loop: Now for decisions (deadline,
 // budgets) and NewTimer for waits. Inject one to drive a loop in tests; the
@@ -11,9 +15,5 @@ type Clock interface {
 	NewTimer(d time.Duration) Timer
 }
 
-// Timer is the part of *time.Timer a retry loop uses.
-type Timer interface {
-	C() <-chan time.Time
-	Reset(d time.Duration) bool
-	Stop() bool
-}
+// Timer is the part of *time.Timer a retry loop uses: C, Reset and Stop.
+type Timer = wait.Timer

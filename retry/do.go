@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/staggerhq/stagger/internal/wait"
 )
 
 var errNilFunc = errors.New("retry: nil function")
@@ -83,7 +85,7 @@ func (p *Policy) now() time.Time {
 // which Do already made (the Step holds its Begin).
 func (s *Step) loop(ctx context.Context, fn func(context.Context) error, h Handler, payload []byte, first error) error {
 	p := s.policy()
-	var w Waiter
+	var w wait.Waiter
 	defer func() {
 		w.Stop()
 		s.Abort() // fn panicked: free its slot before the panic goes on
@@ -123,50 +125,5 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, h Handl
 				return s.Err()
 			}
 		}
-	}
-}
-
-// Waiter sleeps between attempts with one timer reused across the waits of
-// a retry loop, on a policy's Clock (nil: the runtime's timers). The zero
-// value is ready to use; call Stop when the loop ends. Drivers that wait in
-// process (Do, the HTTP transport) share it.
-type Waiter struct {
-	timer  *time.Timer
-	ctimer Timer
-}
-
-// Wait sleeps d on clk and returns nil, or ctx's error as soon as ctx ends.
-func (w *Waiter) Wait(ctx context.Context, clk Clock, d time.Duration) error {
-	var c <-chan time.Time
-	if clk == nil {
-		if w.timer == nil {
-			w.timer = time.NewTimer(d)
-		} else {
-			w.timer.Reset(d)
-		}
-		c = w.timer.C
-	} else {
-		if w.ctimer == nil {
-			w.ctimer = clk.NewTimer(d)
-		} else {
-			w.ctimer.Reset(d)
-		}
-		c = w.ctimer.C()
-	}
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Stop releases the timer.
-func (w *Waiter) Stop() {
-	if w.timer != nil {
-		w.timer.Stop()
-	}
-	if w.ctimer != nil {
-		w.ctimer.Stop()
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -331,7 +332,7 @@ type call struct {
 	classify func(error) retry.Class // Policy.Classify, run by the call itself
 	step     retry.Step
 	upstream int // the upstream owner's attempt number, 0 when none
-	waiter   retry.Waiter
+	waiter   wait.Waiter
 	bounded  bool        // the Step gave the attempt its own context
 	body     releaseBody // a delivered response's body, when it holds something
 

@@ -48,6 +48,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -378,8 +379,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err
 	}
 	const minWait, maxWait = 50 * time.Millisecond, 5 * time.Second
+	var w wait.Waiter
 	wait := minWait
-	var w retry.Waiter
 	defer w.Stop()
 	for {
 		if cons != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -175,8 +176,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var w wait.Waiter
 			wait := 50 * time.Millisecond
-			var w retry.Waiter
 			defer w.Stop()
 			for ctx.Err() == nil {
 				err := c.session(ctx, s)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -135,7 +136,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		fails int
 		prev  time.Duration
-		w     retry.Waiter
+		w     wait.Waiter
 	)
 	defer w.Stop()
 	for {
