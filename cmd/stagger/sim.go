@@ -87,8 +87,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	}
 	help := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: stagger sim %s [flags]\n\n%s\n\nFlags:\n", sc.Name, sc.Summary)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
+		printFlags(w, fs, map[string]string{"report": "FILE", "strategy": "NAME"})
 	}
 	if code, ok := parseFlags(fs, args, stdout, stderr, help); !ok {
 		return code
