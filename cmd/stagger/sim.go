@@ -45,6 +45,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		simUsage(stdout)
 		return exitOK
 	case "list":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help") {
+			simUsage(stdout)
+			return exitOK
+		}
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "stagger sim list: unexpected argument %q\n", args[1])
 			return exitUsage
