@@ -13,10 +13,10 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.43.0
 	github.com/riverqueue/river/riverdriver/riversqlite v0.43.0
 	github.com/sethvargo/go-retry v0.5.0
-	github.com/staggerhq/stagger v0.0.0
-	github.com/staggerhq/stagger/grpc v0.0.0
-	github.com/staggerhq/stagger/queue/postgres v0.0.0
-	github.com/staggerhq/stagger/queue/sqlite v0.0.0
+	github.com/staggerhq/stagger v0.1.0
+	github.com/staggerhq/stagger/grpc v0.1.0
+	github.com/staggerhq/stagger/queue/postgres v0.1.0
+	github.com/staggerhq/stagger/queue/sqlite v0.1.0
 	maragu.dev/goqite v0.4.0
 	modernc.org/sqlite v1.59.0
 )
@@ -49,11 +49,4 @@ require (
 	modernc.org/libc v1.75.7 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-)
-
-replace (
-	github.com/staggerhq/stagger => ..
-	github.com/staggerhq/stagger/grpc => ../grpc
-	github.com/staggerhq/stagger/queue/postgres => ../queue/postgres
-	github.com/staggerhq/stagger/queue/sqlite => ../queue/sqlite
 )

@@ -3,7 +3,7 @@ module github.com/staggerhq/stagger/grpc
 go 1.25.0
 
 require (
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.11
 )
@@ -14,5 +14,3 @@ require (
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
 )
-
-replace github.com/staggerhq/stagger => ../

@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/nats-io/nats.go v1.53.0
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 )
 
 require (
@@ -14,5 +14,3 @@ require (
 	golang.org/x/crypto v0.49.0 // indirect
 	golang.org/x/sys v0.42.0 // indirect
 )
-
-replace github.com/staggerhq/stagger => ../..

@@ -3,7 +3,7 @@ module github.com/staggerhq/stagger/broker/kafka
 go 1.25.0
 
 require (
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 	github.com/twmb/franz-go v1.21.7
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260218055430-fc72d8313608
 	github.com/twmb/franz-go/pkg/kmsg v1.13.1
@@ -14,5 +14,3 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.26 // indirect
 	golang.org/x/crypto v0.48.0 // indirect
 )
-
-replace github.com/staggerhq/stagger => ../..

@@ -4,7 +4,5 @@ go 1.25
 
 require (
 	github.com/rabbitmq/amqp091-go v1.16.0
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 )
-
-replace github.com/staggerhq/stagger => ../..

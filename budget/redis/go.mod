@@ -4,7 +4,7 @@ go 1.25
 
 require (
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 )
 
 require (
@@ -12,5 +12,3 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
-
-replace github.com/staggerhq/stagger => ../..

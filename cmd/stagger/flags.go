@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
@@ -231,4 +232,91 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help 
 func usageError(stderr io.Writer, command, format string, a ...any) int {
 	fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", command, fmt.Sprintf(format, a...), command)
 	return exitUsage
+}
+
+// printFlags prints fs's flags in the one style of every --help:
+//
+//	--name ARG  usage (default value)
+//
+// sorted by name, then a line that says what D, N and X stand for, if a flag
+// uses them. ARG is placeholders[name] if set, else it follows from the
+// flag: none for a boolean, D for a duration, N for a whole number, X for a
+// decimal number, VALUE otherwise. The default is left out when it is
+// empty, false or zero, or when the usage states it.
+func printFlags(w io.Writer, fs *flag.FlagSet, placeholders map[string]string) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	used := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		arg := placeholders[f.Name]
+		if arg == "" {
+			arg = flagArg(kind, f)
+		}
+		for _, p := range strings.Split(arg, "|") {
+			used[p] = true
+		}
+		if arg != "" {
+			arg = " " + arg
+		}
+		def := ""
+		switch f.DefValue {
+		case "", "false", "0", "0s":
+		default:
+			if !strings.Contains(usage, "(default") {
+				def = " (default " + f.DefValue + ")"
+			}
+		}
+		// A usage of several lines continues in the usage column.
+		usage = strings.ReplaceAll(usage, "\n", "\n\t")
+		fmt.Fprintf(tw, "  --%s%s\t%s%s\n", f.Name, arg, usage, def)
+	})
+	tw.Flush()
+	var legend []string
+	for _, l := range []struct{ p, means string }{
+		{"D", "D: a duration with a unit (700ms, 1.5s, 2m)"},
+		{"N", "N: a whole number"},
+		{"X", "X: a decimal number"},
+	} {
+		if used[l.p] {
+			legend = append(legend, l.means)
+		}
+	}
+	if len(legend) > 0 {
+		fmt.Fprintf(w, "\n%s.\n", strings.Join(legend, "; "))
+	}
+}
+
+// flagArg is the placeholder of a flag that takes a value; kind is the type
+// name flag.UnquoteUsage found ("value" for a flag.Value of this package).
+func flagArg(kind string, f *flag.Flag) string {
+	if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+		return ""
+	}
+	switch f.Value.(type) {
+	case durationValue:
+		return "D"
+	case intValue, uintValue:
+		return "N"
+	case latencyValue:
+		return "auto|D"
+	}
+	switch kind {
+	case "duration":
+		return "D"
+	case "int", "int64", "uint", "uint64":
+		return "N"
+	case "float":
+		return "X"
+	case "value": // a flag.Value from elsewhere: judge by its default
+		if _, err := time.ParseDuration(f.DefValue); err == nil && f.DefValue != "0" {
+			return "D"
+		}
+		if _, err := strconv.ParseInt(f.DefValue, 10, 64); err == nil {
+			return "N"
+		}
+		if _, err := strconv.ParseFloat(f.DefValue, 64); err == nil {
+			return "X"
+		}
+	}
+	return "VALUE"
 }

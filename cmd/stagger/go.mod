@@ -5,9 +5,9 @@ go 1.25.0
 require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/staggerhq/stagger v0.0.0
-	github.com/staggerhq/stagger/queue/postgres v0.0.0
-	github.com/staggerhq/stagger/queue/sqlite v0.0.0
+	github.com/staggerhq/stagger v0.1.0
+	github.com/staggerhq/stagger/queue/postgres v0.1.0
+	github.com/staggerhq/stagger/queue/sqlite v0.1.0
 )
 
 require (
@@ -27,10 +27,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
-)
-
-replace (
-	github.com/staggerhq/stagger => ../..
-	github.com/staggerhq/stagger/queue/postgres => ../../queue/postgres
-	github.com/staggerhq/stagger/queue/sqlite => ../../queue/sqlite
 )

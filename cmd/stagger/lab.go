@@ -9,7 +9,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -164,32 +163,12 @@ runs four callers against a gateway down for 700 ms, "retry immediately"
 against exponential backoff with full jitter (base 60 ms).
 
 Exit status: 0 ok; 1 a check failed (a jittered strategy whose waits were all
-identical, or callers and gateway disagreeing on the count); 2 bad flags.
-
-D is a duration with a unit (700ms, 1.5s); N a whole number.
+identical, or callers and gateway disagreeing on the count); 2 bad flags;
+130 interrupted (Ctrl-C).
 
 Flags:
 `)
-	placeholder := map[string]string{
-		"callers": "N", "max-attempts": "N", "bulkhead": "N", "capacity": "N", "budget-initial": "N", "seed": "N",
-		"strategy": "NAME", "report": "FILE", "latency": "auto|D",
-	}
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fs.VisitAll(func(f *flag.Flag) {
-		arg := " D"
-		if p, ok := placeholder[f.Name]; ok {
-			arg = " " + p
-		}
-		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
-			arg = ""
-		}
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.Name != "report" {
-			def = " (default " + f.DefValue + ")"
-		}
-		fmt.Fprintf(tw, "  --%s%s\t%s%s\n", f.Name, arg, f.Usage, def)
-	})
-	tw.Flush()
+	printFlags(w, fs, map[string]string{"strategy": "NAME", "report": "FILE"})
 }
 
 func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {

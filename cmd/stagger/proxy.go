@@ -151,9 +151,7 @@ func proxyUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "  retry-after D           send Retry-After with the 503s (whole seconds, rounded up)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	printFlags(w, fs, map[string]string{"listen": "HOST:PORT", "upstream": "URL", "fault": "CLAUSE", "report": "FILE", "id-header": "NAME"})
 }
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -354,29 +354,10 @@ func TestProxyCommandWritesReportOnExit(t *testing.T) {
 
 // A real process: SIGTERM ends it with the report written.
 func TestProxyProcessSIGTERM(t *testing.T) {
-	if os.Getenv("STAGGER_PROXY_CHILD") != "" {
-		os.Args = append([]string{"stagger"}, strings.Split(os.Getenv("STAGGER_PROXY_CHILD"), "\x1f")...)
-		main() // exits
-		return
-	}
-	if testing.Short() {
-		t.Skip("starts a process")
-	}
+	cliChild()
 	up := newUpstream(t, nil)
 	rep := filepath.Join(t.TempDir(), "proxy.html")
-	args := strings.Join([]string{"proxy", "--listen", "127.0.0.1:0", "--upstream", up.srv.URL, "--report", rep}, "\x1f")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestProxyProcessSIGTERM$")
-	cmd.Env = append(os.Environ(), "STAGGER_PROXY_CHILD="+args)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(stdout)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		cmd.Process.Kill()
-		t.Fatalf("child said nothing: %v", err)
-	}
+	cmd, r, line := startCLIChild(t, "TestProxyProcessSIGTERM", "proxy", "--listen", "127.0.0.1:0", "--upstream", up.srv.URL, "--report", rep)
 	var addr string
 	for _, w := range strings.Fields(line) {
 		if strings.HasPrefix(w, "http://127.0.0.1:") {
@@ -386,7 +367,6 @@ func TestProxyProcessSIGTERM(t *testing.T) {
 	}
 	resp, err := http.Get(addr + "/x")
 	if err != nil {
-		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	resp.Body.Close()

@@ -41,7 +41,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if len(args) == 0 {
 			w = stderr
 		}
-		fmt.Fprintln(w, "Usage: stagger queue <subcommand> [flags]   (--help for its flags)")
+		fmt.Fprintln(w, "Usage: stagger queue <subcommand> [flags]   (stagger queue <subcommand> --help for its flags)")
 		fmt.Fprintln(w)
 		names := make([]string, 0, len(queueSubcommands))
 		for n := range queueSubcommands {
@@ -76,29 +76,49 @@ type queueFlags struct {
 	maxPayload                int
 }
 
-func newQueueFlags(name string, withRunSettings bool) *queueFlags {
-	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError)}
+// The shared flags a subcommand has follow from what it does: every one
+// has --db and --json; one that writes has --sqlite-sync; enqueue has
+// --max-payload; one that runs handlers has the retry settings.
+const (
+	queueReads    = 0
+	queueWrites   = 1 << iota // --sqlite-sync
+	queueEnqueues             // --max-payload
+	queueRuns                 // --base, --cap, --lease, --timeout
+)
+
+func newQueueFlags(name string, does int) *queueFlags {
+	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError),
+		sqliteSync: "FULL", maxPayload: queue.DefaultMaxPayload,
+		base: queue.DefaultBase, cap: queue.DefaultCap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
 	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
-	f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
-	f.fs.IntVar(&f.maxPayload, "max-payload", queue.DefaultMaxPayload, "largest payload in bytes")
-	if withRunSettings {
+	if does&queueWrites != 0 {
+		f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
+	}
+	if does&queueEnqueues != 0 {
+		f.fs.IntVar(&f.maxPayload, "max-payload", queue.DefaultMaxPayload, "largest payload in bytes")
+	}
+	if does&queueRuns != 0 {
 		f.fs.DurationVar(&f.base, "base", queue.DefaultBase, "retry delay base: the window after the first failure")
 		f.fs.DurationVar(&f.cap, "cap", queue.DefaultCap, "retry delay cap: the largest window")
 		f.fs.DurationVar(&f.lease, "lease", queue.DefaultLease, "how long a claim holds a job (extended while the handler runs)")
 		f.fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-attempt handler timeout")
-	} else {
-		f.base, f.cap, f.lease, f.timeout = queue.DefaultBase, queue.DefaultCap, queue.DefaultLease, queue.DefaultAttemptTimeout
 	}
 	return f
+}
+
+// queuePlaceholders name the values of the queue subcommands' flags in
+// --help.
+var queuePlaceholders = map[string]string{
+	"db": "FILE|URL", "sqlite-sync": "FULL|NORMAL", "http": "URL", "exec": "COMMAND", "retry-status": "LIST",
+	"content-type": "TYPE", "id": "ID", "payload": "TEXT", "payload-file": "FILE", "deadline": "D|TIME", "after": "ID",
 }
 
 // parse parses args; it returns a usage exit code when they are bad.
 func (f *queueFlags) parse(args []string, stdout, stderr io.Writer) (int, bool) {
 	help := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: %s [flags]\n\nFlags:\n", f.fs.Name())
-		f.fs.SetOutput(w)
-		f.fs.PrintDefaults()
+		printFlags(w, f.fs, queuePlaceholders)
 	}
 	if code, ok := parseFlags(f.fs, args, stdout, stderr, help); !ok {
 		return code, false
@@ -153,6 +173,11 @@ func intFlag(name string, v, lo, hi int) error {
 // returns the exit code.
 func (f *queueFlags) open(ctx context.Context, stderr io.Writer) (*queue.Queue, func() error, int) {
 	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync})
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGINT, SIGTERM) before anything was done: not bad
+		// usage; main turns the signal into the exit code.
+		return nil, nil, exitOK
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
 		return nil, nil, exitUsage
@@ -180,7 +205,7 @@ func queueEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	f := newQueueFlags("enqueue", false)
+	f := newQueueFlags("enqueue", queueWrites|queueEnqueues)
 	var id, payload, payloadFile, deadline string
 	var maxAttempts int
 	f.fs.StringVar(&id, "id", "", "job ID (without it, jobs are read from stdin: one JSON object per line\n"+
@@ -296,9 +321,12 @@ type handlerFlags struct {
 }
 
 func (h *handlerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.httpURL, "http", "", "handler: POST the payload to this URL (2xx done; errors, timeouts, --retry-status retryable with Retry-After; other statuses permanent)")
+	fs.StringVar(&h.httpURL, "http", "", "handler: POST the payload to this URL; 2xx done, the rest classed as retryhttp does: 408, 429, 502-504,\n"+
+		"refused or reset connections and timeouts retryable (honouring Retry-After); 501, other 4xx, 1xx, 3xx and\n"+
+		"unknown hosts permanent; 500 and other 5xx of no class (the job comes back when its lease runs out)")
 	fs.StringVar(&h.execCmd, "exec", "", "handler: run this shell command with the payload on stdin (exit 0 done, 75 retryable, 65 permanent, else unknown)")
-	fs.StringVar(&h.retryStatus, "retry-status", "408,429,500-599", "with --http: the statuses that are retryable")
+	fs.StringVar(&h.retryStatus, "retry-status", "", "with --http: the statuses (400-599) retryable at this endpoint, such as 503,500; the ones\n"+
+		"not listed of 408, 429, 502, 503, 504 become permanent")
 	fs.StringVar(&h.contentType, "content-type", "application/octet-stream", "with --http: the Content-Type of the request")
 }
 
@@ -312,19 +340,22 @@ func (h *handlerFlags) build() (retry.Handler, error) {
 	if !strings.HasPrefix(h.httpURL, "http://") && !strings.HasPrefix(h.httpURL, "https://") {
 		return nil, fmt.Errorf("--http must be an http:// or https:// URL, got %q", h.httpURL)
 	}
-	set, err := parseStatusSet(h.retryStatus)
-	if err != nil {
-		return nil, err
+	var set *statusSet
+	if h.retryStatus != "" {
+		var err error
+		if set, err = parseStatusSet(h.retryStatus); err != nil {
+			return nil, err
+		}
 	}
 	return (&httpHandler{
-		client: &http.Client{}, url: h.httpURL, contentType: h.contentType, retryable: set, now: time.Now,
+		client: &http.Client{}, url: h.httpURL, contentType: h.contentType, classify: statusClassifier(set), now: time.Now,
 	}).handle, nil
 }
 
 // ---- run-once ----
 
 func queueRunOnce(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("run-once", true)
+	f := newQueueFlags("run-once", queueWrites|queueRuns)
 	var hf handlerFlags
 	hf.register(f.fs)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
@@ -381,7 +412,7 @@ func describe(j queue.Job, now int64) string {
 // ---- work ----
 
 func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("work", true)
+	f := newQueueFlags("work", queueWrites|queueRuns)
 	var hf handlerFlags
 	hf.register(f.fs)
 	var concurrency, batch int
@@ -446,7 +477,7 @@ type statsJSON struct {
 }
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("stats", false)
+	f := newQueueFlags("stats", queueReads)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
@@ -479,7 +510,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // ---- dead ----
 
 func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("dead", false)
+	f := newQueueFlags("dead", queueReads)
 	var limit int
 	var after string
 	f.fs.IntVar(&limit, "limit", 100, "list at most this many jobs (1-10000)")
@@ -512,7 +543,7 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // ---- requeue ----
 
 func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("requeue", false)
+	f := newQueueFlags("requeue", queueWrites)
 	var id, deadline string
 	var attempts int
 	f.fs.StringVar(&id, "id", "", "the dead job's ID (required)")
@@ -561,7 +592,7 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // ---- show ----
 
 func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("show", false)
+	f := newQueueFlags("show", queueReads)
 	var id string
 	f.fs.StringVar(&id, "id", "", "the job's ID (required)")
 	if code, ok := f.parse(args, stdout, stderr); !ok {

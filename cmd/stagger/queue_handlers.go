@@ -18,10 +18,11 @@ import (
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
-// statusSet is a set of HTTP statuses written as "408,429,500-599".
+// statusSet is a set of HTTP statuses written as "503,520-599".
 type statusSet [600]bool
 
-// parseStatusSet parses a comma-separated list of statuses and ranges.
+// parseStatusSet parses a comma-separated list of failure statuses and
+// ranges (400-599).
 func parseStatusSet(s string) (*statusSet, error) {
 	var set statusSet
 	for _, part := range strings.Split(s, ",") {
@@ -35,8 +36,8 @@ func parseStatusSet(s string) (*statusSet, error) {
 		if err == nil && isRange {
 			b, err = strconv.Atoi(hi)
 		}
-		if err != nil || a < 100 || b > 599 || a > b {
-			return nil, fmt.Errorf("--retry-status: %q is not a status or range within 100-599", part)
+		if err != nil || a < 400 || b > 599 || a > b {
+			return nil, fmt.Errorf("--retry-status: %q is not a failure status or range within 400-599", part)
 		}
 		for c := a; c <= b; c++ {
 			set[c] = true
@@ -45,21 +46,51 @@ func parseStatusSet(s string) (*statusSet, error) {
 	return &set, nil
 }
 
+// statusClassifier is the --http handler's classifier: retryhttp's
+// DefaultClassify, or, with --retry-status, the listed statuses retryable
+// and the statuses DefaultClassify retries that are not listed permanent.
+func statusClassifier(retryable *statusSet) retryhttp.Classifier {
+	if retryable == nil {
+		return retryhttp.DefaultClassify
+	}
+	classes := map[int]retry.Class{}
+	for code := 400; code < len(retryable); code++ {
+		switch def, _ := retryhttp.StatusClass(code); {
+		case retryable[code]:
+			classes[code] = retry.ClassRetryable
+		case def == retry.ClassRetryable:
+			classes[code] = retry.ClassPermanent
+		}
+	}
+	return retryhttp.Statuses(nil, classes)
+}
+
 // httpHandler POSTs the payload to one endpoint.
 type httpHandler struct {
 	client      *http.Client
 	url         string
 	contentType string
-	retryable   *statusSet
+	classify    retryhttp.Classifier // statuses; nil: retryhttp.DefaultClassify
 	now         func() time.Time
 }
 
 // maxErrorBody bounds how much of a response body goes into an error.
 const maxErrorBody = 512
 
-// handle is a retry.Handler: 2xx done; connection errors, timeouts and the
-// retryable statuses (default 408, 429, 5xx) retryable, honouring
-// Retry-After; every other status permanent.
+// handle is a retry.Handler that classes what it gets as a retryhttp
+// Transport does. A 2xx is done. Transport errors are classed by
+// retryhttp.ErrorClass: refused and reset connections and timeouts
+// retryable, an unknown host and certificate errors permanent, anything
+// else (a canceled attempt) of no class. Statuses are classed by h.classify:
+// by default 408, 429, 502, 503 and 504 retryable, honouring Retry-After;
+// 501 and the other 4xx permanent; 500 and the other 5xx of no class, which
+// the queue hands back when the job's lease runs out. Stagger-No-Retry makes
+// any answer permanent.
+//
+// Where it must differ: a Transport hands a 1xx or 3xx answer to its caller
+// as a response, but a job has to end done or not, and a POST answered with
+// a redirect the client did not follow is not done however often it is
+// repeated, so those are permanent.
 func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(payload))
 	if err != nil {
@@ -73,10 +104,14 @@ func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return err // canceled by the worker: unknown, the job is released
+		err = fmt.Errorf("POST %s: %w", h.url, err)
+		switch retryhttp.ErrorClass(err) {
+		case retry.ClassRetryable:
+			return retry.Retryable(err)
+		case retry.ClassPermanent:
+			return retry.Permanent(err)
 		}
-		return retry.Retryable(fmt.Errorf("POST %s: %w", h.url, err))
+		return err // canceled by the worker: no class, the job is released
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
@@ -88,13 +123,27 @@ func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
 	if tail := strings.TrimSpace(string(body)); tail != "" {
 		err = fmt.Errorf("%w: %s", err, tail)
 	}
-	if resp.StatusCode < len(h.retryable) && h.retryable[resp.StatusCode] {
+	classify := h.classify
+	if classify == nil {
+		classify = retryhttp.DefaultClassify
+	}
+	class := retry.ClassPermanent // a 1xx or 3xx: see above
+	if cerr := classify(req, resp, nil); cerr != nil {
+		class, _ = retry.Classify(cerr)
+	}
+	if resp.Header.Get(retryhttp.NoRetryHeader) == "1" {
+		class = retry.ClassPermanent
+	}
+	switch class {
+	case retry.ClassRetryable:
 		if d, ok := retryhttp.ParseRetryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
 			return retry.After(err, d)
 		}
 		return retry.Retryable(err)
+	case retry.ClassPermanent:
+		return retry.Permanent(err)
 	}
-	return retry.Permanent(err)
+	return err
 }
 
 // Exit codes of an --exec command (sysexits.h).

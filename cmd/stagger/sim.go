@@ -45,6 +45,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		simUsage(stdout)
 		return exitOK
 	case "list":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help") {
+			simUsage(stdout)
+			return exitOK
+		}
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "stagger sim list: unexpected argument %q\n", args[1])
 			return exitUsage
@@ -87,8 +91,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	}
 	help := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: stagger sim %s [flags]\n\n%s\n\nFlags:\n", sc.Name, sc.Summary)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
+		printFlags(w, fs, map[string]string{"report": "FILE", "strategy": "NAME"})
 	}
 	if code, ok := parseFlags(fs, args, stdout, stderr, help); !ok {
 		return code

@@ -3,7 +3,7 @@ module github.com/staggerhq/stagger/contrib/otel
 go 1.25
 
 require (
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 	go.opentelemetry.io/otel v1.41.0
 	go.opentelemetry.io/otel/metric v1.41.0
 	go.opentelemetry.io/otel/sdk v1.41.0
@@ -19,5 +19,3 @@ require (
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	golang.org/x/sys v0.41.0 // indirect
 )
-
-replace github.com/staggerhq/stagger => ../..

@@ -3,7 +3,7 @@ module github.com/staggerhq/stagger/queue/sqlite
 go 1.25.0
 
 require (
-	github.com/staggerhq/stagger v0.0.0
+	github.com/staggerhq/stagger v0.1.0
 	modernc.org/sqlite v1.59.0
 )
 
@@ -18,5 +18,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/staggerhq/stagger => ../..
