@@ -1,0 +1,61 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// TestHandoff: a handler that gives up in process after 2 of 5 attempts
+// hands its work to the queue, which runs it with the 3 attempts and the
+// deadline that are left, under the same logical ID.
+func TestHandoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		q, err := queue.New(queue.NewMemoryStore(), queue.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &retry.Policy{MaxAttempts: 5, Schedule: backoff.Constant(time.Second)}
+		err = retry.Run(ctx, p, "order-7", []byte("x"), func(ctx context.Context, payload []byte) error {
+			d, _ := retry.DeliveryFrom(ctx)
+			if d.Attempt < 2 {
+				return retry.Retryable(errors.New("busy"))
+			}
+			nj, err := queue.Handoff(d, queue.NewJob{Payload: payload})
+			if err != nil {
+				return err
+			}
+			_, _, err = q.Enqueue(ctx, nj)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := q.Get(ctx, "order-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl, _ := ctx.Deadline()
+		if j.MaxAttempts != 3 || j.Deadline != dl.UnixMilli() {
+			t.Errorf("job max_attempts %d deadline %d; want 3 and %d", j.MaxAttempts, j.Deadline, dl.UnixMilli())
+		}
+		// Nothing left: refused.
+		if _, err := queue.Handoff(retry.Delivery{ID: "x", Attempt: 5, MaxAttempts: 5}, queue.NewJob{}); !errors.Is(err, queue.ErrInvalid) {
+			t.Errorf("no attempt left: %v", err)
+		}
+		// A job's own smaller budget and earlier deadline stay.
+		nj, _ := queue.Handoff(retry.Delivery{ID: "y", Attempt: 1, MaxAttempts: 9, Deadline: time.UnixMilli(5000)},
+			queue.NewJob{ID: "own", MaxAttempts: 2, Deadline: 4000})
+		if nj.ID != "own" || nj.MaxAttempts != 2 || nj.Deadline != 4000 {
+			t.Errorf("handoff %+v", nj)
+		}
+	})
+}
