@@ -143,7 +143,7 @@ func (m *MemoryStore) Bury(ctx context.Context, now int64, limit int) (int, erro
 		if n >= limit {
 			break
 		}
-		if !(j.State == Pending || (j.State == Leased && j.AvailableAt <= now)) {
+		if !buriable(j, now) {
 			continue
 		}
 		switch {
@@ -154,13 +154,17 @@ func (m *MemoryStore) Bury(ctx context.Context, now int64, limit int) (int, erro
 			}
 		case j.Deadline <= now:
 			j.DeadReason = DeadlineReached
-		default:
-			continue
 		}
 		j.State, j.LeaseUntil, j.FinishedAt, j.UpdatedAt = Dead, 0, now, now
 		n++
 	}
 	return n, nil
+}
+
+// buriable is Bury's condition: j can never be claimed again at now.
+func buriable(j *Job, now int64) bool {
+	return (j.State == Pending || (j.State == Leased && j.AvailableAt <= now)) &&
+		(j.Attempts >= j.MaxAttempts || j.Deadline <= now)
 }
 
 // Get implements Store.
@@ -225,7 +229,7 @@ func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
 	defer m.mu.Unlock()
 	s := Stats{Now: now}
 	for _, j := range m.jobs {
-		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, 1, j.AvailableAt)
+		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, buriable(j, now), 1, j.AvailableAt)
 	}
 	return s, nil
 }

@@ -181,8 +181,9 @@ var errNilHandler = errors.New("queue: nil handler")
 //     canceled, except that the job is released: pending at once.
 //
 // The decision is retry.Policy.Decide, the one every stagger driver uses.
-// With nothing due it returns nil, nil (after burying jobs that can never
-// run again: expired leases on their last attempt, passed deadlines).
+// Before the claim it buries up to 1000 jobs that can never run again
+// (expired leases on their last attempt, passed deadlines; Store.Bury);
+// with nothing due it returns nil, nil.
 //
 // The clock is read at the claim and after the handler. If the second
 // reading is earlier, RunOnce returns ErrClockBackwards and records only
@@ -202,14 +203,17 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 		return nil, err
 	}
 	t0 := q.now()
+	// Bury first: a job that can never run again (its deadline passed, its
+	// attempts spent) is dead from now on, not left pending behind the job
+	// this call claims.
+	if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
+		return nil, err
+	}
 	jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), 1)
 	if err != nil {
 		return nil, err
 	}
 	if len(jobs) == 0 {
-		if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
-			return nil, err
-		}
 		return nil, nil
 	}
 	a := q.newAttempt(jobs[0], t0)

@@ -64,7 +64,8 @@ type Store interface {
 	// setting leases[i].Held accordingly — the heartbeat of a long handler.
 	Extend(ctx context.Context, leases []Lease, now, leaseUntil int64) error
 
-	// Bury moves up to limit jobs that can never be claimed again to Dead
+	// Bury moves up to limit jobs that can never be claimed again (see
+	// Stats.DueToDie) to Dead
 	// and returns how many it moved: jobs that are Pending, or Leased with
 	// AvailableAt <= now (an expired lease), and whose Attempts >=
 	// MaxAttempts (reason Exhausted, LastError kept or, when empty, a note
@@ -84,7 +85,8 @@ type Store interface {
 	// updated job, ErrNotFound, or ErrNotDead (changing nothing).
 	Requeue(ctx context.Context, id string, grant int, deadline, now int64) (Job, error)
 
-	// Stats counts jobs by state at now.
+	// Stats counts jobs by state at now. A job Bury would move at now is
+	// counted in DueToDie only, not in its state's counts.
 	Stats(ctx context.Context, now int64) (Stats, error)
 }
 
@@ -126,25 +128,36 @@ type Lease struct {
 // Stats are the counts of jobs by state at one instant.
 type Stats struct {
 	// PendingDue are pending jobs with AvailableAt <= now; PendingScheduled
-	// those waiting for a later time.
+	// those waiting for a later time. Neither counts a job due to die.
 	PendingDue, PendingScheduled int64
 	// Leased are jobs claimed by a worker; LeasedExpired those among them
-	// whose lease has expired (claimable again, or to be buried).
+	// whose lease has expired (claimable again). Neither counts a job due
+	// to die.
 	Leased, LeasedExpired int64
-	Done                  int64 // jobs that succeeded
+	// DueToDie are jobs that can never be claimed again and wait for the
+	// next sweep (Queue.Sweep, a Worker's maintenance, RunOnce) to bury
+	// them: pending, or leased with an expired lease, whose attempts are
+	// spent or whose deadline has passed.
+	DueToDie int64
+	Done     int64 // jobs that succeeded
 	// Dead by reason.
 	DeadExhausted, DeadDeadline, DeadPermanent int64
-	// OldestDueAt is the smallest AvailableAt of the pending due jobs
-	// (meaningless when PendingDue is 0).
+	// OldestDueAt is the smallest AvailableAt of the pending due jobs that
+	// can still run (meaningless when PendingDue is 0).
 	OldestDueAt int64
 	// Now is the time the counts were taken at.
 	Now int64
 }
 
-// Add counts n jobs of one (state, dead reason, due) group into s, for
-// stores that count with one GROUP BY: due says AvailableAt <= Now, oldest
-// is the group's smallest AvailableAt.
-func (s *Stats) Add(state State, reason DeadReason, due bool, n, oldest int64) {
+// Add counts n jobs of one (state, dead reason, due, dying) group into s,
+// for stores that count with one GROUP BY: due says AvailableAt <= Now,
+// dying that Bury would move the jobs at Now (see DueToDie), oldest is the
+// group's smallest AvailableAt.
+func (s *Stats) Add(state State, reason DeadReason, due, dying bool, n, oldest int64) {
+	if dying && (state == Pending || state == Leased) {
+		s.DueToDie += n
+		return
+	}
 	switch state {
 	case Pending:
 		if due {
@@ -174,8 +187,8 @@ func (s *Stats) Add(state State, reason DeadReason, due bool, n, oldest int64) {
 	}
 }
 
-// Pending is PendingDue + PendingScheduled. Pending going down is not
-// success: jobs may have moved to dead.
+// Pending is PendingDue + PendingScheduled (jobs due to die not included).
+// Pending going down is not success: jobs may have moved to dead.
 func (s Stats) Pending() int64 { return s.PendingDue + s.PendingScheduled }
 
 // Dead is the number of dead jobs, all reasons.

@@ -55,7 +55,43 @@ type WorkerConfig struct {
 	// OnError receives errors the worker cannot return: store errors,
 	// unknown handler errors (the job stays leased), lost leases, a clock
 	// that went backwards. It is called from the worker's goroutines.
+	// When OnResult is set, an attempt's own error goes to OnResult (in
+	// Result.Err) instead.
 	OnError func(error)
+	// OnResult, when set, receives every attempt's end once its outcome is
+	// committed (or known lost), from the worker's committing goroutine:
+	// it should return quickly, since the next commit waits for it.
+	OnResult func(Result)
+	// OnMaintenance, when set, receives what each maintenance pass (every
+	// SweepInterval) did.
+	OnMaintenance func(Maintenance)
+}
+
+// Maintenance is what one maintenance pass of a Worker did.
+type Maintenance struct {
+	// Buried is how many jobs that could never run again were moved to
+	// dead (Queue.Sweep).
+	Buried int
+}
+
+// Result is how one attempt run by a Worker ended, for
+// WorkerConfig.OnResult.
+type Result struct {
+	// Job is the job as claimed (Attempts is this attempt's number) with
+	// the committed outcome applied when Recorded: State, AvailableAt (a
+	// retry's time), DeadReason, LastError, FinishedAt.
+	Job Job
+	// Recorded says the outcome was committed. It is false when the lease
+	// was lost first (Err wraps ErrLeaseLost): the job belongs to another
+	// attempt.
+	Recorded bool
+	// Err is the attempt's error beyond its outcome: nil when the job is
+	// done, scheduled again or dead; the handler's error of no class when
+	// the job stays leased; context.Canceled when it was released at
+	// shutdown; ErrLeaseLost or ErrClockBackwards.
+	Err error
+	// Took is how long the handler ran.
+	Took time.Duration
 }
 
 func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
@@ -504,11 +540,15 @@ func outcomesOf(queued []*attempt) []Outcome {
 func (w *Worker) settle(queued []*attempt, outs []Outcome) {
 	k := 0
 	for _, a := range queued {
+		recorded := false
 		if a.rec {
 			a.settle(outs[k])
+			recorded = outs[k].Applied
 			k++
 		}
-		if a.err != nil && !errors.Is(a.err, context.Canceled) {
+		if w.cfg.OnResult != nil {
+			w.cfg.OnResult(Result{Job: a.job, Recorded: recorded, Err: a.err, Took: a.took})
+		} else if a.err != nil && !errors.Is(a.err, context.Canceled) {
 			w.report(fmt.Errorf("queue: job %q attempt %d: %w", a.job.ID, a.job.Attempts, a.err))
 		}
 	}
@@ -530,8 +570,13 @@ func (w *Worker) sweep(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
+		var m Maintenance
+		var err error
+		if m.Buried, err = w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
 			w.report(fmt.Errorf("queue: sweep: %w", err))
+		}
+		if w.cfg.OnMaintenance != nil {
+			w.cfg.OnMaintenance(m)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,13 +150,17 @@ func intFlag(name string, v, lo, hi int) error {
 	return nil
 }
 
-// open opens the store and the queue; on failure it prints the error and
-// returns the exit code.
-func (f *queueFlags) open(ctx context.Context, stderr io.Writer) (*queue.Queue, func() error, int) {
-	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync})
+// open opens the store (as mode allows) and the queue; on failure it
+// prints the error and returns the exit code: 2 for a bad --db value, 1 for
+// a store that cannot be opened (missing, unreachable, not a queue).
+func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) (*queue.Queue, func() error, int) {
+	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync, mode: mode})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return nil, nil, exitUsage
+		if errors.Is(err, queue.ErrInvalid) {
+			return nil, nil, exitUsage
+		}
+		return nil, nil, exitFail
 	}
 	q, err := queue.New(s, queue.Config{
 		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload,
@@ -235,7 +240,7 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		}
 		jobs = []queue.NewJob{j}
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
 	if q == nil {
 		return code
 	}
@@ -255,16 +260,23 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		}
 		return f.fail(stderr, err)
 	}
-	for _, r := range res {
+	for i, r := range res {
+		// An existing job is kept as it is, payload included: say so when
+		// the payload given now is another one.
+		differs := !r.Created && !bytes.Equal(r.Job.Payload, jobs[i].Payload)
 		if f.jsonOut {
 			writeJSON(stdout, struct {
-				Created bool    `json:"created"`
-				Job     jobJSON `json:"job"`
-			}{r.Created, toJobJSON(r.Job, false)})
+				Created        bool    `json:"created"`
+				PayloadDiffers bool    `json:"payload_differs"`
+				Job            jobJSON `json:"job"`
+			}{r.Created, differs, toJobJSON(r.Job, false)})
 			continue
 		}
 		verb := "created"
-		if !r.Created {
+		switch {
+		case differs:
+			verb = "exists, payload differs (the stored one is kept):"
+		case !r.Created:
 			verb = "exists "
 		}
 		fmt.Fprintf(stdout, "%s %s (attempts %d/%d, deadline %s)\n", verb, r.Job.ID, r.Job.Attempts, r.Job.MaxAttempts, fmtMs(r.Job.Deadline))
@@ -334,7 +346,7 @@ func queueRunOnce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
 	if q == nil {
 		return code
 	}
@@ -385,7 +397,10 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var hf handlerFlags
 	hf.register(f.fs)
 	var concurrency, batch int
-	var poll, sweep, grace time.Duration
+	var poll, sweep, grace, progress time.Duration
+	var logFormat string
+	f.fs.StringVar(&logFormat, "log-format", "text", "log lines on stderr: text or json (--json means json)")
+	f.fs.DurationVar(&progress, "progress", 30*time.Second, "interval of the progress line (0: none)")
 	f.fs.IntVar(&concurrency, "concurrency", 4, "handlers running at once")
 	f.fs.IntVar(&batch, "batch", 0, "most jobs one claim takes (0: --concurrency); a claim never takes more than the idle handlers")
 	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
@@ -405,25 +420,45 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return usageError(stderr, f.fs.Name(), "%v", err)
 		}
 	}
+	if progress != 0 {
+		if err := durationFlag("--progress", progress, time.Millisecond); err != nil {
+			return usageError(stderr, f.fs.Name(), "%v (0 turns it off)", err)
+		}
+	}
+	if f.jsonOut {
+		logFormat = "json"
+	}
+	logger, err := newLogger(stderr, logFormat)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
 	h, err := hf.build()
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
 	if q == nil {
 		return code
 	}
 	defer closeFn()
+	wl := &workLog{log: logger, db: f.db, start: time.Now()}
 	w, err := queue.NewWorker(q, h, queue.WorkerConfig{
 		Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
-		OnError: func(err error) { fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redactErr(f.db, err)) },
+		OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
 	})
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	fmt.Fprintf(stderr, "%s: working on %s with %d handlers\n", f.fs.Name(), redactDSN(f.db), concurrency)
-	if err := w.Run(ctx); err != nil {
-		return f.fail(stderr, err)
+	logger.Info("working on", "db", redactDSN(f.db), "handlers", concurrency)
+	if progress > 0 {
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go wl.progress(pctx, progress)
+	}
+	err = w.Run(ctx)
+	wl.summary(err)
+	if err != nil {
+		return exitFail
 	}
 	return exitOK
 }
@@ -442,6 +477,7 @@ type statsJSON struct {
 		Deadline  int64 `json:"deadline"`
 		Permanent int64 `json:"permanent"`
 	} `json:"dead"`
+	DueToDie           int64 `json:"due_to_die"`
 	OldestPendingAgeMs int64 `json:"oldest_pending_age_ms"`
 }
 
@@ -450,7 +486,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openReadOnly)
 	if q == nil {
 		return code
 	}
@@ -463,7 +499,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	out.Pending, out.PendingDue, out.PendingScheduled = st.Pending(), st.PendingDue, st.PendingScheduled
 	out.Leased, out.LeasedExpired, out.Done = st.Leased, st.LeasedExpired, st.Done
 	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent
-	out.OldestPendingAgeMs = st.OldestPendingAge()
+	out.DueToDie, out.OldestPendingAgeMs = st.DueToDie, st.OldestPendingAge()
 	if f.jsonOut {
 		writeJSON(stdout, out)
 		return exitOK
@@ -471,6 +507,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "pending  %d (due %d, scheduled %d; oldest due waiting %v)\n", out.Pending, out.PendingDue, out.PendingScheduled,
 		time.Duration(out.OldestPendingAgeMs)*time.Millisecond)
 	fmt.Fprintf(stdout, "leased   %d (lease expired %d)\n", out.Leased, out.LeasedExpired)
+	fmt.Fprintf(stdout, "dying    %d (deadline passed or attempts spent: buried by the next sweep)\n", out.DueToDie)
 	fmt.Fprintf(stdout, "done     %d\n", out.Done)
 	fmt.Fprintf(stdout, "dead     %d (exhausted %d, deadline %d, permanent %d)\n", st.Dead(), out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent)
 	return exitOK
@@ -490,7 +527,7 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := intFlag("--limit", limit, 1, 10000); err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openReadOnly)
 	if q == nil {
 		return code
 	}
@@ -538,15 +575,21 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return bad(err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openExisting)
 	if q == nil {
 		return code
 	}
 	defer closeFn()
 	j, err := q.Requeue(ctx, id, attempts, dl)
 	switch {
-	case errors.Is(err, queue.ErrInvalid), errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrNotDead):
+	case errors.Is(err, queue.ErrInvalid):
 		return bad(err)
+	case errors.Is(err, queue.ErrNotFound):
+		fmt.Fprintf(stderr, "%s: no job %q\n", f.fs.Name(), id)
+		return exitFail
+	case errors.Is(err, queue.ErrNotDead):
+		fmt.Fprintf(stderr, "%s: job %q is not dead (state %s): nothing was changed\n", f.fs.Name(), id, jobState(ctx, q, id))
+		return exitFail
 	case err != nil:
 		return f.fail(stderr, err)
 	}
@@ -556,6 +599,16 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "requeued %s: attempts %d/%d, deadline %s\n", j.ID, j.Attempts, j.MaxAttempts, fmtMs(j.Deadline))
 	}
 	return exitOK
+}
+
+// jobState is the state of job id, for a message ("unknown" when it
+// cannot be read).
+func jobState(ctx context.Context, q *queue.Queue, id string) string {
+	j, err := q.Get(ctx, id)
+	if err != nil {
+		return "unknown"
+	}
+	return string(j.State)
 }
 
 // ---- show ----
@@ -571,7 +624,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "%s: --id is required\n", f.fs.Name())
 		return exitUsage
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openReadOnly)
 	if q == nil {
 		return code
 	}

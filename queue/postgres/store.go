@@ -40,6 +40,11 @@ type Options struct {
 	InboxLease time.Duration
 	// Now is the inbox's clock in Unix ms; nil means the system clock.
 	Now func() int64
+	// ReadOnly opens an existing queue without writing: no schema or table
+	// is created or migrated. New fails when the queue's table does not
+	// exist. Only the reads (Get, List, Stats, CountFinished) are meant
+	// for such a store.
+	ReadOnly bool
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
@@ -90,7 +95,7 @@ var (
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, errors.New("postgres: cannot parse the connection string (its text is not repeated here: it may hold a password)")
+		return nil, fmt.Errorf("%w: postgres: cannot parse the connection string (its text is not repeated here: it may hold a password)", queue.ErrInvalid)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -120,6 +125,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		channel: channel, subs: map[chan struct{}]struct{}{},
 	}
 	s.inbox = &Inbox{s: s}
+	if opts.ReadOnly {
+		var found bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.jobs).Scan(&found); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		if !found {
+			return nil, fmt.Errorf("postgres: no queue table %s (read-only: nothing was created)", s.jobs)
+		}
+		return s, nil
+	}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: migrating: %w", err)
 	}
@@ -653,20 +668,22 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
 	st := queue.Stats{Now: now}
-	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1, count(*), min(available_at)
-		FROM `+s.jobs+` GROUP BY 1, 2, 3`, now)
+	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1,
+		(state = 'pending' OR (state = 'leased' AND available_at <= $1)) AND (attempts >= max_attempts OR deadline <= $1),
+		count(*), min(available_at)
+		FROM `+s.jobs+` GROUP BY 1, 2, 3, 4`, now)
 	if err != nil {
 		return st, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var state, reason string
-		var due bool
+		var due, dying bool
 		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
+		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
 			return st, err
 		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
+		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
 	}
 	return st, rows.Err()
 }

@@ -248,3 +248,29 @@ func BenchmarkRecordAndClaim(b *testing.B) {
 		}
 	}
 }
+
+func TestReadOnlyCreatesNothing(t *testing.T) {
+	p := sharedPool(t)
+	ctx := context.Background()
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	if _, err := postgres.New(ctx, p, postgres.Options{Schema: schema, ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "no queue table") {
+		t.Fatalf("ReadOnly New on a missing schema = %v", err)
+	}
+	var n int
+	if err := p.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("ReadOnly New created schema %s (%d, %v)", schema, n, err)
+	}
+	w := newStore(t)
+	if _, err := w.Insert(ctx, []queue.Job{{ID: "a", Payload: []byte{}, MaxAttempts: 1, AvailableAt: 1, Deadline: queue.MaxTime, State: queue.Pending}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := postgres.New(ctx, p, postgres.Options{Schema: strings.Trim(w.Schema(), `"`), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.Stats(ctx, 2); err != nil || st.PendingDue != 1 {
+		t.Fatalf("read-only Stats = %+v, %v", st, err)
+	}
+}

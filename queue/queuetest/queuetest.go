@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreListAndGet", testStoreList},
 		{"StoreRequeue", testStoreRequeue},
 		{"StoreStats", testStoreStats},
+		{"StoreStatsDueToDie", testStoreStatsDueToDie},
 		{"StoreConcurrentClaims", testStoreConcurrentClaims},
 		{"StoreRecordAndClaim", testStoreRecordAndClaim},
 		{"EnqueueIdempotent", testEnqueueIdempotent},
@@ -60,6 +61,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Requeue", testRequeue},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
+		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
 	}
 	for _, tc := range tests {
@@ -521,6 +523,44 @@ func testStoreStats(t *testing.T, s queue.Store) {
 	}
 	if st.OldestPendingAge() != 30 || st.Pending() != 3 || st.Dead() != 3 {
 		t.Fatalf("derived stats: age %d pending %d dead %d", st.OldestPendingAge(), st.Pending(), st.Dead())
+	}
+}
+
+// testStoreStatsDueToDie: jobs Bury would move are counted as due to die,
+// not as pending or leased, and do not age "oldest due".
+func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	insert(t, s,
+		row("spent", Start-400, Start+1000, 1),   // claimed below, lease expires, last attempt
+		row("running", Start-300, Start+1000, 1), // claimed, lease held: not dying yet
+		row("live", Start-20, Start+1000, 3),     // the only runnable due job
+	)
+	if c, err := s.Claim(ctx, Start-300, Start-10, 2); err != nil || !slices.Equal(ids(c), []string{"spent", "running"}) {
+		t.Fatalf("claim: %v %v", ids(c), err)
+	}
+	insert(t, s,
+		row("past", Start-500, Start-1, 3),    // deadline passed while pending
+		row("late-sched", Start+50, Start, 3), // scheduled, deadline passed
+	)
+	if err := s.Extend(ctx, []queue.Lease{{ID: "running", Attempt: 1}}, Start-300, Start+500); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx, Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := queue.Stats{PendingDue: 1, Leased: 1, DueToDie: 3, OldestDueAt: Start - 20, Now: Start}
+	if st != want {
+		t.Fatalf("Stats = %+v\nwant    %+v", st, want)
+	}
+	if st.OldestPendingAge() != 20 {
+		t.Fatalf("oldest due age %d ms, want 20 (the dying jobs must not count)", st.OldestPendingAge())
+	}
+	if n, err := s.Bury(ctx, Start, 100); err != nil || n != 3 {
+		t.Fatalf("Bury = %d, %v; want the 3 jobs Stats counted as due to die", n, err)
+	}
+	if st, _ := s.Stats(ctx, Start); st.DueToDie != 0 || st.Dead() != 3 {
+		t.Fatalf("after Bury: %+v", st)
 	}
 }
 
@@ -1132,6 +1172,21 @@ func testStats(t *testing.T, s queue.Store) {
 	if st.PendingDue != 0 || st.PendingScheduled != 2 || st.DeadExhausted != 1 || st.OldestPendingAge() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// testRunOnceBuries: a job whose deadline passed is buried by the next
+// RunOnce even when another job is due and gets claimed.
+func testRunOnceBuries(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	e.enqueue(queue.NewJob{ID: "expiring", Deadline: Start + 10})
+	e.clock.Advance(5)
+	e.enqueue(queue.NewJob{ID: "fresh"})
+	e.clock.Advance(10) // expiring's deadline has passed; both are due
+	j := e.runOnce(ok)
+	if j == nil || j.ID != "fresh" || j.State != queue.Done {
+		t.Fatalf("RunOnce ran %+v, want fresh done", j)
+	}
+	expect(t, "expiring", e.get("expiring"), queue.Dead, 0, -1, queue.DeadlineReached)
 }
 
 func testConcurrentRunOnce(t *testing.T, s queue.Store) {

@@ -14,7 +14,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,12 @@ type Options struct {
 	InboxLease time.Duration
 	// Now is the inbox's clock in Unix ms; nil means the system clock.
 	Now func() int64
+	// ReadOnly opens an existing queue database without writing to it:
+	// no file is created, no schema migrated, every connection is
+	// read-only. Open fails, wrapping fs.ErrNotExist, when the file does
+	// not exist, and when it holds no queue schema. Only the reads (Get,
+	// List, Stats, CountFinished) work on such a store.
+	ReadOnly bool
 }
 
 // Store is a queue.Store (and a queue.InboxStore) on one SQLite file.
@@ -103,11 +111,23 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		// would not see the writer's tables.
 		return nil, fmt.Errorf("%w: sqlite path must be a file, not %q (use queue.MemoryStore for a queue in memory)", queue.ErrInvalid, path)
 	}
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("sqlite: %s does not exist (nothing was created): %w", path, fs.ErrNotExist)
+			}
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+	}
 	dsn := func(txlock string) string {
 		v := url.Values{}
 		v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-		v.Add("_pragma", "journal_mode(WAL)")
-		v.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		if opts.ReadOnly {
+			v.Set("mode", "ro")
+		} else {
+			v.Add("_pragma", "journal_mode(WAL)")
+			v.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		}
 		v.Set("_txlock", txlock)
 		return "file:" + path + "?" + v.Encode()
 	}
@@ -178,6 +198,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	if v > schemaVersion {
 		return fmt.Errorf("schema version %d is newer than this build's %d", v, schemaVersion)
+	}
+	if s.opts.ReadOnly {
+		if v == 0 {
+			return errors.New("not a queue database: it holds no queue schema (read-only: nothing was created)")
+		}
+		return nil
 	}
 	if v == schemaVersion {
 		return nil
@@ -537,20 +563,22 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
 	st := queue.Stats{Now: now}
-	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1, COUNT(*), MIN(available_at)
-		FROM stagger_jobs GROUP BY 1, 2, 3`, now)
+	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1,
+		(state = 'pending' OR (state = 'leased' AND available_at <= ?1)) AND (attempts >= max_attempts OR deadline <= ?1),
+		COUNT(*), MIN(available_at)
+		FROM stagger_jobs GROUP BY 1, 2, 3, 4`, now)
 	if err != nil {
 		return st, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var state, reason string
-		var due bool
+		var due, dying bool
 		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
+		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
 			return st, err
 		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
+		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
 	}
 	return st, rows.Err()
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
@@ -157,5 +160,50 @@ func TestProcessTxExactlyOnce(t *testing.T) {
 	}
 	if ok, _ := in.Processed(ctx, "z-fail"); ok {
 		t.Fatal("failed effect marked processed")
+	}
+}
+
+func TestReadOnlyCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "typo.db")
+	if _, err := sqlite.Open(ctx, missing, sqlite.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("ReadOnly Open of a missing file = %v, want fs.ErrNotExist naming it", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ReadOnly Open created %s: %v", missing, err)
+	}
+	// A file that is not a queue database is refused and left alone.
+	other := filepath.Join(dir, "other.db")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.Open(ctx, other, sqlite.Options{ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "not a queue database") {
+		t.Fatalf("ReadOnly Open of an empty file = %v", err)
+	}
+	if fi, _ := os.Stat(other); fi.Size() != 0 {
+		t.Fatalf("ReadOnly Open wrote %d bytes into a foreign file", fi.Size())
+	}
+	// On a queue database the reads work and the writes fail.
+	path := filepath.Join(dir, "q.db")
+	w, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	q, _ := queue.New(w, queue.Config{})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if st, err := r.Stats(ctx, time.Now().UnixMilli()); err != nil || st.PendingDue != 1 {
+		t.Fatalf("read-only Stats = %+v, %v", st, err)
+	}
+	if _, err := r.Insert(ctx, []queue.Job{{ID: "b", State: queue.Pending, MaxAttempts: 1, Deadline: queue.MaxTime}}); err == nil {
+		t.Fatal("a read-only store inserted a job")
 	}
 }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQueueReadOnlyCommandsCreateNothing: stats, dead and show on a path
+// that does not exist fail with exit 1 naming it, and leave no file.
+func TestQueueReadOnlyCommandsCreateNothing(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "typo.db")
+	for _, args := range [][]string{
+		{"stats", "--db", db}, {"dead", "--db", db}, {"show", "--db", db, "--id", "x"},
+		{"requeue", "--db", db, "--id", "x", "--attempts", "1", "--deadline", "1h"},
+	} {
+		code, out, e := cli(t, "", args...)
+		if code != exitFail || !strings.Contains(e, db) || !strings.Contains(e, "does not exist") || out != "" {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit 1 naming %s", args, code, out, e, db)
+		}
+		if _, err := os.Stat(db); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%v created %s", args, db)
+		}
+	}
+}
+
+// TestQueueMissingJobExitsOne: show and requeue of a missing ID exit 1
+// naming it (not a usage error).
+func TestQueueMissingJobExitsOne(t *testing.T) {
+	db := tempDB(t)
+	cli(t, "", "enqueue", "--db", db, "--id", "other")
+	for _, args := range [][]string{
+		{"show", "--db", db, "--id", "ghost-42"},
+		{"requeue", "--db", db, "--id", "ghost-42", "--attempts", "1", "--deadline", "1h"},
+	} {
+		if code, _, e := cli(t, "", args...); code != exitFail || !strings.Contains(e, `no job "ghost-42"`) {
+			t.Errorf("%v: exit %d stderr %q", args, code, e)
+		}
+	}
+}
+
+// TestQueueStatsDueToDie: a job whose deadline passed is reported as
+// dying, not as pending, and does not age "oldest due waiting"; run-once
+// buries it while running another job.
+func TestQueueStatsDueToDie(t *testing.T) {
+	db := tempDB(t)
+	deadline := time.Now().Add(50 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "short", "--deadline", deadline); code != exitOK {
+		t.Fatal(e)
+	}
+	for !deadlinePassed(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cli(t, "", "enqueue", "--db", db, "--id", "fresh")
+	st := statsJSONOf(t, db)
+	if st.DueToDie != 1 || st.PendingDue != 1 || st.Pending != 1 {
+		t.Fatalf("stats %+v: want the expired job as due to die", st)
+	}
+	if code, out, e := cli(t, "", "run-once", "--db", db, "--exec", "true"); code != exitOK || !strings.HasPrefix(out, "fresh: attempt 1/10 → done") {
+		t.Fatalf("run-once: %d %q %q", code, out, e)
+	}
+	if m := showJSON(t, db, "short"); m["state"] != "dead" || m["dead_reason"] != "deadline" {
+		t.Fatalf("expired job after run-once: %v", m)
+	}
+	if st := statsJSONOf(t, db); st.DueToDie != 0 || st.Dead.Deadline != 1 {
+		t.Fatalf("stats after run-once %+v", st)
+	}
+}
+
+func deadlinePassed(rfc string) bool {
+	t, _ := time.Parse(time.RFC3339Nano, rfc)
+	return time.Now().After(t)
+}
+
+// TestQueueWorkLogs: queue work logs its start, every outcome, progress
+// lines and a summary, in JSON with --log-format json.
+func TestQueueWorkLogs(t *testing.T) {
+	db := tempDB(t)
+	in := `{"id":"ok"}` + "\n" + `{"id":"bad"}` + "\n" + `{"id":"again","max_attempts":1}` + "\n"
+	if code, _, e := cli(t, in, "enqueue", "--db", db); code != exitOK {
+		t.Fatal(e)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"queue", "work", "--db", db, "--log-format", "json", "--progress", "20ms", "--poll", "10ms",
+			"--exec", `case "$STAGGER_JOB_ID" in ok) exit 0;; bad) exit 65;; *) exit 75;; esac`}, &syncBuffer{}, &stderr)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if strings.Count(stderr.String(), `"msg":"progress"`) >= 1 && strings.Contains(stderr.String(), `"done":1,`) &&
+			strings.Count(stderr.String(), `"msg":"dead"`) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no outcome/progress lines:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("work exit %d:\n%s", code, stderr.String())
+	}
+	byMsg := map[string][]map[string]any{}
+	sc := bufio.NewScanner(strings.NewReader(stderr.String()))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("not a JSON line: %q", sc.Text())
+		}
+		byMsg[m["msg"].(string)] = append(byMsg[m["msg"].(string)], m)
+	}
+	if len(byMsg["working on"]) != 1 || len(byMsg["done"]) != 1 || byMsg["done"][0]["id"] != "ok" {
+		t.Fatalf("start/done lines: %v", byMsg)
+	}
+	reasons := map[any]any{}
+	for _, m := range byMsg["dead"] {
+		reasons[m["id"]] = m["reason"]
+	}
+	if reasons["bad"] != "permanent" || reasons["again"] != "exhausted" {
+		t.Fatalf("dead lines: %v", byMsg["dead"])
+	}
+	stop := byMsg["stopped"]
+	if len(stop) != 1 || stop[0]["done"].(float64) != 1 || stop[0]["dead"].(float64) != 2 {
+		t.Fatalf("summary: %v", stop)
+	}
+}
