@@ -17,6 +17,8 @@ type MemoryStore struct {
 	jobs map[string]*Job
 }
 
+var _ Purger = (*MemoryStore)(nil)
+
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{jobs: map[string]*Job{}} }
 
@@ -165,6 +167,48 @@ func (m *MemoryStore) Bury(ctx context.Context, now int64, limit int) (int, erro
 func buriable(j *Job, now int64) bool {
 	return (j.State == Pending || (j.State == Leased && j.AvailableAt <= now)) &&
 		(j.Attempts >= j.MaxAttempts || j.Deadline <= now)
+}
+
+// Purge implements Purger.
+func (m *MemoryStore) Purge(ctx context.Context, state State, before int64, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if state != Done && state != Dead {
+		return 0, nil
+	}
+	var old []*Job
+	for _, j := range m.jobs {
+		if j.State == state && j.FinishedAt < before {
+			old = append(old, j)
+		}
+	}
+	slices.SortFunc(old, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(a.FinishedAt, b.FinishedAt), cmp.Compare(a.ID, b.ID))
+	})
+	old = old[:min(len(old), max(limit, 0))]
+	for _, j := range old {
+		delete(m.jobs, j.ID)
+	}
+	return len(old), nil
+}
+
+// CountFinished implements Purger.
+func (m *MemoryStore) CountFinished(ctx context.Context, state State, before int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, j := range m.jobs {
+		if (state == Done || state == Dead) && j.State == state && j.FinishedAt < before {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Get implements Store.

@@ -62,6 +62,17 @@ type WorkerConfig struct {
 	// committed (or known lost), from the worker's committing goroutine:
 	// it should return quickly, since the next commit waits for it.
 	OnResult func(Result)
+	// RetainDone and RetainDead are how long done and dead jobs are kept
+	// after they finished; each maintenance pass (every SweepInterval)
+	// deletes older ones, on stores that are a Purger, in transactions of
+	// PurgeBatch jobs, at most 10 per state and pass. Zero means
+	// DefaultRetainDone (7 days) and DefaultRetainDead (30 days);
+	// KeepForever keeps them. Deleting a done job frees its ID: enqueueing
+	// it again creates a new job.
+	RetainDone, RetainDead time.Duration
+	// PurgeBatch is how many jobs one retention transaction deletes (1 to
+	// MaxPurgeBatch). Default DefaultPurgeBatch.
+	PurgeBatch int
 	// OnMaintenance, when set, receives what each maintenance pass (every
 	// SweepInterval) did.
 	OnMaintenance func(Maintenance)
@@ -72,6 +83,9 @@ type Maintenance struct {
 	// Buried is how many jobs that could never run again were moved to
 	// dead (Queue.Sweep).
 	Buried int
+	// PurgedDone and PurgedDead are how many done and dead jobs past their
+	// retention were deleted.
+	PurgedDone, PurgedDead int
 }
 
 // Result is how one attempt run by a Worker ended, for
@@ -95,20 +109,24 @@ type Result struct {
 }
 
 func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
-	if c.Concurrency == 0 {
-		c.Concurrency = 1
+	setDefault(&c.Concurrency, 1)
+	setDefault(&c.BatchSize, min(max(c.Concurrency, 1), MaxBatchSize))
+	setDefault(&c.PollInterval, DefaultPollInterval)
+	setDefault(&c.SweepInterval, DefaultSweepInterval)
+	setDefault(&c.Grace, DefaultGrace)
+	setDefault(&c.RetainDone, DefaultRetainDone)
+	setDefault(&c.RetainDead, DefaultRetainDead)
+	setDefault(&c.PurgeBatch, DefaultPurgeBatch)
+	for _, r := range []struct {
+		name string
+		v    time.Duration
+	}{{"RetainDone", c.RetainDone}, {"RetainDead", c.RetainDead}} {
+		if r.v != KeepForever && (r.v < time.Millisecond || r.v > MaxDuration) {
+			return c, fmt.Errorf("%w: %s must be in [1ms, %v] or KeepForever (0 means the default), got %v", ErrInvalid, r.name, MaxDuration, r.v)
+		}
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = min(max(c.Concurrency, 1), MaxBatchSize)
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
-	if c.Grace == 0 {
-		c.Grace = DefaultGrace
+	if c.PurgeBatch < 1 || c.PurgeBatch > MaxPurgeBatch {
+		return c, fmt.Errorf("%w: PurgeBatch must be in [1, %d] (0 means %d), got %d", ErrInvalid, MaxPurgeBatch, DefaultPurgeBatch, c.PurgeBatch)
 	}
 	switch {
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
@@ -126,6 +144,14 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// setDefault sets *p to v when it is the zero value.
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
 }
 
 // Worker runs a handler on a queue's jobs until its context is done:
@@ -570,14 +596,28 @@ func (w *Worker) sweep(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		var m Maintenance
-		var err error
-		if m.Buried, err = w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
-			w.report(fmt.Errorf("queue: sweep: %w", err))
+		w.maintain(ctx)
+	}
+}
+
+// maintain is one maintenance pass: bury the jobs that can never run
+// again, then delete the done and dead jobs past their retention.
+func (w *Worker) maintain(ctx context.Context) {
+	var m Maintenance
+	var err error
+	if m.Buried, err = w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
+		w.report(fmt.Errorf("queue: sweep: %w", err))
+	}
+	if p, ok := w.q.store.(Purger); ok {
+		if m.PurgedDone, err = w.q.purgeRounds(ctx, p, Done, w.cfg.RetainDone, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
+			w.report(fmt.Errorf("queue: purging done jobs: %w", err))
 		}
-		if w.cfg.OnMaintenance != nil {
-			w.cfg.OnMaintenance(m)
+		if m.PurgedDead, err = w.q.purgeRounds(ctx, p, Dead, w.cfg.RetainDead, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
+			w.report(fmt.Errorf("queue: purging dead jobs: %w", err))
 		}
+	}
+	if w.cfg.OnMaintenance != nil {
+		w.cfg.OnMaintenance(m)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,7 +21,7 @@ import (
 )
 
 func init() {
-	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show", run: runQueue})
+	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge", run: runQueue})
 }
 
 var queueSubcommands = map[string]struct {
@@ -34,6 +35,7 @@ var queueSubcommands = map[string]struct {
 	"dead":     {"list dead jobs with their reason and last error", queueDead},
 	"requeue":  {"give a dead job new attempts and a new deadline", queueRequeue},
 	"show":     {"print one job", queueShow},
+	"purge":    {"delete done or dead jobs older than a period (--dry-run counts them)", queuePurge},
 }
 
 func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -398,7 +400,9 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	hf.register(f.fs)
 	var concurrency, batch int
 	var poll, sweep, grace, progress time.Duration
-	var logFormat string
+	var logFormat, retainDone, retainDead string
+	f.fs.StringVar(&retainDone, "retain-done", "7d", "how long done jobs are kept after they finished (a duration, Nd for days, or forever)")
+	f.fs.StringVar(&retainDead, "retain-dead", "30d", "how long dead jobs are kept after they died (a duration, Nd for days, or forever)")
 	f.fs.StringVar(&logFormat, "log-format", "text", "log lines on stderr: text or json (--json means json)")
 	f.fs.DurationVar(&progress, "progress", 30*time.Second, "interval of the progress line (0: none)")
 	f.fs.IntVar(&concurrency, "concurrency", 4, "handlers running at once")
@@ -425,6 +429,14 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return usageError(stderr, f.fs.Name(), "%v (0 turns it off)", err)
 		}
 	}
+	keepDone, err := parseRetention("--retain-done", retainDone)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
+	keepDead, err := parseRetention("--retain-dead", retainDead)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
 	if f.jsonOut {
 		logFormat = "json"
 	}
@@ -444,6 +456,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	wl := &workLog{log: logger, db: f.db, start: time.Now()}
 	w, err := queue.NewWorker(q, h, queue.WorkerConfig{
 		Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
+		RetainDone: keepDone, RetainDead: keepDead,
 		OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
 	})
 	if err != nil {
@@ -599,6 +612,97 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "requeued %s: attempts %d/%d, deadline %s\n", j.ID, j.Attempts, j.MaxAttempts, fmtMs(j.Deadline))
 	}
 	return exitOK
+}
+
+// ---- purge ----
+
+func queuePurge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("purge", false)
+	var state, olderThan string
+	var batch int
+	var dryRun bool
+	f.fs.StringVar(&state, "state", "", "done or dead (required)")
+	f.fs.StringVar(&olderThan, "older-than", "", "delete jobs that finished longer ago than this: a duration or Nd for days (required)")
+	f.fs.IntVar(&batch, "batch", queue.DefaultPurgeBatch, "jobs deleted per transaction")
+	f.fs.BoolVar(&dryRun, "dry-run", false, "count the jobs that would be deleted; delete nothing")
+	if code, ok := f.parse(args, stdout, stderr); !ok {
+		return code
+	}
+	bad := func(err error) int { return usageError(stderr, f.fs.Name(), "%v", err) }
+	if state != string(queue.Done) && state != string(queue.Dead) {
+		return bad(fmt.Errorf("--state must be done or dead, got %q", state))
+	}
+	if olderThan == "" {
+		return bad(errors.New("--older-than is required"))
+	}
+	age, err := parseDays("--older-than", olderThan)
+	if err != nil {
+		return bad(err)
+	}
+	if err := intFlag("--batch", batch, 1, queue.MaxPurgeBatch); err != nil {
+		return bad(err)
+	}
+	q, closeFn, code := f.open(ctx, stderr, openExisting)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	var n int64
+	if dryRun {
+		n, err = q.Purgeable(ctx, queue.State(state), age)
+	} else {
+		n, err = q.Purge(ctx, queue.State(state), age, batch)
+	}
+	if err != nil {
+		if n > 0 {
+			fmt.Fprintf(stderr, "%s: %d %s jobs were deleted before the error\n", f.fs.Name(), n, state)
+		}
+		return f.fail(stderr, err)
+	}
+	if f.jsonOut {
+		writeJSON(stdout, struct {
+			State       string `json:"state"`
+			OlderThanMs int64  `json:"older_than_ms"`
+			DryRun      bool   `json:"dry_run"`
+			Jobs        int64  `json:"jobs"`
+		}{state, age.Milliseconds(), dryRun, n})
+		return exitOK
+	}
+	verb := "purged"
+	if dryRun {
+		verb = "would purge"
+	}
+	fmt.Fprintf(stdout, "%s %d %s jobs that finished more than %v ago\n", verb, n, state, age)
+	return exitOK
+}
+
+// parseDays reads a positive duration, also written as whole days ("30d").
+func parseDays(name, s string) (time.Duration, error) {
+	var d time.Duration
+	if n, ok := strings.CutSuffix(strings.TrimSpace(s), "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 1 || days > int(queue.MaxDuration/(24*time.Hour)) {
+			return 0, fmt.Errorf("%s: %q is not a whole number of days in [1, %d]", name, s, queue.MaxDuration/(24*time.Hour))
+		}
+		d = time.Duration(days) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(strings.TrimSpace(s)); err != nil {
+			return 0, fmt.Errorf("%s: %q is neither a duration (such as 36h) nor days (such as 7d)", name, s)
+		}
+	}
+	if err := durationFlag(name, d, time.Millisecond); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+// parseRetention reads a retention: a duration, days, or "forever".
+func parseRetention(name, s string) (time.Duration, error) {
+	if strings.TrimSpace(s) == "forever" {
+		return queue.KeepForever, nil
+	}
+	return parseDays(name, s)
 }
 
 // jobState is the state of job id, for a message ("unknown" when it

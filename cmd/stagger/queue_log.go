@@ -75,8 +75,9 @@ func (l *workLog) failure(err error) {
 // maintenance logs what a maintenance pass did, when it did something.
 func (l *workLog) maintenance(m queue.Maintenance) {
 	l.buried.Add(int64(m.Buried))
-	if m.Buried > 0 {
-		l.log.Info("maintenance", "buried", m.Buried)
+	l.purged.Add(int64(m.PurgedDone + m.PurgedDead))
+	if m.Buried+m.PurgedDone+m.PurgedDead > 0 {
+		l.log.Info("maintenance", "buried", m.Buried, "purged_done", m.PurgedDone, "purged_dead", m.PurgedDead)
 	}
 }
 

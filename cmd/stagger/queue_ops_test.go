@@ -132,3 +132,48 @@ func TestQueueWorkLogs(t *testing.T) {
 		t.Fatalf("summary: %v", stop)
 	}
 }
+
+func TestQueuePurge(t *testing.T) {
+	db := tempDB(t)
+	in := `{"id":"a"}` + "\n" + `{"id":"b"}` + "\n" + `{"id":"c"}` + "\n" + `{"id":"x"}` + "\n"
+	if code, _, e := cli(t, in, "enqueue", "--db", db); code != exitOK {
+		t.Fatal(e)
+	}
+	for range 4 {
+		cli(t, "", "run-once", "--db", db, "--exec", `[ "$STAGGER_JOB_ID" != x ] || exit 65`)
+	}
+	time.Sleep(5 * time.Millisecond) // every job finished more than 1ms ago
+	if code, out, e := cli(t, "", "purge", "--db", db, "--state", "done", "--older-than", "1ms", "--dry-run"); code != exitOK || out != "would purge 3 done jobs that finished more than 1ms ago\n" {
+		t.Fatalf("dry run: %d %q %q", code, out, e)
+	}
+	if st := statsJSONOf(t, db); st.Done != 3 {
+		t.Fatalf("the dry run deleted: %+v", st)
+	}
+	if code, out, e := cli(t, "", "purge", "--db", db, "--state", "done", "--older-than", "7d"); code != exitOK || !strings.HasPrefix(out, "purged 0 done") {
+		t.Fatalf("purge 7d: %d %q %q", code, out, e)
+	}
+	if code, out, e := cli(t, "", "purge", "--db", db, "--state", "done", "--older-than", "1ms", "--batch", "2", "--json"); code != exitOK || out != `{"state":"done","older_than_ms":1,"dry_run":false,"jobs":3}`+"\n" {
+		t.Fatalf("purge: %d %q %q", code, out, e)
+	}
+	if st := statsJSONOf(t, db); st.Done != 0 || st.Dead.Permanent != 1 {
+		t.Fatalf("after purge: %+v", st)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state", "pending", "--older-than", "1h"}, "--state must be done or dead"},
+		{[]string{"--state", "dead"}, "--older-than is required"},
+		{[]string{"--state", "dead", "--older-than", "0s"}, "--older-than must be in"},
+		{[]string{"--state", "dead", "--older-than", "-3d"}, "not a whole number of days"},
+		{[]string{"--state", "dead", "--older-than", "1h", "--batch", "0"}, "--batch must be in"},
+	} {
+		if code, _, e := cli(t, "", append([]string{"purge", "--db", db}, tc.args...)...); code != exitUsage || !strings.Contains(e, tc.want) {
+			t.Errorf("purge %v: exit %d %q, want 2 and %q", tc.args, code, e, tc.want)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "none.db")
+	if code, _, e := cli(t, "", "purge", "--db", missing, "--state", "dead", "--older-than", "1h"); code != exitFail || !strings.Contains(e, "does not exist") {
+		t.Fatalf("purge on a missing file: %d %q", code, e)
+	}
+}

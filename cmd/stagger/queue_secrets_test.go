@@ -40,6 +40,8 @@ func queueCommands(db string) [][]string {
 		{"dead", "--db", db},
 		{"show", "--db", db, "--id", "a"},
 		{"requeue", "--db", db, "--id", "a", "--attempts", "1", "--deadline", "1h"},
+		{"purge", "--db", db, "--state", "done", "--older-than", "1d"},
+		{"purge", "--db", db, "--state", "dead", "--older-than", "1h", "--dry-run"},
 	}
 }
 

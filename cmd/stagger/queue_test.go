@@ -197,6 +197,8 @@ func TestQueueFlagValidation(t *testing.T) {
 		{[]string{"requeue", "--db", db, "--id", "x", "--attempts", "-2", "--deadline", "1h"}, "--attempts must be in"},
 		{[]string{"requeue", "--db", db, "--id", "x", "--attempts", "2"}, "--deadline is required"},
 		{[]string{"work", "--db", db, "--exec", "true", "--log-format", "xml"}, "--log-format must be text or json"},
+		{[]string{"work", "--db", db, "--exec", "true", "--retain-done", "soon"}, "--retain-done: \"soon\" is neither"},
+		{[]string{"work", "--db", db, "--exec", "true", "--retain-dead", "0d"}, "--retain-dead: \"0d\" is not a whole number of days"},
 		{[]string{"work", "--db", db, "--exec", "true", "--progress", "-1s"}, "--progress must be in"},
 		{[]string{"stats", "--db", db, "--sqlite-sync", "OFF"}, "--sqlite-sync"},
 		{[]string{"show", "--db", db}, "--id is required"},

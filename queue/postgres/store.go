@@ -87,6 +87,7 @@ var (
 	_ queue.InboxStore    = (*Store)(nil)
 	_ queue.Notifier      = (*Store)(nil)
 	_ queue.RecordClaimer = (*Store)(nil)
+	_ queue.Purger        = (*Store)(nil)
 )
 
 // Open connects to dsn (a postgres:// URL or key=value string), migrates the
@@ -168,6 +169,7 @@ func (s *Store) migrate(ctx context.Context) error {
 				finished_at  bigint NOT NULL DEFAULT 0)`,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_due ON `+s.jobs+` (available_at, id) WHERE state IN ('pending', 'leased')`,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_state ON `+s.jobs+` (state, dead_reason, id)`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON `+s.jobs+` (state, finished_at) WHERE state IN ('done', 'dead')`,
 			`CREATE TABLE IF NOT EXISTS `+s.inboxT+` (
 				id          text PRIMARY KEY,
 				state       text NOT NULL CHECK (state IN ('running', 'done')),
@@ -609,6 +611,30 @@ func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// Purge implements queue.Purger. Rows locked by another transaction (a
+// Requeue in flight) are skipped.
+func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.jobs+` WHERE id IN (
+			SELECT id FROM `+s.jobs+` WHERE state = $1 AND state IN ('done', 'dead') AND finished_at < $2
+			ORDER BY state, finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		AND state = $1 AND finished_at < $2`, string(state), before, limit)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// CountFinished implements queue.Purger.
+func (s *Store) CountFinished(ctx context.Context, state queue.State, before int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
+		WHERE state = $1 AND state IN ('done', 'dead') AND finished_at < $2`, string(state), before).Scan(&n)
+	return n, err
 }
 
 // Get implements queue.Store.

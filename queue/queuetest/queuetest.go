@@ -43,6 +43,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreStatsDueToDie", testStoreStatsDueToDie},
 		{"StoreConcurrentClaims", testStoreConcurrentClaims},
 		{"StoreRecordAndClaim", testStoreRecordAndClaim},
+		{"StorePurge", testStorePurge},
+		{"QueuePurge", testQueuePurge},
 		{"EnqueueIdempotent", testEnqueueIdempotent},
 		{"EnqueueValidation", testEnqueueValidation},
 		{"RunOnceNothingDue", testNothingDue},
@@ -561,6 +563,120 @@ func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
 	}
 	if st, _ := s.Stats(ctx, Start); st.DueToDie != 0 || st.Dead() != 3 {
 		t.Fatalf("after Bury: %+v", st)
+	}
+}
+
+func purger(t *testing.T, s queue.Store) queue.Purger {
+	t.Helper()
+	p, ok := s.(queue.Purger)
+	if !ok {
+		t.Fatalf("%T does not implement queue.Purger (retention)", s)
+	}
+	return p
+}
+
+// finish claims jobs and records them with the given states at the given
+// times.
+func finish(t *testing.T, s queue.Store, at map[string]int64, state map[string]queue.State) {
+	t.Helper()
+	ctx := context.Background()
+	var rows []queue.Job
+	for id := range at {
+		rows = append(rows, row(id, Start, Start+1e6, 3))
+	}
+	insert(t, s, rows...)
+	if c, err := s.Claim(ctx, Start, Start+1e6, len(rows)); err != nil || len(c) != len(rows) {
+		t.Fatalf("claim: %v %v", ids(c), err)
+	}
+	var outs []queue.Outcome
+	for id, now := range at {
+		o := queue.Outcome{ID: id, Attempt: 1, State: state[id], Now: now}
+		if o.State == queue.Dead {
+			o.DeadReason, o.LastError = queue.PermanentFailure, "no"
+		}
+		outs = append(outs, o)
+	}
+	if err := s.Record(ctx, outs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testStorePurge: Purge deletes only jobs of its state finished before the
+// bound, the longest finished first, at most limit; CountFinished agrees.
+func testStorePurge(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	p := purger(t, s)
+	at := map[string]int64{"d1": Start + 10, "d2": Start + 20, "d3": Start + 30, "d4": Start + 40, "x1": Start + 5, "x2": Start + 50}
+	state := map[string]queue.State{"d1": queue.Done, "d2": queue.Done, "d3": queue.Done, "d4": queue.Done, "x1": queue.Dead, "x2": queue.Dead}
+	finish(t, s, at, state)
+	insert(t, s, row("waiting", Start, Start+1e6, 3))
+	if n, err := p.CountFinished(ctx, queue.Done, Start+40); err != nil || n != 3 {
+		t.Fatalf("CountFinished(done, <40) = %d, %v; want 3", n, err)
+	}
+	if n, err := p.Purge(ctx, queue.Done, Start+40, 2); err != nil || n != 2 {
+		t.Fatalf("Purge(done, <40, limit 2) = %d, %v", n, err)
+	}
+	for id, gone := range map[string]bool{"d1": true, "d2": true, "d3": false, "d4": false, "x1": false, "waiting": false} {
+		_, err := s.Get(ctx, id)
+		if gone != errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("after Purge: %s gone=%v (err %v), want gone=%v", id, !gone, err, gone)
+		}
+	}
+	if n, err := p.Purge(ctx, queue.Done, Start+40, 10); err != nil || n != 1 {
+		t.Fatalf("second Purge = %d, %v; want d3 only", n, err)
+	}
+	if n, err := p.Purge(ctx, queue.Dead, Start+100, 10); err != nil || n != 2 {
+		t.Fatalf("Purge(dead) = %d, %v", n, err)
+	}
+	if n, err := p.CountFinished(ctx, queue.Dead, Start+100); err != nil || n != 0 {
+		t.Fatalf("CountFinished(dead) after purge = %d, %v", n, err)
+	}
+	// Pending and leased jobs are never deleted, whatever the bound.
+	for _, st := range []queue.State{queue.Pending, queue.Leased} {
+		if n, err := p.Purge(ctx, st, queue.MaxTime, 10); err != nil || n != 0 {
+			t.Fatalf("Purge(%s) = %d, %v", st, n, err)
+		}
+	}
+	if _, err := s.Get(ctx, "waiting"); err != nil {
+		t.Fatal(err)
+	}
+	// A deleted done job's ID is free again.
+	insert(t, s, row("d1", Start+100, Start+1e6, 3))
+}
+
+// testQueuePurge: Queue.Purge deletes in batches until none is left and
+// Purgeable counts what it would delete; bad arguments name the rule.
+func testQueuePurge(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	for i := range 7 {
+		e.enqueue(queue.NewJob{ID: fmt.Sprintf("j%d", i)})
+		e.runOnce(ok)
+		e.clock.Advance(1000)
+	}
+	// Finished at Start, +1s, ... +6s; now Start+7s.
+	if n, err := e.q.Purgeable(e.ctx, queue.Done, 2500*time.Millisecond); err != nil || n != 5 {
+		t.Fatalf("Purgeable(done, 2.5s) = %d, %v; want 5", n, err)
+	}
+	if n, err := e.q.Purge(e.ctx, queue.Done, 2500*time.Millisecond, 2); err != nil || n != 5 {
+		t.Fatalf("Purge(done, 2.5s, batch 2) = %d, %v; want 5", n, err)
+	}
+	if st, _ := e.q.Stats(e.ctx); st.Done != 2 {
+		t.Fatalf("after Purge: %+v", st)
+	}
+	for _, bad := range []struct {
+		state queue.State
+		d     time.Duration
+		batch int
+		want  string
+	}{
+		{queue.Pending, time.Hour, 10, "state must be done or dead"},
+		{queue.Done, -time.Hour, 10, "older-than must be in"},
+		{queue.Dead, time.Hour, 0, "batch must be in"},
+		{queue.Dead, time.Hour, queue.MaxPurgeBatch + 1, "batch must be in"},
+	} {
+		if _, err := e.q.Purge(e.ctx, bad.state, bad.d, bad.batch); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
+			t.Fatalf("Purge(%v) = %v, want %q", bad, err, bad.want)
+		}
 	}
 }
 

@@ -66,8 +66,9 @@ type Store struct {
 var _ queue.Store = (*Store)(nil)
 var _ queue.InboxStore = (*Store)(nil)
 var _ queue.RecordClaimer = (*Store)(nil)
+var _ queue.Purger = (*Store)(nil)
 
-const schemaVersion = 1
+const schemaVersion = 2
 
 const schema = `
 CREATE TABLE IF NOT EXISTS stagger_jobs (
@@ -87,6 +88,7 @@ CREATE TABLE IF NOT EXISTS stagger_jobs (
 );
 CREATE INDEX IF NOT EXISTS stagger_jobs_due ON stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased');
 CREATE INDEX IF NOT EXISTS stagger_jobs_state ON stagger_jobs (state, dead_reason, id);
+CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON stagger_jobs (state, finished_at) WHERE state IN ('done', 'dead');
 CREATE TABLE IF NOT EXISTS stagger_inbox (
 	id          TEXT PRIMARY KEY,
 	state       TEXT NOT NULL CHECK (state IN ('running', 'done')),
@@ -94,7 +96,7 @@ CREATE TABLE IF NOT EXISTS stagger_inbox (
 	lease_until INTEGER NOT NULL,
 	done_at     INTEGER NOT NULL DEFAULT 0
 );
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -503,6 +505,34 @@ func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
 		return err
 	})
 	return int(n), err
+}
+
+// Purge implements queue.Purger.
+func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM stagger_jobs WHERE id IN (
+			SELECT id FROM stagger_jobs INDEXED BY stagger_jobs_finished
+			WHERE state = ?1 AND state IN ('done', 'dead') AND finished_at < ?2 ORDER BY finished_at LIMIT ?3)`,
+			string(state), before, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// CountFinished implements queue.Purger.
+func (s *Store) CountFinished(ctx context.Context, state queue.State, before int64) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM stagger_jobs INDEXED BY stagger_jobs_finished
+		WHERE state = ?1 AND state IN ('done', 'dead') AND finished_at < ?2`, string(state), before).Scan(&n)
+	return n, err
 }
 
 // Get implements queue.Store.

@@ -207,3 +207,39 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 		t.Fatal("a read-only store inserted a job")
 	}
 }
+
+// TestMigratesVersion1: a database of schema version 1 (no retention
+// index) is migrated on Open and keeps its jobs.
+func TestMigratesVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := queue.New(s, queue.Config{})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `DROP INDEX stagger_jobs_finished; PRAGMA user_version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v, idx int
+	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'stagger_jobs_finished'`).Scan(&idx)
+	if v != 2 || idx != 1 {
+		t.Fatalf("after migration: user_version %d, retention index %d", v, idx)
+	}
+	if _, err := s.Get(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Purge(ctx, queue.Done, queue.MaxTime, 10); err != nil || n != 0 {
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
+}
