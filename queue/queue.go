@@ -97,6 +97,24 @@ func (q *Queue) Enqueue(ctx context.Context, j NewJob) (Job, bool, error) {
 // EnqueueMany validates every job and then stores them in one transaction:
 // if any job is invalid nothing is written. Results are in input order.
 func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error) {
+	rows, err := q.NewRows(js)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	res, err := q.store.Insert(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	q.signal()
+	return res, nil
+}
+
+// NewRows validates every job at the queue's clock and returns the rows
+// Store.Insert takes, exactly as EnqueueMany stores them (an invalid job
+// is an error naming it and its field). It is for stores that enqueue
+// inside a caller's own transaction (the EnqueueTx of queue/sqlite and
+// queue/postgres).
+func (q *Queue) NewRows(js []NewJob) ([]Job, error) {
 	now := q.now()
 	rows := make([]Job, len(js))
 	for i, j := range js {
@@ -109,16 +127,14 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 		}
 		rows[i] = row
 	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	res, err := q.store.Insert(ctx, rows)
-	if err != nil {
-		return nil, err
-	}
-	q.signal()
-	return res, nil
+	return rows, nil
 }
+
+// Wake wakes this process's idle workers at once, as an enqueue does: call
+// it after committing a transaction that enqueued jobs (EnqueueTx) on a
+// store without notifications (SQLite); otherwise they find the jobs at
+// their next poll.
+func (q *Queue) Wake() { q.signal() }
 
 // ValidateNewJob checks j against the queue's limits at now (Unix ms)
 // without storing it, returning an error that names the field.

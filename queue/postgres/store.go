@@ -248,6 +248,20 @@ func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
 
 // Insert implements queue.Store.
 func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
+	var out []queue.Inserted
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.insertTx(ctx, tx, jobs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insertTx is Insert in tx.
+func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]queue.Inserted, error) {
 	n := len(jobs)
 	var (
 		ids                                         = make([]string, n)
@@ -266,7 +280,7 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 		leas[i], created[i], updated[i], finished[i] = j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt
 	}
 	out := make([]queue.Inserted, n)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := func() error {
 		rows, err := tx.Query(ctx, `INSERT INTO `+s.jobs+` (`+cols+`)
 			SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::int[], $5::bigint[], $6::bigint[], $7::text[],
 				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])
@@ -320,11 +334,25 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
 		}
 		return err
-	})
+	}()
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// EnqueueTx enqueues jobs (validated by q, as Queue.EnqueueMany does)
+// inside the caller's transaction tx, so that they commit or roll back
+// with the caller's own writes: the outbox pattern. tx must be on this
+// store's database; the results are those of Insert. The jobs are
+// claimable, and the workers notified, once tx commits. Nothing is written
+// when a job is invalid; after any error the caller should roll back.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+	rows, err := q.NewRows(jobs)
+	if err != nil {
+		return nil, err
+	}
+	return s.insertTx(ctx, tx, rows)
 }
 
 // Claim implements queue.Store.

@@ -274,3 +274,65 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 		t.Fatalf("read-only Stats = %+v, %v", st, err)
 	}
 }
+
+// pgEnqueueTx is queuetest's EnqueueTx on a transaction of s.Pool().
+func pgEnqueueTx(s *postgres.Store) queuetest.EnqueueTx {
+	return func(ctx context.Context, q *queue.Queue, commit bool, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.EnqueueTx(ctx, tx, q, jobs...)
+		if err != nil || !commit {
+			return res, errors.Join(err, tx.Rollback(ctx))
+		}
+		return res, tx.Commit(ctx)
+	}
+}
+
+func TestEnqueueTxConformance(t *testing.T) {
+	queuetest.RunEnqueueTx(t, func(t *testing.T) (queue.Store, queuetest.EnqueueTx) {
+		s := newStore(t)
+		return s, pgEnqueueTx(s)
+	})
+}
+
+// TestEnqueueTxWithBusinessRow: the application's row and its job commit
+// or roll back together, and a committed job wakes the subscribers.
+func TestEnqueueTxWithBusinessRow(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	q, _ := queue.New(s, queue.Config{})
+	if _, err := s.Pool().Exec(ctx, `CREATE TABLE `+s.Schema()+`.orders (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	place := func(id string, commit bool) {
+		err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+s.Schema()+`.orders VALUES ($1)`, id); err != nil {
+				return err
+			}
+			if _, err := s.EnqueueTx(ctx, tx, q, queue.NewJob{ID: "ship-" + id}); err != nil {
+				return err
+			}
+			if !commit {
+				return errRollback
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errRollback) {
+			t.Fatal(err)
+		}
+	}
+	place("1", false)
+	place("2", true)
+	for id, want := range map[string]bool{"1": false, "2": true} {
+		var n int
+		s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+s.Schema()+`.orders WHERE id = $1`, id).Scan(&n)
+		_, err := s.Get(ctx, "ship-"+id)
+		if (n == 1) != want || (err == nil) != want {
+			t.Fatalf("order %s: row %d, job err %v; want both present = %v", id, n, err, want)
+		}
+	}
+}
+
+var errRollback = errors.New("roll back")

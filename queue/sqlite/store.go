@@ -296,34 +296,60 @@ func scan(r scanner) (queue.Job, error) {
 
 // Insert implements queue.Store.
 func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
-	out := make([]queue.Inserted, len(jobs))
+	var out []queue.Inserted
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		ins := tx.StmtContext(ctx, s.insert)
-		for i, j := range jobs {
-			p := j.Payload
-			if p == nil {
-				p = []byte{}
-			}
-			res, err := ins.ExecContext(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
-				string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				j.Payload = p
-				out[i] = queue.Inserted{Job: j, Created: true}
-				continue
-			}
-			cur, err := scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, j.ID))
-			if err != nil {
-				return err
-			}
-			out[i] = queue.Inserted{Job: cur}
-		}
-		return nil
+		var err error
+		out, err = insertTx(ctx, tx, tx.StmtContext(ctx, s.insert).ExecContext, jobs)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// EnqueueTx enqueues jobs (validated by q, as Queue.EnqueueMany does)
+// inside the caller's transaction tx, so that they commit or roll back
+// with the caller's own writes: the outbox pattern. tx must be a write
+// transaction on this database, best one of DB() (BEGIN IMMEDIATE, the
+// store's one writer connection). The results are those of Insert; the
+// jobs are claimable once tx commits. Workers find them at their next
+// poll, or at once when the caller calls q.Wake after the commit. Nothing
+// is written when a job is invalid, and the caller should roll back.
+func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+	rows, err := q.NewRows(jobs)
+	if err != nil {
+		return nil, err
+	}
+	exec := func(ctx context.Context, args ...any) (sql.Result, error) {
+		return tx.ExecContext(ctx, insertSQL, args...)
+	}
+	return insertTx(ctx, tx, exec, rows)
+}
+
+// insertTx inserts jobs in tx with exec (insertSQL, prepared or not).
+func insertTx(ctx context.Context, tx *sql.Tx, exec func(context.Context, ...any) (sql.Result, error), jobs []queue.Job) ([]queue.Inserted, error) {
+	out := make([]queue.Inserted, len(jobs))
+	for i, j := range jobs {
+		p := j.Payload
+		if p == nil {
+			p = []byte{}
+		}
+		res, err := exec(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
+			string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			j.Payload = p
+			out[i] = queue.Inserted{Job: j, Created: true}
+			continue
+		}
+		cur, err := scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, j.ID))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = queue.Inserted{Job: cur}
 	}
 	return out, nil
 }

@@ -243,3 +243,66 @@ func TestMigratesVersion1(t *testing.T) {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
 }
+
+// sqliteEnqueueTx is queuetest's EnqueueTx on a transaction of s.DB().
+func sqliteEnqueueTx(s *sqlite.Store) queuetest.EnqueueTx {
+	return func(ctx context.Context, q *queue.Queue, commit bool, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.EnqueueTx(ctx, tx, q, jobs...)
+		if err != nil || !commit {
+			return res, errors.Join(err, tx.Rollback())
+		}
+		return res, tx.Commit()
+	}
+}
+
+func TestEnqueueTxConformance(t *testing.T) {
+	queuetest.RunEnqueueTx(t, func(t *testing.T) (queue.Store, queuetest.EnqueueTx) {
+		s := open(t, sqlite.Options{Synchronous: "NORMAL"})
+		return s, sqliteEnqueueTx(s)
+	})
+}
+
+// TestEnqueueTxWithBusinessRow: the application's row and its job commit
+// or roll back together.
+func TestEnqueueTxWithBusinessRow(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, sqlite.Options{Synchronous: "NORMAL"})
+	q, _ := queue.New(s, queue.Config{})
+	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	place := func(id string, commit bool) {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES (?)`, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EnqueueTx(ctx, tx, q, queue.NewJob{ID: "ship-" + id}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	place("1", false)
+	place("2", true)
+	for id, want := range map[string]bool{"1": false, "2": true} {
+		var n int
+		s.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ?`, id).Scan(&n)
+		_, err := s.Get(ctx, "ship-"+id)
+		if (n == 1) != want || (err == nil) != want {
+			t.Fatalf("order %s: row %d, job err %v; want both present = %v", id, n, err, want)
+		}
+	}
+}
