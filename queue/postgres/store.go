@@ -647,10 +647,13 @@ func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limi
 	if limit < 1 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.jobs+` WHERE id IN (
+	// A materialized CTE runs the limited select once: as a subquery of
+	// IN (...), PostgreSQL may run it again for a rescan and delete more
+	// than limit rows.
+	tag, err := s.pool.Exec(ctx, `WITH c AS MATERIALIZED (
 			SELECT id FROM `+s.jobs+` WHERE state = $1 AND state IN ('done', 'dead') AND finished_at < $2
 			ORDER BY state, finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-		AND state = $1 AND finished_at < $2`, string(state), before, limit)
+		DELETE FROM `+s.jobs+` j USING c WHERE j.id = c.id AND j.state = $1 AND j.finished_at < $2`, string(state), before, limit)
 	if err != nil {
 		return 0, err
 	}
