@@ -190,6 +190,8 @@ var errNilHandler = errors.New("queue: nil handler")
 //     backoff.RetryDelay with a random ratio (After raises it to at least d,
 //     rounded up to whole ms) — or dead(deadline) when now + delay >=
 //     deadline, dead(exhausted) when attempts = max_attempts;
+//   - Snooze(d): pending again at now + d, not a failure (see Snooze for
+//     how it spends the attempt and never passes the deadline);
 //   - Permanent: dead(permanent);
 //   - any other error: returned to the caller with the job, which stays
 //     leased (its LastError written) until the lease expires; the attempt

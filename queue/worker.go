@@ -106,6 +106,9 @@ type Result struct {
 	Err error
 	// Took is how long the handler ran.
 	Took time.Duration
+	// Snoozed says the handler returned Snooze (the job is pending at
+	// Job.AvailableAt, or dead when the snooze could not be honoured).
+	Snoozed bool
 }
 
 func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
@@ -573,7 +576,7 @@ func (w *Worker) settle(queued []*attempt, outs []Outcome) {
 			k++
 		}
 		if w.cfg.OnResult != nil {
-			w.cfg.OnResult(Result{Job: a.job, Recorded: recorded, Err: a.err, Took: a.took})
+			w.cfg.OnResult(Result{Job: a.job, Recorded: recorded, Err: a.err, Took: a.took, Snoozed: a.snoozed})
 		} else if a.err != nil && !errors.Is(a.err, context.Canceled) {
 			w.report(fmt.Errorf("queue: job %q attempt %d: %w", a.job.ID, a.job.Attempts, a.err))
 		}

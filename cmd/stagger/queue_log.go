@@ -50,6 +50,9 @@ func (l *workLog) result(r queue.Result) {
 	case errors.Is(r.Err, context.Canceled) && j.State == queue.Pending:
 		l.released.Add(1)
 		l.log.Info("released at shutdown", attrs...)
+	case r.Snoozed && j.State == queue.Pending:
+		l.snoozed.Add(1)
+		l.log.Info("snoozed", append(attrs, "until", fmtMs(j.AvailableAt))...)
 	case j.State == queue.Done:
 		l.done.Add(1)
 		l.log.Info("done", attrs...)

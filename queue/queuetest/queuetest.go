@@ -54,6 +54,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"DeadlineEquality", testDeadline},
 		{"Exhausted", testExhausted},
 		{"Permanent", testPermanent},
+		{"Snooze", testSnooze},
+		{"SnoozeBounded", testSnoozeBounded},
 		{"UnknownStaysLeased", testUnknown},
 		{"ErrorTextStorable", testErrorText},
 		{"CrashAfterClaimSpendsAttempt", testCrash},
@@ -1025,6 +1027,60 @@ func testPermanent(t *testing.T, s queue.Store) {
 	expect(t, "permanent", *j, queue.Dead, 1, -1, queue.PermanentFailure)
 	if g := e.get("p"); g.LastError != "400 bad address" || g.DeadReason != queue.PermanentFailure {
 		t.Fatalf("stored %+v", g)
+	}
+}
+
+// testSnooze: a snooze makes the job pending at now + d with no error and
+// no dead reason, keeps the last error of an earlier failure, spends the
+// attempt and leaves the deadline alone; RunOnce returns no error.
+func testSnooze(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	e.enqueue(queue.NewJob{ID: "z", MaxAttempts: 5, Deadline: Start + 10_000})
+	e.runOnce(fail(retry.Retryable(errBoom))) // attempt 1 fails: retry at +50
+	e.clock.Set(Start + 50)
+	j, err := e.q.RunOnce(e.ctx, fail(queue.Snooze(1500*time.Millisecond+time.Microsecond)))
+	if err != nil {
+		t.Fatalf("RunOnce of a snooze returned %v", err)
+	}
+	expect(t, "snoozed", *j, queue.Pending, 2, Start+50+1501, "")
+	got := e.get("z")
+	expect(t, "stored", got, queue.Pending, 2, Start+50+1501, "")
+	if got.LastError != "boom" || got.Deadline != Start+10_000 || got.MaxAttempts != 5 {
+		t.Fatalf("snooze changed the job: %+v", got)
+	}
+	e.clock.Set(Start + 1550)
+	if j := e.runOnce(ok); j != nil {
+		t.Fatalf("claimed 1 ms before the snooze ends: %+v", j)
+	}
+	e.clock.Set(Start + 1551)
+	// A wrapped snooze and a negative one (now) are snoozes too.
+	j = e.runOnce(fail(fmt.Errorf("later: %w", queue.Snooze(-time.Second))))
+	expect(t, "snoozed for 0", *j, queue.Pending, 3, Start+1551, "")
+	j = e.runOnce(ok)
+	expect(t, "done after snoozes", *j, queue.Done, 4, -1, "")
+}
+
+// testSnoozeBounded: a snooze never passes the deadline and never gives an
+// attempt back, so a handler that always snoozes ends dead.
+func testSnoozeBounded(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	e.enqueue(queue.NewJob{ID: "past", MaxAttempts: 5, Deadline: Start + 1000})
+	j := e.runOnce(fail(queue.Snooze(time.Second))) // wakes exactly at the deadline
+	expect(t, "snooze to the deadline", *j, queue.Dead, 1, -1, queue.DeadlineReached)
+	if g := e.get("past"); g.Deadline != Start+1000 || !strings.Contains(g.LastError, "deadline") {
+		t.Fatalf("stored %+v", g)
+	}
+	e.enqueue(queue.NewJob{ID: "loop", MaxAttempts: 3})
+	for i := 1; i <= 3; i++ {
+		j = e.runOnce(fail(queue.Snooze(10 * time.Millisecond)))
+		if j == nil || j.Attempts != i {
+			t.Fatalf("snooze %d: %+v", i, j)
+		}
+		e.clock.Advance(10)
+	}
+	expect(t, "always snoozing", *j, queue.Dead, 3, -1, queue.Exhausted)
+	if j := e.runOnce(ok); j != nil {
+		t.Fatalf("an exhausted job ran again: %+v", j)
 	}
 }
 
