@@ -565,9 +565,11 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f := newQueueFlags("requeue", false)
 	var id, deadline string
 	var attempts int
-	f.fs.StringVar(&id, "id", "", "the dead job's ID (required)")
+	var bulk redriveFlags
+	f.fs.StringVar(&id, "id", "", "the dead job's ID (or --all)")
 	f.fs.IntVar(&attempts, "attempts", 0, "new attempts granted on top of those spent (required, 1-1000000)")
-	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required)")
+	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required; with --all a duration from each job's requeue)")
+	bulk.register(f.fs)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
@@ -575,14 +577,17 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	bad := func(err error) int {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	if id == "" {
-		return bad(errors.New("--id is required"))
+	if err := bulk.check(id); err != nil {
+		return bad(err)
 	}
 	if err := intFlag("--attempts", attempts, 1, queue.MaxMaxAttempts); err != nil {
 		return bad(err)
 	}
 	if deadline == "" {
 		return bad(errors.New("--deadline is required: requeue grants a new deadline explicitly"))
+	}
+	if bulk.all {
+		return bulk.run(ctx, f, attempts, deadline, stdout, stderr)
 	}
 	dl, err := parseDeadline("--deadline", deadline, now)
 	if err != nil {

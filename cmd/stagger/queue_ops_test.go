@@ -177,3 +177,45 @@ func TestQueuePurge(t *testing.T) {
 		t.Fatalf("purge on a missing file: %d %q", code, e)
 	}
 }
+
+func TestQueueRequeueAll(t *testing.T) {
+	db := tempDB(t)
+	in := `{"id":"p1","max_attempts":1}` + "\n" + `{"id":"p2","max_attempts":1}` + "\n" + `{"id":"x1","max_attempts":1}` + "\n" + `{"id":"p3","max_attempts":1}` + "\n"
+	if code, _, e := cli(t, in, "enqueue", "--db", db); code != exitOK {
+		t.Fatal(e)
+	}
+	for range 4 {
+		cli(t, "", "run-once", "--db", db, "--exec", `case "$STAGGER_JOB_ID" in x*) exit 75;; *) exit 65;; esac`)
+	}
+	code, out, e := cli(t, "", "requeue", "--db", db, "--all", "--reason", "permanent", "--attempts", "2", "--deadline", "1h", "--dry-run")
+	if code != exitOK || strings.Count(out, "would requeue p") != 3 || !strings.HasSuffix(out, "would requeue 3 dead jobs (0 skipped: no longer dead)\n") {
+		t.Fatalf("dry run: %d %q %q", code, out, e)
+	}
+	if st := statsJSONOf(t, db); st.Dead.Permanent != 3 {
+		t.Fatalf("the dry run changed jobs: %+v", st)
+	}
+	code, out, e = cli(t, "", "requeue", "--db", db, "--all", "--reason", "permanent", "--limit", "2", "--rate", "1000", "--attempts", "2", "--deadline", "1h")
+	if code != exitOK || !strings.Contains(out, "requeued p1: attempts 1/3") || !strings.Contains(out, "requeued p2: attempts 1/3") || !strings.HasSuffix(out, "requeued 2 dead jobs (0 skipped: no longer dead)\n") {
+		t.Fatalf("requeue --all: %d %q %q", code, out, e)
+	}
+	if st := statsJSONOf(t, db); st.Dead.Permanent != 1 || st.Dead.Exhausted != 1 || st.PendingDue != 2 {
+		t.Fatalf("after requeue --all: %+v", st)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--attempts", "1", "--deadline", "1h"}, "--id is required (or --all"},
+		{[]string{"--all", "--id", "p1", "--attempts", "1", "--deadline", "1h"}, "not both"},
+		{[]string{"--id", "p1", "--reason", "permanent", "--attempts", "1", "--deadline", "1h"}, "select jobs for --all"},
+		{[]string{"--all", "--rate", "0", "--attempts", "1", "--deadline", "1h"}, "--rate must be in"},
+		{[]string{"--all", "--rate", "NaN", "--attempts", "1", "--deadline", "1h"}, "--rate must be in"},
+		{[]string{"--all", "--attempts", "1", "--deadline", "2030-01-01T00:00:00Z"}, "a duration from each job's requeue"},
+		{[]string{"--all", "--reason", "bored", "--attempts", "1", "--deadline", "1h"}, "reason must be"},
+		{[]string{"--all", "--older-than", "x", "--attempts", "1", "--deadline", "1h"}, "--older-than"},
+	} {
+		if code, _, e := cli(t, "", append([]string{"requeue", "--db", db}, tc.args...)...); code != exitUsage || !strings.Contains(e, tc.want) {
+			t.Errorf("requeue %v: exit %d %q, want 2 and %q", tc.args, code, e, tc.want)
+		}
+	}
+}

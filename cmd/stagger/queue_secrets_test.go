@@ -40,6 +40,7 @@ func queueCommands(db string) [][]string {
 		{"dead", "--db", db},
 		{"show", "--db", db, "--id", "a"},
 		{"requeue", "--db", db, "--id", "a", "--attempts", "1", "--deadline", "1h"},
+		{"requeue", "--db", db, "--all", "--reason", "permanent", "--attempts", "1", "--deadline", "1h", "--rate", "100"},
 		{"purge", "--db", db, "--state", "done", "--older-than", "1d"},
 		{"purge", "--db", db, "--state", "dead", "--older-than", "1h", "--dry-run"},
 	}

@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"LeaseLost", testLeaseLost},
 		{"ShutdownReleases", testShutdownRelease},
 		{"Requeue", testRequeue},
+		{"Redrive", testRedrive},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
@@ -1406,4 +1407,47 @@ func testConcurrentRunOnce(t *testing.T, s queue.Store) {
 	if st.Done != n {
 		t.Fatalf("done %d, want %d", st.Done, n)
 	}
+}
+
+// testRedrive: Redrive selects dead jobs by reason, by age and up to a
+// limit; a dry run changes nothing.
+func testRedrive(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	die := func(id string, h retry.Handler) {
+		e.enqueue(queue.NewJob{ID: id, MaxAttempts: 1})
+		if _, err := e.q.RunOnce(e.ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(1000)
+	}
+	die("p1", fail(retry.Permanent(errBoom))) // died at Start
+	die("x1", fail(retry.Retryable(errBoom))) // exhausted at +1s
+	die("p2", fail(retry.Permanent(errBoom))) // +2s
+	die("p3", fail(retry.Permanent(errBoom))) // +3s
+	die("p4", fail(retry.Permanent(errBoom))) // +4s; now +5s
+	var seen []string
+	rd := queue.Redrive{Reason: queue.PermanentFailure, OlderThan: 1500 * time.Millisecond, NewerThan: 4500 * time.Millisecond,
+		Grant: 2, Deadline: time.Hour, Rate: queue.MaxRedriveRate, DryRun: true,
+		OnJob: func(j queue.Job) { seen = append(seen, j.ID) }}
+	res, err := e.q.Redrive(e.ctx, rd)
+	if err != nil || res.Requeued != 2 || !slices.Equal(seen, []string{"p2", "p3"}) {
+		t.Fatalf("dry run = %+v %v, selected %v; want p2 p3", res, err, seen)
+	}
+	if st, _ := e.q.Stats(e.ctx); st.Dead() != 5 {
+		t.Fatalf("a dry run changed jobs: %+v", st)
+	}
+	seen = nil
+	rd.DryRun, rd.OlderThan, rd.NewerThan, rd.Limit = false, 0, 0, 3
+	if res, err := e.q.Redrive(e.ctx, rd); err != nil || res.Requeued != 3 || !slices.Equal(seen, []string{"p1", "p2", "p3"}) {
+		t.Fatalf("Redrive = %+v %v, requeued %v", res, err, seen)
+	}
+	for _, id := range []string{"p1", "p2", "p3"} {
+		j := e.get(id)
+		expect(t, id, j, queue.Pending, 1, e.clock.Now(), "")
+		if j.MaxAttempts != 3 || j.Deadline != e.clock.Now()+3600_000 {
+			t.Fatalf("%s requeued as %+v", id, j)
+		}
+	}
+	expect(t, "x1 (another reason)", e.get("x1"), queue.Dead, 1, -1, queue.Exhausted)
+	expect(t, "p4 (past the limit)", e.get("p4"), queue.Dead, 1, -1, queue.PermanentFailure)
 }
