@@ -42,6 +42,9 @@ func (m *MemoryStore) Insert(ctx context.Context, jobs []Job) ([]Inserted, error
 			continue
 		}
 		j := clone(&jobs[i])
+		if j.Queue == "" {
+			j.Queue = DefaultQueue
+		}
 		m.jobs[j.ID] = &j
 		out[i] = Inserted{Job: clone(&j), Created: true}
 	}
@@ -49,30 +52,30 @@ func (m *MemoryStore) Insert(ctx context.Context, jobs []Job) ([]Inserted, error
 }
 
 // Claim implements Store.
-func (m *MemoryStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]Job, error) {
+func (m *MemoryStore) Claim(ctx context.Context, queue string, now, leaseUntil int64, limit int) ([]Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.claim(now, leaseUntil, limit), nil
+	return m.claim(queue, now, leaseUntil, limit), nil
 }
 
 // RecordAndClaim implements RecordClaimer.
-func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error) {
+func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, queue string, now, leaseUntil int64, limit int) ([]Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.record(outcomes)
-	return m.claim(now, leaseUntil, limit), nil
+	return m.claim(queue, now, leaseUntil, limit), nil
 }
 
-func (m *MemoryStore) claim(now, leaseUntil int64, limit int) []Job {
+func (m *MemoryStore) claim(queue string, now, leaseUntil int64, limit int) []Job {
 	var due []*Job
 	for _, j := range m.jobs {
-		if (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
+		if j.Queue == queue && (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
 			due = append(due, j)
 		}
 	}
@@ -226,7 +229,7 @@ func (m *MemoryStore) Get(ctx context.Context, id string) (Job, error) {
 }
 
 // List implements Store.
-func (m *MemoryStore) List(ctx context.Context, state State, after string, limit int) ([]Job, error) {
+func (m *MemoryStore) List(ctx context.Context, queue string, state State, after string, limit int) ([]Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -234,7 +237,7 @@ func (m *MemoryStore) List(ctx context.Context, state State, after string, limit
 	defer m.mu.Unlock()
 	var out []Job
 	for _, j := range m.jobs {
-		if j.State == state && j.ID > after {
+		if j.Queue == queue && j.State == state && j.ID > after {
 			out = append(out, clone(j))
 		}
 	}
@@ -265,7 +268,7 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 }
 
 // Stats implements Store.
-func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
+func (m *MemoryStore) Stats(ctx context.Context, queue string, now int64) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}
@@ -273,6 +276,9 @@ func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
 	defer m.mu.Unlock()
 	s := Stats{Now: now}
 	for _, j := range m.jobs {
+		if j.Queue != queue {
+			continue
+		}
 		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, buriable(j, now), 1, j.AvailableAt)
 	}
 	return s, nil

@@ -68,6 +68,9 @@ func (q *Queue) Now() int64 { return q.now() }
 type NewJob struct {
 	// ID identifies the job (see ValidateID). Required.
 	ID string
+	// Queue is the named queue of the job (see ValidateQueue); "" means
+	// the Queue's own (Config.Queue).
+	Queue string
 	// Payload is at most Config.MaxPayload bytes.
 	Payload []byte
 	// MaxAttempts is the attempt budget, 1 to MaxMaxAttempts; 0 means
@@ -147,6 +150,13 @@ func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 	if err := ValidateID(j.ID); err != nil {
 		return Job{}, err
 	}
+	name := j.Queue
+	if name == "" {
+		name = q.cfg.Queue
+	}
+	if err := ValidateQueue(name); err != nil {
+		return Job{}, err
+	}
 	if len(j.Payload) > q.cfg.MaxPayload {
 		return Job{}, fmt.Errorf("%w: payload must be at most %d bytes, got %d", ErrInvalid, q.cfg.MaxPayload, len(j.Payload))
 	}
@@ -174,7 +184,7 @@ func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 		return Job{}, fmt.Errorf("%w: available_at (%d ms) must be >= 0 and before the deadline (%d ms)", ErrInvalid, at, dl)
 	}
 	return Job{
-		ID: j.ID, Payload: j.Payload, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
+		ID: j.ID, Queue: name, Payload: j.Payload, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
 		State: Pending, CreatedAt: now, UpdatedAt: now,
 	}, nil
 }
@@ -227,7 +237,7 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 	if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
 		return nil, err
 	}
-	jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), 1)
+	jobs, err := q.store.Claim(ctx, q.cfg.Queue, t0, addMs(t0, q.leaseMs), 1)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +278,7 @@ func (q *Queue) Dead(ctx context.Context, after string, limit int) ([]Job, error
 	if limit < 1 || limit > 10000 {
 		return nil, fmt.Errorf("%w: limit must be in [1, 10000], got %d", ErrInvalid, limit)
 	}
-	return q.store.List(ctx, Dead, after, limit)
+	return q.store.List(ctx, q.cfg.Queue, Dead, after, limit)
 }
 
 // Requeue is the operator's action on a dead job: it explicitly grants
@@ -297,7 +307,9 @@ func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int6
 }
 
 // Stats counts the jobs by state now.
-func (q *Queue) Stats(ctx context.Context) (Stats, error) { return q.store.Stats(ctx, q.now()) }
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	return q.store.Stats(ctx, q.cfg.Queue, q.now())
+}
 
 // signal wakes this process's idle workers.
 func (q *Queue) signal() {

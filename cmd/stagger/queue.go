@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -72,6 +73,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 type queueFlags struct {
 	fs         *flag.FlagSet
 	db         string
+	queueName  string // --queue: one name, or several (comma-separated) for work
 	sqliteSync string
 	jsonOut    bool
 	// queue settings
@@ -82,6 +84,7 @@ type queueFlags struct {
 func newQueueFlags(name string, withRunSettings bool) *queueFlags {
 	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError)}
 	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
+	f.fs.StringVar(&f.queueName, "queue", queue.DefaultQueue, "the named queue")
 	f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	f.fs.IntVar(&f.maxPayload, "max-payload", queue.DefaultMaxPayload, "largest payload in bytes")
@@ -132,6 +135,14 @@ func (f *queueFlags) check() error {
 	if err := intFlag("--max-payload", f.maxPayload, 1, queue.MaxPayloadLimit); err != nil {
 		return err
 	}
+	for _, name := range strings.Split(f.queueName, ",") {
+		if err := queue.ValidateQueue(name); err != nil {
+			return fmt.Errorf("--queue: %w", err)
+		}
+	}
+	if strings.Contains(f.queueName, ",") && f.fs.Name() != "stagger queue work" {
+		return fmt.Errorf("--queue: one queue name (only work serves several), got %q", f.queueName)
+	}
 	if s := strings.ToUpper(f.sqliteSync); s != "FULL" && s != "NORMAL" {
 		return fmt.Errorf("--sqlite-sync must be FULL or NORMAL, got %q", f.sqliteSync)
 	}
@@ -164,15 +175,20 @@ func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) 
 		}
 		return nil, nil, exitFail
 	}
-	q, err := queue.New(s, queue.Config{
-		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload,
-	})
+	q, err := f.newQueue(s, strings.Split(f.queueName, ",")[0])
 	if err != nil {
 		closeFn()
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
 		return nil, nil, exitUsage
 	}
 	return q, closeFn, 0
+}
+
+// newQueue is the Queue of the named queue on s with the flags' settings.
+func (f *queueFlags) newQueue(s queue.Store, name string) (*queue.Queue, error) {
+	return queue.New(s, queue.Config{
+		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload, Queue: name,
+	})
 }
 
 func (f *queueFlags) fail(stderr io.Writer, err error) int {
@@ -454,21 +470,43 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer closeFn()
 	wl := &workLog{log: logger, db: f.db, start: time.Now()}
-	w, err := queue.NewWorker(q, h, queue.WorkerConfig{
-		Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
-		RetainDone: keepDone, RetainDead: keepDead,
-		OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
-	})
-	if err != nil {
-		return usageError(stderr, f.fs.Name(), "%v", err)
+	// One Worker per named queue, each with --concurrency handlers.
+	names := strings.Split(f.queueName, ",")
+	var workers []*queue.Worker
+	for i, name := range names {
+		qi := q
+		if i > 0 {
+			if qi, err = f.newQueue(q.Store(), name); err != nil {
+				return usageError(stderr, f.fs.Name(), "%v", err)
+			}
+		}
+		w, err := queue.NewWorker(qi, h, queue.WorkerConfig{
+			Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
+			RetainDone: keepDone, RetainDead: keepDead,
+			OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
+		})
+		if err != nil {
+			return usageError(stderr, f.fs.Name(), "%v", err)
+		}
+		workers = append(workers, w)
 	}
-	logger.Info("working on", "db", redactDSN(f.db), "handlers", concurrency)
+	logger.Info("working on", "db", redactDSN(f.db), "queues", f.queueName, "handlers", concurrency)
 	if progress > 0 {
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go wl.progress(pctx, progress)
 	}
-	err = w.Run(ctx)
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.Run(ctx)
+		}()
+	}
+	wg.Wait()
+	err = errors.Join(errs...)
 	wl.summary(err)
 	if err != nil {
 		return exitFail
@@ -479,12 +517,13 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // ---- stats ----
 
 type statsJSON struct {
-	Pending          int64 `json:"pending"`
-	PendingDue       int64 `json:"pending_due"`
-	PendingScheduled int64 `json:"pending_scheduled"`
-	Leased           int64 `json:"leased"`
-	LeasedExpired    int64 `json:"leased_expired"`
-	Done             int64 `json:"done"`
+	Queue            string `json:"queue"`
+	Pending          int64  `json:"pending"`
+	PendingDue       int64  `json:"pending_due"`
+	PendingScheduled int64  `json:"pending_scheduled"`
+	Leased           int64  `json:"leased"`
+	LeasedExpired    int64  `json:"leased_expired"`
+	Done             int64  `json:"done"`
 	Dead             struct {
 		Exhausted int64 `json:"exhausted"`
 		Deadline  int64 `json:"deadline"`
@@ -509,6 +548,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return f.fail(stderr, err)
 	}
 	var out statsJSON
+	out.Queue = f.queueName
 	out.Pending, out.PendingDue, out.PendingScheduled = st.Pending(), st.PendingDue, st.PendingScheduled
 	out.Leased, out.LeasedExpired, out.Done = st.Leased, st.LeasedExpired, st.Done
 	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent
@@ -751,6 +791,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		writeJSON(stdout, jj)
 		return exitOK
 	}
+	fmt.Fprintf(stdout, "queue         %s\n", j.Queue)
 	fmt.Fprintf(stdout, "id            %s\nstate         %s %s\nattempts      %d/%d\navailable_at  %s\ndeadline      %s\nlease_until   %s\nlast_error    %s\ncreated_at    %s\nupdated_at    %s\nfinished_at   %s\npayload       %d bytes\n",
 		j.ID, j.State, j.DeadReason, j.Attempts, j.MaxAttempts, fmtMs(j.AvailableAt), fmtMs(j.Deadline), fmtMs(j.LeaseUntil),
 		j.LastError, fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
@@ -760,6 +801,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // jobJSON is the JSON form of a job.
 type jobJSON struct {
 	ID            string  `json:"id"`
+	Queue         string  `json:"queue"`
 	State         string  `json:"state"`
 	DeadReason    string  `json:"dead_reason"`
 	Attempts      int     `json:"attempts"`
@@ -777,7 +819,7 @@ type jobJSON struct {
 
 func toJobJSON(j queue.Job, withPayload bool) jobJSON {
 	out := jobJSON{
-		ID: j.ID, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		ID: j.ID, Queue: j.Queue, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: j.LastError,
 		CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt, FinishedAtMs: j.FinishedAt,
 	}

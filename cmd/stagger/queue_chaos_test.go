@@ -332,7 +332,7 @@ func runChaos(t *testing.T, b chaosBackend) {
 	var st queue.Stats
 	for {
 		var err error
-		if st, err = b.store.Stats(ctx, time.Now().UnixMilli()); err != nil {
+		if st, err = b.store.Stats(ctx, queue.DefaultQueue, time.Now().UnixMilli()); err != nil {
 			t.Fatal(err)
 		}
 		if st.Done+st.Dead() == int64(cfg.jobs) {

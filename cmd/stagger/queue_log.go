@@ -39,7 +39,7 @@ type workLog struct {
 // result logs one attempt's end (WorkerConfig.OnResult).
 func (l *workLog) result(r queue.Result) {
 	j := r.Job
-	attrs := []any{"id", j.ID, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "took", r.Took.Round(time.Microsecond)}
+	attrs := []any{"queue", j.Queue, "id", j.ID, "attempt", j.Attempts, "max_attempts", j.MaxAttempts, "took", r.Took.Round(time.Microsecond)}
 	switch {
 	case errors.Is(r.Err, queue.ErrLeaseLost):
 		l.lost.Add(1)

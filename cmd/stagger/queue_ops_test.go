@@ -219,3 +219,58 @@ func TestQueueRequeueAll(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueNamedQueues(t *testing.T) {
+	db := tempDB(t)
+	in := `{"id":"m1","queue":"mail"}` + "\n" + `{"id":"d1"}` + "\n"
+	if code, _, e := cli(t, in, "enqueue", "--db", db); code != exitOK {
+		t.Fatal(e)
+	}
+	if code, _, e := cli(t, "", "enqueue", "--db", db, "--queue", "mail", "--id", "m2"); code != exitOK {
+		t.Fatal(e)
+	}
+	if st := statsJSONOf(t, db); st.Queue != "default" || st.PendingDue != 1 {
+		t.Fatalf("default stats %+v", st)
+	}
+	code, out, _ := cli(t, "", "stats", "--db", db, "--queue", "mail", "--json")
+	if code != exitOK || !strings.Contains(out, `"queue":"mail","pending":2,`) {
+		t.Fatalf("mail stats: %d %q", code, out)
+	}
+	if code, out, e := cli(t, "", "run-once", "--db", db, "--exec", "exit 65"); code != exitOK || !strings.HasPrefix(out, "d1:") {
+		t.Fatalf("run-once on the default queue: %d %q %q", code, out, e)
+	}
+	if code, out, _ := cli(t, "", "dead", "--db", db, "--queue", "mail"); code != exitOK || out != "" {
+		t.Fatalf("mail has no dead job: %d %q", code, out)
+	}
+	if m := showJSON(t, db, "m1"); m["queue"] != "mail" {
+		t.Fatalf("show m1: %v", m)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"queue", "work", "--db", db, "--queue", "mail,default", "--poll", "10ms", "--exec", "true"}, &syncBuffer{}, &stderr)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(stderr.String(), "msg=done") < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("work on two queues:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != exitOK || !strings.Contains(stderr.String(), "queue=mail id=m1") || !strings.Contains(stderr.String(), "queue=mail id=m2") {
+		t.Fatalf("work: exit %d\n%s", code, stderr.String())
+	}
+	for _, args := range [][]string{
+		{"stats", "--db", db, "--queue", "a,b"},
+		{"stats", "--db", db, "--queue", "has space"},
+		{"enqueue", "--db", db, "--id", "x", "--queue", ""},
+	} {
+		if code, _, e := cli(t, "", args...); code != exitUsage || !strings.Contains(e, "--queue") {
+			t.Errorf("%v: exit %d %q", args, code, e)
+		}
+	}
+	if code, _, e := cli(t, `{"id":"y","queue":"bad name"}`+"\n", "enqueue", "--db", db); code != exitUsage || !strings.Contains(e, "line 1: queue: invalid: queue name") {
+		t.Errorf("stdin queue: %d %q", code, e)
+	}
+}

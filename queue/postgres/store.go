@@ -166,9 +166,32 @@ func (s *Store) migrate(ctx context.Context) error {
 				lease_until  bigint NOT NULL DEFAULT 0,
 				created_at   bigint NOT NULL,
 				updated_at   bigint NOT NULL,
-				finished_at  bigint NOT NULL DEFAULT 0)`,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_due ON `+s.jobs+` (available_at, id) WHERE state IN ('pending', 'leased')`,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_state ON `+s.jobs+` (state, dead_reason, id)`,
+				finished_at  bigint NOT NULL DEFAULT 0,
+				queue        text NOT NULL DEFAULT 'default')`,
+		)
+		for _, q := range stmts {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		stmts = nil
+		// Named queues came later: a table made before them gets the queue
+		// column (its jobs are in the default queue) and the indexes that
+		// lead with it. Checked first, so that a worker's start does not
+		// take the table's exclusive lock when there is nothing to do.
+		var hasQueue bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = 'queue' AND NOT attisdropped)`, s.jobs).Scan(&hasQueue); err != nil {
+			return err
+		}
+		if !hasQueue {
+			stmts = append(stmts, `ALTER TABLE `+s.jobs+` ADD COLUMN queue text NOT NULL DEFAULT 'default'`)
+		}
+		stmts = append(stmts,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON `+s.jobs+` (queue, state, id)`,
+			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_due`,
+			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_state`,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON `+s.jobs+` (state, finished_at) WHERE state IN ('done', 'dead')`,
 			`CREATE TABLE IF NOT EXISTS `+s.inboxT+` (
 				id          text PRIMARY KEY,
@@ -221,7 +244,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Inbox returns the store's durable inbox.
 func (s *Store) Inbox() queue.Inbox { return s.inbox }
 
-const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at`
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue`
 
 func prefixed(p string) string {
 	parts := strings.Split(cols, ", ")
@@ -237,7 +260,7 @@ func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
 	dst := []any{&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
-		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt}
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue}
 	err := row.Scan(append(dst, extra...)...)
 	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
 	if j.Payload == nil {
@@ -269,7 +292,7 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 		maxA                                        = make([]int32, n)
 		avail, dl, created, updated, finished, leas = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		attempts                                    = make([]int32, n)
-		states, reasons, lastErr                    = make([]string, n), make([]string, n), make([]string, n)
+		states, reasons, lastErr, queues            = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	)
 	for i, j := range jobs {
 		ids[i], payloads[i], attempts[i], maxA[i] = j.ID, j.Payload, int32(j.Attempts), int32(j.MaxAttempts)
@@ -278,14 +301,17 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 		}
 		avail[i], dl[i], states[i], reasons[i], lastErr[i] = j.AvailableAt, j.Deadline, string(j.State), string(j.DeadReason), j.LastError
 		leas[i], created[i], updated[i], finished[i] = j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt
+		if queues[i] = j.Queue; j.Queue == "" {
+			queues[i] = queue.DefaultQueue
+		}
 	}
 	out := make([]queue.Inserted, n)
 	err := func() error {
 		rows, err := tx.Query(ctx, `INSERT INTO `+s.jobs+` (`+cols+`)
 			SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::int[], $5::bigint[], $6::bigint[], $7::text[],
-				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])
+				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[])
 			ON CONFLICT (id) DO NOTHING RETURNING id`,
-			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished)
+			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished, queues)
 		if err != nil {
 			return err
 		}
@@ -356,10 +382,10 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, jobs .
 }
 
 // Claim implements queue.Store.
-func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	b := &pgx.Batch{}
 	b.Queue(claimPlan)
-	b.Queue(s.claimSQL(), now, leaseUntil, limit)
+	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	br := s.pool.SendBatch(ctx, b)
 	jobs, err := func() ([]queue.Job, error) {
 		if _, err := br.Exec(); err != nil {
@@ -393,12 +419,13 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 // disabled, the ordered index scan is the only plan left.
 const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
 
-// claimSQL leases up to $3 due jobs at now $1 until $2, returning each
-// claimed row and its previous available_at. Run it after claimPlan.
+// claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
+// returning each claimed row and its previous available_at. Run it after
+// claimPlan.
 func (s *Store) claimSQL() string {
 	return `WITH c AS (
 			SELECT id, available_at AS prev FROM ` + s.jobs + `
-			WHERE state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
+			WHERE queue = $4 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
 		FROM c WHERE j.id = c.id
@@ -444,12 +471,12 @@ func scanClaimed(rows pgx.Rows) ([]queue.Job, error) {
 // RecordAndClaim implements queue.RecordClaimer: Record and Claim sent
 // together in one round trip, run in one transaction (a pipeline with one
 // Sync is one implicit transaction) and committed together.
-func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	args, retried := recordArgs(outcomes)
 	b := &pgx.Batch{}
 	b.Queue(s.recordSQL(), args...)
 	b.Queue(claimPlan)
-	b.Queue(s.claimSQL(), now, leaseUntil, limit)
+	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	if retried {
 		// Queued in the transaction, delivered when it commits.
 		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
@@ -678,9 +705,9 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 }
 
 // List implements queue.Store.
-func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3`,
-		string(state), after, limit)
+func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		string(state), after, limit, name)
 	if err != nil {
 		return nil, err
 	}
@@ -723,12 +750,12 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 }
 
 // Stats implements queue.Store.
-func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
+func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
 	st := queue.Stats{Now: now}
 	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1,
 		(state = 'pending' OR (state = 'leased' AND available_at <= $1)) AND (attempts >= max_attempts OR deadline <= $1),
 		count(*), min(available_at)
-		FROM `+s.jobs+` GROUP BY 1, 2, 3, 4`, now)
+		FROM `+s.jobs+` WHERE queue = $2 GROUP BY 1, 2, 3, 4`, now, name)
 	if err != nil {
 		return st, err
 	}
@@ -822,6 +849,15 @@ func (s *Store) broadcast() {
 		default:
 		}
 	}
+}
+
+// prefix is the schema qualifier of the store's objects ("" for the
+// search_path).
+func (s *Store) prefix() string {
+	if s.opts.Schema == "" {
+		return ""
+	}
+	return `"` + s.opts.Schema + `".`
 }
 
 // Schema returns the quoted schema of the store's tables ("" for the

@@ -191,14 +191,14 @@ func TestRecordAndClaimIsOneTransaction(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Claim(ctx, now, now+100, 1)
+	got, err := s.Claim(ctx, queue.DefaultQueue, now, now+100, 1)
 	if err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	outs := []queue.Outcome{{ID: "a", Attempt: 1, State: queue.Done, Now: now + 5}}
 	// A negative LIMIT fails the claim statement after the outcome's update
 	// has run in the same transaction.
-	if _, err := s.RecordAndClaim(ctx, outs, now+10, now+110, -1); err == nil {
+	if _, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+10, now+110, -1); err == nil {
 		t.Fatal("RecordAndClaim with limit -1 succeeded")
 	}
 	if outs[0].Applied {
@@ -208,7 +208,7 @@ func TestRecordAndClaimIsOneTransaction(t *testing.T) {
 		t.Fatalf("the outcome of a failed RecordAndClaim was committed: %+v", a)
 	}
 	// The connection is usable again and the outcome can be recorded.
-	if _, err := s.RecordAndClaim(ctx, outs, now+10, now+110, 1); err != nil || !outs[0].Applied {
+	if _, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+10, now+110, 1); err != nil || !outs[0].Applied {
 		t.Fatal(err, outs[0].Applied)
 	}
 	if a, _ := s.Get(ctx, "a"); a.State != queue.Done {
@@ -238,7 +238,7 @@ func BenchmarkRecordAndClaim(b *testing.B) {
 	var outs []queue.Outcome
 	b.ResetTimer()
 	for range b.N {
-		got, err := s.RecordAndClaim(ctx, outs, now+1, now+1e6, batch)
+		got, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+1, now+1e6, batch)
 		if err != nil || len(got) != batch {
 			b.Fatal(len(got), err)
 		}
@@ -270,7 +270,7 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := r.Stats(ctx, 2); err != nil || st.PendingDue != 1 {
+	if st, err := r.Stats(ctx, queue.DefaultQueue, 2); err != nil || st.PendingDue != 1 {
 		t.Fatalf("read-only Stats = %+v, %v", st, err)
 	}
 }
@@ -336,3 +336,52 @@ func TestEnqueueTxWithBusinessRow(t *testing.T) {
 }
 
 var errRollback = errors.New("roll back")
+
+// TestMigratesTableBeforeNamedQueues: a table made before named queues
+// (no queue column, the old due and state indexes) is migrated by New:
+// its jobs are in the default queue and claimable, the old indexes gone.
+func TestMigratesTableBeforeNamedQueues(t *testing.T) {
+	p := sharedPool(t)
+	ctx := context.Background()
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	t.Cleanup(func() { p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
+	for _, q := range []string{
+		`CREATE SCHEMA "` + schema + `"`,
+		`CREATE TABLE "` + schema + `".stagger_jobs (id text PRIMARY KEY, payload bytea NOT NULL, attempts integer NOT NULL,
+			max_attempts integer NOT NULL, available_at bigint NOT NULL, deadline bigint NOT NULL,
+			state text NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')), dead_reason text NOT NULL DEFAULT '',
+			last_error text NOT NULL DEFAULT '', lease_until bigint NOT NULL DEFAULT 0, created_at bigint NOT NULL,
+			updated_at bigint NOT NULL, finished_at bigint NOT NULL DEFAULT 0)`,
+		`CREATE INDEX stagger_jobs_due ON "` + schema + `".stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased')`,
+		`CREATE INDEX stagger_jobs_state ON "` + schema + `".stagger_jobs (state, dead_reason, id)`,
+		`INSERT INTO "` + schema + `".stagger_jobs (id, payload, attempts, max_attempts, available_at, deadline, state, created_at, updated_at)
+			VALUES ('old', '', 0, 3, 1, 253402300799999, 'pending', 1, 1)`,
+	} {
+		if _, err := p.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the second New finds nothing to do
+		s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var idx []string
+	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
+	idx, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+	if strings.Join(idx, " ") != "stagger_jobs_by_state stagger_jobs_finished stagger_jobs_pkey stagger_jobs_ready" {
+		t.Fatalf("indexes after migration: %v", idx)
+	}
+	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Queue != queue.DefaultQueue {
+		t.Fatalf("claim after migration: %+v %v", got, err)
+	}
+}

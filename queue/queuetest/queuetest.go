@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ShutdownReleases", testShutdownRelease},
 		{"Requeue", testRequeue},
 		{"Redrive", testRedrive},
+		{"NamedQueues", testNamedQueues},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
@@ -155,7 +156,7 @@ func expect(t *testing.T, what string, got queue.Job, state queue.State, attempt
 // row is a complete pending row for direct store tests.
 func row(id string, availableAt, deadline int64, maxAttempts int) queue.Job {
 	return queue.Job{
-		ID: id, Payload: []byte("p-" + id), MaxAttempts: maxAttempts, AvailableAt: availableAt,
+		ID: id, Queue: queue.DefaultQueue, Payload: []byte("p-" + id), MaxAttempts: maxAttempts, AvailableAt: availableAt,
 		Deadline: deadline, State: queue.Pending, CreatedAt: Start, UpdatedAt: Start,
 	}
 }
@@ -210,7 +211,7 @@ func testStoreInsert(t *testing.T, s queue.Store) {
 		}
 	}
 	// Spend an attempt, then re-insert: nothing is reset.
-	if _, err := s.Claim(ctx, Start, Start+100, 1); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 1); err != nil {
 		t.Fatal(err)
 	}
 	res, err = s.Insert(ctx, []queue.Job{row("a", Start+50, Start+50000, 9), row("d", Start, Start+1000, 1)})
@@ -236,7 +237,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 		row("spent", Start, Start+1000, 0), // attempts >= max: never claimable
 		row("expired", Start-10, Start, 3), // deadline == now: never claimable
 	)
-	got, err := s.Claim(ctx, Start+10, Start+110, 3)
+	got, err := s.Claim(ctx, queue.DefaultQueue, Start+10, Start+110, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 			t.Fatalf("claimed payload %q", j.Payload)
 		}
 	}
-	got, err = s.Claim(ctx, Start+10, Start+110, 10)
+	got, err = s.Claim(ctx, queue.DefaultQueue, Start+10, Start+110, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 		t.Fatalf("second claim = %v, want %v", ids(got), want)
 	}
 	// An expired lease is claimable again, with the next attempt.
-	got, err = s.Claim(ctx, Start+110, Start+220, 10)
+	got, err = s.Claim(ctx, queue.DefaultQueue, Start+110, Start+220, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 			t.Fatalf("%s: attempts %d after second claim, want 2", j.ID, j.Attempts)
 		}
 	}
-	if got, err = s.Claim(ctx, Start+219, Start+300, 10); err != nil || len(got) != 0 {
+	if got, err = s.Claim(ctx, queue.DefaultQueue, Start+219, Start+300, 10); err != nil || len(got) != 0 {
 		t.Fatalf("claim of held leases = %v, %v", ids(got), err)
 	}
 }
@@ -280,7 +281,7 @@ func testStoreRecord(t *testing.T, s queue.Store) {
 	ctx := context.Background()
 	insert(t, s, row("d", Start, Start+10000, 5), row("p", Start, Start+10000, 5),
 		row("x", Start, Start+10000, 5), row("l", Start, Start+10000, 5))
-	if _, err := s.Claim(ctx, Start, Start+100, 10); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 10); err != nil {
 		t.Fatal(err)
 	}
 	outs := []queue.Outcome{
@@ -319,7 +320,7 @@ func testStoreRecord(t *testing.T, s queue.Store) {
 		t.Fatalf("second outcome for a done job applied=%v err=%v", again[0].Applied, err)
 	}
 	// A lease taken over by a newer claim fences the old attempt out.
-	if _, err := s.Claim(ctx, Start+100, Start+200, 10); err != nil { // "l" again, attempt 2
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start+100, Start+200, 10); err != nil { // "l" again, attempt 2
 		t.Fatal(err)
 	}
 	stale := []queue.Outcome{{ID: "l", Attempt: 1, State: queue.Done, Now: Start + 101}}
@@ -342,7 +343,7 @@ func applied(outs []queue.Outcome) []bool {
 func testStoreExtend(t *testing.T, s queue.Store) {
 	ctx := context.Background()
 	insert(t, s, row("a", Start, Start+10000, 5), row("b", Start, Start+10000, 5))
-	if _, err := s.Claim(ctx, Start, Start+100, 10); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 10); err != nil {
 		t.Fatal(err)
 	}
 	leases := []queue.Lease{{ID: "a", Attempt: 1}, {ID: "b", Attempt: 2}, {ID: "zz", Attempt: 1}}
@@ -358,7 +359,7 @@ func testStoreExtend(t *testing.T, s queue.Store) {
 		t.Fatalf("after extend a=%+v b=%+v", a, b)
 	}
 	// The extended lease is not claimable at the old expiry.
-	got, err := s.Claim(ctx, Start+120, Start+300, 10)
+	got, err := s.Claim(ctx, queue.DefaultQueue, Start+120, Start+300, 10)
 	if err != nil || !slices.Equal(ids(got), []string{"b"}) {
 		t.Fatalf("claim after extend = %v, %v; want [b]", ids(got), err)
 	}
@@ -375,7 +376,7 @@ func testStoreBury(t *testing.T, s queue.Store) {
 		row("future", Start+50, Start+100, 5), // deadline passes while scheduled
 	)
 	// Claimed in (available_at, id) order: fine, held, last, late, noted.
-	if c, err := s.Claim(ctx, Start, Start+100, 5); err != nil || len(c) != 5 {
+	if c, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 5); err != nil || len(c) != 5 {
 		t.Fatal(ids(c), err)
 	}
 	outs := []queue.Outcome{
@@ -436,7 +437,7 @@ func testStoreList(t *testing.T, s queue.Store) {
 		rows = append(rows, row(fmt.Sprintf("j%d", i), Start, Start+1000, 1))
 	}
 	insert(t, s, rows...)
-	if _, err := s.Claim(ctx, Start, Start+10, 7); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+10, 7); err != nil {
 		t.Fatal(err)
 	}
 	var outs []queue.Outcome
@@ -446,18 +447,18 @@ func testStoreList(t *testing.T, s queue.Store) {
 	if err := s.Record(ctx, outs); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.List(ctx, queue.Dead, "", 3)
+	page, err := s.List(ctx, queue.DefaultQueue, queue.Dead, "", 3)
 	if err != nil || !slices.Equal(ids(page), []string{"j1", "j2", "j4"}) {
 		t.Fatalf("List page 1 = %v, %v", ids(page), err)
 	}
 	if page[0].LastError != "e1" || page[0].DeadReason != queue.PermanentFailure {
 		t.Fatalf("listed job %+v", page[0])
 	}
-	page, err = s.List(ctx, queue.Dead, "j4", 3)
+	page, err = s.List(ctx, queue.DefaultQueue, queue.Dead, "j4", 3)
 	if err != nil || !slices.Equal(ids(page), []string{"j6"}) {
 		t.Fatalf("List page 2 = %v, %v", ids(page), err)
 	}
-	page, err = s.List(ctx, queue.Leased, "", 10)
+	page, err = s.List(ctx, queue.DefaultQueue, queue.Leased, "", 10)
 	if err != nil || !slices.Equal(ids(page), []string{"j0", "j3", "j5"}) {
 		t.Fatalf("List leased = %v, %v", ids(page), err)
 	}
@@ -466,7 +467,7 @@ func testStoreList(t *testing.T, s queue.Store) {
 func testStoreRequeue(t *testing.T, s queue.Store) {
 	ctx := context.Background()
 	insert(t, s, row("d", Start, Start+1000, 2), row("live", Start, Start+1000, 2))
-	if _, err := s.Claim(ctx, Start, Start+10, 1); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+10, 1); err != nil {
 		t.Fatal(err)
 	}
 	outs := []queue.Outcome{{ID: "d", Attempt: 1, State: queue.Dead, DeadReason: queue.Exhausted, LastError: "last", Now: Start + 1}}
@@ -501,7 +502,7 @@ func testStoreStats(t *testing.T, s queue.Store) {
 		row("ok", Start-98, Start+1000, 3), row("dx", Start-97, Start+1000, 3),
 		row("dd", Start-96, Start+1000, 3), row("dp", Start-95, Start+1000, 3),
 	)
-	if _, err := s.Claim(ctx, Start-30, Start+5, 7); err != nil { // l1 l2 ok dx dd dp due1
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start-30, Start+5, 7); err != nil { // l1 l2 ok dx dd dp due1
 		t.Fatal(err)
 	}
 	outs := []queue.Outcome{
@@ -517,7 +518,7 @@ func testStoreStats(t *testing.T, s queue.Store) {
 	if err := s.Extend(ctx, []queue.Lease{{ID: "l2", Attempt: 1}}, Start-90, Start-1); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Stats(ctx, Start)
+	st, err := s.Stats(ctx, queue.DefaultQueue, Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +541,7 @@ func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
 		row("running", Start-300, Start+1000, 1), // claimed, lease held: not dying yet
 		row("live", Start-20, Start+1000, 3),     // the only runnable due job
 	)
-	if c, err := s.Claim(ctx, Start-300, Start-10, 2); err != nil || !slices.Equal(ids(c), []string{"spent", "running"}) {
+	if c, err := s.Claim(ctx, queue.DefaultQueue, Start-300, Start-10, 2); err != nil || !slices.Equal(ids(c), []string{"spent", "running"}) {
 		t.Fatalf("claim: %v %v", ids(c), err)
 	}
 	insert(t, s,
@@ -550,7 +551,7 @@ func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
 	if err := s.Extend(ctx, []queue.Lease{{ID: "running", Attempt: 1}}, Start-300, Start+500); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Stats(ctx, Start)
+	st, err := s.Stats(ctx, queue.DefaultQueue, Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +565,7 @@ func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
 	if n, err := s.Bury(ctx, Start, 100); err != nil || n != 3 {
 		t.Fatalf("Bury = %d, %v; want the 3 jobs Stats counted as due to die", n, err)
 	}
-	if st, _ := s.Stats(ctx, Start); st.DueToDie != 0 || st.Dead() != 3 {
+	if st, _ := s.Stats(ctx, queue.DefaultQueue, Start); st.DueToDie != 0 || st.Dead() != 3 {
 		t.Fatalf("after Bury: %+v", st)
 	}
 }
@@ -588,7 +589,7 @@ func finish(t *testing.T, s queue.Store, at map[string]int64, state map[string]q
 		rows = append(rows, row(id, Start, Start+1e6, 3))
 	}
 	insert(t, s, rows...)
-	if c, err := s.Claim(ctx, Start, Start+1e6, len(rows)); err != nil || len(c) != len(rows) {
+	if c, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+1e6, len(rows)); err != nil || len(c) != len(rows) {
 		t.Fatalf("claim: %v %v", ids(c), err)
 	}
 	var outs []queue.Outcome
@@ -702,7 +703,7 @@ func testStoreConcurrentClaims(t *testing.T, s queue.Store) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := s.Claim(ctx, Start, Start+1000, 1+w%3)
+				got, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+1000, 1+w%3)
 				if err != nil {
 					errs <- err
 					return
@@ -742,7 +743,7 @@ func testStoreConcurrentClaims(t *testing.T, s queue.Store) {
 			t.Fatalf("%s claimed %d times", id, c)
 		}
 	}
-	if st, _ := s.Stats(ctx, Start); st.Done != n {
+	if st, _ := s.Stats(ctx, queue.DefaultQueue, Start); st.Done != n {
 		t.Fatalf("done = %d, want %d", st.Done, n)
 	}
 }
@@ -755,14 +756,14 @@ func testStoreRecordAndClaim(t *testing.T, s queue.Store) {
 	}
 	ctx := context.Background()
 	insert(t, s, row("a", Start, Start+10000, 5), row("b", Start+1, Start+10000, 5), row("c", Start+2, Start+10000, 5))
-	if got, err := s.Claim(ctx, Start, Start+100, 1); err != nil || !slices.Equal(ids(got), []string{"a"}) {
+	if got, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 1); err != nil || !slices.Equal(ids(got), []string{"a"}) {
 		t.Fatal(ids(got), err)
 	}
 	outs := []queue.Outcome{
 		{ID: "a", Attempt: 1, State: queue.Done, Now: Start + 5},
 		{ID: "b", Attempt: 1, State: queue.Done, Now: Start + 5}, // b is not leased
 	}
-	got, err := rc.RecordAndClaim(ctx, outs, Start+10, Start+110, 2)
+	got, err := rc.RecordAndClaim(ctx, outs, queue.DefaultQueue, Start+10, Start+110, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -777,7 +778,7 @@ func testStoreRecordAndClaim(t *testing.T, s queue.Store) {
 	}
 	// Nothing to claim: the outcomes are still recorded.
 	outs = []queue.Outcome{{ID: "b", Attempt: 1, State: queue.Pending, AvailableAt: Start + 500, LastError: "later", Now: Start + 20}}
-	if got, err := rc.RecordAndClaim(ctx, outs, Start+20, Start+120, 3); err != nil || len(got) != 0 || !outs[0].Applied {
+	if got, err := rc.RecordAndClaim(ctx, outs, queue.DefaultQueue, Start+20, Start+120, 3); err != nil || len(got) != 0 || !outs[0].Applied {
 		t.Fatalf("claimed %v, err %v, applied %v", ids(got), err, outs[0].Applied)
 	}
 	if b, _ := s.Get(ctx, "b"); b.State != queue.Pending || b.AvailableAt != Start+500 {
@@ -1147,7 +1148,7 @@ func testCrash(t *testing.T, s queue.Store) {
 	e := newEnv(t, s, func(c *queue.Config) { c.Lease = 5 * time.Second })
 	e.enqueue(queue.NewJob{ID: "c", MaxAttempts: 2})
 	// A worker claims and dies before recording anything.
-	if got, err := s.Claim(e.ctx, Start, Start+5000, 1); err != nil || len(got) != 1 {
+	if got, err := s.Claim(e.ctx, queue.DefaultQueue, Start, Start+5000, 1); err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	e.clock.Set(Start + 5000)
@@ -1162,7 +1163,7 @@ func testCrash(t *testing.T, s queue.Store) {
 	}
 	// A crash on the last attempt buries the job as exhausted.
 	e.enqueue(queue.NewJob{ID: "last", MaxAttempts: 1})
-	if got, err := s.Claim(e.ctx, e.clock.Now(), e.clock.Now()+5000, 1); err != nil || len(got) != 1 {
+	if got, err := s.Claim(e.ctx, queue.DefaultQueue, e.clock.Now(), e.clock.Now()+5000, 1); err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	e.clock.Advance(5000)
@@ -1450,4 +1451,55 @@ func testRedrive(t *testing.T, s queue.Store) {
 	}
 	expect(t, "x1 (another reason)", e.get("x1"), queue.Dead, 1, -1, queue.Exhausted)
 	expect(t, "p4 (past the limit)", e.get("p4"), queue.Dead, 1, -1, queue.PermanentFailure)
+}
+
+// testNamedQueues: a Queue claims, counts and lists only the jobs of its
+// named queue; IDs are unique across the queues of a store.
+func testNamedQueues(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil) // the default queue
+	mails := newEnv(t, s, func(c *queue.Config) { c.Queue = "mail" })
+	e.enqueue(queue.NewJob{ID: "d1"})
+	mails.enqueue(queue.NewJob{ID: "m1"})
+	e.enqueue(queue.NewJob{ID: "m2", Queue: "mail"}) // into another queue by name
+	if j := e.get("m2"); j.Queue != "mail" || e.get("d1").Queue != queue.DefaultQueue {
+		t.Fatalf("queues stored: m2 %q, d1 %q", j.Queue, e.get("d1").Queue)
+	}
+	// The same ID in another queue is the existing job.
+	if j, created, err := mails.q.Enqueue(e.ctx, queue.NewJob{ID: "d1"}); err != nil || created || j.Queue != queue.DefaultQueue {
+		t.Fatalf("re-enqueue of d1 into mail = %+v %v %v", j, created, err)
+	}
+	st, _ := e.q.Stats(e.ctx)
+	mst, _ := mails.q.Stats(e.ctx)
+	if st.PendingDue != 1 || mst.PendingDue != 2 {
+		t.Fatalf("stats: default %+v, mail %+v", st, mst)
+	}
+	var ran []string
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		ran = append(ran, d.ID)
+		return retry.Permanent(errBoom)
+	}
+	for range 3 {
+		mails.runOnce(h)
+	}
+	if !slices.Equal(ran, []string{"m1", "m2"}) {
+		t.Fatalf("the mail queue ran %v, want m1 m2 only", ran)
+	}
+	if dead, _ := e.q.Dead(e.ctx, "", 10); len(dead) != 0 {
+		t.Fatalf("the default queue lists mail's dead jobs: %v", ids(dead))
+	}
+	if dead, _ := mails.q.Dead(e.ctx, "", 10); !slices.Equal(ids(dead), []string{"m1", "m2"}) {
+		t.Fatalf("mail's dead jobs: %v", ids(dead))
+	}
+	if j := e.runOnce(ok); j == nil || j.ID != "d1" {
+		t.Fatalf("the default queue ran %+v", j)
+	}
+	for _, bad := range []string{"has space", strings.Repeat("q", queue.MaxQueueLen+1), "é"} {
+		if _, _, err := e.q.Enqueue(e.ctx, queue.NewJob{ID: "x", Queue: bad}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "queue name") {
+			t.Fatalf("Enqueue into queue %q = %v", bad, err)
+		}
+		if _, err := queue.New(s, queue.Config{Queue: bad}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "Queue") {
+			t.Fatalf("New(Queue %q) = %v", bad, err)
+		}
+	}
 }

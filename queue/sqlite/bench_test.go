@@ -37,7 +37,7 @@ func BenchmarkRecordAndClaim(b *testing.B) {
 	var outs []queue.Outcome
 	b.ResetTimer()
 	for range b.N {
-		got, err := s.RecordAndClaim(ctx, outs, now+1, now+1e6, batch)
+		got, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+1, now+1e6, batch)
 		if err != nil || len(got) != batch {
 			b.Fatal(len(got), err)
 		}

@@ -68,7 +68,7 @@ var _ queue.InboxStore = (*Store)(nil)
 var _ queue.RecordClaimer = (*Store)(nil)
 var _ queue.Purger = (*Store)(nil)
 
-const schemaVersion = 2
+const schemaVersion = 3
 
 const schema = `
 CREATE TABLE IF NOT EXISTS stagger_jobs (
@@ -84,10 +84,11 @@ CREATE TABLE IF NOT EXISTS stagger_jobs (
 	lease_until  INTEGER NOT NULL DEFAULT 0,
 	created_at   INTEGER NOT NULL,
 	updated_at   INTEGER NOT NULL,
-	finished_at  INTEGER NOT NULL DEFAULT 0
+	finished_at  INTEGER NOT NULL DEFAULT 0,
+	queue        TEXT NOT NULL DEFAULT 'default'
 );
-CREATE INDEX IF NOT EXISTS stagger_jobs_due ON stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased');
-CREATE INDEX IF NOT EXISTS stagger_jobs_state ON stagger_jobs (state, dead_reason, id);
+CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON stagger_jobs (queue, available_at, id) WHERE state IN ('pending', 'leased');
+CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON stagger_jobs (queue, state, id);
 CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON stagger_jobs (state, finished_at) WHERE state IN ('done', 'dead');
 CREATE TABLE IF NOT EXISTS stagger_inbox (
 	id          TEXT PRIMARY KEY,
@@ -96,7 +97,7 @@ CREATE TABLE IF NOT EXISTS stagger_inbox (
 	lease_until INTEGER NOT NULL,
 	done_at     INTEGER NOT NULL DEFAULT 0
 );
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -211,6 +212,22 @@ func (s *Store) migrate(ctx context.Context) error {
 		return nil
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		if v > 0 && v < 3 {
+			// Version 3 adds named queues: a queue column (existing jobs
+			// are in the default queue) and the indexes that lead with it.
+			var has int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = 'queue'`).Scan(&has); err != nil {
+				return err
+			}
+			if has == 0 {
+				if _, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default'`); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `DROP INDEX IF EXISTS stagger_jobs_due; DROP INDEX IF EXISTS stagger_jobs_state`); err != nil {
+				return err
+			}
+		}
 		_, err := tx.ExecContext(ctx, schema)
 		return err
 	})
@@ -223,9 +240,9 @@ func (s *Store) Close() error {
 }
 
 const (
-	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
-	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_due
-		WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
+	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_ready
+		WHERE queue = ?3 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
 		ORDER BY available_at, id LIMIT ?2`
 	claimUpd  = `UPDATE stagger_jobs SET state = 'leased', attempts = attempts + 1, lease_until = ?2, available_at = ?2, updated_at = ?1 WHERE id `
 	extendSQL = `UPDATE stagger_jobs SET lease_until = ?3, available_at = ?3, updated_at = ?4 WHERE id = ?1 AND state = 'leased' AND attempts = ?2`
@@ -278,7 +295,7 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at`
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue`
 
 type scanner interface{ Scan(...any) error }
 
@@ -286,7 +303,7 @@ func scan(r scanner) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
 	err := r.Scan(&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
-		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt)
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue)
 	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
 	if j.Payload == nil {
 		j.Payload = []byte{}
@@ -335,8 +352,11 @@ func insertTx(ctx context.Context, tx *sql.Tx, exec func(context.Context, ...any
 		if p == nil {
 			p = []byte{}
 		}
+		if j.Queue == "" {
+			j.Queue = queue.DefaultQueue
+		}
 		res, err := exec(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
-			string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt)
+			string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt, j.Queue)
 		if err != nil {
 			return nil, err
 		}
@@ -355,11 +375,11 @@ func insertTx(ctx context.Context, tx *sql.Tx, exec func(context.Context, ...any
 }
 
 // Claim implements queue.Store.
-func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	if s.idle.Load() {
 		var one int
-		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_due
-			WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now).Scan(&one)
+		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_ready
+			WHERE queue = ?2 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now, name).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, nil
 		}
@@ -370,7 +390,7 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		out, err = s.claimTx(ctx, tx, name, now, leaseUntil, limit)
 		return err
 	})
 	if err != nil {
@@ -381,14 +401,14 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 
 // RecordAndClaim implements queue.RecordClaimer: Record and Claim in one
 // transaction.
-func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.recordTx(ctx, tx, outcomes); err != nil {
 			return err
 		}
 		var err error
-		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		out, err = s.claimTx(ctx, tx, name, now, leaseUntil, limit)
 		return err
 	})
 	if err != nil {
@@ -398,11 +418,11 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, no
 	return out, nil
 }
 
-func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	if limit < 1 {
 		return nil, nil // SQLite reads a negative LIMIT as no limit at all
 	}
-	rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+	rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit, name)
 	if err != nil {
 		return nil, err
 	}
@@ -571,11 +591,12 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 }
 
 // List implements queue.Store.
-func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
+func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
 	if limit < 1 {
 		return nil, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), after, limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
+		name, string(state), after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -617,12 +638,12 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 }
 
 // Stats implements queue.Store.
-func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
+func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
 	st := queue.Stats{Now: now}
 	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1,
 		(state = 'pending' OR (state = 'leased' AND available_at <= ?1)) AND (attempts >= max_attempts OR deadline <= ?1),
 		COUNT(*), MIN(available_at)
-		FROM stagger_jobs GROUP BY 1, 2, 3, 4`, now)
+		FROM stagger_jobs WHERE queue = ?2 GROUP BY 1, 2, 3, 4`, now, name)
 	if err != nil {
 		return st, err
 	}

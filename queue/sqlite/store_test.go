@@ -54,7 +54,7 @@ func TestReopenKeepsJobs(t *testing.T) {
 	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "keep", Payload: []byte("x"), MaxAttempts: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, clock.Now(), clock.Now()+1000, 1); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, clock.Now(), clock.Now()+1000, 1); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -105,17 +105,17 @@ func TestNonPositiveLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, limit := range []int{0, -1} {
-		if got, err := s.Claim(ctx, now, now+10, limit); err != nil || len(got) != 0 {
+		if got, err := s.Claim(ctx, queue.DefaultQueue, now, now+10, limit); err != nil || len(got) != 0 {
 			t.Errorf("Claim(limit %d) = %d jobs, %v; want none", limit, len(got), err)
 		}
 		if n, err := s.Bury(ctx, now+5000, limit); err != nil || n != 0 {
 			t.Errorf("Bury(limit %d) = %d, %v; want 0", limit, n, err)
 		}
-		if got, err := s.List(ctx, queue.Pending, "", limit); err != nil || len(got) != 0 {
+		if got, err := s.List(ctx, queue.DefaultQueue, queue.Pending, "", limit); err != nil || len(got) != 0 {
 			t.Errorf("List(limit %d) = %d jobs, %v; want none", limit, len(got), err)
 		}
 	}
-	if got, err := s.Claim(ctx, now, now+10, 3); err != nil || len(got) != 3 || got[0].Attempts != 1 {
+	if got, err := s.Claim(ctx, queue.DefaultQueue, now, now+10, 3); err != nil || len(got) != 3 || got[0].Attempts != 1 {
 		t.Fatalf("claim after the refused ones: %d jobs, %v", len(got), err)
 	}
 }
@@ -200,7 +200,7 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if st, err := r.Stats(ctx, time.Now().UnixMilli()); err != nil || st.PendingDue != 1 {
+	if st, err := r.Stats(ctx, queue.DefaultQueue, time.Now().UnixMilli()); err != nil || st.PendingDue != 1 {
 		t.Fatalf("read-only Stats = %+v, %v", st, err)
 	}
 	if _, err := r.Insert(ctx, []queue.Job{{ID: "b", State: queue.Pending, MaxAttempts: 1, Deadline: queue.MaxTime}}); err == nil {
@@ -208,40 +208,61 @@ func TestReadOnlyCreatesNothing(t *testing.T) {
 	}
 }
 
-// TestMigratesVersion1: a database of schema version 1 (no retention
-// index) is migrated on Open and keeps its jobs.
+// v1Schema is the schema of version 1 (before retention and named queues).
+const v1Schema = `
+CREATE TABLE stagger_jobs (
+	id TEXT PRIMARY KEY, payload BLOB NOT NULL, attempts INTEGER NOT NULL, max_attempts INTEGER NOT NULL,
+	available_at INTEGER NOT NULL, deadline INTEGER NOT NULL,
+	state TEXT NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')),
+	dead_reason TEXT NOT NULL DEFAULT '', last_error TEXT NOT NULL DEFAULT '', lease_until INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, finished_at INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX stagger_jobs_due ON stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased');
+CREATE INDEX stagger_jobs_state ON stagger_jobs (state, dead_reason, id);
+CREATE TABLE stagger_inbox (id TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+	token INTEGER NOT NULL, lease_until INTEGER NOT NULL, done_at INTEGER NOT NULL DEFAULT 0);
+INSERT INTO stagger_jobs (id, payload, attempts, max_attempts, available_at, deadline, state, created_at, updated_at)
+	VALUES ('old', x'', 0, 3, 1, 253402300799999, 'pending', 1, 1);
+PRAGMA user_version = 1;`
+
+// TestMigratesVersion1: a database of schema version 1 is migrated on
+// Open: its jobs are in the default queue, claimable, and retention works.
 func TestMigratesVersion1(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, _ := queue.New(s, queue.Config{})
-	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "old"}); err != nil {
+	if _, err := db.ExecContext(ctx, v1Schema); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().ExecContext(ctx, `DROP INDEX stagger_jobs_finished; PRAGMA user_version = 1`); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	db.Close()
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	var v, idx int
 	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
-	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'stagger_jobs_finished'`).Scan(&idx)
-	if v != 2 || idx != 1 {
-		t.Fatalf("after migration: user_version %d, retention index %d", v, idx)
+	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name IN ('stagger_jobs_finished', 'stagger_jobs_ready', 'stagger_jobs_by_state')`).Scan(&idx)
+	if v != 3 || idx != 3 {
+		t.Fatalf("after migration: user_version %d, %d of the 3 new indexes", v, idx)
 	}
-	if _, err := s.Get(ctx, "old"); err != nil {
-		t.Fatal(err)
+	j, err := s.Get(ctx, "old")
+	if err != nil || j.Queue != queue.DefaultQueue {
+		t.Fatalf("old job after migration: %+v %v", j, err)
+	}
+	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" {
+		t.Fatalf("claim after migration: %v %v", got, err)
 	}
 	if n, err := s.Purge(ctx, queue.Done, queue.MaxTime, 10); err != nil || n != 0 {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
+	s.Close()
+	if s, err = sqlite.Open(ctx, path, sqlite.Options{}); err != nil { // a second open migrates nothing
+		t.Fatal(err)
+	}
+	s.Close()
 }
 
 // sqliteEnqueueTx is queuetest's EnqueueTx on a transaction of s.DB().
