@@ -363,6 +363,9 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := postgres.New(ctx, p, postgres.Options{Schema: schema, ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "predates") {
+		t.Fatalf("read-only New on the old table = %v, want a message to migrate it", err)
+	}
 	for range 2 { // the second New finds nothing to do
 		s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
 		if err != nil {

@@ -203,8 +203,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("schema version %d is newer than this build's %d", v, schemaVersion)
 	}
 	if s.opts.ReadOnly {
-		if v == 0 {
+		switch {
+		case v == 0:
 			return errors.New("not a queue database: it holds no queue schema (read-only: nothing was created)")
+		case v < schemaVersion:
+			return fmt.Errorf("schema version %d predates this build's %d: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", v, schemaVersion)
 		}
 		return nil
 	}

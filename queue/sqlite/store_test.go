@@ -237,6 +237,9 @@ func TestMigratesVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
+	if _, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "predates") {
+		t.Fatalf("read-only Open of a version-1 file = %v, want a message to migrate it", err)
+	}
 	s, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
