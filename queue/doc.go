@@ -1,4 +1,4 @@
-// Package queue is stagger's durable retry queue (seed 002): jobs with
+// Package queue is stagger's durable retry queue: jobs with
 // attempts, max_attempts, available_at and a deadline that is never
 // extended, claimed one attempt at a time, with the retry decision shared
 // with every other stagger driver (retry.Policy.Decide).

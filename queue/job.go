@@ -23,7 +23,7 @@ const (
 // DeadReason says why a job was quarantined.
 type DeadReason string
 
-// The dead reasons of seed 002.
+// The dead reasons.
 const (
 	// Exhausted: attempts reached max_attempts (the last attempt failed, or
 	// its lease expired with its outcome unknown).

@@ -12,7 +12,7 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// Queue is the durable retry queue: the seed-002 rules on top of a Store.
+// Queue is the durable retry queue: the job contract on top of a Store.
 // It is safe for concurrent use; many Queues (in many processes) may share
 // one store.
 type Queue struct {

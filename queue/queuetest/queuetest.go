@@ -1,6 +1,6 @@
 // Package queuetest is the conformance suite every queue.Store must pass:
 // the store's atomic transitions (Insert, Claim, Record, Extend, Bury,
-// Requeue, Stats) and, on top of them, the seed-002 contract of queue.Queue
+// Requeue, Stats) and, on top of them, the contract of queue.Queue
 // driven by a fake clock. A store module calls Run from its tests.
 package queuetest
 
@@ -87,7 +87,7 @@ type env struct {
 	ctx   context.Context
 }
 
-// base 100ms, cap 1000ms, ratio 0.5: the seed's first example.
+// base 100ms, cap 1000ms, ratio 0.5: a first retry 50 ms later.
 func newEnv(t *testing.T, s queue.Store, mod func(*queue.Config)) *env {
 	t.Helper()
 	clock := NewClock(Start)
