@@ -19,6 +19,8 @@ type attempt struct {
 	out Outcome
 	err error
 	rec bool // out is to be recorded
+	// snoozed: the handler returned Snooze.
+	snoozed bool
 
 	turn uint64        // the Worker's claim that took the job
 	took time.Duration // how long run took
@@ -119,6 +121,10 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 	if herr == nil {
 		o.State = Done
 		a.out, a.rec = o, true
+		return
+	}
+	if d, ok := snoozed(herr); ok { // not a failure: see Snooze
+		a.out, a.rec, a.snoozed = snoozeOutcome(o, j, d, t1), true, true
 		return
 	}
 	o.LastError = truncateError(herr.Error())

@@ -56,6 +56,11 @@ type Config struct {
 	// Deadline is the deadline, from the enqueue time, of jobs enqueued
 	// without one. Default 24h.
 	Deadline time.Duration
+	// Queue is the named queue this Queue works on: its claims, Stats, Dead
+	// and Redrive see only that queue's jobs, and it enqueues there jobs
+	// that name no queue. Default DefaultQueue. One store holds any number
+	// of queues; run a Worker per queue, each with its own settings.
+	Queue string
 	// Now is the clock: the current Unix time in milliseconds. nil means
 	// the system clock. Every worker of one store should read the same time.
 	Now func() int64
@@ -89,6 +94,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Queue == "" {
+		c.Queue = DefaultQueue
+	}
+	if err := ValidateQueue(c.Queue); err != nil {
+		return c, fmt.Errorf("Queue: %w", err)
 	}
 	for _, d := range []struct {
 		name string

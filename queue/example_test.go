@@ -115,3 +115,52 @@ func ExampleWorker() {
 	// order-2: done, attempts 2, last error: warehouse: 503
 	// order-3: dead, attempts 1, permanent, last error: malformed order
 }
+
+// A handler that waits for something outside the queue snoozes instead of
+// failing: the job runs again later, with no error and no dead reason, and
+// the snooze spends the attempt the claim counted.
+func ExampleSnooze() {
+	ctx := context.Background()
+	clock := queuetest.NewClock(queuetest.Start)
+	q, _ := queue.New(queue.NewMemoryStore(), queue.Config{Now: clock.Now})
+	q.Enqueue(ctx, queue.NewJob{ID: "report-9", MaxAttempts: 5})
+
+	ready := false
+	build := func(context.Context, []byte) error {
+		if !ready {
+			return queue.Snooze(time.Minute) // the data is not in yet
+		}
+		return nil
+	}
+	j, err := q.RunOnce(ctx, build)
+	fmt.Println(j.State, "attempts", j.Attempts, "again in", time.Duration(j.AvailableAt-clock.Now())*time.Millisecond, "error:", err, j.LastError == "")
+
+	ready = true
+	clock.Advance(time.Minute.Milliseconds())
+	j, _ = q.RunOnce(ctx, build)
+	fmt.Println(j.State, "attempts", j.Attempts)
+	// Output:
+	// pending attempts 1 again in 1m0s error: <nil> true
+	// done attempts 2
+}
+
+// After a fix, the dead jobs of one reason are requeued at a pace the
+// recovered dependency can take (here 1000 a second).
+func ExampleQueue_Redrive() {
+	ctx := context.Background()
+	q, _ := queue.New(queue.NewMemoryStore(), queue.Config{})
+	for _, id := range []string{"hook-1", "hook-2", "hook-3"} {
+		q.Enqueue(ctx, queue.NewJob{ID: id, MaxAttempts: 1})
+		q.RunOnce(ctx, func(context.Context, []byte) error { return retry.Permanent(errors.New("410 Gone")) })
+	}
+	res, err := q.Redrive(ctx, queue.Redrive{
+		Reason: queue.PermanentFailure, Grant: 3, Deadline: time.Hour, Rate: 1000,
+		OnJob: func(j queue.Job) { fmt.Println("requeued", j.ID, "attempts", j.Attempts, "of", j.MaxAttempts) },
+	})
+	fmt.Println(res.Requeued, "requeued", err)
+	// Output:
+	// requeued hook-1 attempts 1 of 4
+	// requeued hook-2 attempts 1 of 4
+	// requeued hook-3 attempts 1 of 4
+	// 3 requeued <nil>
+}

@@ -39,8 +39,12 @@ const (
 // milliseconds, read from the queue's injected clock, never a process-relative
 // duration, so every worker on every host reads it the same way.
 type Job struct {
-	// ID identifies the job; enqueueing an existing ID returns the stored job.
+	// ID identifies the job; enqueueing an existing ID returns the stored
+	// job. IDs are unique across the queues of a store.
 	ID string
+	// Queue is the named queue the job belongs to (DefaultQueue when
+	// none was given): only workers of that queue claim it.
+	Queue string
 	// Payload is handed to the handler.
 	Payload []byte
 	// Attempts counts claims: an attempt is spent when a worker claims the
@@ -66,8 +70,13 @@ type Job struct {
 	CreatedAt, UpdatedAt, FinishedAt int64
 }
 
+// DefaultQueue is the queue of jobs enqueued without one.
+const DefaultQueue = "default"
+
 // Limits on a job's fields.
 const (
+	// MaxQueueLen is the longest queue name in bytes.
+	MaxQueueLen = 64
 	// MaxIDLen is the longest job ID in bytes.
 	MaxIDLen = 255
 	// MaxLastErrorLen is the longest stored error message in bytes; longer
@@ -94,6 +103,20 @@ func ValidateID(id string) error {
 	for _, r := range id {
 		if r < 0x20 || r == 0x7f {
 			return fmt.Errorf("%w: id must not contain control characters", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// ValidateQueue reports whether name is a usable queue name: 1 to
+// MaxQueueLen bytes of ASCII letters, digits, '_', '-', '.' and ':'.
+func ValidateQueue(name string) error {
+	if name == "" || len(name) > MaxQueueLen {
+		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrInvalid, MaxQueueLen, len(name))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.:", r)) {
+			return fmt.Errorf("%w: queue name %q: only ASCII letters, digits, '_', '-', '.' and ':' are allowed", ErrInvalid, name)
 		}
 	}
 	return nil

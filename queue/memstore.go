@@ -17,6 +17,8 @@ type MemoryStore struct {
 	jobs map[string]*Job
 }
 
+var _ Purger = (*MemoryStore)(nil)
+
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{jobs: map[string]*Job{}} }
 
@@ -40,6 +42,9 @@ func (m *MemoryStore) Insert(ctx context.Context, jobs []Job) ([]Inserted, error
 			continue
 		}
 		j := clone(&jobs[i])
+		if j.Queue == "" {
+			j.Queue = DefaultQueue
+		}
 		m.jobs[j.ID] = &j
 		out[i] = Inserted{Job: clone(&j), Created: true}
 	}
@@ -47,30 +52,30 @@ func (m *MemoryStore) Insert(ctx context.Context, jobs []Job) ([]Inserted, error
 }
 
 // Claim implements Store.
-func (m *MemoryStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]Job, error) {
+func (m *MemoryStore) Claim(ctx context.Context, queue string, now, leaseUntil int64, limit int) ([]Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.claim(now, leaseUntil, limit), nil
+	return m.claim(queue, now, leaseUntil, limit), nil
 }
 
 // RecordAndClaim implements RecordClaimer.
-func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error) {
+func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, queue string, now, leaseUntil int64, limit int) ([]Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.record(outcomes)
-	return m.claim(now, leaseUntil, limit), nil
+	return m.claim(queue, now, leaseUntil, limit), nil
 }
 
-func (m *MemoryStore) claim(now, leaseUntil int64, limit int) []Job {
+func (m *MemoryStore) claim(queue string, now, leaseUntil int64, limit int) []Job {
 	var due []*Job
 	for _, j := range m.jobs {
-		if (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
+		if j.Queue == queue && (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
 			due = append(due, j)
 		}
 	}
@@ -143,7 +148,7 @@ func (m *MemoryStore) Bury(ctx context.Context, now int64, limit int) (int, erro
 		if n >= limit {
 			break
 		}
-		if !(j.State == Pending || (j.State == Leased && j.AvailableAt <= now)) {
+		if !buriable(j, now) {
 			continue
 		}
 		switch {
@@ -154,11 +159,57 @@ func (m *MemoryStore) Bury(ctx context.Context, now int64, limit int) (int, erro
 			}
 		case j.Deadline <= now:
 			j.DeadReason = DeadlineReached
-		default:
-			continue
 		}
 		j.State, j.LeaseUntil, j.FinishedAt, j.UpdatedAt = Dead, 0, now, now
 		n++
+	}
+	return n, nil
+}
+
+// buriable is Bury's condition: j can never be claimed again at now.
+func buriable(j *Job, now int64) bool {
+	return (j.State == Pending || (j.State == Leased && j.AvailableAt <= now)) &&
+		(j.Attempts >= j.MaxAttempts || j.Deadline <= now)
+}
+
+// Purge implements Purger.
+func (m *MemoryStore) Purge(ctx context.Context, state State, before int64, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if state != Done && state != Dead {
+		return 0, nil
+	}
+	var old []*Job
+	for _, j := range m.jobs {
+		if j.State == state && j.FinishedAt < before {
+			old = append(old, j)
+		}
+	}
+	slices.SortFunc(old, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(a.FinishedAt, b.FinishedAt), cmp.Compare(a.ID, b.ID))
+	})
+	old = old[:min(len(old), max(limit, 0))]
+	for _, j := range old {
+		delete(m.jobs, j.ID)
+	}
+	return len(old), nil
+}
+
+// CountFinished implements Purger.
+func (m *MemoryStore) CountFinished(ctx context.Context, state State, before int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, j := range m.jobs {
+		if (state == Done || state == Dead) && j.State == state && j.FinishedAt < before {
+			n++
+		}
 	}
 	return n, nil
 }
@@ -178,7 +229,7 @@ func (m *MemoryStore) Get(ctx context.Context, id string) (Job, error) {
 }
 
 // List implements Store.
-func (m *MemoryStore) List(ctx context.Context, state State, after string, limit int) ([]Job, error) {
+func (m *MemoryStore) List(ctx context.Context, queue string, state State, after string, limit int) ([]Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -186,7 +237,7 @@ func (m *MemoryStore) List(ctx context.Context, state State, after string, limit
 	defer m.mu.Unlock()
 	var out []Job
 	for _, j := range m.jobs {
-		if j.State == state && j.ID > after {
+		if j.Queue == queue && j.State == state && j.ID > after {
 			out = append(out, clone(j))
 		}
 	}
@@ -217,7 +268,7 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 }
 
 // Stats implements Store.
-func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
+func (m *MemoryStore) Stats(ctx context.Context, queue string, now int64) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}
@@ -225,7 +276,10 @@ func (m *MemoryStore) Stats(ctx context.Context, now int64) (Stats, error) {
 	defer m.mu.Unlock()
 	s := Stats{Now: now}
 	for _, j := range m.jobs {
-		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, 1, j.AvailableAt)
+		if j.Queue != queue {
+			continue
+		}
+		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, buriable(j, now), 1, j.AvailableAt)
 	}
 	return s, nil
 }

@@ -77,6 +77,9 @@ func (q *Queue) Now() int64 { return q.now() }
 type NewJob struct {
 	// ID identifies the job (see ValidateID). Required.
 	ID string
+	// Queue is the named queue of the job (see ValidateQueue); "" means
+	// the Queue's own (Config.Queue).
+	Queue string
 	// Payload is at most Config.MaxPayload bytes.
 	Payload []byte
 	// MaxAttempts is the attempt budget, 1 to MaxMaxAttempts; 0 means
@@ -106,6 +109,24 @@ func (q *Queue) Enqueue(ctx context.Context, j NewJob) (Job, bool, error) {
 // EnqueueMany validates every job and then stores them in one transaction:
 // if any job is invalid nothing is written. Results are in input order.
 func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error) {
+	rows, err := q.NewRows(js)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	res, err := q.store.Insert(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	q.signal()
+	return res, nil
+}
+
+// NewRows validates every job at the queue's clock and returns the rows
+// Store.Insert takes, exactly as EnqueueMany stores them (an invalid job
+// is an error naming it and its field). It is for stores that enqueue
+// inside a caller's own transaction (the EnqueueTx of queue/sqlite and
+// queue/postgres).
+func (q *Queue) NewRows(js []NewJob) ([]Job, error) {
 	now := q.now()
 	rows := make([]Job, len(js))
 	for i, j := range js {
@@ -118,16 +139,14 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 		}
 		rows[i] = row
 	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	res, err := q.store.Insert(ctx, rows)
-	if err != nil {
-		return nil, err
-	}
-	q.signal()
-	return res, nil
+	return rows, nil
 }
+
+// Wake wakes this process's idle workers at once, as an enqueue does: call
+// it after committing a transaction that enqueued jobs (EnqueueTx) on a
+// store without notifications (SQLite); otherwise they find the jobs at
+// their next poll.
+func (q *Queue) Wake() { q.signal() }
 
 // ValidateNewJob checks j against the queue's limits at now (Unix ms)
 // without storing it, returning an error that names the field.
@@ -138,6 +157,13 @@ func (q *Queue) ValidateNewJob(j NewJob, now int64) error {
 
 func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 	if err := ValidateID(j.ID); err != nil {
+		return Job{}, err
+	}
+	name := j.Queue
+	if name == "" {
+		name = q.cfg.Queue
+	}
+	if err := ValidateQueue(name); err != nil {
 		return Job{}, err
 	}
 	if len(j.Payload) > q.cfg.MaxPayload {
@@ -167,7 +193,7 @@ func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 		return Job{}, fmt.Errorf("%w: available_at (%d ms) must be >= 0 and before the deadline (%d ms)", ErrInvalid, at, dl)
 	}
 	return Job{
-		ID: j.ID, Payload: j.Payload, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
+		ID: j.ID, Queue: name, Payload: j.Payload, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
 		State: Pending, CreatedAt: now, UpdatedAt: now,
 	}, nil
 }
@@ -183,6 +209,8 @@ var errNilHandler = errors.New("queue: nil handler")
 //     backoff.RetryDelay with a random ratio (After raises it to at least d,
 //     rounded up to whole ms) — or dead(deadline) when now + delay >=
 //     deadline, dead(exhausted) when attempts = max_attempts;
+//   - Snooze(d): pending again at now + d, not a failure (see Snooze for
+//     how it spends the attempt and never passes the deadline);
 //   - Permanent: dead(permanent);
 //   - any other error: returned to the caller with the job, which stays
 //     leased (its LastError written) until the lease expires; the attempt
@@ -190,8 +218,9 @@ var errNilHandler = errors.New("queue: nil handler")
 //     canceled, except that the job is released: pending at once.
 //
 // The decision is retry.Policy.Decide, the one every stagger driver uses.
-// With nothing due it returns nil, nil (after burying jobs that can never
-// run again: expired leases on their last attempt, passed deadlines).
+// Before the claim it buries up to 1000 jobs that can never run again
+// (expired leases on their last attempt, passed deadlines; Store.Bury);
+// with nothing due it returns nil, nil.
 //
 // The clock is read at the claim and after the handler. If the second
 // reading is earlier, RunOnce returns ErrClockBackwards and records only
@@ -211,14 +240,17 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 		return nil, err
 	}
 	t0 := q.now()
-	jobs, err := q.store.Claim(ctx, t0, addMs(t0, q.leaseMs), 1)
+	// Bury first: a job that can never run again (its deadline passed, its
+	// attempts spent) is dead from now on, not left pending behind the job
+	// this call claims.
+	if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
+		return nil, err
+	}
+	jobs, err := q.store.Claim(ctx, q.cfg.Queue, t0, addMs(t0, q.leaseMs), 1)
 	if err != nil {
 		return nil, err
 	}
 	if len(jobs) == 0 {
-		if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
-			return nil, err
-		}
 		return nil, nil
 	}
 	a := q.newAttempt(jobs[0], t0)
@@ -255,7 +287,7 @@ func (q *Queue) Dead(ctx context.Context, after string, limit int) ([]Job, error
 	if limit < 1 || limit > 10000 {
 		return nil, fmt.Errorf("%w: limit must be in [1, 10000], got %d", ErrInvalid, limit)
 	}
-	return q.store.List(ctx, Dead, after, limit)
+	return q.store.List(ctx, q.cfg.Queue, Dead, after, limit)
 }
 
 // Requeue is the operator's action on a dead job: it explicitly grants
@@ -284,7 +316,9 @@ func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int6
 }
 
 // Stats counts the jobs by state now.
-func (q *Queue) Stats(ctx context.Context) (Stats, error) { return q.store.Stats(ctx, q.now()) }
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	return q.store.Stats(ctx, q.cfg.Queue, q.now())
+}
 
 // signal wakes this process's idle workers.
 func (q *Queue) signal() {

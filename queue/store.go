@@ -44,14 +44,14 @@ type Store interface {
 	// the same ID twice in one call creates it once.
 	Insert(ctx context.Context, jobs []Job) ([]Inserted, error)
 
-	// Claim leases up to limit claimable jobs in one transaction and returns
-	// them as stored after the claim. A job is claimable at now when its
-	// state is Pending or Leased, AvailableAt <= now, Attempts < MaxAttempts
+	// Claim leases up to limit claimable jobs of the named queue in one
+	// transaction and returns them as stored after the claim. A job is
+	// claimable at now when its Queue is queue, its state is Pending or Leased, AvailableAt <= now, Attempts < MaxAttempts
 	// and Deadline > now. Claiming sets State = Leased, Attempts += 1,
 	// LeaseUntil = AvailableAt = leaseUntil, UpdatedAt = now. Jobs are taken
 	// in order of (AvailableAt, ID); concurrent claims never return the same
 	// attempt twice. Nothing claimable returns an empty slice.
-	Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]Job, error)
+	Claim(ctx context.Context, queue string, now, leaseUntil int64, limit int) ([]Job, error)
 
 	// Record ends attempts, all in one transaction. Outcome i applies only if
 	// job ID is still Leased with Attempts == Attempt; Record sets
@@ -64,8 +64,8 @@ type Store interface {
 	// setting leases[i].Held accordingly — the heartbeat of a long handler.
 	Extend(ctx context.Context, leases []Lease, now, leaseUntil int64) error
 
-	// Bury moves up to limit jobs that can never be claimed again to Dead
-	// and returns how many it moved: jobs that are Pending, or Leased with
+	// Bury moves up to limit jobs (of every queue) that can never be
+	// claimed again (see Stats.DueToDie) to Dead and returns how many it moved: jobs that are Pending, or Leased with
 	// AvailableAt <= now (an expired lease), and whose Attempts >=
 	// MaxAttempts (reason Exhausted, LastError kept or, when empty, a note
 	// that the last attempt's outcome is unknown) or, failing that, whose
@@ -75,8 +75,9 @@ type Store interface {
 	// Get returns the job with that ID, or ErrNotFound.
 	Get(ctx context.Context, id string) (Job, error)
 
-	// List returns up to limit jobs in state, with ID > after, ordered by ID.
-	List(ctx context.Context, state State, after string, limit int) ([]Job, error)
+	// List returns up to limit jobs of the named queue in state, with
+	// ID > after, ordered by ID.
+	List(ctx context.Context, queue string, state State, after string, limit int) ([]Job, error)
 
 	// Requeue moves a Dead job back to Pending: MaxAttempts = Attempts +
 	// grant, Deadline = deadline, AvailableAt = UpdatedAt = now, DeadReason
@@ -84,8 +85,9 @@ type Store interface {
 	// updated job, ErrNotFound, or ErrNotDead (changing nothing).
 	Requeue(ctx context.Context, id string, grant int, deadline, now int64) (Job, error)
 
-	// Stats counts jobs by state at now.
-	Stats(ctx context.Context, now int64) (Stats, error)
+	// Stats counts jobs by state at now. A job Bury would move at now is
+	// counted in DueToDie only, not in its state's counts.
+	Stats(ctx context.Context, queue string, now int64) (Stats, error)
 }
 
 // Inserted is one result of Store.Insert.
@@ -123,28 +125,39 @@ type Lease struct {
 	Held bool
 }
 
-// Stats are the counts of jobs by state at one instant.
+// Stats are the counts of the jobs of one queue by state at one instant.
 type Stats struct {
 	// PendingDue are pending jobs with AvailableAt <= now; PendingScheduled
-	// those waiting for a later time.
+	// those waiting for a later time. Neither counts a job due to die.
 	PendingDue, PendingScheduled int64
 	// Leased are jobs claimed by a worker; LeasedExpired those among them
-	// whose lease has expired (claimable again, or to be buried).
+	// whose lease has expired (claimable again). Neither counts a job due
+	// to die.
 	Leased, LeasedExpired int64
-	Done                  int64 // jobs that succeeded
+	// DueToDie are jobs that can never be claimed again and wait for the
+	// next sweep (Queue.Sweep, a Worker's maintenance, RunOnce) to bury
+	// them: pending, or leased with an expired lease, whose attempts are
+	// spent or whose deadline has passed.
+	DueToDie int64
+	Done     int64 // jobs that succeeded
 	// Dead by reason.
 	DeadExhausted, DeadDeadline, DeadPermanent int64
-	// OldestDueAt is the smallest AvailableAt of the pending due jobs
-	// (meaningless when PendingDue is 0).
+	// OldestDueAt is the smallest AvailableAt of the pending due jobs that
+	// can still run (meaningless when PendingDue is 0).
 	OldestDueAt int64
 	// Now is the time the counts were taken at.
 	Now int64
 }
 
-// Add counts n jobs of one (state, dead reason, due) group into s, for
-// stores that count with one GROUP BY: due says AvailableAt <= Now, oldest
-// is the group's smallest AvailableAt.
-func (s *Stats) Add(state State, reason DeadReason, due bool, n, oldest int64) {
+// Add counts n jobs of one (state, dead reason, due, dying) group into s,
+// for stores that count with one GROUP BY: due says AvailableAt <= Now,
+// dying that Bury would move the jobs at Now (see DueToDie), oldest is the
+// group's smallest AvailableAt.
+func (s *Stats) Add(state State, reason DeadReason, due, dying bool, n, oldest int64) {
+	if dying && (state == Pending || state == Leased) {
+		s.DueToDie += n
+		return
+	}
 	switch state {
 	case Pending:
 		if due {
@@ -174,8 +187,8 @@ func (s *Stats) Add(state State, reason DeadReason, due bool, n, oldest int64) {
 	}
 }
 
-// Pending is PendingDue + PendingScheduled. Pending going down is not
-// success: jobs may have moved to dead.
+// Pending is PendingDue + PendingScheduled (jobs due to die not included).
+// Pending going down is not success: jobs may have moved to dead.
 func (s Stats) Pending() int64 { return s.PendingDue + s.PendingScheduled }
 
 // Dead is the number of dead jobs, all reasons.
@@ -191,14 +204,14 @@ func (s Stats) OldestPendingAge() int64 {
 }
 
 // RecordClaimer is implemented by stores that can record outcomes and claim
-// new jobs in one transaction: Record(outcomes) followed by Claim(now,
-// leaseUntil, limit), both as specified by Store, committed together (or
+// new jobs in one transaction: Record(outcomes) followed by Claim(queue,
+// now, leaseUntil, limit), both as specified by Store, committed together (or
 // not at all). A Worker on such a store pays one commit per turn instead of
 // two (SQLite: one transaction on the one writer; PostgreSQL: one pipelined
 // round trip); on other stores it commits outcomes in transactions of
 // their own, beside the claims.
 type RecordClaimer interface {
-	RecordAndClaim(ctx context.Context, outcomes []Outcome, now, leaseUntil int64, limit int) ([]Job, error)
+	RecordAndClaim(ctx context.Context, outcomes []Outcome, queue string, now, leaseUntil int64, limit int) ([]Job, error)
 }
 
 // Notifier is implemented by stores that can wake workers when a job may

@@ -55,24 +55,81 @@ type WorkerConfig struct {
 	// OnError receives errors the worker cannot return: store errors,
 	// unknown handler errors (the job stays leased), lost leases, a clock
 	// that went backwards. It is called from the worker's goroutines.
+	// When OnResult is set, an attempt's own error goes to OnResult (in
+	// Result.Err) instead.
 	OnError func(error)
+	// OnResult, when set, receives every attempt's end once its outcome is
+	// committed (or known lost), from the worker's committing goroutine:
+	// it should return quickly, since the next commit waits for it.
+	OnResult func(Result)
+	// RetainDone and RetainDead are how long done and dead jobs are kept
+	// after they finished; each maintenance pass (every SweepInterval)
+	// deletes older ones, on stores that are a Purger, in transactions of
+	// PurgeBatch jobs, at most 10 per state and pass. Zero means
+	// DefaultRetainDone (7 days) and DefaultRetainDead (30 days);
+	// KeepForever keeps them. Deleting a done job frees its ID: enqueueing
+	// it again creates a new job.
+	RetainDone, RetainDead time.Duration
+	// PurgeBatch is how many jobs one retention transaction deletes (1 to
+	// MaxPurgeBatch). Default DefaultPurgeBatch.
+	PurgeBatch int
+	// OnMaintenance, when set, receives what each maintenance pass (every
+	// SweepInterval) did.
+	OnMaintenance func(Maintenance)
+}
+
+// Maintenance is what one maintenance pass of a Worker did.
+type Maintenance struct {
+	// Buried is how many jobs that could never run again were moved to
+	// dead (Queue.Sweep).
+	Buried int
+	// PurgedDone and PurgedDead are how many done and dead jobs past their
+	// retention were deleted.
+	PurgedDone, PurgedDead int
+}
+
+// Result is how one attempt run by a Worker ended, for
+// WorkerConfig.OnResult.
+type Result struct {
+	// Job is the job as claimed (Attempts is this attempt's number) with
+	// the committed outcome applied when Recorded: State, AvailableAt (a
+	// retry's time), DeadReason, LastError, FinishedAt.
+	Job Job
+	// Recorded says the outcome was committed. It is false when the lease
+	// was lost first (Err wraps ErrLeaseLost): the job belongs to another
+	// attempt.
+	Recorded bool
+	// Err is the attempt's error beyond its outcome: nil when the job is
+	// done, scheduled again or dead; the handler's error of no class when
+	// the job stays leased; context.Canceled when it was released at
+	// shutdown; ErrLeaseLost or ErrClockBackwards.
+	Err error
+	// Took is how long the handler ran.
+	Took time.Duration
+	// Snoozed says the handler returned Snooze (the job is pending at
+	// Job.AvailableAt, or dead when the snooze could not be honoured).
+	Snoozed bool
 }
 
 func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
-	if c.Concurrency == 0 {
-		c.Concurrency = 1
+	setDefault(&c.Concurrency, 1)
+	setDefault(&c.BatchSize, min(max(c.Concurrency, 1), MaxBatchSize))
+	setDefault(&c.PollInterval, DefaultPollInterval)
+	setDefault(&c.SweepInterval, DefaultSweepInterval)
+	setDefault(&c.Grace, DefaultGrace)
+	setDefault(&c.RetainDone, DefaultRetainDone)
+	setDefault(&c.RetainDead, DefaultRetainDead)
+	setDefault(&c.PurgeBatch, DefaultPurgeBatch)
+	for _, r := range []struct {
+		name string
+		v    time.Duration
+	}{{"RetainDone", c.RetainDone}, {"RetainDead", c.RetainDead}} {
+		if r.v != KeepForever && (r.v < time.Millisecond || r.v > MaxDuration) {
+			return c, fmt.Errorf("%w: %s must be in [1ms, %v] or KeepForever (0 means the default), got %v", ErrInvalid, r.name, MaxDuration, r.v)
+		}
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = min(max(c.Concurrency, 1), MaxBatchSize)
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
-	if c.Grace == 0 {
-		c.Grace = DefaultGrace
+	if c.PurgeBatch < 1 || c.PurgeBatch > MaxPurgeBatch {
+		return c, fmt.Errorf("%w: PurgeBatch must be in [1, %d] (0 means %d), got %d", ErrInvalid, MaxPurgeBatch, DefaultPurgeBatch, c.PurgeBatch)
 	}
 	switch {
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
@@ -90,6 +147,14 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// setDefault sets *p to v when it is the zero value.
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
 }
 
 // Worker runs a handler on a queue's jobs until its context is done:
@@ -458,7 +523,7 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]J
 	leaseUntil := addMs(t0, q.leaseMs)
 	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 {
 		rctx, cancel := context.WithTimeout(rec, q.recordTO)
-		jobs, err := rc.RecordAndClaim(rctx, outs, t0, leaseUntil, n)
+		jobs, err := rc.RecordAndClaim(rctx, outs, q.cfg.Queue, t0, leaseUntil, n)
 		cancel()
 		if err != nil {
 			return nil, t0, false, fmt.Errorf("queue: recording outcomes and claiming: %w", err)
@@ -478,7 +543,7 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]J
 	if n == 0 {
 		return nil, t0, true, nil
 	}
-	jobs, err := q.store.Claim(ctx, t0, leaseUntil, n)
+	jobs, err := q.store.Claim(ctx, q.cfg.Queue, t0, leaseUntil, n)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, t0, true, nil // shutting down: nothing claimed
@@ -504,11 +569,15 @@ func outcomesOf(queued []*attempt) []Outcome {
 func (w *Worker) settle(queued []*attempt, outs []Outcome) {
 	k := 0
 	for _, a := range queued {
+		recorded := false
 		if a.rec {
 			a.settle(outs[k])
+			recorded = outs[k].Applied
 			k++
 		}
-		if a.err != nil && !errors.Is(a.err, context.Canceled) {
+		if w.cfg.OnResult != nil {
+			w.cfg.OnResult(Result{Job: a.job, Recorded: recorded, Err: a.err, Took: a.took, Snoozed: a.snoozed})
+		} else if a.err != nil && !errors.Is(a.err, context.Canceled) {
 			w.report(fmt.Errorf("queue: job %q attempt %d: %w", a.job.ID, a.job.Attempts, a.err))
 		}
 	}
@@ -530,9 +599,28 @@ func (w *Worker) sweep(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
-			w.report(fmt.Errorf("queue: sweep: %w", err))
+		w.maintain(ctx)
+	}
+}
+
+// maintain is one maintenance pass: bury the jobs that can never run
+// again, then delete the done and dead jobs past their retention.
+func (w *Worker) maintain(ctx context.Context) {
+	var m Maintenance
+	var err error
+	if m.Buried, err = w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
+		w.report(fmt.Errorf("queue: sweep: %w", err))
+	}
+	if p, ok := w.q.store.(Purger); ok {
+		if m.PurgedDone, err = w.q.purgeRounds(ctx, p, Done, w.cfg.RetainDone, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
+			w.report(fmt.Errorf("queue: purging done jobs: %w", err))
 		}
+		if m.PurgedDead, err = w.q.purgeRounds(ctx, p, Dead, w.cfg.RetainDead, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
+			w.report(fmt.Errorf("queue: purging dead jobs: %w", err))
+		}
+	}
+	if w.cfg.OnMaintenance != nil {
+		w.cfg.OnMaintenance(m)
 	}
 }
 

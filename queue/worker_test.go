@@ -186,7 +186,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 		_, err := q.RunOnce(ctx, func(hctx context.Context, _ []byte) error {
 			// An operator (or a bug) takes the job away: another claim at a
 			// time past the lease, as if this worker's clock had stalled.
-			if _, err := q.Store().Claim(ctx, virtualNow()+time.Hour.Milliseconds(), virtualNow()+2*time.Hour.Milliseconds(), 1); err != nil {
+			if _, err := q.Store().Claim(ctx, queue.DefaultQueue, virtualNow()+time.Hour.Milliseconds(), virtualNow()+2*time.Hour.Milliseconds(), 1); err != nil {
 				t.Error(err)
 			}
 			<-hctx.Done()
@@ -314,9 +314,9 @@ type cancelingStore struct {
 	cancel context.CancelFunc
 }
 
-func (c *cancelingStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (c *cancelingStore) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	c.cancel()
-	return c.Store.Claim(ctx, now, leaseUntil, limit)
+	return c.Store.Claim(ctx, name, now, leaseUntil, limit)
 }
 
 // A shutdown that begins while an idle worker claims ends at once: the
@@ -377,11 +377,11 @@ type countingStore struct {
 	claims []time.Time
 }
 
-func (c *countingStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (c *countingStore) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	c.mu.Lock()
 	c.claims = append(c.claims, time.Now())
 	c.mu.Unlock()
-	return c.MemoryStore.Claim(ctx, now, leaseUntil, limit)
+	return c.MemoryStore.Claim(ctx, name, now, leaseUntil, limit)
 }
 
 func TestWorkerConfigValidation(t *testing.T) {
@@ -470,17 +470,17 @@ func (s *slowClaims) note(limit int) {
 	s.mu.Unlock()
 }
 
-func (s *slowClaims) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *slowClaims) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	s.note(limit)
-	return s.Store.Claim(ctx, now, leaseUntil, limit)
+	return s.Store.Claim(ctx, name, now, leaseUntil, limit)
 }
 
 // slowMergedClaims is slowClaims on a RecordClaimer.
 type slowMergedClaims struct{ *slowClaims }
 
-func (s slowMergedClaims) RecordAndClaim(ctx context.Context, outs []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s slowMergedClaims) RecordAndClaim(ctx context.Context, outs []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	s.note(limit)
-	return s.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, now, leaseUntil, limit)
+	return s.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, name, now, leaseUntil, limit)
 }
 
 func TestWorkerClaimsForEveryShortHandler(t *testing.T) {
@@ -595,11 +595,11 @@ func (c *closableStore) Record(ctx context.Context, outs []queue.Outcome) error 
 	return c.Store.Record(ctx, outs)
 }
 
-func (c *closableStore) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (c *closableStore) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return c.Store.Claim(ctx, now, leaseUntil, limit)
+	return c.Store.Claim(ctx, name, now, leaseUntil, limit)
 }
 
 func (c *closableStore) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
@@ -619,11 +619,11 @@ func (c *closableStore) Bury(ctx context.Context, now int64, limit int) (int, er
 // closableMerged is closableStore on a RecordClaimer.
 type closableMerged struct{ *closableStore }
 
-func (c closableMerged) RecordAndClaim(ctx context.Context, outs []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (c closableMerged) RecordAndClaim(ctx context.Context, outs []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return c.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, now, leaseUntil, limit)
+	return c.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, name, now, leaseUntil, limit)
 }
 
 // After Run returned ErrShutdownTimeout the worker leaves the store alone:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -19,7 +22,7 @@ import (
 )
 
 func init() {
-	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show", run: runQueue})
+	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge", run: runQueue})
 }
 
 var queueSubcommands = map[string]struct {
@@ -33,6 +36,7 @@ var queueSubcommands = map[string]struct {
 	"dead":     {"list dead jobs with their reason and last error", queueDead},
 	"requeue":  {"give a dead job new attempts and a new deadline", queueRequeue},
 	"show":     {"print one job", queueShow},
+	"purge":    {"delete done or dead jobs older than a period (--dry-run counts them)", queuePurge},
 }
 
 func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -69,6 +73,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 type queueFlags struct {
 	fs         *flag.FlagSet
 	db         string
+	queueName  string // --queue: one name, or several (comma-separated) for work
 	sqliteSync string
 	jsonOut    bool
 	// queue settings
@@ -91,6 +96,7 @@ func newQueueFlags(name string, does int) *queueFlags {
 		sqliteSync: "FULL", maxPayload: queue.DefaultMaxPayload,
 		base: queue.DefaultBase, cap: queue.DefaultCap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
 	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
+	f.fs.StringVar(&f.queueName, "queue", queue.DefaultQueue, "the named queue")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	if does&queueWrites != 0 {
 		f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
@@ -149,6 +155,14 @@ func (f *queueFlags) check() error {
 	if err := intFlag("--max-payload", f.maxPayload, 1, queue.MaxPayloadLimit); err != nil {
 		return err
 	}
+	for _, name := range strings.Split(f.queueName, ",") {
+		if err := queue.ValidateQueue(name); err != nil {
+			return fmt.Errorf("--queue: %w", err)
+		}
+	}
+	if strings.Contains(f.queueName, ",") && f.fs.Name() != "stagger queue work" {
+		return fmt.Errorf("--queue: one queue name (only work serves several), got %q", f.queueName)
+	}
 	if s := strings.ToUpper(f.sqliteSync); s != "FULL" && s != "NORMAL" {
 		return fmt.Errorf("--sqlite-sync must be FULL or NORMAL, got %q", f.sqliteSync)
 	}
@@ -169,10 +183,11 @@ func intFlag(name string, v, lo, hi int) error {
 	return nil
 }
 
-// open opens the store and the queue; on failure it prints the error and
-// returns the exit code.
-func (f *queueFlags) open(ctx context.Context, stderr io.Writer) (*queue.Queue, func() error, int) {
-	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync})
+// open opens the store (as mode allows) and the queue; on failure it
+// prints the error and returns the exit code: 2 for a bad --db value, 1 for
+// a store that cannot be opened (missing, unreachable, not a queue).
+func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) (*queue.Queue, func() error, int) {
+	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync, mode: mode})
 	if err != nil && ctx.Err() != nil {
 		// Stopped (SIGINT, SIGTERM) before anything was done: not bad
 		// usage; main turns the signal into the exit code.
@@ -180,17 +195,25 @@ func (f *queueFlags) open(ctx context.Context, stderr io.Writer) (*queue.Queue, 
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
-		return nil, nil, exitUsage
+		if errors.Is(err, queue.ErrInvalid) {
+			return nil, nil, exitUsage
+		}
+		return nil, nil, exitFail
 	}
-	q, err := queue.New(s, queue.Config{
-		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload,
-	})
+	q, err := f.newQueue(s, strings.Split(f.queueName, ",")[0])
 	if err != nil {
 		closeFn()
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
 		return nil, nil, exitUsage
 	}
 	return q, closeFn, 0
+}
+
+// newQueue is the Queue of the named queue on s with the flags' settings.
+func (f *queueFlags) newQueue(s queue.Store, name string) (*queue.Queue, error) {
+	return queue.New(s, queue.Config{
+		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload, Queue: name,
+	})
 }
 
 func (f *queueFlags) fail(stderr io.Writer, err error) int {
@@ -260,7 +283,7 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		}
 		jobs = []queue.NewJob{j}
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
 	if q == nil {
 		return code
 	}
@@ -280,16 +303,23 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		}
 		return f.fail(stderr, err)
 	}
-	for _, r := range res {
+	for i, r := range res {
+		// An existing job is kept as it is, payload included: say so when
+		// the payload given now is another one.
+		differs := !r.Created && !bytes.Equal(r.Job.Payload, jobs[i].Payload)
 		if f.jsonOut {
 			writeJSON(stdout, struct {
-				Created bool    `json:"created"`
-				Job     jobJSON `json:"job"`
-			}{r.Created, toJobJSON(r.Job, false)})
+				Created        bool    `json:"created"`
+				PayloadDiffers bool    `json:"payload_differs"`
+				Job            jobJSON `json:"job"`
+			}{r.Created, differs, toJobJSON(r.Job, false)})
 			continue
 		}
 		verb := "created"
-		if !r.Created {
+		switch {
+		case differs:
+			verb = "exists, payload differs (the stored one is kept):"
+		case !r.Created:
 			verb = "exists "
 		}
 		fmt.Fprintf(stdout, "%s %s (attempts %d/%d, deadline %s)\n", verb, r.Job.ID, r.Job.Attempts, r.Job.MaxAttempts, fmtMs(r.Job.Deadline))
@@ -365,7 +395,7 @@ func queueRunOnce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
 	if q == nil {
 		return code
 	}
@@ -416,7 +446,12 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var hf handlerFlags
 	hf.register(f.fs)
 	var concurrency, batch int
-	var poll, sweep, grace time.Duration
+	var poll, sweep, grace, progress time.Duration
+	var logFormat, retainDone, retainDead string
+	f.fs.StringVar(&retainDone, "retain-done", "7d", "how long done jobs are kept after they finished (a duration, Nd for days, or forever)")
+	f.fs.StringVar(&retainDead, "retain-dead", "30d", "how long dead jobs are kept after they died (a duration, Nd for days, or forever)")
+	f.fs.StringVar(&logFormat, "log-format", "text", "log lines on stderr: text or json (--json means json)")
+	f.fs.DurationVar(&progress, "progress", 30*time.Second, "interval of the progress line (0: none)")
 	f.fs.IntVar(&concurrency, "concurrency", 4, "handlers running at once")
 	f.fs.IntVar(&batch, "batch", 0, "most jobs one claim takes (0: --concurrency); a claim never takes more than the idle handlers")
 	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
@@ -436,25 +471,76 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return usageError(stderr, f.fs.Name(), "%v", err)
 		}
 	}
+	if progress != 0 {
+		if err := durationFlag("--progress", progress, time.Millisecond); err != nil {
+			return usageError(stderr, f.fs.Name(), "%v (0 turns it off)", err)
+		}
+	}
+	keepDone, err := parseRetention("--retain-done", retainDone)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
+	keepDead, err := parseRetention("--retain-dead", retainDead)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
+	if f.jsonOut {
+		logFormat = "json"
+	}
+	logger, err := newLogger(stderr, logFormat)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
 	h, err := hf.build()
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
 	if q == nil {
 		return code
 	}
 	defer closeFn()
-	w, err := queue.NewWorker(q, h, queue.WorkerConfig{
-		Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
-		OnError: func(err error) { fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redactErr(f.db, err)) },
-	})
-	if err != nil {
-		return usageError(stderr, f.fs.Name(), "%v", err)
+	wl := &workLog{log: logger, db: f.db, start: time.Now()}
+	// One Worker per named queue, each with --concurrency handlers.
+	names := strings.Split(f.queueName, ",")
+	var workers []*queue.Worker
+	for i, name := range names {
+		qi := q
+		if i > 0 {
+			if qi, err = f.newQueue(q.Store(), name); err != nil {
+				return usageError(stderr, f.fs.Name(), "%v", err)
+			}
+		}
+		w, err := queue.NewWorker(qi, h, queue.WorkerConfig{
+			Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
+			RetainDone: keepDone, RetainDead: keepDead,
+			OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
+		})
+		if err != nil {
+			return usageError(stderr, f.fs.Name(), "%v", err)
+		}
+		workers = append(workers, w)
 	}
-	fmt.Fprintf(stderr, "%s: working on %s with %d handlers\n", f.fs.Name(), redactDSN(f.db), concurrency)
-	if err := w.Run(ctx); err != nil {
-		return f.fail(stderr, err)
+	logger.Info("working on", "db", redactDSN(f.db), "queues", f.queueName, "handlers", concurrency)
+	if progress > 0 {
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go wl.progress(pctx, progress)
+	}
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.Run(ctx)
+		}()
+	}
+	wg.Wait()
+	err = errors.Join(errs...)
+	wl.summary(err)
+	if err != nil {
+		return exitFail
 	}
 	return exitOK
 }
@@ -462,17 +548,19 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // ---- stats ----
 
 type statsJSON struct {
-	Pending          int64 `json:"pending"`
-	PendingDue       int64 `json:"pending_due"`
-	PendingScheduled int64 `json:"pending_scheduled"`
-	Leased           int64 `json:"leased"`
-	LeasedExpired    int64 `json:"leased_expired"`
-	Done             int64 `json:"done"`
+	Queue            string `json:"queue"`
+	Pending          int64  `json:"pending"`
+	PendingDue       int64  `json:"pending_due"`
+	PendingScheduled int64  `json:"pending_scheduled"`
+	Leased           int64  `json:"leased"`
+	LeasedExpired    int64  `json:"leased_expired"`
+	Done             int64  `json:"done"`
 	Dead             struct {
 		Exhausted int64 `json:"exhausted"`
 		Deadline  int64 `json:"deadline"`
 		Permanent int64 `json:"permanent"`
 	} `json:"dead"`
+	DueToDie           int64 `json:"due_to_die"`
 	OldestPendingAgeMs int64 `json:"oldest_pending_age_ms"`
 }
 
@@ -481,7 +569,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openReadOnly)
 	if q == nil {
 		return code
 	}
@@ -491,10 +579,11 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return f.fail(stderr, err)
 	}
 	var out statsJSON
+	out.Queue = f.queueName
 	out.Pending, out.PendingDue, out.PendingScheduled = st.Pending(), st.PendingDue, st.PendingScheduled
 	out.Leased, out.LeasedExpired, out.Done = st.Leased, st.LeasedExpired, st.Done
 	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent
-	out.OldestPendingAgeMs = st.OldestPendingAge()
+	out.DueToDie, out.OldestPendingAgeMs = st.DueToDie, st.OldestPendingAge()
 	if f.jsonOut {
 		writeJSON(stdout, out)
 		return exitOK
@@ -502,6 +591,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "pending  %d (due %d, scheduled %d; oldest due waiting %v)\n", out.Pending, out.PendingDue, out.PendingScheduled,
 		time.Duration(out.OldestPendingAgeMs)*time.Millisecond)
 	fmt.Fprintf(stdout, "leased   %d (lease expired %d)\n", out.Leased, out.LeasedExpired)
+	fmt.Fprintf(stdout, "dying    %d (deadline passed or attempts spent: buried by the next sweep)\n", out.DueToDie)
 	fmt.Fprintf(stdout, "done     %d\n", out.Done)
 	fmt.Fprintf(stdout, "dead     %d (exhausted %d, deadline %d, permanent %d)\n", st.Dead(), out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent)
 	return exitOK
@@ -521,7 +611,7 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := intFlag("--limit", limit, 1, 10000); err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openReadOnly)
 	if q == nil {
 		return code
 	}
@@ -546,9 +636,11 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f := newQueueFlags("requeue", queueWrites)
 	var id, deadline string
 	var attempts int
-	f.fs.StringVar(&id, "id", "", "the dead job's ID (required)")
+	var bulk redriveFlags
+	f.fs.StringVar(&id, "id", "", "the dead job's ID (or --all)")
 	f.fs.IntVar(&attempts, "attempts", 0, "new attempts granted on top of those spent (required, 1-1000000)")
-	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required)")
+	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required; with --all a duration from each job's requeue)")
+	bulk.register(f.fs)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
 	}
@@ -556,8 +648,8 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	bad := func(err error) int {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	if id == "" {
-		return bad(errors.New("--id is required"))
+	if err := bulk.check(id); err != nil {
+		return bad(err)
 	}
 	if err := intFlag("--attempts", attempts, 1, queue.MaxMaxAttempts); err != nil {
 		return bad(err)
@@ -565,19 +657,28 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if deadline == "" {
 		return bad(errors.New("--deadline is required: requeue grants a new deadline explicitly"))
 	}
+	if bulk.all {
+		return bulk.run(ctx, f, attempts, deadline, stdout, stderr)
+	}
 	dl, err := parseDeadline("--deadline", deadline, now)
 	if err != nil {
 		return bad(err)
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openExisting)
 	if q == nil {
 		return code
 	}
 	defer closeFn()
 	j, err := q.Requeue(ctx, id, attempts, dl)
 	switch {
-	case errors.Is(err, queue.ErrInvalid), errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrNotDead):
+	case errors.Is(err, queue.ErrInvalid):
 		return bad(err)
+	case errors.Is(err, queue.ErrNotFound):
+		fmt.Fprintf(stderr, "%s: no job %q\n", f.fs.Name(), id)
+		return exitFail
+	case errors.Is(err, queue.ErrNotDead):
+		fmt.Fprintf(stderr, "%s: job %q is not dead (state %s): nothing was changed\n", f.fs.Name(), id, jobState(ctx, q, id))
+		return exitFail
 	case err != nil:
 		return f.fail(stderr, err)
 	}
@@ -587,6 +688,107 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "requeued %s: attempts %d/%d, deadline %s\n", j.ID, j.Attempts, j.MaxAttempts, fmtMs(j.Deadline))
 	}
 	return exitOK
+}
+
+// ---- purge ----
+
+func queuePurge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newQueueFlags("purge", false)
+	var state, olderThan string
+	var batch int
+	var dryRun bool
+	f.fs.StringVar(&state, "state", "", "done or dead (required)")
+	f.fs.StringVar(&olderThan, "older-than", "", "delete jobs that finished longer ago than this: a duration or Nd for days (required)")
+	f.fs.IntVar(&batch, "batch", queue.DefaultPurgeBatch, "jobs deleted per transaction")
+	f.fs.BoolVar(&dryRun, "dry-run", false, "count the jobs that would be deleted; delete nothing")
+	if code, ok := f.parse(args, stdout, stderr); !ok {
+		return code
+	}
+	bad := func(err error) int { return usageError(stderr, f.fs.Name(), "%v", err) }
+	if state != string(queue.Done) && state != string(queue.Dead) {
+		return bad(fmt.Errorf("--state must be done or dead, got %q", state))
+	}
+	if olderThan == "" {
+		return bad(errors.New("--older-than is required"))
+	}
+	age, err := parseDays("--older-than", olderThan)
+	if err != nil {
+		return bad(err)
+	}
+	if err := intFlag("--batch", batch, 1, queue.MaxPurgeBatch); err != nil {
+		return bad(err)
+	}
+	q, closeFn, code := f.open(ctx, stderr, openExisting)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
+	var n int64
+	if dryRun {
+		n, err = q.Purgeable(ctx, queue.State(state), age)
+	} else {
+		n, err = q.Purge(ctx, queue.State(state), age, batch)
+	}
+	if err != nil {
+		if n > 0 {
+			fmt.Fprintf(stderr, "%s: %d %s jobs were deleted before the error\n", f.fs.Name(), n, state)
+		}
+		return f.fail(stderr, err)
+	}
+	if f.jsonOut {
+		writeJSON(stdout, struct {
+			State       string `json:"state"`
+			OlderThanMs int64  `json:"older_than_ms"`
+			DryRun      bool   `json:"dry_run"`
+			Jobs        int64  `json:"jobs"`
+		}{state, age.Milliseconds(), dryRun, n})
+		return exitOK
+	}
+	verb := "purged"
+	if dryRun {
+		verb = "would purge"
+	}
+	fmt.Fprintf(stdout, "%s %d %s jobs that finished more than %v ago\n", verb, n, state, age)
+	return exitOK
+}
+
+// parseDays reads a positive duration, also written as whole days ("30d").
+func parseDays(name, s string) (time.Duration, error) {
+	var d time.Duration
+	if n, ok := strings.CutSuffix(strings.TrimSpace(s), "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 1 || days > int(queue.MaxDuration/(24*time.Hour)) {
+			return 0, fmt.Errorf("%s: %q is not a whole number of days in [1, %d]", name, s, queue.MaxDuration/(24*time.Hour))
+		}
+		d = time.Duration(days) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(strings.TrimSpace(s)); err != nil {
+			return 0, fmt.Errorf("%s: %q is neither a duration (such as 36h) nor days (such as 7d)", name, s)
+		}
+	}
+	if err := durationFlag(name, d, time.Millisecond); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+// parseRetention reads a retention: a duration, days, or "forever".
+func parseRetention(name, s string) (time.Duration, error) {
+	if strings.TrimSpace(s) == "forever" {
+		return queue.KeepForever, nil
+	}
+	return parseDays(name, s)
+}
+
+// jobState is the state of job id, for a message ("unknown" when it
+// cannot be read).
+func jobState(ctx context.Context, q *queue.Queue, id string) string {
+	j, err := q.Get(ctx, id)
+	if err != nil {
+		return "unknown"
+	}
+	return string(j.State)
 }
 
 // ---- show ----
@@ -602,7 +804,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "%s: --id is required\n", f.fs.Name())
 		return exitUsage
 	}
-	q, closeFn, code := f.open(ctx, stderr)
+	q, closeFn, code := f.open(ctx, stderr, openReadOnly)
 	if q == nil {
 		return code
 	}
@@ -620,6 +822,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		writeJSON(stdout, jj)
 		return exitOK
 	}
+	fmt.Fprintf(stdout, "queue         %s\n", j.Queue)
 	fmt.Fprintf(stdout, "id            %s\nstate         %s %s\nattempts      %d/%d\navailable_at  %s\ndeadline      %s\nlease_until   %s\nlast_error    %s\ncreated_at    %s\nupdated_at    %s\nfinished_at   %s\npayload       %d bytes\n",
 		j.ID, j.State, j.DeadReason, j.Attempts, j.MaxAttempts, fmtMs(j.AvailableAt), fmtMs(j.Deadline), fmtMs(j.LeaseUntil),
 		j.LastError, fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
@@ -629,6 +832,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // jobJSON is the JSON form of a job.
 type jobJSON struct {
 	ID            string  `json:"id"`
+	Queue         string  `json:"queue"`
 	State         string  `json:"state"`
 	DeadReason    string  `json:"dead_reason"`
 	Attempts      int     `json:"attempts"`
@@ -646,7 +850,7 @@ type jobJSON struct {
 
 func toJobJSON(j queue.Job, withPayload bool) jobJSON {
 	out := jobJSON{
-		ID: j.ID, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		ID: j.ID, Queue: j.Queue, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: j.LastError,
 		CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt, FinishedAtMs: j.FinishedAt,
 	}

@@ -27,6 +27,7 @@ type jobLine struct {
 	Payload     json.RawMessage `json:"payload"`
 	MaxAttempts json.RawMessage `json:"max_attempts"`
 	Deadline    json.RawMessage `json:"deadline"`
+	Queue       json.RawMessage `json:"queue"`
 }
 
 // readJobLines parses one JSON object per line from r. Every line is
@@ -108,6 +109,14 @@ func parseJobLine(line []byte, now int64, maxPayload int) (queue.NewJob, error) 
 			return j, fmt.Errorf(`"payload" must be at most %d bytes, got %d`, maxPayload, len(j.Payload))
 		}
 	}
+	if len(l.Queue) > 0 && !isNull(l.Queue) {
+		if err := jsonString("queue", l.Queue, &j.Queue); err != nil {
+			return j, err
+		}
+		if err := queue.ValidateQueue(j.Queue); err != nil {
+			return j, err
+		}
+	}
 	if len(l.MaxAttempts) > 0 && !isNull(l.MaxAttempts) {
 		n, err := jsonInt("max_attempts", l.MaxAttempts, 1, queue.MaxMaxAttempts)
 		if err != nil {
@@ -130,7 +139,7 @@ func parseJobLine(line []byte, now int64, maxPayload int) (queue.NewJob, error) 
 }
 
 // jobKeys are the fields of a job line, spelled as they must be.
-var jobKeys = []string{"id", "payload", "max_attempts", "deadline"}
+var jobKeys = []string{"id", "payload", "max_attempts", "deadline", "queue"}
 
 // checkJobKeys rejects what encoding/json lets through silently: a field
 // given twice (the last would win) and a field whose name differs from a
@@ -141,7 +150,7 @@ func checkJobKeys(line []byte) error {
 	if _, err := dec.Token(); err != nil { // '{'
 		return fmt.Errorf("malformed JSON object: %v", err)
 	}
-	var seen [4]bool
+	seen := make([]bool, len(jobKeys))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {

@@ -30,7 +30,7 @@ func TestHotPathPlans(t *testing.T) {
 	if _, err := s.Insert(ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := s.Claim(ctx, now, now+1000, 4)
+	claimed, err := s.Claim(ctx, queue.DefaultQueue, now, now+1000, 4)
 	if err != nil || len(claimed) != 4 {
 		t.Fatal(claimed, err)
 	}
@@ -62,8 +62,8 @@ func TestHotPathPlans(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
-	plan := explain(postgres.ClaimPlan, s.ClaimSQL(), now, now+1000, 4)
-	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_due") {
+	plan := explain(postgres.ClaimPlan, s.ClaimSQL(), now, now+1000, 4, queue.DefaultQueue)
+	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_ready") {
 		t.Errorf("the claim does not walk the due index in order:\n%s", plan)
 	}
 	for name, sql := range map[string]string{"outcome": s.RecordSQL(), "heartbeat": s.ExtendSQL()} {
@@ -72,7 +72,7 @@ func TestHotPathPlans(t *testing.T) {
 			a = []any{args[0], args[1], now + 2000, now}
 		}
 		plan = explain("", sql, a...)
-		if strings.Contains(plan, "stagger_jobs_state") || strings.Contains(plan, "stagger_jobs_due") ||
+		if strings.Contains(plan, "stagger_jobs_by_state") || strings.Contains(plan, "stagger_jobs_ready") ||
 			!strings.Contains(plan, "stagger_jobs_pkey") {
 			t.Errorf("the %s update does not look jobs up by primary key:\n%s", name, plan)
 		}

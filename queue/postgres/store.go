@@ -40,6 +40,11 @@ type Options struct {
 	InboxLease time.Duration
 	// Now is the inbox's clock in Unix ms; nil means the system clock.
 	Now func() int64
+	// ReadOnly opens an existing queue without writing: no schema or table
+	// is created or migrated. New fails when the queue's table does not
+	// exist. Only the reads (Get, List, Stats, CountFinished) are meant
+	// for such a store.
+	ReadOnly bool
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
@@ -82,6 +87,7 @@ var (
 	_ queue.InboxStore    = (*Store)(nil)
 	_ queue.Notifier      = (*Store)(nil)
 	_ queue.RecordClaimer = (*Store)(nil)
+	_ queue.Purger        = (*Store)(nil)
 )
 
 // Open connects to dsn (a postgres:// URL or key=value string), migrates the
@@ -90,7 +96,7 @@ var (
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, errors.New("postgres: cannot parse the connection string (its text is not repeated here: it may hold a password)")
+		return nil, fmt.Errorf("%w: postgres: cannot parse the connection string (its text is not repeated here: it may hold a password)", queue.ErrInvalid)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -120,6 +126,23 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		channel: channel, subs: map[chan struct{}]struct{}{},
 	}
 	s.inbox = &Inbox{s: s}
+	if opts.ReadOnly {
+		var found bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.jobs).Scan(&found); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		if !found {
+			return nil, fmt.Errorf("postgres: no queue table %s (read-only: nothing was created)", s.jobs)
+		}
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = 'queue' AND NOT attisdropped)`, s.jobs).Scan(&found); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		if !found {
+			return nil, fmt.Errorf("postgres: the queue table %s predates named queues: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", s.jobs)
+		}
+		return s, nil
+	}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: migrating: %w", err)
 	}
@@ -150,9 +173,33 @@ func (s *Store) migrate(ctx context.Context) error {
 				lease_until  bigint NOT NULL DEFAULT 0,
 				created_at   bigint NOT NULL,
 				updated_at   bigint NOT NULL,
-				finished_at  bigint NOT NULL DEFAULT 0)`,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_due ON `+s.jobs+` (available_at, id) WHERE state IN ('pending', 'leased')`,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_state ON `+s.jobs+` (state, dead_reason, id)`,
+				finished_at  bigint NOT NULL DEFAULT 0,
+				queue        text NOT NULL DEFAULT 'default')`,
+		)
+		for _, q := range stmts {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		stmts = nil
+		// Named queues came later: a table made before them gets the queue
+		// column (its jobs are in the default queue) and the indexes that
+		// lead with it. Checked first, so that a worker's start does not
+		// take the table's exclusive lock when there is nothing to do.
+		var hasQueue bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = 'queue' AND NOT attisdropped)`, s.jobs).Scan(&hasQueue); err != nil {
+			return err
+		}
+		if !hasQueue {
+			stmts = append(stmts, `ALTER TABLE `+s.jobs+` ADD COLUMN queue text NOT NULL DEFAULT 'default'`)
+		}
+		stmts = append(stmts,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON `+s.jobs+` (queue, state, id)`,
+			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_due`,
+			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_state`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON `+s.jobs+` (state, finished_at) WHERE state IN ('done', 'dead')`,
 			`CREATE TABLE IF NOT EXISTS `+s.inboxT+` (
 				id          text PRIMARY KEY,
 				state       text NOT NULL CHECK (state IN ('running', 'done')),
@@ -204,7 +251,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Inbox returns the store's durable inbox.
 func (s *Store) Inbox() queue.Inbox { return s.inbox }
 
-const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at`
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue`
 
 func prefixed(p string) string {
 	parts := strings.Split(cols, ", ")
@@ -220,7 +267,7 @@ func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
 	dst := []any{&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
-		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt}
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue}
 	err := row.Scan(append(dst, extra...)...)
 	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
 	if j.Payload == nil {
@@ -231,6 +278,20 @@ func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
 
 // Insert implements queue.Store.
 func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
+	var out []queue.Inserted
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.insertTx(ctx, tx, jobs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insertTx is Insert in tx.
+func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]queue.Inserted, error) {
 	n := len(jobs)
 	var (
 		ids                                         = make([]string, n)
@@ -238,7 +299,7 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 		maxA                                        = make([]int32, n)
 		avail, dl, created, updated, finished, leas = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		attempts                                    = make([]int32, n)
-		states, reasons, lastErr                    = make([]string, n), make([]string, n), make([]string, n)
+		states, reasons, lastErr, queues            = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	)
 	for i, j := range jobs {
 		ids[i], payloads[i], attempts[i], maxA[i] = j.ID, j.Payload, int32(j.Attempts), int32(j.MaxAttempts)
@@ -247,14 +308,17 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 		}
 		avail[i], dl[i], states[i], reasons[i], lastErr[i] = j.AvailableAt, j.Deadline, string(j.State), string(j.DeadReason), j.LastError
 		leas[i], created[i], updated[i], finished[i] = j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt
+		if queues[i] = j.Queue; j.Queue == "" {
+			queues[i] = queue.DefaultQueue
+		}
 	}
 	out := make([]queue.Inserted, n)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := func() error {
 		rows, err := tx.Query(ctx, `INSERT INTO `+s.jobs+` (`+cols+`)
 			SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::int[], $5::bigint[], $6::bigint[], $7::text[],
-				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])
+				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[])
 			ON CONFLICT (id) DO NOTHING RETURNING id`,
-			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished)
+			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished, queues)
 		if err != nil {
 			return err
 		}
@@ -303,18 +367,32 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
 		}
 		return err
-	})
+	}()
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
+// EnqueueTx enqueues jobs (validated by q, as Queue.EnqueueMany does)
+// inside the caller's transaction tx, so that they commit or roll back
+// with the caller's own writes: the outbox pattern. tx must be on this
+// store's database; the results are those of Insert. The jobs are
+// claimable, and the workers notified, once tx commits. Nothing is written
+// when a job is invalid; after any error the caller should roll back.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+	rows, err := q.NewRows(jobs)
+	if err != nil {
+		return nil, err
+	}
+	return s.insertTx(ctx, tx, rows)
+}
+
 // Claim implements queue.Store.
-func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	b := &pgx.Batch{}
 	b.Queue(claimPlan)
-	b.Queue(s.claimSQL(), now, leaseUntil, limit)
+	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	br := s.pool.SendBatch(ctx, b)
 	jobs, err := func() ([]queue.Job, error) {
 		if _, err := br.Exec(); err != nil {
@@ -348,12 +426,13 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 // disabled, the ordered index scan is the only plan left.
 const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
 
-// claimSQL leases up to $3 due jobs at now $1 until $2, returning each
-// claimed row and its previous available_at. Run it after claimPlan.
+// claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
+// returning each claimed row and its previous available_at. Run it after
+// claimPlan.
 func (s *Store) claimSQL() string {
 	return `WITH c AS (
 			SELECT id, available_at AS prev FROM ` + s.jobs + `
-			WHERE state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
+			WHERE queue = $4 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
 		FROM c WHERE j.id = c.id
@@ -399,12 +478,12 @@ func scanClaimed(rows pgx.Rows) ([]queue.Job, error) {
 // RecordAndClaim implements queue.RecordClaimer: Record and Claim sent
 // together in one round trip, run in one transaction (a pipeline with one
 // Sync is one implicit transaction) and committed together.
-func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	args, retried := recordArgs(outcomes)
 	b := &pgx.Batch{}
 	b.Queue(s.recordSQL(), args...)
 	b.Queue(claimPlan)
-	b.Queue(s.claimSQL(), now, leaseUntil, limit)
+	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	if retried {
 		// Queued in the transaction, delivered when it commits.
 		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
@@ -596,6 +675,33 @@ func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
+// Purge implements queue.Purger. Rows locked by another transaction (a
+// Requeue in flight) are skipped.
+func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
+	// A materialized CTE runs the limited select once: as a subquery of
+	// IN (...), PostgreSQL may run it again for a rescan and delete more
+	// than limit rows.
+	tag, err := s.pool.Exec(ctx, `WITH c AS MATERIALIZED (
+			SELECT id FROM `+s.jobs+` WHERE state = $1 AND state IN ('done', 'dead') AND finished_at < $2
+			ORDER BY state, finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		DELETE FROM `+s.jobs+` j USING c WHERE j.id = c.id AND j.state = $1 AND j.finished_at < $2`, string(state), before, limit)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// CountFinished implements queue.Purger.
+func (s *Store) CountFinished(ctx context.Context, state queue.State, before int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
+		WHERE state = $1 AND state IN ('done', 'dead') AND finished_at < $2`, string(state), before).Scan(&n)
+	return n, err
+}
+
 // Get implements queue.Store.
 func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE id = $1`, id))
@@ -606,9 +712,9 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 }
 
 // List implements queue.Store.
-func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE state = $1 AND id > $2 ORDER BY id LIMIT $3`,
-		string(state), after, limit)
+func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		string(state), after, limit, name)
 	if err != nil {
 		return nil, err
 	}
@@ -651,22 +757,24 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 }
 
 // Stats implements queue.Store.
-func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
+func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
 	st := queue.Stats{Now: now}
-	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1, count(*), min(available_at)
-		FROM `+s.jobs+` GROUP BY 1, 2, 3`, now)
+	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1,
+		(state = 'pending' OR (state = 'leased' AND available_at <= $1)) AND (attempts >= max_attempts OR deadline <= $1),
+		count(*), min(available_at)
+		FROM `+s.jobs+` WHERE queue = $2 GROUP BY 1, 2, 3, 4`, now, name)
 	if err != nil {
 		return st, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var state, reason string
-		var due bool
+		var due, dying bool
 		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
+		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
 			return st, err
 		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
+		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
 	}
 	return st, rows.Err()
 }
@@ -748,6 +856,15 @@ func (s *Store) broadcast() {
 		default:
 		}
 	}
+}
+
+// prefix is the schema qualifier of the store's objects ("" for the
+// search_path).
+func (s *Store) prefix() string {
+	if s.opts.Schema == "" {
+		return ""
+	}
+	return `"` + s.opts.Schema + `".`
 }
 
 // Schema returns the quoted schema of the store's tables ("" for the

@@ -191,14 +191,14 @@ func TestRecordAndClaimIsOneTransaction(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Claim(ctx, now, now+100, 1)
+	got, err := s.Claim(ctx, queue.DefaultQueue, now, now+100, 1)
 	if err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	outs := []queue.Outcome{{ID: "a", Attempt: 1, State: queue.Done, Now: now + 5}}
 	// A negative LIMIT fails the claim statement after the outcome's update
 	// has run in the same transaction.
-	if _, err := s.RecordAndClaim(ctx, outs, now+10, now+110, -1); err == nil {
+	if _, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+10, now+110, -1); err == nil {
 		t.Fatal("RecordAndClaim with limit -1 succeeded")
 	}
 	if outs[0].Applied {
@@ -208,7 +208,7 @@ func TestRecordAndClaimIsOneTransaction(t *testing.T) {
 		t.Fatalf("the outcome of a failed RecordAndClaim was committed: %+v", a)
 	}
 	// The connection is usable again and the outcome can be recorded.
-	if _, err := s.RecordAndClaim(ctx, outs, now+10, now+110, 1); err != nil || !outs[0].Applied {
+	if _, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+10, now+110, 1); err != nil || !outs[0].Applied {
 		t.Fatal(err, outs[0].Applied)
 	}
 	if a, _ := s.Get(ctx, "a"); a.State != queue.Done {
@@ -238,7 +238,7 @@ func BenchmarkRecordAndClaim(b *testing.B) {
 	var outs []queue.Outcome
 	b.ResetTimer()
 	for range b.N {
-		got, err := s.RecordAndClaim(ctx, outs, now+1, now+1e6, batch)
+		got, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+1, now+1e6, batch)
 		if err != nil || len(got) != batch {
 			b.Fatal(len(got), err)
 		}
@@ -246,5 +246,145 @@ func BenchmarkRecordAndClaim(b *testing.B) {
 		for _, j := range got {
 			outs = append(outs, queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now + 1})
 		}
+	}
+}
+
+func TestReadOnlyCreatesNothing(t *testing.T) {
+	p := sharedPool(t)
+	ctx := context.Background()
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	if _, err := postgres.New(ctx, p, postgres.Options{Schema: schema, ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "no queue table") {
+		t.Fatalf("ReadOnly New on a missing schema = %v", err)
+	}
+	var n int
+	if err := p.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("ReadOnly New created schema %s (%d, %v)", schema, n, err)
+	}
+	w := newStore(t)
+	if _, err := w.Insert(ctx, []queue.Job{{ID: "a", Payload: []byte{}, MaxAttempts: 1, AvailableAt: 1, Deadline: queue.MaxTime, State: queue.Pending}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := postgres.New(ctx, p, postgres.Options{Schema: strings.Trim(w.Schema(), `"`), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.Stats(ctx, queue.DefaultQueue, 2); err != nil || st.PendingDue != 1 {
+		t.Fatalf("read-only Stats = %+v, %v", st, err)
+	}
+}
+
+// pgEnqueueTx is queuetest's EnqueueTx on a transaction of s.Pool().
+func pgEnqueueTx(s *postgres.Store) queuetest.EnqueueTx {
+	return func(ctx context.Context, q *queue.Queue, commit bool, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.EnqueueTx(ctx, tx, q, jobs...)
+		if err != nil || !commit {
+			return res, errors.Join(err, tx.Rollback(ctx))
+		}
+		return res, tx.Commit(ctx)
+	}
+}
+
+func TestEnqueueTxConformance(t *testing.T) {
+	queuetest.RunEnqueueTx(t, func(t *testing.T) (queue.Store, queuetest.EnqueueTx) {
+		s := newStore(t)
+		return s, pgEnqueueTx(s)
+	})
+}
+
+// TestEnqueueTxWithBusinessRow: the application's row and its job commit
+// or roll back together, and a committed job wakes the subscribers.
+func TestEnqueueTxWithBusinessRow(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	q, _ := queue.New(s, queue.Config{})
+	if _, err := s.Pool().Exec(ctx, `CREATE TABLE `+s.Schema()+`.orders (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	place := func(id string, commit bool) {
+		err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+s.Schema()+`.orders VALUES ($1)`, id); err != nil {
+				return err
+			}
+			if _, err := s.EnqueueTx(ctx, tx, q, queue.NewJob{ID: "ship-" + id}); err != nil {
+				return err
+			}
+			if !commit {
+				return errRollback
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errRollback) {
+			t.Fatal(err)
+		}
+	}
+	place("1", false)
+	place("2", true)
+	for id, want := range map[string]bool{"1": false, "2": true} {
+		var n int
+		s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+s.Schema()+`.orders WHERE id = $1`, id).Scan(&n)
+		_, err := s.Get(ctx, "ship-"+id)
+		if (n == 1) != want || (err == nil) != want {
+			t.Fatalf("order %s: row %d, job err %v; want both present = %v", id, n, err, want)
+		}
+	}
+}
+
+var errRollback = errors.New("roll back")
+
+// TestMigratesTableBeforeNamedQueues: a table made before named queues
+// (no queue column, the old due and state indexes) is migrated by New:
+// its jobs are in the default queue and claimable, the old indexes gone.
+func TestMigratesTableBeforeNamedQueues(t *testing.T) {
+	p := sharedPool(t)
+	ctx := context.Background()
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	t.Cleanup(func() { p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
+	for _, q := range []string{
+		`CREATE SCHEMA "` + schema + `"`,
+		`CREATE TABLE "` + schema + `".stagger_jobs (id text PRIMARY KEY, payload bytea NOT NULL, attempts integer NOT NULL,
+			max_attempts integer NOT NULL, available_at bigint NOT NULL, deadline bigint NOT NULL,
+			state text NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')), dead_reason text NOT NULL DEFAULT '',
+			last_error text NOT NULL DEFAULT '', lease_until bigint NOT NULL DEFAULT 0, created_at bigint NOT NULL,
+			updated_at bigint NOT NULL, finished_at bigint NOT NULL DEFAULT 0)`,
+		`CREATE INDEX stagger_jobs_due ON "` + schema + `".stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased')`,
+		`CREATE INDEX stagger_jobs_state ON "` + schema + `".stagger_jobs (state, dead_reason, id)`,
+		`INSERT INTO "` + schema + `".stagger_jobs (id, payload, attempts, max_attempts, available_at, deadline, state, created_at, updated_at)
+			VALUES ('old', '', 0, 3, 1, 253402300799999, 'pending', 1, 1)`,
+	} {
+		if _, err := p.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := postgres.New(ctx, p, postgres.Options{Schema: schema, ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "predates") {
+		t.Fatalf("read-only New on the old table = %v, want a message to migrate it", err)
+	}
+	for range 2 { // the second New finds nothing to do
+		s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var idx []string
+	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
+	idx, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+	if strings.Join(idx, " ") != "stagger_jobs_by_state stagger_jobs_finished stagger_jobs_pkey stagger_jobs_ready" {
+		t.Fatalf("indexes after migration: %v", idx)
+	}
+	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Queue != queue.DefaultQueue {
+		t.Fatalf("claim after migration: %+v %v", got, err)
 	}
 }

@@ -40,8 +40,11 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreListAndGet", testStoreList},
 		{"StoreRequeue", testStoreRequeue},
 		{"StoreStats", testStoreStats},
+		{"StoreStatsDueToDie", testStoreStatsDueToDie},
 		{"StoreConcurrentClaims", testStoreConcurrentClaims},
 		{"StoreRecordAndClaim", testStoreRecordAndClaim},
+		{"StorePurge", testStorePurge},
+		{"QueuePurge", testQueuePurge},
 		{"EnqueueIdempotent", testEnqueueIdempotent},
 		{"EnqueueValidation", testEnqueueValidation},
 		{"RunOnceNothingDue", testNothingDue},
@@ -51,6 +54,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"DeadlineEquality", testDeadline},
 		{"Exhausted", testExhausted},
 		{"Permanent", testPermanent},
+		{"Snooze", testSnooze},
+		{"SnoozeBounded", testSnoozeBounded},
 		{"UnknownStaysLeased", testUnknown},
 		{"ErrorTextStorable", testErrorText},
 		{"CrashAfterClaimSpendsAttempt", testCrash},
@@ -58,8 +63,11 @@ func Run(t *testing.T, newStore NewStore) {
 		{"LeaseLost", testLeaseLost},
 		{"ShutdownReleases", testShutdownRelease},
 		{"Requeue", testRequeue},
+		{"Redrive", testRedrive},
+		{"NamedQueues", testNamedQueues},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
+		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
 	}
 	for _, tc := range tests {
@@ -148,7 +156,7 @@ func expect(t *testing.T, what string, got queue.Job, state queue.State, attempt
 // row is a complete pending row for direct store tests.
 func row(id string, availableAt, deadline int64, maxAttempts int) queue.Job {
 	return queue.Job{
-		ID: id, Payload: []byte("p-" + id), MaxAttempts: maxAttempts, AvailableAt: availableAt,
+		ID: id, Queue: queue.DefaultQueue, Payload: []byte("p-" + id), MaxAttempts: maxAttempts, AvailableAt: availableAt,
 		Deadline: deadline, State: queue.Pending, CreatedAt: Start, UpdatedAt: Start,
 	}
 }
@@ -203,7 +211,7 @@ func testStoreInsert(t *testing.T, s queue.Store) {
 		}
 	}
 	// Spend an attempt, then re-insert: nothing is reset.
-	if _, err := s.Claim(ctx, Start, Start+100, 1); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 1); err != nil {
 		t.Fatal(err)
 	}
 	res, err = s.Insert(ctx, []queue.Job{row("a", Start+50, Start+50000, 9), row("d", Start, Start+1000, 1)})
@@ -229,7 +237,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 		row("spent", Start, Start+1000, 0), // attempts >= max: never claimable
 		row("expired", Start-10, Start, 3), // deadline == now: never claimable
 	)
-	got, err := s.Claim(ctx, Start+10, Start+110, 3)
+	got, err := s.Claim(ctx, queue.DefaultQueue, Start+10, Start+110, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +252,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 			t.Fatalf("claimed payload %q", j.Payload)
 		}
 	}
-	got, err = s.Claim(ctx, Start+10, Start+110, 10)
+	got, err = s.Claim(ctx, queue.DefaultQueue, Start+10, Start+110, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +260,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 		t.Fatalf("second claim = %v, want %v", ids(got), want)
 	}
 	// An expired lease is claimable again, with the next attempt.
-	got, err = s.Claim(ctx, Start+110, Start+220, 10)
+	got, err = s.Claim(ctx, queue.DefaultQueue, Start+110, Start+220, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +272,7 @@ func testStoreClaim(t *testing.T, s queue.Store) {
 			t.Fatalf("%s: attempts %d after second claim, want 2", j.ID, j.Attempts)
 		}
 	}
-	if got, err = s.Claim(ctx, Start+219, Start+300, 10); err != nil || len(got) != 0 {
+	if got, err = s.Claim(ctx, queue.DefaultQueue, Start+219, Start+300, 10); err != nil || len(got) != 0 {
 		t.Fatalf("claim of held leases = %v, %v", ids(got), err)
 	}
 }
@@ -273,7 +281,7 @@ func testStoreRecord(t *testing.T, s queue.Store) {
 	ctx := context.Background()
 	insert(t, s, row("d", Start, Start+10000, 5), row("p", Start, Start+10000, 5),
 		row("x", Start, Start+10000, 5), row("l", Start, Start+10000, 5))
-	if _, err := s.Claim(ctx, Start, Start+100, 10); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 10); err != nil {
 		t.Fatal(err)
 	}
 	outs := []queue.Outcome{
@@ -312,7 +320,7 @@ func testStoreRecord(t *testing.T, s queue.Store) {
 		t.Fatalf("second outcome for a done job applied=%v err=%v", again[0].Applied, err)
 	}
 	// A lease taken over by a newer claim fences the old attempt out.
-	if _, err := s.Claim(ctx, Start+100, Start+200, 10); err != nil { // "l" again, attempt 2
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start+100, Start+200, 10); err != nil { // "l" again, attempt 2
 		t.Fatal(err)
 	}
 	stale := []queue.Outcome{{ID: "l", Attempt: 1, State: queue.Done, Now: Start + 101}}
@@ -335,7 +343,7 @@ func applied(outs []queue.Outcome) []bool {
 func testStoreExtend(t *testing.T, s queue.Store) {
 	ctx := context.Background()
 	insert(t, s, row("a", Start, Start+10000, 5), row("b", Start, Start+10000, 5))
-	if _, err := s.Claim(ctx, Start, Start+100, 10); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 10); err != nil {
 		t.Fatal(err)
 	}
 	leases := []queue.Lease{{ID: "a", Attempt: 1}, {ID: "b", Attempt: 2}, {ID: "zz", Attempt: 1}}
@@ -351,7 +359,7 @@ func testStoreExtend(t *testing.T, s queue.Store) {
 		t.Fatalf("after extend a=%+v b=%+v", a, b)
 	}
 	// The extended lease is not claimable at the old expiry.
-	got, err := s.Claim(ctx, Start+120, Start+300, 10)
+	got, err := s.Claim(ctx, queue.DefaultQueue, Start+120, Start+300, 10)
 	if err != nil || !slices.Equal(ids(got), []string{"b"}) {
 		t.Fatalf("claim after extend = %v, %v; want [b]", ids(got), err)
 	}
@@ -368,7 +376,7 @@ func testStoreBury(t *testing.T, s queue.Store) {
 		row("future", Start+50, Start+100, 5), // deadline passes while scheduled
 	)
 	// Claimed in (available_at, id) order: fine, held, last, late, noted.
-	if c, err := s.Claim(ctx, Start, Start+100, 5); err != nil || len(c) != 5 {
+	if c, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 5); err != nil || len(c) != 5 {
 		t.Fatal(ids(c), err)
 	}
 	outs := []queue.Outcome{
@@ -429,7 +437,7 @@ func testStoreList(t *testing.T, s queue.Store) {
 		rows = append(rows, row(fmt.Sprintf("j%d", i), Start, Start+1000, 1))
 	}
 	insert(t, s, rows...)
-	if _, err := s.Claim(ctx, Start, Start+10, 7); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+10, 7); err != nil {
 		t.Fatal(err)
 	}
 	var outs []queue.Outcome
@@ -439,18 +447,18 @@ func testStoreList(t *testing.T, s queue.Store) {
 	if err := s.Record(ctx, outs); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.List(ctx, queue.Dead, "", 3)
+	page, err := s.List(ctx, queue.DefaultQueue, queue.Dead, "", 3)
 	if err != nil || !slices.Equal(ids(page), []string{"j1", "j2", "j4"}) {
 		t.Fatalf("List page 1 = %v, %v", ids(page), err)
 	}
 	if page[0].LastError != "e1" || page[0].DeadReason != queue.PermanentFailure {
 		t.Fatalf("listed job %+v", page[0])
 	}
-	page, err = s.List(ctx, queue.Dead, "j4", 3)
+	page, err = s.List(ctx, queue.DefaultQueue, queue.Dead, "j4", 3)
 	if err != nil || !slices.Equal(ids(page), []string{"j6"}) {
 		t.Fatalf("List page 2 = %v, %v", ids(page), err)
 	}
-	page, err = s.List(ctx, queue.Leased, "", 10)
+	page, err = s.List(ctx, queue.DefaultQueue, queue.Leased, "", 10)
 	if err != nil || !slices.Equal(ids(page), []string{"j0", "j3", "j5"}) {
 		t.Fatalf("List leased = %v, %v", ids(page), err)
 	}
@@ -459,7 +467,7 @@ func testStoreList(t *testing.T, s queue.Store) {
 func testStoreRequeue(t *testing.T, s queue.Store) {
 	ctx := context.Background()
 	insert(t, s, row("d", Start, Start+1000, 2), row("live", Start, Start+1000, 2))
-	if _, err := s.Claim(ctx, Start, Start+10, 1); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+10, 1); err != nil {
 		t.Fatal(err)
 	}
 	outs := []queue.Outcome{{ID: "d", Attempt: 1, State: queue.Dead, DeadReason: queue.Exhausted, LastError: "last", Now: Start + 1}}
@@ -494,7 +502,7 @@ func testStoreStats(t *testing.T, s queue.Store) {
 		row("ok", Start-98, Start+1000, 3), row("dx", Start-97, Start+1000, 3),
 		row("dd", Start-96, Start+1000, 3), row("dp", Start-95, Start+1000, 3),
 	)
-	if _, err := s.Claim(ctx, Start-30, Start+5, 7); err != nil { // l1 l2 ok dx dd dp due1
+	if _, err := s.Claim(ctx, queue.DefaultQueue, Start-30, Start+5, 7); err != nil { // l1 l2 ok dx dd dp due1
 		t.Fatal(err)
 	}
 	outs := []queue.Outcome{
@@ -510,7 +518,7 @@ func testStoreStats(t *testing.T, s queue.Store) {
 	if err := s.Extend(ctx, []queue.Lease{{ID: "l2", Attempt: 1}}, Start-90, Start-1); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Stats(ctx, Start)
+	st, err := s.Stats(ctx, queue.DefaultQueue, Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,6 +529,158 @@ func testStoreStats(t *testing.T, s queue.Store) {
 	}
 	if st.OldestPendingAge() != 30 || st.Pending() != 3 || st.Dead() != 3 {
 		t.Fatalf("derived stats: age %d pending %d dead %d", st.OldestPendingAge(), st.Pending(), st.Dead())
+	}
+}
+
+// testStoreStatsDueToDie: jobs Bury would move are counted as due to die,
+// not as pending or leased, and do not age "oldest due".
+func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	insert(t, s,
+		row("spent", Start-400, Start+1000, 1),   // claimed below, lease expires, last attempt
+		row("running", Start-300, Start+1000, 1), // claimed, lease held: not dying yet
+		row("live", Start-20, Start+1000, 3),     // the only runnable due job
+	)
+	if c, err := s.Claim(ctx, queue.DefaultQueue, Start-300, Start-10, 2); err != nil || !slices.Equal(ids(c), []string{"spent", "running"}) {
+		t.Fatalf("claim: %v %v", ids(c), err)
+	}
+	insert(t, s,
+		row("past", Start-500, Start-1, 3),    // deadline passed while pending
+		row("late-sched", Start+50, Start, 3), // scheduled, deadline passed
+	)
+	if err := s.Extend(ctx, []queue.Lease{{ID: "running", Attempt: 1}}, Start-300, Start+500); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx, queue.DefaultQueue, Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := queue.Stats{PendingDue: 1, Leased: 1, DueToDie: 3, OldestDueAt: Start - 20, Now: Start}
+	if st != want {
+		t.Fatalf("Stats = %+v\nwant    %+v", st, want)
+	}
+	if st.OldestPendingAge() != 20 {
+		t.Fatalf("oldest due age %d ms, want 20 (the dying jobs must not count)", st.OldestPendingAge())
+	}
+	if n, err := s.Bury(ctx, Start, 100); err != nil || n != 3 {
+		t.Fatalf("Bury = %d, %v; want the 3 jobs Stats counted as due to die", n, err)
+	}
+	if st, _ := s.Stats(ctx, queue.DefaultQueue, Start); st.DueToDie != 0 || st.Dead() != 3 {
+		t.Fatalf("after Bury: %+v", st)
+	}
+}
+
+func purger(t *testing.T, s queue.Store) queue.Purger {
+	t.Helper()
+	p, ok := s.(queue.Purger)
+	if !ok {
+		t.Fatalf("%T does not implement queue.Purger (retention)", s)
+	}
+	return p
+}
+
+// finish claims jobs and records them with the given states at the given
+// times.
+func finish(t *testing.T, s queue.Store, at map[string]int64, state map[string]queue.State) {
+	t.Helper()
+	ctx := context.Background()
+	var rows []queue.Job
+	for id := range at {
+		rows = append(rows, row(id, Start, Start+1e6, 3))
+	}
+	insert(t, s, rows...)
+	if c, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+1e6, len(rows)); err != nil || len(c) != len(rows) {
+		t.Fatalf("claim: %v %v", ids(c), err)
+	}
+	var outs []queue.Outcome
+	for id, now := range at {
+		o := queue.Outcome{ID: id, Attempt: 1, State: state[id], Now: now}
+		if o.State == queue.Dead {
+			o.DeadReason, o.LastError = queue.PermanentFailure, "no"
+		}
+		outs = append(outs, o)
+	}
+	if err := s.Record(ctx, outs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testStorePurge: Purge deletes only jobs of its state finished before the
+// bound, the longest finished first, at most limit; CountFinished agrees.
+func testStorePurge(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	p := purger(t, s)
+	at := map[string]int64{"d1": Start + 10, "d2": Start + 20, "d3": Start + 30, "d4": Start + 40, "x1": Start + 5, "x2": Start + 50}
+	state := map[string]queue.State{"d1": queue.Done, "d2": queue.Done, "d3": queue.Done, "d4": queue.Done, "x1": queue.Dead, "x2": queue.Dead}
+	finish(t, s, at, state)
+	insert(t, s, row("waiting", Start, Start+1e6, 3))
+	if n, err := p.CountFinished(ctx, queue.Done, Start+40); err != nil || n != 3 {
+		t.Fatalf("CountFinished(done, <40) = %d, %v; want 3", n, err)
+	}
+	if n, err := p.Purge(ctx, queue.Done, Start+40, 2); err != nil || n != 2 {
+		t.Fatalf("Purge(done, <40, limit 2) = %d, %v", n, err)
+	}
+	for id, gone := range map[string]bool{"d1": true, "d2": true, "d3": false, "d4": false, "x1": false, "waiting": false} {
+		_, err := s.Get(ctx, id)
+		if gone != errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("after Purge: %s gone=%v (err %v), want gone=%v", id, !gone, err, gone)
+		}
+	}
+	if n, err := p.Purge(ctx, queue.Done, Start+40, 10); err != nil || n != 1 {
+		t.Fatalf("second Purge = %d, %v; want d3 only", n, err)
+	}
+	if n, err := p.Purge(ctx, queue.Dead, Start+100, 10); err != nil || n != 2 {
+		t.Fatalf("Purge(dead) = %d, %v", n, err)
+	}
+	if n, err := p.CountFinished(ctx, queue.Dead, Start+100); err != nil || n != 0 {
+		t.Fatalf("CountFinished(dead) after purge = %d, %v", n, err)
+	}
+	// Pending and leased jobs are never deleted, whatever the bound.
+	for _, st := range []queue.State{queue.Pending, queue.Leased} {
+		if n, err := p.Purge(ctx, st, queue.MaxTime, 10); err != nil || n != 0 {
+			t.Fatalf("Purge(%s) = %d, %v", st, n, err)
+		}
+	}
+	if _, err := s.Get(ctx, "waiting"); err != nil {
+		t.Fatal(err)
+	}
+	// A deleted done job's ID is free again.
+	insert(t, s, row("d1", Start+100, Start+1e6, 3))
+}
+
+// testQueuePurge: Queue.Purge deletes in batches until none is left and
+// Purgeable counts what it would delete; bad arguments name the rule.
+func testQueuePurge(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	for i := range 7 {
+		e.enqueue(queue.NewJob{ID: fmt.Sprintf("j%d", i)})
+		e.runOnce(ok)
+		e.clock.Advance(1000)
+	}
+	// Finished at Start, +1s, ... +6s; now Start+7s.
+	if n, err := e.q.Purgeable(e.ctx, queue.Done, 2500*time.Millisecond); err != nil || n != 5 {
+		t.Fatalf("Purgeable(done, 2.5s) = %d, %v; want 5", n, err)
+	}
+	if n, err := e.q.Purge(e.ctx, queue.Done, 2500*time.Millisecond, 2); err != nil || n != 5 {
+		t.Fatalf("Purge(done, 2.5s, batch 2) = %d, %v; want 5", n, err)
+	}
+	if st, _ := e.q.Stats(e.ctx); st.Done != 2 {
+		t.Fatalf("after Purge: %+v", st)
+	}
+	for _, bad := range []struct {
+		state queue.State
+		d     time.Duration
+		batch int
+		want  string
+	}{
+		{queue.Pending, time.Hour, 10, "state must be done or dead"},
+		{queue.Done, -time.Hour, 10, "older-than must be in"},
+		{queue.Dead, time.Hour, 0, "batch must be in"},
+		{queue.Dead, time.Hour, queue.MaxPurgeBatch + 1, "batch must be in"},
+	} {
+		if _, err := e.q.Purge(e.ctx, bad.state, bad.d, bad.batch); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
+			t.Fatalf("Purge(%v) = %v, want %q", bad, err, bad.want)
+		}
 	}
 }
 
@@ -543,7 +703,7 @@ func testStoreConcurrentClaims(t *testing.T, s queue.Store) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := s.Claim(ctx, Start, Start+1000, 1+w%3)
+				got, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+1000, 1+w%3)
 				if err != nil {
 					errs <- err
 					return
@@ -583,7 +743,7 @@ func testStoreConcurrentClaims(t *testing.T, s queue.Store) {
 			t.Fatalf("%s claimed %d times", id, c)
 		}
 	}
-	if st, _ := s.Stats(ctx, Start); st.Done != n {
+	if st, _ := s.Stats(ctx, queue.DefaultQueue, Start); st.Done != n {
 		t.Fatalf("done = %d, want %d", st.Done, n)
 	}
 }
@@ -596,14 +756,14 @@ func testStoreRecordAndClaim(t *testing.T, s queue.Store) {
 	}
 	ctx := context.Background()
 	insert(t, s, row("a", Start, Start+10000, 5), row("b", Start+1, Start+10000, 5), row("c", Start+2, Start+10000, 5))
-	if got, err := s.Claim(ctx, Start, Start+100, 1); err != nil || !slices.Equal(ids(got), []string{"a"}) {
+	if got, err := s.Claim(ctx, queue.DefaultQueue, Start, Start+100, 1); err != nil || !slices.Equal(ids(got), []string{"a"}) {
 		t.Fatal(ids(got), err)
 	}
 	outs := []queue.Outcome{
 		{ID: "a", Attempt: 1, State: queue.Done, Now: Start + 5},
 		{ID: "b", Attempt: 1, State: queue.Done, Now: Start + 5}, // b is not leased
 	}
-	got, err := rc.RecordAndClaim(ctx, outs, Start+10, Start+110, 2)
+	got, err := rc.RecordAndClaim(ctx, outs, queue.DefaultQueue, Start+10, Start+110, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +778,7 @@ func testStoreRecordAndClaim(t *testing.T, s queue.Store) {
 	}
 	// Nothing to claim: the outcomes are still recorded.
 	outs = []queue.Outcome{{ID: "b", Attempt: 1, State: queue.Pending, AvailableAt: Start + 500, LastError: "later", Now: Start + 20}}
-	if got, err := rc.RecordAndClaim(ctx, outs, Start+20, Start+120, 3); err != nil || len(got) != 0 || !outs[0].Applied {
+	if got, err := rc.RecordAndClaim(ctx, outs, queue.DefaultQueue, Start+20, Start+120, 3); err != nil || len(got) != 0 || !outs[0].Applied {
 		t.Fatalf("claimed %v, err %v, applied %v", ids(got), err, outs[0].Applied)
 	}
 	if b, _ := s.Get(ctx, "b"); b.State != queue.Pending || b.AvailableAt != Start+500 {
@@ -873,6 +1033,60 @@ func testPermanent(t *testing.T, s queue.Store) {
 	}
 }
 
+// testSnooze: a snooze makes the job pending at now + d with no error and
+// no dead reason, keeps the last error of an earlier failure, spends the
+// attempt and leaves the deadline alone; RunOnce returns no error.
+func testSnooze(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	e.enqueue(queue.NewJob{ID: "z", MaxAttempts: 5, Deadline: Start + 10_000})
+	e.runOnce(fail(retry.Retryable(errBoom))) // attempt 1 fails: retry at +50
+	e.clock.Set(Start + 50)
+	j, err := e.q.RunOnce(e.ctx, fail(queue.Snooze(1500*time.Millisecond+time.Microsecond)))
+	if err != nil {
+		t.Fatalf("RunOnce of a snooze returned %v", err)
+	}
+	expect(t, "snoozed", *j, queue.Pending, 2, Start+50+1501, "")
+	got := e.get("z")
+	expect(t, "stored", got, queue.Pending, 2, Start+50+1501, "")
+	if got.LastError != "boom" || got.Deadline != Start+10_000 || got.MaxAttempts != 5 {
+		t.Fatalf("snooze changed the job: %+v", got)
+	}
+	e.clock.Set(Start + 1550)
+	if j := e.runOnce(ok); j != nil {
+		t.Fatalf("claimed 1 ms before the snooze ends: %+v", j)
+	}
+	e.clock.Set(Start + 1551)
+	// A wrapped snooze and a negative one (now) are snoozes too.
+	j = e.runOnce(fail(fmt.Errorf("later: %w", queue.Snooze(-time.Second))))
+	expect(t, "snoozed for 0", *j, queue.Pending, 3, Start+1551, "")
+	j = e.runOnce(ok)
+	expect(t, "done after snoozes", *j, queue.Done, 4, -1, "")
+}
+
+// testSnoozeBounded: a snooze never passes the deadline and never gives an
+// attempt back, so a handler that always snoozes ends dead.
+func testSnoozeBounded(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	e.enqueue(queue.NewJob{ID: "past", MaxAttempts: 5, Deadline: Start + 1000})
+	j := e.runOnce(fail(queue.Snooze(time.Second))) // wakes exactly at the deadline
+	expect(t, "snooze to the deadline", *j, queue.Dead, 1, -1, queue.DeadlineReached)
+	if g := e.get("past"); g.Deadline != Start+1000 || !strings.Contains(g.LastError, "deadline") {
+		t.Fatalf("stored %+v", g)
+	}
+	e.enqueue(queue.NewJob{ID: "loop", MaxAttempts: 3})
+	for i := 1; i <= 3; i++ {
+		j = e.runOnce(fail(queue.Snooze(10 * time.Millisecond)))
+		if j == nil || j.Attempts != i {
+			t.Fatalf("snooze %d: %+v", i, j)
+		}
+		e.clock.Advance(10)
+	}
+	expect(t, "always snoozing", *j, queue.Dead, 3, -1, queue.Exhausted)
+	if j := e.runOnce(ok); j != nil {
+		t.Fatalf("an exhausted job ran again: %+v", j)
+	}
+}
+
 func testUnknown(t *testing.T, s queue.Store) {
 	e := newEnv(t, s, func(c *queue.Config) { c.Lease = 10 * time.Second })
 	e.enqueue(queue.NewJob{ID: "u", MaxAttempts: 3})
@@ -935,7 +1149,7 @@ func testCrash(t *testing.T, s queue.Store) {
 	e := newEnv(t, s, func(c *queue.Config) { c.Lease = 5 * time.Second })
 	e.enqueue(queue.NewJob{ID: "c", MaxAttempts: 2})
 	// A worker claims and dies before recording anything.
-	if got, err := s.Claim(e.ctx, Start, Start+5000, 1); err != nil || len(got) != 1 {
+	if got, err := s.Claim(e.ctx, queue.DefaultQueue, Start, Start+5000, 1); err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	e.clock.Set(Start + 5000)
@@ -950,7 +1164,7 @@ func testCrash(t *testing.T, s queue.Store) {
 	}
 	// A crash on the last attempt buries the job as exhausted.
 	e.enqueue(queue.NewJob{ID: "last", MaxAttempts: 1})
-	if got, err := s.Claim(e.ctx, e.clock.Now(), e.clock.Now()+5000, 1); err != nil || len(got) != 1 {
+	if got, err := s.Claim(e.ctx, queue.DefaultQueue, e.clock.Now(), e.clock.Now()+5000, 1); err != nil || len(got) != 1 {
 		t.Fatal(got, err)
 	}
 	e.clock.Advance(5000)
@@ -1135,6 +1349,21 @@ func testStats(t *testing.T, s queue.Store) {
 	}
 }
 
+// testRunOnceBuries: a job whose deadline passed is buried by the next
+// RunOnce even when another job is due and gets claimed.
+func testRunOnceBuries(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	e.enqueue(queue.NewJob{ID: "expiring", Deadline: Start + 10})
+	e.clock.Advance(5)
+	e.enqueue(queue.NewJob{ID: "fresh"})
+	e.clock.Advance(10) // expiring's deadline has passed; both are due
+	j := e.runOnce(ok)
+	if j == nil || j.ID != "fresh" || j.State != queue.Done {
+		t.Fatalf("RunOnce ran %+v, want fresh done", j)
+	}
+	expect(t, "expiring", e.get("expiring"), queue.Dead, 0, -1, queue.DeadlineReached)
+}
+
 func testConcurrentRunOnce(t *testing.T, s queue.Store) {
 	e := newEnv(t, s, nil)
 	const n, workers = 100, 6
@@ -1179,5 +1408,99 @@ func testConcurrentRunOnce(t *testing.T, s queue.Store) {
 	st, _ := e.q.Stats(e.ctx)
 	if st.Done != n {
 		t.Fatalf("done %d, want %d", st.Done, n)
+	}
+}
+
+// testRedrive: Redrive selects dead jobs by reason, by age and up to a
+// limit; a dry run changes nothing.
+func testRedrive(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	die := func(id string, h retry.Handler) {
+		e.enqueue(queue.NewJob{ID: id, MaxAttempts: 1})
+		if _, err := e.q.RunOnce(e.ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(1000)
+	}
+	die("p1", fail(retry.Permanent(errBoom))) // died at Start
+	die("x1", fail(retry.Retryable(errBoom))) // exhausted at +1s
+	die("p2", fail(retry.Permanent(errBoom))) // +2s
+	die("p3", fail(retry.Permanent(errBoom))) // +3s
+	die("p4", fail(retry.Permanent(errBoom))) // +4s; now +5s
+	var seen []string
+	rd := queue.Redrive{Reason: queue.PermanentFailure, OlderThan: 1500 * time.Millisecond, NewerThan: 4500 * time.Millisecond,
+		Grant: 2, Deadline: time.Hour, Rate: queue.MaxRedriveRate, DryRun: true,
+		OnJob: func(j queue.Job) { seen = append(seen, j.ID) }}
+	res, err := e.q.Redrive(e.ctx, rd)
+	if err != nil || res.Requeued != 2 || !slices.Equal(seen, []string{"p2", "p3"}) {
+		t.Fatalf("dry run = %+v %v, selected %v; want p2 p3", res, err, seen)
+	}
+	if st, _ := e.q.Stats(e.ctx); st.Dead() != 5 {
+		t.Fatalf("a dry run changed jobs: %+v", st)
+	}
+	seen = nil
+	rd.DryRun, rd.OlderThan, rd.NewerThan, rd.Limit = false, 0, 0, 3
+	if res, err := e.q.Redrive(e.ctx, rd); err != nil || res.Requeued != 3 || !slices.Equal(seen, []string{"p1", "p2", "p3"}) {
+		t.Fatalf("Redrive = %+v %v, requeued %v", res, err, seen)
+	}
+	for _, id := range []string{"p1", "p2", "p3"} {
+		j := e.get(id)
+		expect(t, id, j, queue.Pending, 1, e.clock.Now(), "")
+		if j.MaxAttempts != 3 || j.Deadline != e.clock.Now()+3600_000 {
+			t.Fatalf("%s requeued as %+v", id, j)
+		}
+	}
+	expect(t, "x1 (another reason)", e.get("x1"), queue.Dead, 1, -1, queue.Exhausted)
+	expect(t, "p4 (past the limit)", e.get("p4"), queue.Dead, 1, -1, queue.PermanentFailure)
+}
+
+// testNamedQueues: a Queue claims, counts and lists only the jobs of its
+// named queue; IDs are unique across the queues of a store.
+func testNamedQueues(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil) // the default queue
+	mails := newEnv(t, s, func(c *queue.Config) { c.Queue = "mail" })
+	e.enqueue(queue.NewJob{ID: "d1"})
+	mails.enqueue(queue.NewJob{ID: "m1"})
+	e.enqueue(queue.NewJob{ID: "m2", Queue: "mail"}) // into another queue by name
+	if j := e.get("m2"); j.Queue != "mail" || e.get("d1").Queue != queue.DefaultQueue {
+		t.Fatalf("queues stored: m2 %q, d1 %q", j.Queue, e.get("d1").Queue)
+	}
+	// The same ID in another queue is the existing job.
+	if j, created, err := mails.q.Enqueue(e.ctx, queue.NewJob{ID: "d1"}); err != nil || created || j.Queue != queue.DefaultQueue {
+		t.Fatalf("re-enqueue of d1 into mail = %+v %v %v", j, created, err)
+	}
+	st, _ := e.q.Stats(e.ctx)
+	mst, _ := mails.q.Stats(e.ctx)
+	if st.PendingDue != 1 || mst.PendingDue != 2 {
+		t.Fatalf("stats: default %+v, mail %+v", st, mst)
+	}
+	var ran []string
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		ran = append(ran, d.ID)
+		return retry.Permanent(errBoom)
+	}
+	for range 3 {
+		mails.runOnce(h)
+	}
+	if !slices.Equal(ran, []string{"m1", "m2"}) {
+		t.Fatalf("the mail queue ran %v, want m1 m2 only", ran)
+	}
+	if dead, _ := e.q.Dead(e.ctx, "", 10); len(dead) != 0 {
+		t.Fatalf("the default queue lists mail's dead jobs: %v", ids(dead))
+	}
+	if dead, _ := mails.q.Dead(e.ctx, "", 10); !slices.Equal(ids(dead), []string{"m1", "m2"}) {
+		t.Fatalf("mail's dead jobs: %v", ids(dead))
+	}
+	if j := e.runOnce(ok); j == nil || j.ID != "d1" {
+		t.Fatalf("the default queue ran %+v", j)
+	}
+	for _, bad := range []string{"has space", strings.Repeat("q", queue.MaxQueueLen+1), "é"} {
+		if _, _, err := e.q.Enqueue(e.ctx, queue.NewJob{ID: "x", Queue: bad}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "queue name") {
+			t.Fatalf("Enqueue into queue %q = %v", bad, err)
+		}
+		if _, err := queue.New(s, queue.Config{Queue: bad}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "Queue") {
+			t.Fatalf("New(Queue %q) = %v", bad, err)
+		}
 	}
 }

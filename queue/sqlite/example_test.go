@@ -48,3 +48,39 @@ func Example() {
 	// pending 1 retry in 50 ms
 	// done 2
 }
+
+// The outbox pattern: the order and the job that ships it commit together,
+// or neither does.
+func ExampleStore_EnqueueTx() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "stagger-example")
+	defer os.RemoveAll(dir)
+	store, err := sqlite.Open(ctx, filepath.Join(dir, "shop.db"), sqlite.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	q, _ := queue.New(store, queue.Config{})
+	store.DB().ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`)
+
+	place := func(id string, fail bool) {
+		tx, _ := store.DB().BeginTx(ctx, nil)
+		tx.ExecContext(ctx, `INSERT INTO orders VALUES (?)`, id)
+		store.EnqueueTx(ctx, tx, q, queue.NewJob{ID: "ship-" + id, Payload: []byte(id)})
+		if fail {
+			tx.Rollback()
+			return
+		}
+		tx.Commit()
+		q.Wake()
+	}
+	place("o-1", false)
+	place("o-2", true)
+	for _, id := range []string{"ship-o-1", "ship-o-2"} {
+		_, err := store.Get(ctx, id)
+		fmt.Println(id, err == nil)
+	}
+	// Output:
+	// ship-o-1 true
+	// ship-o-2 false
+}

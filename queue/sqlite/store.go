@@ -14,7 +14,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,12 @@ type Options struct {
 	InboxLease time.Duration
 	// Now is the inbox's clock in Unix ms; nil means the system clock.
 	Now func() int64
+	// ReadOnly opens an existing queue database without writing to it:
+	// no file is created, no schema migrated, every connection is
+	// read-only. Open fails, wrapping fs.ErrNotExist, when the file does
+	// not exist, and when it holds no queue schema. Only the reads (Get,
+	// List, Stats, CountFinished) work on such a store.
+	ReadOnly bool
 }
 
 // Store is a queue.Store (and a queue.InboxStore) on one SQLite file.
@@ -58,8 +66,9 @@ type Store struct {
 var _ queue.Store = (*Store)(nil)
 var _ queue.InboxStore = (*Store)(nil)
 var _ queue.RecordClaimer = (*Store)(nil)
+var _ queue.Purger = (*Store)(nil)
 
-const schemaVersion = 1
+const schemaVersion = 3
 
 const schema = `
 CREATE TABLE IF NOT EXISTS stagger_jobs (
@@ -75,10 +84,12 @@ CREATE TABLE IF NOT EXISTS stagger_jobs (
 	lease_until  INTEGER NOT NULL DEFAULT 0,
 	created_at   INTEGER NOT NULL,
 	updated_at   INTEGER NOT NULL,
-	finished_at  INTEGER NOT NULL DEFAULT 0
+	finished_at  INTEGER NOT NULL DEFAULT 0,
+	queue        TEXT NOT NULL DEFAULT 'default'
 );
-CREATE INDEX IF NOT EXISTS stagger_jobs_due ON stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased');
-CREATE INDEX IF NOT EXISTS stagger_jobs_state ON stagger_jobs (state, dead_reason, id);
+CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON stagger_jobs (queue, available_at, id) WHERE state IN ('pending', 'leased');
+CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON stagger_jobs (queue, state, id);
+CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON stagger_jobs (state, finished_at) WHERE state IN ('done', 'dead');
 CREATE TABLE IF NOT EXISTS stagger_inbox (
 	id          TEXT PRIMARY KEY,
 	state       TEXT NOT NULL CHECK (state IN ('running', 'done')),
@@ -86,7 +97,7 @@ CREATE TABLE IF NOT EXISTS stagger_inbox (
 	lease_until INTEGER NOT NULL,
 	done_at     INTEGER NOT NULL DEFAULT 0
 );
-PRAGMA user_version = 1;
+PRAGMA user_version = 3;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -103,11 +114,23 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		// would not see the writer's tables.
 		return nil, fmt.Errorf("%w: sqlite path must be a file, not %q (use queue.MemoryStore for a queue in memory)", queue.ErrInvalid, path)
 	}
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("sqlite: %s does not exist (nothing was created): %w", path, fs.ErrNotExist)
+			}
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+	}
 	dsn := func(txlock string) string {
 		v := url.Values{}
 		v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-		v.Add("_pragma", "journal_mode(WAL)")
-		v.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		if opts.ReadOnly {
+			v.Set("mode", "ro")
+		} else {
+			v.Add("_pragma", "journal_mode(WAL)")
+			v.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		}
 		v.Set("_txlock", txlock)
 		return "file:" + path + "?" + v.Encode()
 	}
@@ -179,10 +202,35 @@ func (s *Store) migrate(ctx context.Context) error {
 	if v > schemaVersion {
 		return fmt.Errorf("schema version %d is newer than this build's %d", v, schemaVersion)
 	}
+	if s.opts.ReadOnly {
+		switch {
+		case v == 0:
+			return errors.New("not a queue database: it holds no queue schema (read-only: nothing was created)")
+		case v < schemaVersion:
+			return fmt.Errorf("schema version %d predates this build's %d: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", v, schemaVersion)
+		}
+		return nil
+	}
 	if v == schemaVersion {
 		return nil
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		if v > 0 && v < 3 {
+			// Version 3 adds named queues: a queue column (existing jobs
+			// are in the default queue) and the indexes that lead with it.
+			var has int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = 'queue'`).Scan(&has); err != nil {
+				return err
+			}
+			if has == 0 {
+				if _, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default'`); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `DROP INDEX IF EXISTS stagger_jobs_due; DROP INDEX IF EXISTS stagger_jobs_state`); err != nil {
+				return err
+			}
+		}
 		_, err := tx.ExecContext(ctx, schema)
 		return err
 	})
@@ -195,9 +243,9 @@ func (s *Store) Close() error {
 }
 
 const (
-	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
-	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_due
-		WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
+	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_ready
+		WHERE queue = ?3 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
 		ORDER BY available_at, id LIMIT ?2`
 	claimUpd  = `UPDATE stagger_jobs SET state = 'leased', attempts = attempts + 1, lease_until = ?2, available_at = ?2, updated_at = ?1 WHERE id `
 	extendSQL = `UPDATE stagger_jobs SET lease_until = ?3, available_at = ?3, updated_at = ?4 WHERE id = ?1 AND state = 'leased' AND attempts = ?2`
@@ -250,7 +298,7 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at`
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue`
 
 type scanner interface{ Scan(...any) error }
 
@@ -258,7 +306,7 @@ func scan(r scanner) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
 	err := r.Scan(&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
-		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt)
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue)
 	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
 	if j.Payload == nil {
 		j.Payload = []byte{}
@@ -268,31 +316,11 @@ func scan(r scanner) (queue.Job, error) {
 
 // Insert implements queue.Store.
 func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted, error) {
-	out := make([]queue.Inserted, len(jobs))
+	var out []queue.Inserted
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		ins := tx.StmtContext(ctx, s.insert)
-		for i, j := range jobs {
-			p := j.Payload
-			if p == nil {
-				p = []byte{}
-			}
-			res, err := ins.ExecContext(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
-				string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt)
-			if err != nil {
-				return err
-			}
-			if n, _ := res.RowsAffected(); n == 1 {
-				j.Payload = p
-				out[i] = queue.Inserted{Job: j, Created: true}
-				continue
-			}
-			cur, err := scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, j.ID))
-			if err != nil {
-				return err
-			}
-			out[i] = queue.Inserted{Job: cur}
-		}
-		return nil
+		var err error
+		out, err = insertTx(ctx, tx, tx.StmtContext(ctx, s.insert).ExecContext, jobs)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -300,12 +328,61 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 	return out, nil
 }
 
+// EnqueueTx enqueues jobs (validated by q, as Queue.EnqueueMany does)
+// inside the caller's transaction tx, so that they commit or roll back
+// with the caller's own writes: the outbox pattern. tx must be a write
+// transaction on this database, best one of DB() (BEGIN IMMEDIATE, the
+// store's one writer connection). The results are those of Insert; the
+// jobs are claimable once tx commits. Workers find them at their next
+// poll, or at once when the caller calls q.Wake after the commit. Nothing
+// is written when a job is invalid, and the caller should roll back.
+func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+	rows, err := q.NewRows(jobs)
+	if err != nil {
+		return nil, err
+	}
+	exec := func(ctx context.Context, args ...any) (sql.Result, error) {
+		return tx.ExecContext(ctx, insertSQL, args...)
+	}
+	return insertTx(ctx, tx, exec, rows)
+}
+
+// insertTx inserts jobs in tx with exec (insertSQL, prepared or not).
+func insertTx(ctx context.Context, tx *sql.Tx, exec func(context.Context, ...any) (sql.Result, error), jobs []queue.Job) ([]queue.Inserted, error) {
+	out := make([]queue.Inserted, len(jobs))
+	for i, j := range jobs {
+		p := j.Payload
+		if p == nil {
+			p = []byte{}
+		}
+		if j.Queue == "" {
+			j.Queue = queue.DefaultQueue
+		}
+		res, err := exec(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
+			string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt, j.Queue)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			j.Payload = p
+			out[i] = queue.Inserted{Job: j, Created: true}
+			continue
+		}
+		cur, err := scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, j.ID))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = queue.Inserted{Job: cur}
+	}
+	return out, nil
+}
+
 // Claim implements queue.Store.
-func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	if s.idle.Load() {
 		var one int
-		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_due
-			WHERE state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now).Scan(&one)
+		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_ready
+			WHERE queue = ?2 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now, name).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, nil
 		}
@@ -316,7 +393,7 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		out, err = s.claimTx(ctx, tx, name, now, leaseUntil, limit)
 		return err
 	})
 	if err != nil {
@@ -327,14 +404,14 @@ func (s *Store) Claim(ctx context.Context, now, leaseUntil int64, limit int) ([]
 
 // RecordAndClaim implements queue.RecordClaimer: Record and Claim in one
 // transaction.
-func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	var out []queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.recordTx(ctx, tx, outcomes); err != nil {
 			return err
 		}
 		var err error
-		out, err = s.claimTx(ctx, tx, now, leaseUntil, limit)
+		out, err = s.claimTx(ctx, tx, name, now, leaseUntil, limit)
 		return err
 	})
 	if err != nil {
@@ -344,11 +421,11 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, no
 	return out, nil
 }
 
-func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	if limit < 1 {
 		return nil, nil // SQLite reads a negative LIMIT as no limit at all
 	}
-	rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit)
+	rows, err := tx.StmtContext(ctx, s.claimSel).QueryContext(ctx, now, limit, name)
 	if err != nil {
 		return nil, err
 	}
@@ -479,6 +556,34 @@ func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
 	return int(n), err
 }
 
+// Purge implements queue.Purger.
+func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM stagger_jobs WHERE id IN (
+			SELECT id FROM stagger_jobs INDEXED BY stagger_jobs_finished
+			WHERE state = ?1 AND state IN ('done', 'dead') AND finished_at < ?2 ORDER BY finished_at LIMIT ?3)`,
+			string(state), before, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// CountFinished implements queue.Purger.
+func (s *Store) CountFinished(ctx context.Context, state queue.State, before int64) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM stagger_jobs INDEXED BY stagger_jobs_finished
+		WHERE state = ?1 AND state IN ('done', 'dead') AND finished_at < ?2`, string(state), before).Scan(&n)
+	return n, err
+}
+
 // Get implements queue.Store.
 func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 	j, err := scan(s.r.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, id))
@@ -489,11 +594,12 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 }
 
 // List implements queue.Store.
-func (s *Store) List(ctx context.Context, state queue.State, after string, limit int) ([]queue.Job, error) {
+func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
 	if limit < 1 {
 		return nil, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?`, string(state), after, limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
+		name, string(state), after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -535,22 +641,24 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 }
 
 // Stats implements queue.Store.
-func (s *Store) Stats(ctx context.Context, now int64) (queue.Stats, error) {
+func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
 	st := queue.Stats{Now: now}
-	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1, COUNT(*), MIN(available_at)
-		FROM stagger_jobs GROUP BY 1, 2, 3`, now)
+	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1,
+		(state = 'pending' OR (state = 'leased' AND available_at <= ?1)) AND (attempts >= max_attempts OR deadline <= ?1),
+		COUNT(*), MIN(available_at)
+		FROM stagger_jobs WHERE queue = ?2 GROUP BY 1, 2, 3, 4`, now, name)
 	if err != nil {
 		return st, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var state, reason string
-		var due bool
+		var due, dying bool
 		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &n, &oldest); err != nil {
+		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
 			return st, err
 		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, n, oldest)
+		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
 	}
 	return st, rows.Err()
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
@@ -51,7 +54,7 @@ func TestReopenKeepsJobs(t *testing.T) {
 	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "keep", Payload: []byte("x"), MaxAttempts: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, clock.Now(), clock.Now()+1000, 1); err != nil {
+	if _, err := s.Claim(ctx, queue.DefaultQueue, clock.Now(), clock.Now()+1000, 1); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -102,17 +105,17 @@ func TestNonPositiveLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, limit := range []int{0, -1} {
-		if got, err := s.Claim(ctx, now, now+10, limit); err != nil || len(got) != 0 {
+		if got, err := s.Claim(ctx, queue.DefaultQueue, now, now+10, limit); err != nil || len(got) != 0 {
 			t.Errorf("Claim(limit %d) = %d jobs, %v; want none", limit, len(got), err)
 		}
 		if n, err := s.Bury(ctx, now+5000, limit); err != nil || n != 0 {
 			t.Errorf("Bury(limit %d) = %d, %v; want 0", limit, n, err)
 		}
-		if got, err := s.List(ctx, queue.Pending, "", limit); err != nil || len(got) != 0 {
+		if got, err := s.List(ctx, queue.DefaultQueue, queue.Pending, "", limit); err != nil || len(got) != 0 {
 			t.Errorf("List(limit %d) = %d jobs, %v; want none", limit, len(got), err)
 		}
 	}
-	if got, err := s.Claim(ctx, now, now+10, 3); err != nil || len(got) != 3 || got[0].Attempts != 1 {
+	if got, err := s.Claim(ctx, queue.DefaultQueue, now, now+10, 3); err != nil || len(got) != 3 || got[0].Attempts != 1 {
 		t.Fatalf("claim after the refused ones: %d jobs, %v", len(got), err)
 	}
 }
@@ -157,5 +160,173 @@ func TestProcessTxExactlyOnce(t *testing.T) {
 	}
 	if ok, _ := in.Processed(ctx, "z-fail"); ok {
 		t.Fatal("failed effect marked processed")
+	}
+}
+
+func TestReadOnlyCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "typo.db")
+	if _, err := sqlite.Open(ctx, missing, sqlite.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("ReadOnly Open of a missing file = %v, want fs.ErrNotExist naming it", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ReadOnly Open created %s: %v", missing, err)
+	}
+	// A file that is not a queue database is refused and left alone.
+	other := filepath.Join(dir, "other.db")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.Open(ctx, other, sqlite.Options{ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "not a queue database") {
+		t.Fatalf("ReadOnly Open of an empty file = %v", err)
+	}
+	if fi, _ := os.Stat(other); fi.Size() != 0 {
+		t.Fatalf("ReadOnly Open wrote %d bytes into a foreign file", fi.Size())
+	}
+	// On a queue database the reads work and the writes fail.
+	path := filepath.Join(dir, "q.db")
+	w, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	q, _ := queue.New(w, queue.Config{})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if st, err := r.Stats(ctx, queue.DefaultQueue, time.Now().UnixMilli()); err != nil || st.PendingDue != 1 {
+		t.Fatalf("read-only Stats = %+v, %v", st, err)
+	}
+	if _, err := r.Insert(ctx, []queue.Job{{ID: "b", State: queue.Pending, MaxAttempts: 1, Deadline: queue.MaxTime}}); err == nil {
+		t.Fatal("a read-only store inserted a job")
+	}
+}
+
+// v1Schema is the schema of version 1 (before retention and named queues).
+const v1Schema = `
+CREATE TABLE stagger_jobs (
+	id TEXT PRIMARY KEY, payload BLOB NOT NULL, attempts INTEGER NOT NULL, max_attempts INTEGER NOT NULL,
+	available_at INTEGER NOT NULL, deadline INTEGER NOT NULL,
+	state TEXT NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'dead')),
+	dead_reason TEXT NOT NULL DEFAULT '', last_error TEXT NOT NULL DEFAULT '', lease_until INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, finished_at INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX stagger_jobs_due ON stagger_jobs (available_at, id) WHERE state IN ('pending', 'leased');
+CREATE INDEX stagger_jobs_state ON stagger_jobs (state, dead_reason, id);
+CREATE TABLE stagger_inbox (id TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+	token INTEGER NOT NULL, lease_until INTEGER NOT NULL, done_at INTEGER NOT NULL DEFAULT 0);
+INSERT INTO stagger_jobs (id, payload, attempts, max_attempts, available_at, deadline, state, created_at, updated_at)
+	VALUES ('old', x'', 0, 3, 1, 253402300799999, 'pending', 1, 1);
+PRAGMA user_version = 1;`
+
+// TestMigratesVersion1: a database of schema version 1 is migrated on
+// Open: its jobs are in the default queue, claimable, and retention works.
+func TestMigratesVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, v1Schema); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "predates") {
+		t.Fatalf("read-only Open of a version-1 file = %v, want a message to migrate it", err)
+	}
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v, idx int
+	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name IN ('stagger_jobs_finished', 'stagger_jobs_ready', 'stagger_jobs_by_state')`).Scan(&idx)
+	if v != 3 || idx != 3 {
+		t.Fatalf("after migration: user_version %d, %d of the 3 new indexes", v, idx)
+	}
+	j, err := s.Get(ctx, "old")
+	if err != nil || j.Queue != queue.DefaultQueue {
+		t.Fatalf("old job after migration: %+v %v", j, err)
+	}
+	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" {
+		t.Fatalf("claim after migration: %v %v", got, err)
+	}
+	if n, err := s.Purge(ctx, queue.Done, queue.MaxTime, 10); err != nil || n != 0 {
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
+	s.Close()
+	if s, err = sqlite.Open(ctx, path, sqlite.Options{}); err != nil { // a second open migrates nothing
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
+// sqliteEnqueueTx is queuetest's EnqueueTx on a transaction of s.DB().
+func sqliteEnqueueTx(s *sqlite.Store) queuetest.EnqueueTx {
+	return func(ctx context.Context, q *queue.Queue, commit bool, jobs ...queue.NewJob) ([]queue.Inserted, error) {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.EnqueueTx(ctx, tx, q, jobs...)
+		if err != nil || !commit {
+			return res, errors.Join(err, tx.Rollback())
+		}
+		return res, tx.Commit()
+	}
+}
+
+func TestEnqueueTxConformance(t *testing.T) {
+	queuetest.RunEnqueueTx(t, func(t *testing.T) (queue.Store, queuetest.EnqueueTx) {
+		s := open(t, sqlite.Options{Synchronous: "NORMAL"})
+		return s, sqliteEnqueueTx(s)
+	})
+}
+
+// TestEnqueueTxWithBusinessRow: the application's row and its job commit
+// or roll back together.
+func TestEnqueueTxWithBusinessRow(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, sqlite.Options{Synchronous: "NORMAL"})
+	q, _ := queue.New(s, queue.Config{})
+	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	place := func(id string, commit bool) {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES (?)`, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EnqueueTx(ctx, tx, q, queue.NewJob{ID: "ship-" + id}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	place("1", false)
+	place("2", true)
+	for id, want := range map[string]bool{"1": false, "2": true} {
+		var n int
+		s.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ?`, id).Scan(&n)
+		_, err := s.Get(ctx, "ship-"+id)
+		if (n == 1) != want || (err == nil) != want {
+			t.Fatalf("order %s: row %d, job err %v; want both present = %v", id, n, err, want)
+		}
 	}
 }
