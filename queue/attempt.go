@@ -116,15 +116,16 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		a.out, a.rec, a.err = o, true, errors.Join(back, herr)
 		return
 	}
-	d := s.End(herr, time.UnixMilli(t1))
 	o.Now = t1
+	if d, ok := snoozed(herr); ok { // not a failure: see Snooze
+		s.Postpone()
+		a.out, a.rec, a.snoozed = snoozeOutcome(o, j, d, t1), true, true
+		return
+	}
+	d := s.End(herr, time.UnixMilli(t1))
 	if herr == nil {
 		o.State = Done
 		a.out, a.rec = o, true
-		return
-	}
-	if d, ok := snoozed(herr); ok { // not a failure: see Snooze
-		a.out, a.rec, a.snoozed = snoozeOutcome(o, j, d, t1), true, true
 		return
 	}
 	o.LastError = truncateError(herr.Error())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -58,4 +59,29 @@ func TestHandoff(t *testing.T) {
 			t.Errorf("handoff %+v", nj)
 		}
 	})
+}
+
+// TestSnoozeIsNotJudged: a snoozed attempt fires no give-up or retry hook,
+// tells the Budget nothing and gives the Limiter its slot back as served.
+func TestSnoozeIsNotJudged(t *testing.T) {
+	bh, _ := limit.NewBulkhead(1)
+	var hooks []string
+	p := &retry.Policy{Limiter: bh, Hooks: retry.Hooks{
+		OnRetry:   func(retry.Event) { hooks = append(hooks, "retry") },
+		OnGiveUp:  func(retry.Event) { hooks = append(hooks, "giveup") },
+		OnSuccess: func(retry.Event) { hooks = append(hooks, "success") },
+	}}
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q.Enqueue(ctx, queue.NewJob{ID: "s1"})
+	j, err := q.RunOnce(ctx, func(context.Context, []byte) error { return queue.Snooze(time.Minute) })
+	if err != nil || j.State != queue.Pending {
+		t.Fatalf("snoozed job %+v, %v", j, err)
+	}
+	if len(hooks) != 0 || bh.InFlight() != 0 {
+		t.Errorf("hooks %v, slots held %d; want none and 0", hooks, bh.InFlight())
+	}
 }

@@ -193,6 +193,22 @@ func (s *Step) Release() {
 	}
 }
 
+// Postpone ends an attempt whose work asked to run later instead of
+// succeeding or failing (the queue's Snooze): nothing is judged, so no hook
+// fires and the Budget is not told, and the Limiter slot is released as
+// served (the dependency was not refused).
+func (s *Step) Postpone() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	s.actx = nil
+	if s.held {
+		s.held = false
+		s.policy().Limiter.Release(true)
+	}
+}
+
 // Abort ends an attempt that did not return (a panic): its Limiter slot is
 // released as an overload sign and its context canceled. A driver defers
 // it around the attempt; after End (or Release) it does nothing.

@@ -693,7 +693,7 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // ---- purge ----
 
 func queuePurge(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newQueueFlags("purge", false)
+	f := newQueueFlags("purge", queueWrites)
 	var state, olderThan string
 	var batch int
 	var dryRun bool
