@@ -46,6 +46,8 @@ type proxyConfig struct {
 	upstream *url.URL
 	faults   *faultSchedule
 	window   time.Duration
+	horizon  time.Duration
+	maxReqs  int
 	report   string // "" for none
 	duration time.Duration
 	idHeader string
@@ -62,6 +64,8 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		upstream string
 		faults   []string
 		window   = lab.DefaultWindow
+		horizon  = lab.DefaultHorizon
+		maxReqs  = lab.DefaultMaxRequests
 		rep      = defaultProxyReport
 		duration time.Duration
 		idHeader = lab.HeaderRequestID
@@ -74,6 +78,9 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
 		" (times since the proxy started, durations with a unit)")
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
+	fs.Var(durationValue{p: &horizon, positive: true, max: 30 * 24 * time.Hour}, "horizon",
+		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", lab.MaxWindows))
+	fs.Var(intValue{&maxReqs, 1, 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
 	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
 	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
 	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to")
@@ -99,6 +106,9 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return usageErr("--listen %q: want host:port, such as %s", listen, defaultProxyListen)
 	}
+	if horizon < window || horizon/window > lab.MaxWindows {
+		return usageErr("--horizon %v: want between the --window (%v) and %d windows (%v)", horizon, window, lab.MaxWindows, window*lab.MaxWindows)
+	}
 	sched, err := parseFaults(faults)
 	if err != nil {
 		return usageErr("%v", err)
@@ -114,7 +124,7 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 			return usageErr("--report: %v", err)
 		}
 	}
-	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, report: rep,
+	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep,
 		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody), quiet: quiet, args: args}, -1
 }
 
@@ -200,9 +210,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer cancel()
 	_ = srv.Shutdown(shutdown)
 
-	s := p.rec.Stats(cfg.window)
-	fmt.Fprintf(stdout, "stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d failed, peak %d in %v; %d requests, %.2f attempts/request\n",
-		s.Total, s.Accepted, s.Down, s.Busy, s.Failed, s.Peak, cfg.window, s.Requests, s.AttemptsPerRequest())
+	s := p.rec.Stats(true)
+	fmt.Fprintf(stdout, "stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; %d requests, %.2f attempts/request\n",
+		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, cfg.window, s.Requests, s.AttemptsPerRequest())
 	if cfg.report != "" {
 		sub := fmt.Sprintf("stagger proxy %s — %s", strings.Join(quoteArgs(cfg.args), " "), time.Now().UTC().Format(time.RFC3339))
 		if err := report.WriteFile(cfg.report, p.reportPage(sub, s)); err != nil {
@@ -232,7 +242,7 @@ func quoteArgs(args []string) []string {
 type proxy struct {
 	cfg      *proxyConfig
 	start    time.Time
-	rec      *lab.Recorder
+	rec      *lab.WindowedRecorder
 	rp       *httputil.ReverseProxy
 	inflight atomic.Int64
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
@@ -242,8 +252,13 @@ type proxy struct {
 	now func() time.Time
 }
 
+// newProxy returns the handler for cfg, which parseProxy has checked.
 func newProxy(cfg *proxyConfig, start time.Time) *proxy {
-	p := &proxy{cfg: cfg, start: start, rec: lab.NewRecorder(start), now: time.Now}
+	rec, err := lab.NewWindowedRecorder(start, lab.WindowedConfig{Window: cfg.window, Horizon: cfg.horizon, MaxRequests: cfg.maxReqs})
+	if err != nil {
+		panic("stagger proxy: " + err.Error()) // parseProxy checked the same rules
+	}
+	p := &proxy{cfg: cfg, start: start, rec: rec, now: time.Now}
 	up := cfg.upstream
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -301,6 +316,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	arrived := p.now()
+	pend := p.rec.Arrive(arrived)
 	t := arrived.Sub(p.start)
 	id := r.Header.Get(p.cfg.idHeader)
 	attempt := 0
@@ -311,7 +327,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := p.cfg.faults
 
 	if f.isDropped(t) {
-		p.rec.Record(arrived, id, attempt, lab.Failed)
+		p.rec.Finish(pend, id, attempt, lab.Dropped)
 		panic(http.ErrAbortHandler) // the server closes the connection: no answer at all
 	}
 	// The lab gateway's decision, on the lab's timeline.
@@ -319,7 +335,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o == lab.Busy {
 		p.inflight.Add(-1)
 		p.refuse(w, lab.Busy)
-		p.rec.Record(arrived, id, attempt, lab.Busy)
+		p.rec.Finish(pend, id, attempt, lab.Busy)
 		return
 	}
 	defer p.inflight.Add(-1)
@@ -329,18 +345,18 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-timer.C:
 		case <-r.Context().Done():
 			timer.Stop()
-			p.rec.Record(arrived, id, attempt, lab.Failed) // the client gave up first
+			p.rec.Finish(pend, id, attempt, lab.Failed) // the client gave up first
 			return
 		}
 	}
 	if o == lab.Down {
 		p.refuse(w, lab.Down)
-		p.rec.Record(arrived, id, attempt, lab.Down)
+		p.rec.Finish(pend, id, attempt, lab.Down)
 		return
 	}
 	if r.ContentLength > p.cfg.maxBody {
 		http.Error(w, "stagger proxy: request body too large", http.StatusRequestEntityTooLarge)
-		p.rec.Record(arrived, id, attempt, lab.Failed)
+		p.rec.Finish(pend, id, attempt, lab.Failed)
 		return
 	}
 	if r.Body != nil {
@@ -352,7 +368,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sw.upstreamErr || sw.status >= 500 {
 		o = lab.Failed
 	}
-	p.rec.Record(arrived, id, attempt, o)
+	p.rec.Finish(pend, id, attempt, o)
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).
@@ -378,7 +394,9 @@ type proxyStats struct {
 	Rejected           int              `json:"rejected"`
 	Down               int              `json:"down"`
 	Busy               int              `json:"busy"`
+	Dropped            int              `json:"dropped"`
 	Failed             int              `json:"failed"`
+	Abandoned          int              `json:"abandoned"`
 	Peak               int              `json:"peak"`
 	PeakAtMS           int64            `json:"peak_at_ms"`
 	InFlight           int64            `json:"in_flight"`
@@ -386,26 +404,37 @@ type proxyStats struct {
 	RequestsAccepted   int              `json:"requests_accepted"`
 	Unidentified       int              `json:"unidentified"`
 	MaxAttempts        int              `json:"max_attempts"`
+	Evicted            int              `json:"evicted_requests"`
+	HorizonMS          int64            `json:"horizon_ms"`
+	Folded             int              `json:"folded"`
 	AttemptsPerRequest float64          `json:"attempts_per_request"`
 	ByAttempt          map[string]int64 `json:"by_attempt"`
 	Timeline           []proxyWindow    `json:"timeline,omitempty"`
 }
 
 type proxyWindow struct {
-	StartMS  int64 `json:"start_ms"`
-	Accepted int   `json:"accepted"`
-	Rejected int   `json:"rejected"`
+	StartMS   int64 `json:"start_ms"`
+	Accepted  int   `json:"accepted"`
+	Rejected  int   `json:"rejected"`
+	Down      int   `json:"down,omitempty"`
+	Busy      int   `json:"busy,omitempty"`
+	Dropped   int   `json:"dropped,omitempty"`
+	Failed    int   `json:"failed,omitempty"`
+	Abandoned int   `json:"abandoned,omitempty"`
 }
 
-func (p *proxy) stats() proxyStats {
-	s := p.rec.Stats(p.cfg.window)
+// stats reads the recorder: a constant amount of work, plus one entry per
+// kept window when timeline is set.
+func (p *proxy) stats(timeline bool) proxyStats {
+	s := p.rec.Stats(timeline)
 	out := proxyStats{
 		Upstream: p.cfg.upstream.Redacted(), Faults: append([]string{}, p.cfg.faults.clauses...),
 		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
-		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Failed: s.Failed,
+		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
 		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
 		Requests: s.Requests, RequestsAccepted: s.RequestsAccepted, Unidentified: s.Unidentified,
 		MaxAttempts: s.MaxAttempts, AttemptsPerRequest: s.AttemptsPerRequest(),
+		Evicted: s.Evicted, HorizonMS: p.cfg.horizon.Milliseconds(), Folded: s.Folded,
 		ByAttempt: map[string]int64{},
 	}
 	for i := range p.byAttempt {
@@ -414,7 +443,8 @@ func (p *proxy) stats() proxyStats {
 		}
 	}
 	for _, b := range s.Timeline {
-		out.Timeline = append(out.Timeline, proxyWindow{StartMS: b.Start.Milliseconds(), Accepted: b.Accepted, Rejected: b.Rejected})
+		out.Timeline = append(out.Timeline, proxyWindow{StartMS: b.Start.Milliseconds(), Accepted: b.Accepted, Rejected: b.Rejected,
+			Down: b.Down, Busy: b.Busy, Dropped: b.Dropped, Failed: b.Failed, Abandoned: b.Abandoned})
 	}
 	return out
 }
@@ -425,10 +455,7 @@ func (p *proxy) serveStats(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	s := p.stats()
-	if r.URL.Query().Get("timeline") != "1" {
-		s.Timeline = nil
-	}
+	s := p.stats(r.URL.Query().Get("timeline") == "1")
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)

@@ -155,7 +155,7 @@ func TestProxyFaultSchedule(t *testing.T) {
 		}
 	}
 	s := getStats(t, base)
-	if s.Total != 7 || s.Accepted != 4 || s.Down != 2 || s.Failed != 1 || up.calls.Load() != 4 {
+	if s.Total != 7 || s.Accepted != 4 || s.Down != 2 || s.Dropped != 1 || up.calls.Load() != 4 {
 		t.Errorf("stats %+v, upstream %d: want 7 = 4 accepted + 2 down + 1 dropped, upstream 4", s, up.calls.Load())
 	}
 }
@@ -436,8 +436,8 @@ func TestCurlRetriesThroughProxy(t *testing.T) {
 		// curl waits what Retry-After says (1 s here) and still counts: 2 attempts.
 		{"503 Retry-After --retry 1", "down 1h at 0s; retry-after 1s", []string{"--retry", "1"}, 2, "down"},
 		// A dropped connection is not "transient" for curl unless --retry-all-errors.
-		{"drop --retry 2", "drop 1h at 0s", []string{"--retry", "2", "--retry-delay", "1"}, 1, "failed"},
-		{"drop --retry-all-errors", "drop 1h at 0s", []string{"--retry", "1", "--retry-delay", "1", "--retry-all-errors"}, 2, "failed"},
+		{"drop --retry 2", "drop 1h at 0s", []string{"--retry", "2", "--retry-delay", "1"}, 1, "dropped"},
+		{"drop --retry-all-errors", "drop 1h at 0s", []string{"--retry", "1", "--retry-delay", "1", "--retry-all-errors"}, 2, "dropped"},
 		// Success: nothing to retry.
 		{"ok --retry 3", "", []string{"--retry", "3"}, 1, "accepted"},
 	}
@@ -458,7 +458,7 @@ func TestCurlRetriesThroughProxy(t *testing.T) {
 			if s.Total != c.attempts || s.Requests != 1 || s.MaxAttempts != c.attempts {
 				t.Errorf("proxy counted %d attempts of %d requests (max %d), want %d of 1", s.Total, s.Requests, s.MaxAttempts, c.attempts)
 			}
-			got := map[string]int{"accepted": s.Accepted, "down": s.Down, "busy": s.Busy, "failed": s.Failed}
+			got := map[string]int{"accepted": s.Accepted, "down": s.Down, "busy": s.Busy, "dropped": s.Dropped, "failed": s.Failed}
 			if got[c.outcome] != c.attempts {
 				t.Errorf("outcomes %v, want all %d %s", got, c.attempts, c.outcome)
 			}
@@ -502,7 +502,7 @@ func TestRetryablehttpThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if s := p2.rec.Stats(0); s.Total != 4+1 {
+	if s := p2.rec.Stats(false); s.Total != 4+1 {
 		t.Errorf("POSTs: %d attempts, want 4 (go-retryablehttp) + 1 (stagger)", s.Total)
 	}
 }
@@ -535,7 +535,7 @@ func TestProxyReportByAttempt(t *testing.T) {
 		p.byAttempt[i].Add(int64(i + 1))
 	}
 	var tab *report.Table
-	for _, sec := range p.reportPage("", p.rec.Stats(p.cfg.window)).Sections {
+	for _, sec := range p.reportPage("", p.rec.Stats(true)).Sections {
 		if sec.Title == "Attempts by attempt number" {
 			tab = sec.Table
 		}
@@ -545,7 +545,7 @@ func TestProxyReportByAttempt(t *testing.T) {
 	if tab == nil || !reflect.DeepEqual(tab.Rows, want) {
 		t.Fatalf("rows %v, want %v", tab, want)
 	}
-	if got := p.stats().ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
+	if got := p.stats(false).ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
 		t.Errorf("stats ByAttempt %v", got)
 	}
 }
