@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -38,6 +39,13 @@ const (
 	defaultMaxBody = 10 << 20
 	// proxyMaxHeaderBytes bounds the request headers the proxy reads.
 	proxyMaxHeaderBytes = 64 << 10
+	// Defaults of the limits on clients: a request's headers, the whole
+	// request with its body, an idle keep-alive connection, and the
+	// connections open at once.
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 60 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultMaxConns          = 1024
 )
 
 // proxyConfig is the parsed command line of `stagger proxy`.
@@ -52,8 +60,11 @@ type proxyConfig struct {
 	duration time.Duration
 	idHeader string
 	maxBody  int64
-	quiet    bool
-	args     []string
+	// Limits on clients (http.Server's timeouts and the connection cap).
+	readHeaderTimeout, readTimeout, idleTimeout time.Duration
+	maxConns                                    int
+	quiet                                       bool
+	args                                        []string
 }
 
 // parseProxy parses and validates every flag; it returns exit code -1 when
@@ -71,6 +82,10 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		idHeader = lab.HeaderRequestID
 		maxBody  = defaultMaxBody
 		quiet    bool
+		rht      = defaultReadHeaderTimeout
+		rt       = defaultReadTimeout
+		it       = defaultIdleTimeout
+		maxConns = defaultMaxConns
 	)
 	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
 	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
@@ -85,6 +100,10 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
 	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to")
 	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
+	fs.Var(durationValue{p: &rht, positive: true, max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
+	fs.Var(durationValue{p: &rt, positive: true, max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
+	fs.Var(durationValue{p: &it, positive: true, max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
+	fs.Var(intValue{&maxConns, 1, 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
 	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, fs) }); !ok {
 		return nil, code
@@ -125,7 +144,8 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		}
 	}
 	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep,
-		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody), quiet: quiet, args: args}, -1
+		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody),
+		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args}, -1
 }
 
 // faultList collects --fault values; they are parsed together afterwards.
@@ -177,14 +197,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	p := newProxy(cfg, time.Now())
-	srv := &http.Server{
-		Handler:           p,
-		MaxHeaderBytes:    proxyMaxHeaderBytes,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
-	}
+	srv := p.server()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(l) }()
+	go func() { serveErr <- srv.Serve(newLimitListener(l, cfg.maxConns)) }()
 	if !cfg.quiet {
 		fmt.Fprintf(stdout, "stagger proxy: listening on http://%s -> %s; stats at http://%s%s\n",
 			l.Addr(), cfg.upstream.Redacted(), l.Addr(), statsPath)
@@ -281,11 +296,28 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 	return p
 }
 
-// statusWriter remembers the status the proxy answered with.
+// server is the http.Server for p, with the limits of its config; serve it
+// on a newLimitListener.
+func (p *proxy) server() *http.Server {
+	return &http.Server{
+		Handler:           p,
+		MaxHeaderBytes:    proxyMaxHeaderBytes,
+		ReadHeaderTimeout: p.cfg.readHeaderTimeout,
+		ReadTimeout:       p.cfg.readTimeout,
+		IdleTimeout:       p.cfg.idleTimeout,
+		// No WriteTimeout: a response may take as long as the upstream
+		// and the latency faults make it.
+		ErrorLog: log.New(io.Discard, "", 0), // a client that went away is counted, not logged
+	}
+}
+
+// statusWriter remembers the status the proxy answered with and whether
+// writing to the client failed.
 type statusWriter struct {
 	http.ResponseWriter
 	status      int
 	upstreamErr bool
+	writeErr    bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -299,7 +331,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.writeErr = true
+	}
+	return n, err
 }
 
 func (w *statusWriter) Flush() {
@@ -345,7 +381,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-timer.C:
 		case <-r.Context().Done():
 			timer.Stop()
-			p.rec.Finish(pend, id, attempt, lab.Failed) // the client gave up first
+			p.rec.Finish(pend, id, attempt, lab.Abandoned) // the client gave up first
 			return
 		}
 	}
@@ -362,13 +398,37 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
 	}
-	sw := &statusWriter{ResponseWriter: w}
-	p.rp.ServeHTTP(sw, r)
-	o = lab.Accepted
-	if sw.upstreamErr || sw.status >= 500 {
-		o = lab.Failed
-	}
+	o, abort := p.forward(w, r)
 	p.rec.Finish(pend, id, attempt, o)
+	if abort != nil {
+		panic(abort)
+	}
+}
+
+// forward sends r upstream and says what became of it: Abandoned when the
+// client went away before it had the whole answer (the upstream may have
+// served it), Failed when the upstream did not answer or answered 5xx. A
+// panic of the reverse proxy (http.ErrAbortHandler when copying the answer
+// failed) is returned as abort, for the caller to re-raise once counted.
+func (p *proxy) forward(w http.ResponseWriter, r *http.Request) (o lab.Outcome, abort any) {
+	sw := &statusWriter{ResponseWriter: w}
+	gone := func() bool { return sw.writeErr || r.Context().Err() != nil }
+	defer func() {
+		if v := recover(); v != nil {
+			o, abort = lab.Failed, v
+			if gone() {
+				o = lab.Abandoned
+			}
+		}
+	}()
+	p.rp.ServeHTTP(sw, r)
+	switch {
+	case (sw.upstreamErr || sw.writeErr) && gone():
+		return lab.Abandoned, nil
+	case sw.upstreamErr || sw.status >= 500:
+		return lab.Failed, nil
+	}
+	return lab.Accepted, nil
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).

@@ -260,6 +260,14 @@ func TestParseProxyRejects(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--duration", "-5s"}, `--duration`},
 		{[]string{"--upstream", "http://x", "--id-header", "bad header"}, `--id-header`},
 		{[]string{"--upstream", "http://x", "--bogus"}, `unknown flag --bogus`},
+		{[]string{"--upstream", "http://x", "--horizon", "100ms"}, `--horizon 100ms: want between the --window (200ms)`},
+		{[]string{"--upstream", "http://x", "--window", "1ms", "--horizon", "720h"}, `--horizon 720h0m0s: want between`},
+		{[]string{"--upstream", "http://x", "--max-requests", "0"}, `--max-requests`},
+		{[]string{"--upstream", "http://x", "--max-conns", "0"}, `--max-conns`},
+		{[]string{"--upstream", "http://x", "--max-conns", "1.5"}, `--max-conns`},
+		{[]string{"--upstream", "http://x", "--read-timeout", "0s"}, `--read-timeout`},
+		{[]string{"--upstream", "http://x", "--read-header-timeout", "-1s"}, `--read-header-timeout`},
+		{[]string{"--upstream", "http://x", "--idle-timeout", "Inf"}, `--idle-timeout`},
 		{[]string{"--upstream", "http://x", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--upstream", "http://x", "--report", filepath.Join(dir, "missing", "r.html")}, `--report: directory of`},
 		{[]string{"--upstream", "http://x", "--report", dir}, `--report: ` + dir + ` is a directory`},
@@ -288,7 +296,9 @@ func TestProxyHelp(t *testing.T) {
 	if code := run(context.Background(), []string{"proxy", "--help"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"down D at T", "retry-after D", "--upstream", statsPath} {
+	for _, want := range []string{"down D at T", "retry-after D", "--upstream", statsPath,
+		"-read-timeout value", "(default 1m0s)", "-read-header-timeout value", "(default 10s)",
+		"-idle-timeout value", "-max-conns value", "(default 1024)", "-horizon value", "-max-requests value"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
