@@ -58,7 +58,7 @@ type proxyConfig struct {
 	maxReqs  int
 	report   string // "" for none
 	duration time.Duration
-	idHeader string
+	group    grouping
 	maxBody  int64
 	// Limits on clients (http.Server's timeouts and the connection cap).
 	readHeaderTimeout, readTimeout, idleTimeout time.Duration
@@ -80,6 +80,7 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		rep      = defaultProxyReport
 		duration time.Duration
 		idHeader = lab.HeaderRequestID
+		groupBy  string
 		maxBody  = defaultMaxBody
 		quiet    bool
 		rht      = defaultReadHeaderTimeout
@@ -98,7 +99,9 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.Var(intValue{&maxReqs, 1, 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
 	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
 	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
-	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to")
+	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
+	fs.StringVar(&groupBy, "group-by", "header:"+lab.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
+		"or method+path+client (method, request target and client IP: for a run with one client that sends each request once)")
 	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
 	fs.Var(durationValue{p: &rht, positive: true, max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
 	fs.Var(durationValue{p: &rt, positive: true, max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
@@ -132,8 +135,19 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if idHeader == "" || http.CanonicalHeaderKey(idHeader) != http.CanonicalHeaderKey(strings.TrimSpace(idHeader)) || strings.ContainsAny(idHeader, " :\r\n\t") {
+	if !validHeaderName(idHeader) {
 		return usageErr("--id-header %q: want a header name such as %s", idHeader, lab.HeaderRequestID)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["group-by"] && set["id-header"] {
+		return usageErr("--group-by and --id-header both say how to group attempts: give one")
+	}
+	group := grouping{header: http.CanonicalHeaderKey(idHeader)}
+	if set["group-by"] {
+		if group, err = parseGrouping(groupBy); err != nil {
+			return usageErr("%v", err)
+		}
 	}
 	if rep != "" && strings.ContainsRune(rep, 0) {
 		return usageErr("--report: the file name contains a NUL byte")
@@ -144,7 +158,7 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		}
 	}
 	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep,
-		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody),
+		duration: duration, group: group, maxBody: int64(maxBody),
 		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args}, -1
 }
 
@@ -226,8 +240,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	_ = srv.Shutdown(shutdown)
 
 	s := p.rec.Stats(true)
-	fmt.Fprintf(stdout, "stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; %d requests, %.2f attempts/request\n",
-		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, cfg.window, s.Requests, s.AttemptsPerRequest())
+	fmt.Fprintln(stdout, p.summaryLine(s))
 	if cfg.report != "" {
 		sub := fmt.Sprintf("stagger proxy %s — %s", strings.Join(quoteArgs(cfg.args), " "), time.Now().UTC().Format(time.RFC3339))
 		if err := report.WriteFile(cfg.report, p.reportPage(sub, s)); err != nil {
@@ -354,7 +367,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := p.now()
 	pend := p.rec.Arrive(arrived)
 	t := arrived.Sub(p.start)
-	id := r.Header.Get(p.cfg.idHeader)
+	id := p.cfg.group.key(r)
 	attempt := 0
 	if v := r.Header.Values(retryhttp.AttemptHeader); len(v) == 1 {
 		attempt, _ = retryhttp.ParseAttempt(v[0])
@@ -468,8 +481,39 @@ type proxyStats struct {
 	HorizonMS          int64            `json:"horizon_ms"`
 	Folded             int              `json:"folded"`
 	AttemptsPerRequest float64          `json:"attempts_per_request"`
+	GroupBy            string           `json:"group_by"`
 	ByAttempt          map[string]int64 `json:"by_attempt"`
+	Unnumbered         int64            `json:"unnumbered"`
 	Timeline           []proxyWindow    `json:"timeline,omitempty"`
+}
+
+// grouped reports whether any attempt carried the grouping key: if none
+// did, the per-request numbers are not available (not zero).
+func (s proxyStats) grouped() bool { return s.Total == 0 || s.Unidentified < s.Total }
+
+// numbered reports whether any attempt carried a Stagger-Attempt.
+func (s proxyStats) numbered() bool { return s.Total == 0 || s.Unnumbered < int64(s.Total) }
+
+// MarshalJSON writes null for the numbers that are not available: the
+// per-request ones when no attempt carried the grouping key, by_attempt
+// when none carried a Stagger-Attempt.
+func (s proxyStats) MarshalJSON() ([]byte, error) {
+	type plain proxyStats
+	out := struct {
+		plain
+		Requests           *int              `json:"requests"`
+		RequestsAccepted   *int              `json:"requests_accepted"`
+		MaxAttempts        *int              `json:"max_attempts"`
+		AttemptsPerRequest *float64          `json:"attempts_per_request"`
+		ByAttempt          *map[string]int64 `json:"by_attempt"`
+	}{plain: plain(s)}
+	if s.grouped() {
+		out.Requests, out.RequestsAccepted, out.MaxAttempts, out.AttemptsPerRequest = &s.Requests, &s.RequestsAccepted, &s.MaxAttempts, &s.AttemptsPerRequest
+	}
+	if s.numbered() {
+		out.ByAttempt = &s.ByAttempt
+	}
+	return json.Marshal(out)
 }
 
 type proxyWindow struct {
@@ -495,6 +539,7 @@ func (p *proxy) stats(timeline bool) proxyStats {
 		Requests: s.Requests, RequestsAccepted: s.RequestsAccepted, Unidentified: s.Unidentified,
 		MaxAttempts: s.MaxAttempts, AttemptsPerRequest: s.AttemptsPerRequest(),
 		Evicted: s.Evicted, HorizonMS: p.cfg.horizon.Milliseconds(), Folded: s.Folded,
+		GroupBy: p.cfg.group.String(), Unnumbered: p.byAttempt[0].Load(),
 		ByAttempt: map[string]int64{},
 	}
 	for i := range p.byAttempt {
@@ -564,19 +609,34 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 		chart.Marks = []report.Mark{{X: msOf(s.PeakAt), Y: float64(s.Peak),
 			Label: fmt.Sprintf("peak %d in [%d, %d) ms", s.Peak, s.PeakAt.Milliseconds(), (s.PeakAt + w).Milliseconds())}}
 	}
+	g := p.perRequest(s)
 	summary := &report.Table{
-		Columns: []string{"attempts", "accepted", "down", "busy", "failed", "peak", "requests", "requests accepted", "unidentified", "attempts / request", "most by one request"},
+		Columns: []string{"attempts", "accepted", "down", "busy", "dropped", "failed", "abandoned", "peak",
+			"requests", "requests accepted", "ungrouped attempts", "attempts / request", "most by one request"},
 		Rows: [][]string{{
-			fmt.Sprint(s.Total), fmt.Sprint(s.Accepted), fmt.Sprint(s.Down), fmt.Sprint(s.Busy), fmt.Sprint(s.Failed),
-			fmt.Sprint(s.Peak), fmt.Sprint(s.Requests), fmt.Sprint(s.RequestsAccepted), fmt.Sprint(s.Unidentified),
-			fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts),
+			fmt.Sprint(s.Total), fmt.Sprint(s.Accepted), fmt.Sprint(s.Down), fmt.Sprint(s.Busy), fmt.Sprint(s.Dropped),
+			fmt.Sprint(s.Failed), fmt.Sprint(s.Abandoned), fmt.Sprint(s.Peak),
+			g.requests, g.accepted, fmt.Sprint(s.Unidentified), g.perRequest, g.most,
 		}},
 	}
 	byAttempt := &report.Table{Columns: []string{"Stagger-Attempt", "attempts"}}
-	for i := range p.byAttempt {
-		if n := p.byAttempt[i].Load(); n > 0 {
-			byAttempt.Rows = append(byAttempt.Rows, []string{attemptKey(i), fmt.Sprint(n)})
+	var attemptNotes []string
+	if p.numbered(s) {
+		for i := range p.byAttempt {
+			if n := p.byAttempt[i].Load(); n > 0 {
+				byAttempt.Rows = append(byAttempt.Rows, []string{attemptKey(i), fmt.Sprint(n)})
+			}
 		}
+	} else {
+		byAttempt = nil
+		attemptNotes = []string{fmt.Sprintf("n/a: none of the %d attempts carried %s (stagger's own clients send it; others do not).", s.Total, retryhttp.AttemptHeader)}
+	}
+	var groupNotes []string
+	if !g.ok {
+		groupNotes = []string{fmt.Sprintf("Requests n/a: none of the attempts carried a key to group them by (%s); try --group-by idempotency-key, header:NAME or method+path+client.", p.cfg.group)}
+	}
+	if s.Evicted > 0 {
+		groupNotes = append(groupNotes, fmt.Sprintf("%d request keys were forgotten to stay within --max-requests %d; an attempt of a forgotten request counts as a new request.", s.Evicted, p.cfg.maxReqs))
 	}
 	faults := "no faults"
 	if len(f.clauses) > 0 {
@@ -589,13 +649,44 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 			faults + ".",
 			fmt.Sprintf("The chart counts the attempts that reached the proxy in consecutive %v windows, accepted and rejected stacked; "+
 				"shaded spans are the scheduled faults and the mark is the peak: the most attempts inside any %v window, sliding. "+
-				"Attempts are grouped into logical requests by the %s header and numbered by Stagger-Attempt.", w, w, p.cfg.idHeader),
+				"Attempts are grouped into logical requests by %s and numbered by Stagger-Attempt.", w, w, p.cfg.group),
 		},
 		Sections: []report.Section{
-			{Title: "Summary", Table: summary, Charts: []report.Chart{chart}},
-			{Title: "Attempts by attempt number", Table: byAttempt},
+			{Title: "Summary", Notes: groupNotes, Table: summary, Charts: []report.Chart{chart}},
+			{Title: "Attempts by attempt number", Notes: attemptNotes, Table: byAttempt},
 		},
 	}
+}
+
+// perRequestCells are the per-request numbers as shown: "n/a" when no
+// attempt carried the grouping key.
+type perRequestCells struct {
+	ok                                   bool
+	requests, accepted, perRequest, most string
+}
+
+func (p *proxy) perRequest(s lab.Stats) perRequestCells {
+	if s.Total > 0 && s.Unidentified == s.Total {
+		return perRequestCells{false, "n/a", "n/a", "n/a", "n/a"}
+	}
+	return perRequestCells{true, fmt.Sprint(s.Requests), fmt.Sprint(s.RequestsAccepted),
+		fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts)}
+}
+
+// numbered reports whether any attempt carried a Stagger-Attempt.
+func (p *proxy) numbered(s lab.Stats) bool {
+	return s.Total == 0 || p.byAttempt[0].Load() < int64(s.Total)
+}
+
+// summaryLine is the line printed on exit.
+func (p *proxy) summaryLine(s lab.Stats) string {
+	g := p.perRequest(s)
+	line := fmt.Sprintf("stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; ",
+		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, p.cfg.window)
+	if !g.ok {
+		return line + fmt.Sprintf("requests n/a (no attempt carried %s)", p.cfg.group)
+	}
+	return line + fmt.Sprintf("%s requests, %s attempts/request (by %s)", g.requests, g.perRequest, p.cfg.group)
 }
 
 // attemptKey names entry i of proxy.byAttempt: "none", "1", "2", …, and
