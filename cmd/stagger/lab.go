@@ -36,6 +36,7 @@ type labConfig struct {
 	json       bool
 	quiet      bool
 	report     string // "" for none
+	reportOpts lab.ReportOptions
 	args       []string
 }
 
@@ -60,6 +61,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		names                 = []string{"immediate", "expo-full"}
 		asJSON, quiet  bool
 		report         = defaultReport
+		reportAxes     = "shared"
 	)
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
 	fs.Var(intValue{&callers, 1, lab.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
@@ -74,6 +76,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(intValue{&maxAttempts, 1, 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the log and the table")
 	fs.StringVar(&report, "report", defaultReport, "write the HTML report to this file (default "+defaultReport+" unless --json; empty for none)")
+	fs.StringVar(&reportAxes, "report-axes", "shared", "Y axes of the report's charts: shared (heights compare across strategies) or per-chart (each up to its own peak)")
 	fs.BoolVar(&quiet, "quiet", false, "leave out the per-attempt lines (and the attempt log in --json)")
 	fs.Var(durationValue{p: &ramp, max: time.Minute}, "ramp", "callers start evenly over this span: caller i of N sends its first attempt at i·ramp/N")
 	fs.Var(durationValue{p: &base, positive: true, max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
@@ -111,7 +114,11 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		Base: base, Cap: capDelay, Bulkhead: bulkhead,
 		NewBudget: func() budget.Budget { return &budget.TokenBucket{Initial: int64(budgetInitial)} },
 	}
-	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args}
+	if reportAxes != "shared" && reportAxes != "per-chart" {
+		return usageErr("--report-axes %q: want shared or per-chart", reportAxes)
+	}
+	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args,
+		reportOpts: lab.ReportOptions{PerChartAxes: reportAxes == "per-chart"}}
 	seen := map[string]bool{}
 	for _, n := range names {
 		if seen[n] {
@@ -170,7 +177,7 @@ Flags:
 `)
 	placeholder := map[string]string{
 		"callers": "N", "max-attempts": "N", "bulkhead": "N", "capacity": "N", "budget-initial": "N", "seed": "N",
-		"strategy": "NAME", "report": "FILE", "latency": "auto|D",
+		"strategy": "NAME", "report": "FILE", "latency": "auto|D", "report-axes": "shared|per-chart",
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fs.VisitAll(func(f *flag.Flag) {
@@ -357,7 +364,7 @@ func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
 func writeLabReport(cfg *labConfig, results []*lab.Result) error {
 	cmdline := strings.TrimSpace("stagger lab " + strings.Join(cfg.args, " "))
 	sub := cmdline + " — " + time.Now().Format("2006-01-02 15:04:05 MST")
-	return lab.WriteReportFile(cfg.report, sub, results)
+	return lab.WriteReportFileWith(cfg.report, sub, results, cfg.reportOpts)
 }
 
 // labJSON is the object `stagger lab --json` prints.

@@ -588,27 +588,7 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 	for _, d := range f.Slow {
 		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "slowing down"})
 	}
-	acc := report.Series{Name: "accepted"}
-	rej := report.Series{Name: "rejected"}
-	for _, b := range s.Timeline {
-		acc.Points = append(acc.Points, report.Point{X: msOf(b.Start), Y: float64(b.Accepted)})
-		rej.Points = append(rej.Points, report.Point{X: msOf(b.Start), Y: float64(b.Rejected)})
-	}
-	xMax := msOf(w)
-	if n := len(s.Timeline); n > 0 {
-		xMax = max(xMax, msOf(s.Timeline[n-1].Start+w))
-	}
-	xMax = max(xMax, msOf(f.end()))
-	chart := report.Chart{
-		Title: "attempts arriving at the proxy", Kind: report.Bars,
-		XLabel: "time since the proxy started (ms)", YLabel: fmt.Sprintf("attempts per %v", w),
-		XMin: 0, XMax: xMax, YMax: float64(s.Peak), BarWidth: msOf(w),
-		Series: []report.Series{acc, rej}, Shades: shades,
-	}
-	if s.Total > 0 {
-		chart.Marks = []report.Mark{{X: msOf(s.PeakAt), Y: float64(s.Peak),
-			Label: fmt.Sprintf("peak %d in [%d, %d) ms", s.Peak, s.PeakAt.Milliseconds(), (s.PeakAt + w).Milliseconds())}}
-	}
+	chart, chartNotes := p.timelineChart(s, shades)
 	g := p.perRequest(s)
 	summary := &report.Table{
 		Columns: []string{"attempts", "accepted", "down", "busy", "dropped", "failed", "abandoned", "peak",
@@ -647,12 +627,12 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 		Subtitle: subtitle,
 		Notes: []string{
 			faults + ".",
-			fmt.Sprintf("The chart counts the attempts that reached the proxy in consecutive %v windows, accepted and rejected stacked; "+
-				"shaded spans are the scheduled faults and the mark is the peak: the most attempts inside any %v window, sliding. "+
+			fmt.Sprintf("The chart counts the attempts that reached the proxy in consecutive %v windows, accepted at the bottom and each kind of "+
+				"rejection stacked above it in its own colour; shaded spans are the scheduled faults and the mark is the peak: the most attempts inside any %v window, sliding. "+
 				"Attempts are grouped into logical requests by %s and numbered by Stagger-Attempt.", w, w, p.cfg.group),
 		},
 		Sections: []report.Section{
-			{Title: "Summary", Notes: groupNotes, Table: summary, Charts: []report.Chart{chart}},
+			{Title: "Summary", Notes: append(groupNotes, chartNotes...), Table: summary, Charts: []report.Chart{chart}},
 			{Title: "Attempts by attempt number", Notes: attemptNotes, Table: byAttempt},
 		},
 	}
@@ -687,6 +667,97 @@ func (p *proxy) summaryLine(s lab.Stats) string {
 		return line + fmt.Sprintf("requests n/a (no attempt carried %s)", p.cfg.group)
 	}
 	return line + fmt.Sprintf("%s requests, %s attempts/request (by %s)", g.requests, g.perRequest, p.cfg.group)
+}
+
+// maxChartBars is the most bars per outcome the report's chart draws: a
+// longer timeline is shown as the mean of consecutive windows.
+const maxChartBars = 600
+
+// outcomeSeries are the series of the report's chart, bottom to top, each
+// in a colour of its own.
+var outcomeSeries = []struct {
+	name  string
+	color report.Color
+	count func(lab.Bucket) int
+}{
+	{"accepted", report.Blue, func(b lab.Bucket) int { return b.Accepted }},
+	{"down", report.Vermillion, func(b lab.Bucket) int { return b.Down }},
+	{"busy", report.Orange, func(b lab.Bucket) int { return b.Busy }},
+	{"dropped", report.Purple, func(b lab.Bucket) int { return b.Dropped }},
+	{"failed", report.Grey, func(b lab.Bucket) int { return b.Failed }},
+	{"abandoned", report.Yellow, func(b lab.Bucket) int { return b.Abandoned }},
+}
+
+// timelineChart is the report's full-width chart of the kept windows: one
+// series per outcome that occurred (accepted always), bars of the mean per
+// window when there are more than maxChartBars windows, the peak marked.
+func (p *proxy) timelineChart(s lab.Stats, shades []report.Shade) (report.Chart, []string) {
+	w := p.cfg.window
+	tl := s.Timeline
+	k := max(1, (len(tl)+maxChartBars-1)/maxChartBars) // windows per bar
+	var xMin, xMax time.Duration
+	if len(tl) > 0 {
+		xMin, xMax = tl[0].Start, tl[len(tl)-1].Start+w
+	}
+	xMax = max(xMax, w)
+	if xMin == 0 {
+		xMax = max(xMax, p.cfg.faults.end())
+	}
+	unit, unitName := float64(time.Millisecond), "ms"
+	if xMax-xMin > 2*time.Minute {
+		unit, unitName = float64(time.Second), "s"
+	}
+	at := func(d time.Duration) float64 { return float64(d) / unit }
+	var series []report.Series
+	for _, o := range outcomeSeries {
+		sr := report.Series{Name: o.name, Color: o.color}
+		total := 0
+		for i := 0; i < len(tl); i += k {
+			n := 0
+			for _, b := range tl[i:min(i+k, len(tl))] {
+				n += o.count(b)
+			}
+			total += n
+			if n > 0 {
+				sr.Points = append(sr.Points, report.Point{X: at(tl[i].Start), Y: float64(n) / float64(k)})
+			}
+		}
+		if total > 0 || o.name == "accepted" {
+			series = append(series, sr)
+		}
+	}
+	for i := range shades {
+		shades[i].From, shades[i].To = shades[i].From*float64(time.Millisecond)/unit, shades[i].To*float64(time.Millisecond)/unit
+	}
+	ylabel := fmt.Sprintf("attempts per %v", w)
+	var notes []string
+	if k > 1 {
+		ylabel = fmt.Sprintf("attempts per %v (mean of %d)", w, k)
+		notes = append(notes, fmt.Sprintf("Each bar is the mean of %d consecutive %v windows (%v): the run has %d windows.", k, w, time.Duration(k)*w, len(tl)))
+	}
+	if s.Folded > 0 {
+		notes = append(notes, fmt.Sprintf("The chart shows the last --horizon %v; %d earlier attempts are in the totals only.", p.cfg.horizon, s.Folded))
+	}
+	chart := report.Chart{
+		Title: "attempts arriving at the proxy", Kind: report.Bars, Wide: true,
+		XLabel: "time since the proxy started (" + unitName + ")", YLabel: ylabel,
+		XMin: at(xMin), XMax: at(xMax), BarWidth: at(time.Duration(k) * w),
+		Series: series, Shades: shades,
+	}
+	if s.Total > 0 {
+		label := fmt.Sprintf("peak %d in [%d, %d) ms", s.Peak, s.PeakAt.Milliseconds(), (s.PeakAt + w).Milliseconds())
+		if unitName == "s" {
+			label = fmt.Sprintf("peak %d in [%.2f, %.2f) s", s.Peak, s.PeakAt.Seconds(), (s.PeakAt + w).Seconds())
+		}
+		if s.PeakAt < xMin {
+			notes = append(notes, "The "+label+" came before the windows the chart shows.")
+		} else {
+			// On bars of k windows, the mark sits on the bar holding the peak.
+			x := at(xMin + (s.PeakAt-xMin)/(time.Duration(k)*w)*(time.Duration(k)*w))
+			chart.Marks = []report.Mark{{X: x, Y: float64(s.Peak), Label: label}}
+		}
+	}
+	return chart, notes
 }
 
 // attemptKey names entry i of proxy.byAttempt: "none", "1", "2", …, and

@@ -362,7 +362,7 @@ func TestProxyCommandWritesReportOnExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`<svg class="chart"`, `data-title="attempts arriving at the proxy"`, `class="shade"`, `<table class="summary">`, "down 1h at 0s"} {
+	for _, want := range []string{`<figure class="figure wide">`, `<svg class="chart wide"`, `data-title="attempts arriving at the proxy"`, `class="shade"`, `<g class="series" data-name="down"`, `<table class="summary">`, "down 1h at 0s"} {
 		if !bytes.Contains(html, []byte(want)) {
 			t.Errorf("report lacks %s", want)
 		}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/staggerhq/stagger/internal/report"
+	"github.com/staggerhq/stagger/internal/report/browser"
+	"github.com/staggerhq/stagger/lab"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -172,5 +176,68 @@ func TestCurlGroupedByMethodPathClient(t *testing.T) {
 	exec.Command(curl, "-s", "-o", body, "--retry", "1", "--retry-delay", "1", "--max-time", "20", base+"/x").Run()
 	if s := getStats(t, base); s.Total != 2 || s.Requests != 1 || s.MaxAttempts != 2 || s.AttemptsPerRequest != 2 {
 		t.Errorf("stats %+v: want 2 attempts of 1 request", s)
+	}
+}
+
+// TestProxyReportInBrowser: the proxy's report, as Chromium builds it, has
+// one full-width chart with a series per kind of outcome that occurred,
+// each in its own colour, the faults shaded and the peak marked.
+func TestProxyReportInBrowser(t *testing.T) {
+	chromium := browser.Require(t)
+	up := newUpstream(t, nil)
+	p, _ := startProxy(t, up, "down 1s at 1s; drop 1s at 3s")
+	ms := time.Millisecond
+	for i := range 200 {
+		at := time.Duration(i*25) * ms
+		o := lab.Accepted
+		switch {
+		case at >= time.Second && at < 2*time.Second:
+			o = lab.Down
+		case at >= 3*time.Second && at < 4*time.Second:
+			o = lab.Dropped
+		case i%9 == 0:
+			o = lab.Busy
+		case i%13 == 0:
+			o = lab.Abandoned
+		}
+		p.rec.Record(p.start.Add(at), fmt.Sprint("r", i/2), 0, o)
+	}
+	path := filepath.Join(t.TempDir(), "proxy.html")
+	if err := report.WriteFile(path, p.reportPage("browser test", p.rec.Stats(true))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dom, err := browser.DumpDOM(ctx, chromium, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dom, `<figure class="figure wide">`) || !strings.Contains(dom, `<svg class="chart wide"`) {
+		t.Error("the chart is not full width")
+	}
+	fills := map[string]string{}
+	for _, m := range regexp.MustCompile(`<g class="series" data-name="([^"]*)" data-points="\d+" fill="(#[0-9A-Fa-f]{6})"`).FindAllStringSubmatch(dom, -1) {
+		fills[m[1]] = m[2]
+	}
+	want := []string{"accepted", "down", "busy", "dropped", "abandoned"}
+	seen := map[string]string{}
+	for _, name := range want {
+		c, ok := fills[name]
+		if !ok {
+			t.Errorf("no %s series (series %v)", name, fills)
+			continue
+		}
+		if o, dup := seen[c]; dup {
+			t.Errorf("%s and %s share colour %s", name, o, c)
+		}
+		seen[c] = name
+	}
+	if _, ok := fills["failed"]; ok || len(fills) != len(want) {
+		t.Errorf("series %v: want exactly the outcomes that occurred", fills)
+	}
+	for _, hook := range []string{`class="shade" data-label="down"`, `class="shade" data-label="dropping connections"`, `<g class="mark" data-label="peak `} {
+		if !strings.Contains(dom, hook) {
+			t.Errorf("the page lacks %s", hook)
+		}
 	}
 }
