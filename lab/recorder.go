@@ -671,16 +671,15 @@ func (r *WindowedRecorder) track(key uint64) {
 func (r *WindowedRecorder) count(k int64, o Outcome) {
 	n := int64(len(r.ring))
 	if k > r.newest {
-		// Windows newest+1 .. k enter; the ones they replace leave.
-		from := max(r.newest+1, k-n+1)
-		if r.newest >= 0 && k-r.newest >= n {
-			from = k - n + 1
+		// Windows newest+1 .. k enter; the ones they replace leave (all of
+		// them when k is a horizon or more ahead).
+		if k-r.newest >= n {
 			for i := range r.ring {
 				r.folded += r.ring[i].sum()
 				r.ring[i] = windowCounts{}
 			}
 		} else {
-			for j := from; j <= k; j++ {
+			for j := r.newest + 1; j <= k; j++ {
 				c := &r.ring[j%n]
 				r.folded += c.sum()
 				*c = windowCounts{}
