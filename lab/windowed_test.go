@@ -257,3 +257,21 @@ func BenchmarkWindowedRecorderMemory(b *testing.B) {
 	b.ReportMetric(mb, "MB/recorder")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/attempt")
 }
+
+// A receiver that runs for days counts with a WindowedRecorder: Arrive
+// when the attempt arrives (for the peak), Finish once its outcome is known.
+func ExampleWindowedRecorder() {
+	start := time.Unix(0, 0)
+	rec, err := NewWindowedRecorder(start, WindowedConfig{Window: 200 * time.Millisecond, Horizon: time.Hour, MaxRequests: 100_000})
+	if err != nil {
+		panic(err)
+	}
+	for i, o := range []Outcome{Down, Down, Accepted, Accepted} {
+		p := rec.Arrive(start.Add(time.Duration(i) * 50 * time.Millisecond))
+		rec.Finish(p, fmt.Sprint("order-", i%2), i/2+1, o)
+	}
+	s := rec.Stats(false)
+	fmt.Printf("%d attempts, %d accepted, peak %d in %v, %d requests, %.1f attempts/request\n",
+		s.Total, s.Accepted, s.Peak, s.Window, s.Requests, s.AttemptsPerRequest())
+	// Output: 4 attempts, 2 accepted, peak 4 in 200ms, 2 requests, 2.0 attempts/request
+}
