@@ -17,8 +17,9 @@
 // agree exactly; [Result.Agree] says whether they did.
 //
 // The receiving-side counter is [Recorder]: it knows nothing of HTTP, so any
-// component that sees attempts arrive (the lab gateway, the counting proxy)
-// counts them with the same code.
+// component that sees attempts arrive counts them with the same code. The
+// lab gateway keeps every attempt with it; the counting proxy, which runs
+// for days, uses [WindowedRecorder], whose memory is bounded by windows.
 //
 // Strategies are named as on the command line — immediate, constant, expo,
 // expo-full, expo-equal, decorrelated, each optionally followed by +budget,

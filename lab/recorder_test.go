@@ -159,7 +159,7 @@ func TestRecorderStats(t *testing.T) {
 	check("Unidentified", s.Unidentified, 2)
 	check("MaxAttempts", s.MaxAttempts, 3)
 	check("AttemptsPerRequest", s.AttemptsPerRequest(), 2.5)
-	want := []Bucket{{0, 1, 4}, {200 * ms, 1, 0}, {400 * ms, 0, 1}}
+	want := []Bucket{{Start: 0, Accepted: 1, Rejected: 4, Down: 2, Busy: 1, Failed: 1}, {Start: 200 * ms, Accepted: 1}, {Start: 400 * ms, Rejected: 1, Failed: 1}}
 	if fmt.Sprint(s.Timeline) != fmt.Sprint(want) {
 		t.Errorf("Timeline = %v, want %v", s.Timeline, want)
 	}
@@ -241,7 +241,7 @@ func TestRecorderConcurrent(t *testing.T) {
 }
 
 func TestOutcomeText(t *testing.T) {
-	for _, o := range []Outcome{Accepted, Down, Busy, Failed} {
+	for _, o := range []Outcome{Accepted, Down, Busy, Failed, Dropped, Abandoned} {
 		b, err := o.MarshalText()
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -19,17 +20,38 @@ import (
 // the same axes, so the strategies compare at a glance. subtitle
 // is printed under the title (for example the command line and the date).
 func WriteReport(w io.Writer, subtitle string, results []*Result) error {
-	p, err := reportPage(subtitle, results)
+	return WriteReportWith(w, subtitle, results, ReportOptions{})
+}
+
+// WriteReportFile writes the report to path atomically: a failed run leaves
+// neither a half-written file nor a temporary one.
+func WriteReportFile(path, subtitle string, results []*Result) error {
+	return WriteReportFileWith(path, subtitle, results, ReportOptions{})
+}
+
+// ReportOptions change how the report draws its charts. The zero value is
+// the default: shared axes.
+type ReportOptions struct {
+	// PerChartAxes gives each strategy's chart a Y axis of its own, up to
+	// its own peak, so that a peak of 8 beside one of 244, or a tail of
+	// single attempts, can be read; the X axis stays shared. The page says
+	// which axes it uses. With shared axes (the default) bar heights
+	// compare across charts.
+	PerChartAxes bool
+}
+
+// WriteReportWith is WriteReport with options.
+func WriteReportWith(w io.Writer, subtitle string, results []*Result, o ReportOptions) error {
+	p, err := reportPage(subtitle, results, o)
 	if err != nil {
 		return err
 	}
 	return report.Write(w, p)
 }
 
-// WriteReportFile writes the report to path atomically: a failed run leaves
-// neither a half-written file nor a temporary one.
-func WriteReportFile(path, subtitle string, results []*Result) error {
-	p, err := reportPage(subtitle, results)
+// WriteReportFileWith is WriteReportFile with options.
+func WriteReportFileWith(path, subtitle string, results []*Result, o ReportOptions) error {
+	p, err := reportPage(subtitle, results, o)
 	if err != nil {
 		return err
 	}
@@ -106,7 +128,7 @@ func detailTable(r *Result) *report.Table {
 	return &report.Table{Columns: []string{"measure", "value"}, Rows: rows}
 }
 
-func reportPage(subtitle string, results []*Result) (report.Page, error) {
+func reportPage(subtitle string, results []*Result, o ReportOptions) (report.Page, error) {
 	if len(results) == 0 {
 		return report.Page{}, fmt.Errorf("%w: a report needs at least one result", ErrInvalid)
 	}
@@ -123,6 +145,7 @@ func reportPage(subtitle string, results []*Result) (report.Page, error) {
 		yMax = max(yMax, r.Gateway.Peak)
 	}
 	xMax = max(xMax, msf(s.Faults.End()), msf(w))
+	yTop := roundUp(float64(yMax))
 	var shades []report.Shade
 	for _, d := range s.Faults.Down {
 		shades = append(shades, report.Shade{From: msf(d.From), To: msf(d.To), Label: "gateway down"})
@@ -132,6 +155,12 @@ func reportPage(subtitle string, results []*Result) (report.Page, error) {
 	}
 	for _, sl := range s.Faults.Slow {
 		shades = append(shades, report.Shade{From: msf(sl.From), To: msf(sl.To), Label: "slowing down"})
+	}
+
+	axes := fmt.Sprintf("All charts share their axes (Y up to %g, the highest peak being %d): bar heights compare across strategies "+
+		"(stagger lab --report-axes per-chart gives each chart its own Y axis).", yTop, yMax)
+	if o.PerChartAxes {
+		axes = "Each chart has its own Y axis, up to its own peak (read the tick labels before comparing heights); the X axis is shared."
 	}
 
 	table := &report.Table{Columns: summaryColumns}
@@ -145,7 +174,7 @@ func reportPage(subtitle string, results []*Result) (report.Page, error) {
 			describe(s),
 			fmt.Sprintf("Each chart counts the attempts that reached the gateway in consecutive %v windows, accepted and rejected stacked; "+
 				"the shaded span is the outage and the mark is the peak: the most attempts inside any %v window, sliding. "+
-				"All charts share their axes.", w, w),
+				"%s", w, w, axes),
 		},
 		Sections: []report.Section{{Title: "Side by side", Table: table}},
 	}
@@ -156,6 +185,10 @@ func reportPage(subtitle string, results []*Result) (report.Page, error) {
 			acc.Points = append(acc.Points, report.Point{X: msf(b.Start), Y: float64(b.Accepted)})
 			rej.Points = append(rej.Points, report.Point{X: msf(b.Start), Y: float64(b.Rejected)})
 		}
+		chartYMax := yTop
+		if o.PerChartAxes {
+			chartYMax = 0 // auto: up to this chart's own peak
+		}
 		chart := report.Chart{
 			Title:    r.Strategy.Name,
 			Kind:     report.Bars,
@@ -163,7 +196,7 @@ func reportPage(subtitle string, results []*Result) (report.Page, error) {
 			YLabel:   fmt.Sprintf("attempts per %v", w),
 			XMin:     0,
 			XMax:     xMax,
-			YMax:     float64(yMax),
+			YMax:     chartYMax,
 			BarWidth: msf(w),
 			Series:   []report.Series{acc, rej},
 			Shades:   shades,
@@ -214,4 +247,20 @@ func describe(s Scenario) string {
 	}
 	fmt.Fprintf(&b, "; jitter seed %d.", s.Seed)
 	return b.String()
+}
+
+// roundUp returns the smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 and 8
+// times a power of ten that is at least v (0 for v <= 0): a shared axis
+// ends on a round number not far above the highest peak.
+func roundUp(v float64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -149,5 +150,55 @@ func TestReportInBrowser(t *testing.T) {
 	checkReportMarkup(t, dom, results)
 	if !strings.Contains(dom, "stagger lab — what the gateway received") {
 		t.Error("title missing from the rendered page")
+	}
+}
+
+// PerChartAxes: each chart's Y axis reaches its own peak (so the small one
+// is readable), the X axes stay shared, and the page says which it uses.
+func TestReportPerChartAxes(t *testing.T) {
+	var results []*Result
+	synctest.Test(t, func(t *testing.T) {
+		s := inMemory(FourCallerOutage())
+		s.Callers = 20
+		for _, name := range []string{"immediate", "expo-full+bulkhead"} {
+			results = append(results, mustRun(t, s, mustStrategy(t, name, StrategyOptions{})))
+		}
+	})
+	if results[0].Gateway.Peak < 4*results[1].Gateway.Peak {
+		t.Fatalf("peaks %d and %d: the test needs one far above the other", results[0].Gateway.Peak, results[1].Gateway.Peak)
+	}
+	topTick := func(c string) int {
+		ticks := regexp.MustCompile(`class="tick" text-anchor="end"[^>]*>([\d,]+)<`).FindAllStringSubmatch(yAxisRE.FindString(c), -1)
+		n, _ := strconv.Atoi(strings.ReplaceAll(ticks[len(ticks)-1][1], ",", ""))
+		return n
+	}
+	for _, per := range []bool{false, true} {
+		var buf bytes.Buffer
+		if err := WriteReportWith(&buf, "", results, ReportOptions{PerChartAxes: per}); err != nil {
+			t.Fatal(err)
+		}
+		html := buf.String()
+		charts := strings.Split(html, `<svg class="chart"`)[1:]
+		big, small := topTick(charts[0]), topTick(charts[1])
+		xTicks := func(c string) string {
+			return fmt.Sprint(regexp.MustCompile(`class="tick"[^>]*>([^<]*)<`).FindAllStringSubmatch(xAxisRE.FindString(c), -1))
+		}
+		if xTicks(charts[0]) != xTicks(charts[1]) {
+			t.Errorf("per-chart %v: the X axes differ", per)
+		}
+		switch {
+		case !per && (big != small || !strings.Contains(html, "All charts share their axes")):
+			t.Errorf("shared: top ticks %d and %d, or the note is missing", big, small)
+		case per && (small >= big || small > 2*results[1].Gateway.Peak || !strings.Contains(html, "Each chart has its own Y axis")):
+			t.Errorf("per-chart: top ticks %d and %d (peaks %d, %d), or the note is missing", big, small, results[0].Gateway.Peak, results[1].Gateway.Peak)
+		}
+	}
+}
+
+func TestRoundUp(t *testing.T) {
+	for _, c := range [][2]float64{{0, 0}, {1, 1}, {7, 8}, {9, 10}, {18, 20}, {233, 250}, {244, 250}, {251, 300}, {137, 150}, {1000, 1000}} {
+		if got := roundUp(c[0]); got != c[1] {
+			t.Errorf("roundUp(%v) = %v, want %v", c[0], got, c[1])
+		}
 	}
 }

@@ -87,6 +87,30 @@ func ParseAttempt(v string) (int, bool) {
 // Retry-After and NoRetryHeader, without calling Next: a controlled answer
 // instead of a queue without end, which a stagger Transport does not retry.
 //
+// Guard counts a request as in flight from the moment the server hands it
+// to the handler until the handler returns, and it cannot time a client out
+// itself. The http.Server in front of it must therefore bound how long a
+// client may hold a handler, or slow and idle clients take the slots that
+// MaxInFlight keeps for real work:
+//
+//   - ReadHeaderTimeout: a client that sends its headers a byte at a time
+//     holds a connection before Guard sees it;
+//   - ReadTimeout (or a per-request deadline set with
+//     http.ResponseController.SetReadDeadline in a handler that streams
+//     large bodies): a client that sends its body a byte every few seconds
+//     holds an in-flight slot for as long as the body takes;
+//   - IdleTimeout: idle keep-alive connections hold file descriptors and
+//     memory (without it, ReadTimeout is used; with neither, they are kept
+//     forever);
+//   - WriteTimeout, when responses are small: a client that stops reading
+//     holds the handler in its last Write;
+//   - MaxHeaderBytes, and a connection cap on the listener
+//     (golang.org/x/net/netutil.LimitListener or an equivalent) so that
+//     open connections cannot exhaust file descriptors.
+//
+// stagger proxy sets all but WriteTimeout, since it forwards responses of any
+// length (its --help gives the values).
+//
 // Use a *Guard; it is safe for concurrent use. Configure it before the first
 // request.
 type Guard struct {

@@ -35,6 +35,7 @@ type labConfig struct {
 	json       bool
 	quiet      bool
 	report     string // "" for none
+	reportOpts lab.ReportOptions
 	args       []string
 }
 
@@ -59,6 +60,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		names                 = []string{"immediate", "expo-full"}
 		asJSON, quiet  bool
 		report         = defaultReport
+		reportAxes     = "shared"
 	)
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
 	fs.Var(intValue{&callers, 1, lab.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
@@ -73,6 +75,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(intValue{&maxAttempts, 1, 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the log and the table")
 	fs.StringVar(&report, "report", defaultReport, "write the HTML report to this file (default "+defaultReport+" unless --json; empty for none)")
+	fs.StringVar(&reportAxes, "report-axes", "shared", "Y axes of the report's charts: shared (heights compare across strategies) or per-chart (each up to its own peak)")
 	fs.BoolVar(&quiet, "quiet", false, "leave out the per-attempt lines (and the attempt log in --json)")
 	fs.Var(durationValue{p: &ramp, max: time.Minute}, "ramp", "callers start evenly over this span: caller i of N sends its first attempt at i·ramp/N")
 	fs.Var(durationValue{p: &base, positive: true, max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
@@ -112,7 +115,11 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 			return &budget.TokenBucket{Initial: int64(budgetInitial), Empty: budgetInitial == 0}
 		},
 	}
-	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args}
+	if reportAxes != "shared" && reportAxes != "per-chart" {
+		return usageErr("--report-axes %q: want shared or per-chart", reportAxes)
+	}
+	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args,
+		reportOpts: lab.ReportOptions{PerChartAxes: reportAxes == "per-chart"}}
 	seen := map[string]bool{}
 	for _, n := range names {
 		if seen[n] {
@@ -168,7 +175,7 @@ identical, or callers and gateway disagreeing on the count); 2 bad flags;
 
 Flags:
 `)
-	printFlags(w, fs, map[string]string{"strategy": "NAME", "report": "FILE"})
+	printFlags(w, fs, map[string]string{"strategy": "NAME", "report": "FILE", "report-axes": "shared|per-chart"})
 }
 
 func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -338,7 +345,7 @@ func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
 func writeLabReport(cfg *labConfig, results []*lab.Result) error {
 	cmdline := strings.TrimSpace("stagger lab " + strings.Join(cfg.args, " "))
 	sub := cmdline + " — " + time.Now().Format("2006-01-02 15:04:05 MST")
-	return lab.WriteReportFile(cfg.report, sub, results)
+	return lab.WriteReportFileWith(cfg.report, sub, results, cfg.reportOpts)
 }
 
 // labJSON is the object `stagger lab --json` prints.

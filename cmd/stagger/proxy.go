@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -38,6 +39,13 @@ const (
 	defaultMaxBody = 10 << 20
 	// proxyMaxHeaderBytes bounds the request headers the proxy reads.
 	proxyMaxHeaderBytes = 64 << 10
+	// Defaults of the limits on clients: a request's headers, the whole
+	// request with its body, an idle keep-alive connection, and the
+	// connections open at once.
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 60 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultMaxConns          = 1024
 )
 
 // proxyConfig is the parsed command line of `stagger proxy`.
@@ -46,12 +54,17 @@ type proxyConfig struct {
 	upstream *url.URL
 	faults   *faultSchedule
 	window   time.Duration
+	horizon  time.Duration
+	maxReqs  int
 	report   string // "" for none
 	duration time.Duration
-	idHeader string
+	group    grouping
 	maxBody  int64
-	quiet    bool
-	args     []string
+	// Limits on clients (http.Server's timeouts and the connection cap).
+	readHeaderTimeout, readTimeout, idleTimeout time.Duration
+	maxConns                                    int
+	quiet                                       bool
+	args                                        []string
 }
 
 // parseProxy parses and validates every flag; it returns exit code -1 when
@@ -62,11 +75,18 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		upstream string
 		faults   []string
 		window   = lab.DefaultWindow
+		horizon  = lab.DefaultHorizon
+		maxReqs  = lab.DefaultMaxRequests
 		rep      = defaultProxyReport
 		duration time.Duration
 		idHeader = lab.HeaderRequestID
+		groupBy  string
 		maxBody  = defaultMaxBody
 		quiet    bool
+		rht      = defaultReadHeaderTimeout
+		rt       = defaultReadTimeout
+		it       = defaultIdleTimeout
+		maxConns = defaultMaxConns
 	)
 	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
 	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
@@ -74,10 +94,19 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
 		" (times since the proxy started, durations with a unit)")
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
+	fs.Var(durationValue{p: &horizon, positive: true, max: 30 * 24 * time.Hour}, "horizon",
+		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", lab.MaxWindows))
+	fs.Var(intValue{&maxReqs, 1, 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
 	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
 	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
-	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to")
+	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
+	fs.StringVar(&groupBy, "group-by", "header:"+lab.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
+		"or method+path+client (method, request target and client IP: for a run with one client that sends each request once)")
 	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
+	fs.Var(durationValue{p: &rht, positive: true, max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
+	fs.Var(durationValue{p: &rt, positive: true, max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
+	fs.Var(durationValue{p: &it, positive: true, max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
+	fs.Var(intValue{&maxConns, 1, 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
 	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, fs) }); !ok {
 		return nil, code
@@ -99,12 +128,26 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return usageErr("--listen %q: want host:port, such as %s", listen, defaultProxyListen)
 	}
+	if horizon < window || horizon/window > lab.MaxWindows {
+		return usageErr("--horizon %v: want between the --window (%v) and %d windows (%v)", horizon, window, lab.MaxWindows, window*lab.MaxWindows)
+	}
 	sched, err := parseFaults(faults)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if idHeader == "" || http.CanonicalHeaderKey(idHeader) != http.CanonicalHeaderKey(strings.TrimSpace(idHeader)) || strings.ContainsAny(idHeader, " :\r\n\t") {
+	if !validHeaderName(idHeader) {
 		return usageErr("--id-header %q: want a header name such as %s", idHeader, lab.HeaderRequestID)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["group-by"] && set["id-header"] {
+		return usageErr("--group-by and --id-header both say how to group attempts: give one")
+	}
+	group := grouping{header: http.CanonicalHeaderKey(idHeader)}
+	if set["group-by"] {
+		if group, err = parseGrouping(groupBy); err != nil {
+			return usageErr("%v", err)
+		}
 	}
 	if rep != "" && strings.ContainsRune(rep, 0) {
 		return usageErr("--report: the file name contains a NUL byte")
@@ -114,8 +157,9 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 			return usageErr("--report: %v", err)
 		}
 	}
-	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, report: rep,
-		duration: duration, idHeader: http.CanonicalHeaderKey(idHeader), maxBody: int64(maxBody), quiet: quiet, args: args}, -1
+	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep,
+		duration: duration, group: group, maxBody: int64(maxBody),
+		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args}, -1
 }
 
 // faultList collects --fault values; they are parsed together afterwards.
@@ -165,14 +209,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	p := newProxy(cfg, time.Now())
-	srv := &http.Server{
-		Handler:           p,
-		MaxHeaderBytes:    proxyMaxHeaderBytes,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
-	}
+	srv := p.server()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(l) }()
+	go func() { serveErr <- srv.Serve(newLimitListener(l, cfg.maxConns)) }()
 	if !cfg.quiet {
 		fmt.Fprintf(stdout, "stagger proxy: listening on http://%s -> %s; stats at http://%s%s\n",
 			l.Addr(), cfg.upstream.Redacted(), l.Addr(), statsPath)
@@ -198,9 +237,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer cancel()
 	_ = srv.Shutdown(shutdown)
 
-	s := p.rec.Stats(cfg.window)
-	fmt.Fprintf(stdout, "stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d failed, peak %d in %v; %d requests, %.2f attempts/request\n",
-		s.Total, s.Accepted, s.Down, s.Busy, s.Failed, s.Peak, cfg.window, s.Requests, s.AttemptsPerRequest())
+	s := p.rec.Stats(true)
+	fmt.Fprintln(stdout, p.summaryLine(s))
 	if cfg.report != "" {
 		sub := fmt.Sprintf("stagger proxy %s — %s", strings.Join(quoteArgs(cfg.args), " "), time.Now().UTC().Format(time.RFC3339))
 		if err := report.WriteFile(cfg.report, p.reportPage(sub, s)); err != nil {
@@ -230,7 +268,7 @@ func quoteArgs(args []string) []string {
 type proxy struct {
 	cfg      *proxyConfig
 	start    time.Time
-	rec      *lab.Recorder
+	rec      *lab.WindowedRecorder
 	rp       *httputil.ReverseProxy
 	inflight atomic.Int64
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
@@ -240,8 +278,13 @@ type proxy struct {
 	now func() time.Time
 }
 
+// newProxy returns the handler for cfg, which parseProxy has checked.
 func newProxy(cfg *proxyConfig, start time.Time) *proxy {
-	p := &proxy{cfg: cfg, start: start, rec: lab.NewRecorder(start), now: time.Now}
+	rec, err := lab.NewWindowedRecorder(start, lab.WindowedConfig{Window: cfg.window, Horizon: cfg.horizon, MaxRequests: cfg.maxReqs})
+	if err != nil {
+		panic("stagger proxy: " + err.Error()) // parseProxy checked the same rules
+	}
+	p := &proxy{cfg: cfg, start: start, rec: rec, now: time.Now}
 	up := cfg.upstream
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -264,11 +307,28 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 	return p
 }
 
-// statusWriter remembers the status the proxy answered with.
+// server is the http.Server for p, with the limits of its config; serve it
+// on a newLimitListener.
+func (p *proxy) server() *http.Server {
+	return &http.Server{
+		Handler:           p,
+		MaxHeaderBytes:    proxyMaxHeaderBytes,
+		ReadHeaderTimeout: p.cfg.readHeaderTimeout,
+		ReadTimeout:       p.cfg.readTimeout,
+		IdleTimeout:       p.cfg.idleTimeout,
+		// No WriteTimeout: a response may take as long as the upstream
+		// and the latency faults make it.
+		ErrorLog: log.New(io.Discard, "", 0), // a client that went away is counted, not logged
+	}
+}
+
+// statusWriter remembers the status the proxy answered with and whether
+// writing to the client failed.
 type statusWriter struct {
 	http.ResponseWriter
 	status      int
 	upstreamErr bool
+	writeErr    bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -282,7 +342,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.writeErr = true
+	}
+	return n, err
 }
 
 func (w *statusWriter) Flush() {
@@ -299,8 +363,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	arrived := p.now()
+	pend := p.rec.Arrive(arrived)
 	t := arrived.Sub(p.start)
-	id := r.Header.Get(p.cfg.idHeader)
+	id := p.cfg.group.key(r)
 	attempt := 0
 	if v := r.Header.Values(retryhttp.AttemptHeader); len(v) == 1 {
 		attempt, _ = retryhttp.ParseAttempt(v[0])
@@ -309,7 +374,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := p.cfg.faults
 
 	if f.isDropped(t) {
-		p.rec.Record(arrived, id, attempt, lab.Failed)
+		p.rec.Finish(pend, id, attempt, lab.Dropped)
 		panic(http.ErrAbortHandler) // the server closes the connection: no answer at all
 	}
 	// The lab gateway's decision, on the lab's timeline.
@@ -317,7 +382,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o == lab.Busy {
 		p.inflight.Add(-1)
 		p.refuse(w, lab.Busy)
-		p.rec.Record(arrived, id, attempt, lab.Busy)
+		p.rec.Finish(pend, id, attempt, lab.Busy)
 		return
 	}
 	defer p.inflight.Add(-1)
@@ -327,30 +392,54 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-timer.C:
 		case <-r.Context().Done():
 			timer.Stop()
-			p.rec.Record(arrived, id, attempt, lab.Failed) // the client gave up first
+			p.rec.Finish(pend, id, attempt, lab.Abandoned) // the client gave up first
 			return
 		}
 	}
 	if o == lab.Down {
 		p.refuse(w, lab.Down)
-		p.rec.Record(arrived, id, attempt, lab.Down)
+		p.rec.Finish(pend, id, attempt, lab.Down)
 		return
 	}
 	if r.ContentLength > p.cfg.maxBody {
 		http.Error(w, "stagger proxy: request body too large", http.StatusRequestEntityTooLarge)
-		p.rec.Record(arrived, id, attempt, lab.Failed)
+		p.rec.Finish(pend, id, attempt, lab.Failed)
 		return
 	}
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
 	}
-	sw := &statusWriter{ResponseWriter: w}
-	p.rp.ServeHTTP(sw, r)
-	o = lab.Accepted
-	if sw.upstreamErr || sw.status >= 500 {
-		o = lab.Failed
+	o, abort := p.forward(w, r)
+	p.rec.Finish(pend, id, attempt, o)
+	if abort != nil {
+		panic(abort)
 	}
-	p.rec.Record(arrived, id, attempt, o)
+}
+
+// forward sends r upstream and says what became of it: Abandoned when the
+// client went away before it had the whole answer (the upstream may have
+// served it), Failed when the upstream did not answer or answered 5xx. A
+// panic of the reverse proxy (http.ErrAbortHandler when copying the answer
+// failed) is returned as abort, for the caller to re-raise once counted.
+func (p *proxy) forward(w http.ResponseWriter, r *http.Request) (o lab.Outcome, abort any) {
+	sw := &statusWriter{ResponseWriter: w}
+	gone := func() bool { return sw.writeErr || r.Context().Err() != nil }
+	defer func() {
+		if v := recover(); v != nil {
+			o, abort = lab.Failed, v
+			if gone() {
+				o = lab.Abandoned
+			}
+		}
+	}()
+	p.rp.ServeHTTP(sw, r)
+	switch {
+	case (sw.upstreamErr || sw.writeErr) && gone():
+		return lab.Abandoned, nil
+	case sw.upstreamErr || sw.status >= 500:
+		return lab.Failed, nil
+	}
+	return lab.Accepted, nil
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).
@@ -376,7 +465,9 @@ type proxyStats struct {
 	Rejected           int              `json:"rejected"`
 	Down               int              `json:"down"`
 	Busy               int              `json:"busy"`
+	Dropped            int              `json:"dropped"`
 	Failed             int              `json:"failed"`
+	Abandoned          int              `json:"abandoned"`
 	Peak               int              `json:"peak"`
 	PeakAtMS           int64            `json:"peak_at_ms"`
 	InFlight           int64            `json:"in_flight"`
@@ -384,26 +475,69 @@ type proxyStats struct {
 	RequestsAccepted   int              `json:"requests_accepted"`
 	Unidentified       int              `json:"unidentified"`
 	MaxAttempts        int              `json:"max_attempts"`
+	Evicted            int              `json:"evicted_requests"`
+	HorizonMS          int64            `json:"horizon_ms"`
+	Folded             int              `json:"folded"`
 	AttemptsPerRequest float64          `json:"attempts_per_request"`
+	GroupBy            string           `json:"group_by"`
 	ByAttempt          map[string]int64 `json:"by_attempt"`
+	Unnumbered         int64            `json:"unnumbered"`
 	Timeline           []proxyWindow    `json:"timeline,omitempty"`
 }
 
-type proxyWindow struct {
-	StartMS  int64 `json:"start_ms"`
-	Accepted int   `json:"accepted"`
-	Rejected int   `json:"rejected"`
+// grouped reports whether any attempt carried the grouping key: if none
+// did, the per-request numbers are not available (not zero).
+func (s proxyStats) grouped() bool { return s.Total == 0 || s.Unidentified < s.Total }
+
+// numbered reports whether any attempt carried a Stagger-Attempt.
+func (s proxyStats) numbered() bool { return s.Total == 0 || s.Unnumbered < int64(s.Total) }
+
+// MarshalJSON writes null for the numbers that are not available: the
+// per-request ones when no attempt carried the grouping key, by_attempt
+// when none carried a Stagger-Attempt.
+func (s proxyStats) MarshalJSON() ([]byte, error) {
+	type plain proxyStats
+	out := struct {
+		plain
+		Requests           *int              `json:"requests"`
+		RequestsAccepted   *int              `json:"requests_accepted"`
+		MaxAttempts        *int              `json:"max_attempts"`
+		AttemptsPerRequest *float64          `json:"attempts_per_request"`
+		ByAttempt          *map[string]int64 `json:"by_attempt"`
+	}{plain: plain(s)}
+	if s.grouped() {
+		out.Requests, out.RequestsAccepted, out.MaxAttempts, out.AttemptsPerRequest = &s.Requests, &s.RequestsAccepted, &s.MaxAttempts, &s.AttemptsPerRequest
+	}
+	if s.numbered() {
+		out.ByAttempt = &s.ByAttempt
+	}
+	return json.Marshal(out)
 }
 
-func (p *proxy) stats() proxyStats {
-	s := p.rec.Stats(p.cfg.window)
+type proxyWindow struct {
+	StartMS   int64 `json:"start_ms"`
+	Accepted  int   `json:"accepted"`
+	Rejected  int   `json:"rejected"`
+	Down      int   `json:"down,omitempty"`
+	Busy      int   `json:"busy,omitempty"`
+	Dropped   int   `json:"dropped,omitempty"`
+	Failed    int   `json:"failed,omitempty"`
+	Abandoned int   `json:"abandoned,omitempty"`
+}
+
+// stats reads the recorder: a constant amount of work, plus one entry per
+// kept window when timeline is set.
+func (p *proxy) stats(timeline bool) proxyStats {
+	s := p.rec.Stats(timeline)
 	out := proxyStats{
 		Upstream: p.cfg.upstream.Redacted(), Faults: append([]string{}, p.cfg.faults.clauses...),
 		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
-		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Failed: s.Failed,
+		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
 		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
 		Requests: s.Requests, RequestsAccepted: s.RequestsAccepted, Unidentified: s.Unidentified,
 		MaxAttempts: s.MaxAttempts, AttemptsPerRequest: s.AttemptsPerRequest(),
+		Evicted: s.Evicted, HorizonMS: p.cfg.horizon.Milliseconds(), Folded: s.Folded,
+		GroupBy: p.cfg.group.String(), Unnumbered: p.byAttempt[0].Load(),
 		ByAttempt: map[string]int64{},
 	}
 	for i := range p.byAttempt {
@@ -412,7 +546,8 @@ func (p *proxy) stats() proxyStats {
 		}
 	}
 	for _, b := range s.Timeline {
-		out.Timeline = append(out.Timeline, proxyWindow{StartMS: b.Start.Milliseconds(), Accepted: b.Accepted, Rejected: b.Rejected})
+		out.Timeline = append(out.Timeline, proxyWindow{StartMS: b.Start.Milliseconds(), Accepted: b.Accepted, Rejected: b.Rejected,
+			Down: b.Down, Busy: b.Busy, Dropped: b.Dropped, Failed: b.Failed, Abandoned: b.Abandoned})
 	}
 	return out
 }
@@ -423,10 +558,7 @@ func (p *proxy) serveStats(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	s := p.stats()
-	if r.URL.Query().Get("timeline") != "1" {
-		s.Timeline = nil
-	}
+	s := p.stats(r.URL.Query().Get("timeline") == "1")
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
@@ -454,40 +586,35 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 	for _, d := range f.Slow {
 		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "slowing down"})
 	}
-	acc := report.Series{Name: "accepted"}
-	rej := report.Series{Name: "rejected"}
-	for _, b := range s.Timeline {
-		acc.Points = append(acc.Points, report.Point{X: msOf(b.Start), Y: float64(b.Accepted)})
-		rej.Points = append(rej.Points, report.Point{X: msOf(b.Start), Y: float64(b.Rejected)})
-	}
-	xMax := msOf(w)
-	if n := len(s.Timeline); n > 0 {
-		xMax = max(xMax, msOf(s.Timeline[n-1].Start+w))
-	}
-	xMax = max(xMax, msOf(f.end()))
-	chart := report.Chart{
-		Title: "attempts arriving at the proxy", Kind: report.Bars,
-		XLabel: "time since the proxy started (ms)", YLabel: fmt.Sprintf("attempts per %v", w),
-		XMin: 0, XMax: xMax, YMax: float64(s.Peak), BarWidth: msOf(w),
-		Series: []report.Series{acc, rej}, Shades: shades,
-	}
-	if s.Total > 0 {
-		chart.Marks = []report.Mark{{X: msOf(s.PeakAt), Y: float64(s.Peak),
-			Label: fmt.Sprintf("peak %d in [%d, %d) ms", s.Peak, s.PeakAt.Milliseconds(), (s.PeakAt + w).Milliseconds())}}
-	}
+	chart, chartNotes := p.timelineChart(s, shades)
+	g := p.perRequest(s)
 	summary := &report.Table{
-		Columns: []string{"attempts", "accepted", "down", "busy", "failed", "peak", "requests", "requests accepted", "unidentified", "attempts / request", "most by one request"},
+		Columns: []string{"attempts", "accepted", "down", "busy", "dropped", "failed", "abandoned", "peak",
+			"requests", "requests accepted", "ungrouped attempts", "attempts / request", "most by one request"},
 		Rows: [][]string{{
-			fmt.Sprint(s.Total), fmt.Sprint(s.Accepted), fmt.Sprint(s.Down), fmt.Sprint(s.Busy), fmt.Sprint(s.Failed),
-			fmt.Sprint(s.Peak), fmt.Sprint(s.Requests), fmt.Sprint(s.RequestsAccepted), fmt.Sprint(s.Unidentified),
-			fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts),
+			fmt.Sprint(s.Total), fmt.Sprint(s.Accepted), fmt.Sprint(s.Down), fmt.Sprint(s.Busy), fmt.Sprint(s.Dropped),
+			fmt.Sprint(s.Failed), fmt.Sprint(s.Abandoned), fmt.Sprint(s.Peak),
+			g.requests, g.accepted, fmt.Sprint(s.Unidentified), g.perRequest, g.most,
 		}},
 	}
 	byAttempt := &report.Table{Columns: []string{"Stagger-Attempt", "attempts"}}
-	for i := range p.byAttempt {
-		if n := p.byAttempt[i].Load(); n > 0 {
-			byAttempt.Rows = append(byAttempt.Rows, []string{attemptKey(i), fmt.Sprint(n)})
+	var attemptNotes []string
+	if p.numbered(s) {
+		for i := range p.byAttempt {
+			if n := p.byAttempt[i].Load(); n > 0 {
+				byAttempt.Rows = append(byAttempt.Rows, []string{attemptKey(i), fmt.Sprint(n)})
+			}
 		}
+	} else {
+		byAttempt = nil
+		attemptNotes = []string{fmt.Sprintf("n/a: none of the %d attempts carried %s (stagger's own clients send it; others do not).", s.Total, retryhttp.AttemptHeader)}
+	}
+	var groupNotes []string
+	if !g.ok {
+		groupNotes = []string{fmt.Sprintf("Requests n/a: none of the attempts carried a key to group them by (%s); try --group-by idempotency-key, header:NAME or method+path+client.", p.cfg.group)}
+	}
+	if s.Evicted > 0 {
+		groupNotes = append(groupNotes, fmt.Sprintf("%d request keys were forgotten to stay within --max-requests %d; an attempt of a forgotten request counts as a new request.", s.Evicted, p.cfg.maxReqs))
 	}
 	faults := "no faults"
 	if len(f.clauses) > 0 {
@@ -498,15 +625,137 @@ func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
 		Subtitle: subtitle,
 		Notes: []string{
 			faults + ".",
-			fmt.Sprintf("The chart counts the attempts that reached the proxy in consecutive %v windows, accepted and rejected stacked; "+
-				"shaded spans are the scheduled faults and the mark is the peak: the most attempts inside any %v window, sliding. "+
-				"Attempts are grouped into logical requests by the %s header and numbered by Stagger-Attempt.", w, w, p.cfg.idHeader),
+			fmt.Sprintf("The chart counts the attempts that reached the proxy in consecutive %v windows, accepted at the bottom and each kind of "+
+				"rejection stacked above it in its own colour; shaded spans are the scheduled faults and the mark is the peak: the most attempts inside any %v window, sliding. "+
+				"Attempts are grouped into logical requests by %s and numbered by Stagger-Attempt.", w, w, p.cfg.group),
 		},
 		Sections: []report.Section{
-			{Title: "Summary", Table: summary, Charts: []report.Chart{chart}},
-			{Title: "Attempts by attempt number", Table: byAttempt},
+			{Title: "Summary", Notes: append(groupNotes, chartNotes...), Table: summary, Charts: []report.Chart{chart}},
+			{Title: "Attempts by attempt number", Notes: attemptNotes, Table: byAttempt},
 		},
 	}
+}
+
+// perRequestCells are the per-request numbers as shown: "n/a" when no
+// attempt carried the grouping key.
+type perRequestCells struct {
+	ok                                   bool
+	requests, accepted, perRequest, most string
+}
+
+func (p *proxy) perRequest(s lab.Stats) perRequestCells {
+	if s.Total > 0 && s.Unidentified == s.Total {
+		return perRequestCells{false, "n/a", "n/a", "n/a", "n/a"}
+	}
+	return perRequestCells{true, fmt.Sprint(s.Requests), fmt.Sprint(s.RequestsAccepted),
+		fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts)}
+}
+
+// numbered reports whether any attempt carried a Stagger-Attempt.
+func (p *proxy) numbered(s lab.Stats) bool {
+	return s.Total == 0 || p.byAttempt[0].Load() < int64(s.Total)
+}
+
+// summaryLine is the line printed on exit.
+func (p *proxy) summaryLine(s lab.Stats) string {
+	g := p.perRequest(s)
+	line := fmt.Sprintf("stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; ",
+		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, p.cfg.window)
+	if !g.ok {
+		return line + fmt.Sprintf("requests n/a (no attempt carried %s)", p.cfg.group)
+	}
+	return line + fmt.Sprintf("%s requests, %s attempts/request (by %s)", g.requests, g.perRequest, p.cfg.group)
+}
+
+// maxChartBars is the most bars per outcome the report's chart draws: a
+// longer timeline is shown as the mean of consecutive windows.
+const maxChartBars = 600
+
+// outcomeSeries are the series of the report's chart, bottom to top, each
+// in a colour of its own.
+var outcomeSeries = []struct {
+	name  string
+	color report.Color
+	count func(lab.Bucket) int
+}{
+	{"accepted", report.Blue, func(b lab.Bucket) int { return b.Accepted }},
+	{"down", report.Vermillion, func(b lab.Bucket) int { return b.Down }},
+	{"busy", report.Orange, func(b lab.Bucket) int { return b.Busy }},
+	{"dropped", report.Purple, func(b lab.Bucket) int { return b.Dropped }},
+	{"failed", report.Grey, func(b lab.Bucket) int { return b.Failed }},
+	{"abandoned", report.Yellow, func(b lab.Bucket) int { return b.Abandoned }},
+}
+
+// timelineChart is the report's full-width chart of the kept windows: one
+// series per outcome that occurred (accepted always), bars of the mean per
+// window when there are more than maxChartBars windows, the peak marked.
+func (p *proxy) timelineChart(s lab.Stats, shades []report.Shade) (report.Chart, []string) {
+	w := p.cfg.window
+	tl := s.Timeline
+	k := max(1, (len(tl)+maxChartBars-1)/maxChartBars) // windows per bar
+	var xMin, xMax time.Duration
+	if len(tl) > 0 {
+		xMin, xMax = tl[0].Start, tl[len(tl)-1].Start+w
+	}
+	xMax = max(xMax, w)
+	if xMin == 0 {
+		xMax = max(xMax, p.cfg.faults.end())
+	}
+	unit, unitName := float64(time.Millisecond), "ms"
+	if xMax-xMin > 2*time.Minute {
+		unit, unitName = float64(time.Second), "s"
+	}
+	at := func(d time.Duration) float64 { return float64(d) / unit }
+	var series []report.Series
+	for _, o := range outcomeSeries {
+		sr := report.Series{Name: o.name, Color: o.color}
+		total := 0
+		for i := 0; i < len(tl); i += k {
+			n := 0
+			for _, b := range tl[i:min(i+k, len(tl))] {
+				n += o.count(b)
+			}
+			total += n
+			if n > 0 {
+				sr.Points = append(sr.Points, report.Point{X: at(tl[i].Start), Y: float64(n) / float64(k)})
+			}
+		}
+		if total > 0 || o.name == "accepted" {
+			series = append(series, sr)
+		}
+	}
+	for i := range shades {
+		shades[i].From, shades[i].To = shades[i].From*float64(time.Millisecond)/unit, shades[i].To*float64(time.Millisecond)/unit
+	}
+	ylabel := fmt.Sprintf("attempts per %v", w)
+	var notes []string
+	if k > 1 {
+		ylabel = fmt.Sprintf("attempts per %v (mean of %d)", w, k)
+		notes = append(notes, fmt.Sprintf("Each bar is the mean of %d consecutive %v windows (%v): the run has %d windows.", k, w, time.Duration(k)*w, len(tl)))
+	}
+	if s.Folded > 0 {
+		notes = append(notes, fmt.Sprintf("The chart shows the last --horizon %v; %d earlier attempts are in the totals only.", p.cfg.horizon, s.Folded))
+	}
+	chart := report.Chart{
+		Title: "attempts arriving at the proxy", Kind: report.Bars, Wide: true,
+		XLabel: "time since the proxy started (" + unitName + ")", YLabel: ylabel,
+		XMin: at(xMin), XMax: at(xMax), BarWidth: at(time.Duration(k) * w),
+		Series: series, Shades: shades,
+	}
+	if s.Total > 0 {
+		label := fmt.Sprintf("peak %d in [%d, %d) ms", s.Peak, s.PeakAt.Milliseconds(), (s.PeakAt + w).Milliseconds())
+		if unitName == "s" {
+			label = fmt.Sprintf("peak %d in [%.2f, %.2f) s", s.Peak, s.PeakAt.Seconds(), (s.PeakAt + w).Seconds())
+		}
+		if s.PeakAt < xMin {
+			notes = append(notes, "The "+label+" came before the windows the chart shows.")
+		} else {
+			// On bars of k windows, the mark sits on the bar holding the peak.
+			x := at(xMin + (s.PeakAt-xMin)/(time.Duration(k)*w)*(time.Duration(k)*w))
+			chart.Marks = []report.Mark{{X: x, Y: float64(s.Peak), Label: label}}
+		}
+	}
+	return chart, notes
 }
 
 // attemptKey names entry i of proxy.byAttempt: "none", "1", "2", …, and

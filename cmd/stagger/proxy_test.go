@@ -53,10 +53,17 @@ func newUpstream(t *testing.T, h http.HandlerFunc) *upstream {
 // startProxy runs the proxy handler on a loopback server in front of up.
 func startProxy(t *testing.T, up *upstream, faults ...string) (*proxy, string) {
 	t.Helper()
-	args := []string{"--upstream", up.srv.URL, "--report", ""}
+	var args []string
 	for _, f := range faults {
 		args = append(args, "--fault", f)
 	}
+	return startProxyFlags(t, up, args...)
+}
+
+// startProxyFlags is startProxy with any flags.
+func startProxyFlags(t *testing.T, up *upstream, flags ...string) (*proxy, string) {
+	t.Helper()
+	args := append([]string{"--upstream", up.srv.URL, "--report", ""}, flags...)
 	var out, errb bytes.Buffer
 	cfg, code := parseProxy(args, &out, &errb)
 	if cfg == nil {
@@ -155,7 +162,7 @@ func TestProxyFaultSchedule(t *testing.T) {
 		}
 	}
 	s := getStats(t, base)
-	if s.Total != 7 || s.Accepted != 4 || s.Down != 2 || s.Failed != 1 || up.calls.Load() != 4 {
+	if s.Total != 7 || s.Accepted != 4 || s.Down != 2 || s.Dropped != 1 || up.calls.Load() != 4 {
 		t.Errorf("stats %+v, upstream %d: want 7 = 4 accepted + 2 down + 1 dropped, upstream 4", s, up.calls.Load())
 	}
 }
@@ -260,6 +267,14 @@ func TestParseProxyRejects(t *testing.T) {
 		{[]string{"--upstream", "http://x", "--duration", "-5s"}, `--duration`},
 		{[]string{"--upstream", "http://x", "--id-header", "bad header"}, `--id-header`},
 		{[]string{"--upstream", "http://x", "--bogus"}, `unknown flag --bogus`},
+		{[]string{"--upstream", "http://x", "--horizon", "100ms"}, `--horizon 100ms: want between the --window (200ms)`},
+		{[]string{"--upstream", "http://x", "--window", "1ms", "--horizon", "720h"}, `--horizon 720h0m0s: want between`},
+		{[]string{"--upstream", "http://x", "--max-requests", "0"}, `--max-requests`},
+		{[]string{"--upstream", "http://x", "--max-conns", "0"}, `--max-conns`},
+		{[]string{"--upstream", "http://x", "--max-conns", "1.5"}, `--max-conns`},
+		{[]string{"--upstream", "http://x", "--read-timeout", "0s"}, `--read-timeout`},
+		{[]string{"--upstream", "http://x", "--read-header-timeout", "-1s"}, `--read-header-timeout`},
+		{[]string{"--upstream", "http://x", "--idle-timeout", "Inf"}, `--idle-timeout`},
 		{[]string{"--upstream", "http://x", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--upstream", "http://x", "--report", filepath.Join(dir, "missing", "r.html")}, `--report: directory of`},
 		{[]string{"--upstream", "http://x", "--report", dir}, `--report: ` + dir + ` is a directory`},
@@ -288,7 +303,9 @@ func TestProxyHelp(t *testing.T) {
 	if code := run(context.Background(), []string{"proxy", "--help"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"down D at T", "retry-after D", "--upstream", statsPath} {
+	for _, want := range []string{"down D at T", "retry-after D", "--upstream", statsPath,
+		"-read-timeout value", "(default 1m0s)", "-read-header-timeout value", "(default 10s)",
+		"-idle-timeout value", "-max-conns value", "(default 1024)", "-horizon value", "-max-requests value"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -345,7 +362,7 @@ func TestProxyCommandWritesReportOnExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`<svg class="chart"`, `data-title="attempts arriving at the proxy"`, `class="shade"`, `<table class="summary">`, "down 1h at 0s"} {
+	for _, want := range []string{`<figure class="figure wide">`, `<svg class="chart wide"`, `data-title="attempts arriving at the proxy"`, `class="shade"`, `<g class="series" data-name="down"`, `<table class="summary">`, "down 1h at 0s"} {
 		if !bytes.Contains(html, []byte(want)) {
 			t.Errorf("report lacks %s", want)
 		}
@@ -416,8 +433,8 @@ func TestCurlRetriesThroughProxy(t *testing.T) {
 		// curl waits what Retry-After says (1 s here) and still counts: 2 attempts.
 		{"503 Retry-After --retry 1", "down 1h at 0s; retry-after 1s", []string{"--retry", "1"}, 2, "down"},
 		// A dropped connection is not "transient" for curl unless --retry-all-errors.
-		{"drop --retry 2", "drop 1h at 0s", []string{"--retry", "2", "--retry-delay", "1"}, 1, "failed"},
-		{"drop --retry-all-errors", "drop 1h at 0s", []string{"--retry", "1", "--retry-delay", "1", "--retry-all-errors"}, 2, "failed"},
+		{"drop --retry 2", "drop 1h at 0s", []string{"--retry", "2", "--retry-delay", "1"}, 1, "dropped"},
+		{"drop --retry-all-errors", "drop 1h at 0s", []string{"--retry", "1", "--retry-delay", "1", "--retry-all-errors"}, 2, "dropped"},
 		// Success: nothing to retry.
 		{"ok --retry 3", "", []string{"--retry", "3"}, 1, "accepted"},
 	}
@@ -438,12 +455,12 @@ func TestCurlRetriesThroughProxy(t *testing.T) {
 			if s.Total != c.attempts || s.Requests != 1 || s.MaxAttempts != c.attempts {
 				t.Errorf("proxy counted %d attempts of %d requests (max %d), want %d of 1", s.Total, s.Requests, s.MaxAttempts, c.attempts)
 			}
-			got := map[string]int{"accepted": s.Accepted, "down": s.Down, "busy": s.Busy, "failed": s.Failed}
+			got := map[string]int{"accepted": s.Accepted, "down": s.Down, "busy": s.Busy, "dropped": s.Dropped, "failed": s.Failed}
 			if got[c.outcome] != c.attempts {
 				t.Errorf("outcomes %v, want all %d %s", got, c.attempts, c.outcome)
 			}
-			if s.ByAttempt["none"] != int64(c.attempts) {
-				t.Errorf("by attempt %v: curl sends no Stagger-Attempt", s.ByAttempt)
+			if s.Unnumbered != int64(c.attempts) || s.ByAttempt != nil {
+				t.Errorf("unnumbered %d, by attempt %v: curl sends no Stagger-Attempt (want %d, null)", s.Unnumbered, s.ByAttempt, c.attempts)
 			}
 		})
 	}
@@ -482,7 +499,7 @@ func TestRetryablehttpThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if s := p2.rec.Stats(0); s.Total != 4+1 {
+	if s := p2.rec.Stats(false); s.Total != 4+1 {
 		t.Errorf("POSTs: %d attempts, want 4 (go-retryablehttp) + 1 (stagger)", s.Total)
 	}
 }
@@ -515,7 +532,7 @@ func TestProxyReportByAttempt(t *testing.T) {
 		p.byAttempt[i].Add(int64(i + 1))
 	}
 	var tab *report.Table
-	for _, sec := range p.reportPage("", p.rec.Stats(p.cfg.window)).Sections {
+	for _, sec := range p.reportPage("", p.rec.Stats(true)).Sections {
 		if sec.Title == "Attempts by attempt number" {
 			tab = sec.Table
 		}
@@ -525,7 +542,7 @@ func TestProxyReportByAttempt(t *testing.T) {
 	if tab == nil || !reflect.DeepEqual(tab.Rows, want) {
 		t.Fatalf("rows %v, want %v", tab, want)
 	}
-	if got := p.stats().ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
+	if got := p.stats(false).ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
 		t.Errorf("stats ByAttempt %v", got)
 	}
 }

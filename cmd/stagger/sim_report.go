@@ -32,6 +32,11 @@ func simPage(res *sim.Result, cmdline string) (report.Page, error) {
 			BarWidth: c.BarWidth,
 			LogY:     c.LogY && positive(c),
 		}
+		if !c.Bars && len(c.Series) > 1 {
+			// Strategies that land on the same values draw on top of each
+			// other: a dash pattern each, and their names at the line ends.
+			rc.Dashed, rc.EndLabels = true, true
+		}
 		if c.Bars {
 			rc.Kind = report.Bars
 		}

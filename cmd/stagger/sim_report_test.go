@@ -127,3 +127,54 @@ func TestSimReportTable(t *testing.T) {
 		}
 	}
 }
+
+// TestSimBudgetsReportInBrowser: the budgets report's lines, several of
+// which lie on top of each other, each get a colour and a dash pattern of
+// their own and their name at the line's end, in the DOM Chromium built.
+func TestSimBudgetsReportInBrowser(t *testing.T) {
+	chromium := browser.Require(t)
+	path := filepath.Join(t.TempDir(), "budgets.html")
+	code, _, errs := runCLI(t, "sim", "budgets", "--clients", "10", "--duration", "2s", "--steps", "4", "--quiet", "--report", path)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dom, err := browser.DumpDOM(ctx, chromium, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charts := strings.Split(dom, `<svg class="chart"`)[1:]
+	if len(charts) == 0 {
+		t.Fatal("no chart rendered")
+	}
+	lineRE := regexp.MustCompile(`<g class="series" data-name="([^"]*)"[^>]*>\s*<polyline class="line" stroke="(#[0-9A-Fa-f]{6})"(?: stroke-dasharray="([^"]*)")?`)
+	endRE := regexp.MustCompile(`<g class="end-label" data-name="([^"]*)">`)
+	for i, c := range charts {
+		c, _, _ = strings.Cut(c, "</svg>")
+		lines := lineRE.FindAllStringSubmatch(c, -1)
+		if len(lines) < 5 {
+			t.Fatalf("chart %d: %d lines, want the budgets' strategies", i, len(lines))
+		}
+		colors, dash := map[string]string{}, map[string]string{}
+		for _, l := range lines {
+			// Eight colours: past them a colour repeats, never a pattern.
+			if o, dup := colors[l[2]]; dup && len(lines) <= 8 {
+				t.Errorf("chart %d: %s and %s share colour %s", i, l[1], o, l[2])
+			}
+			if o, dup := dash[l[3]]; dup {
+				t.Errorf("chart %d: %s and %s share dash pattern %q", i, l[1], o, l[3])
+			}
+			colors[l[2]], dash[l[3]] = l[1], l[1]
+		}
+		var ends []string
+		for _, e := range endRE.FindAllStringSubmatch(c, -1) {
+			ends = append(ends, e[1])
+		}
+		for _, l := range lines {
+			if !slices.Contains(ends, l[1]) {
+				t.Errorf("chart %d: %s has no label at its end (end labels %v)", i, l[1], ends)
+			}
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 // to fit narrower columns).
 const (
 	chartWidth  = 640.0
+	wideWidth   = 1296.0 // a Wide chart: the page's width less its padding
+	markRow     = 16.0   // a row of the band above a bar chart's plot that holds mark labels
 	plotHeight  = 220.0
 	padTop      = 8.0
 	padRight    = 20.0
@@ -37,6 +39,25 @@ type layout struct {
 	drawn         [][]Point // Lines: the points drawn per series
 	band          float64   // height of the shade-label band above the plot
 	shadeLabels   []shadeLabel
+	markBand      float64 // Bars: height of the mark-label band, between the shade band and the plot
+	markLabels    []markLabel
+	endLabels     []endLabel
+}
+
+// markLabel places the label of c.Marks[mark] in row of the mark band.
+type markLabel struct {
+	mark   int
+	x      float64
+	anchor string
+	row    int
+}
+
+// endLabel is the name of c.Series[series] at the right end of its line:
+// the line ends at (x0, y0), the label's baseline is at y.
+type endLabel struct {
+	series int
+	x0, y0 float64
+	y      float64
 }
 
 type legendItem struct {
@@ -94,6 +115,9 @@ func autoBarWidth(c *Chart) float64 {
 func (r *renderer) layoutChart(c *Chart) *layout {
 	r.charts++
 	l := &layout{c: c, id: "c" + itoa(r.charts), width: chartWidth, empty: true}
+	if c.Wide {
+		l.width = wideWidth
+	}
 
 	// Colours, assigned in order of first appearance on the page.
 	slots := r.slots(c)
@@ -193,7 +217,7 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 		if ye.ok {
 			lo, hi = math.Min(0, ye.lo), math.Max(0, ye.hi)
 		}
-		if len(c.Marks) > 0 && markTop > 0 && markTop >= 0.9*hi {
+		if c.Kind == Lines && len(c.Marks) > 0 && markTop > 0 && markTop >= 0.9*hi {
 			hi = math.Max(hi, markTop*1.12) // room for the label above the mark
 		}
 		var step float64
@@ -228,13 +252,13 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 		w := 16 + 6 + textWidth(name, fontLegend) + 18
 		if rows == 0 {
 			rows = 1
-		} else if x+w > chartWidth-padRight+18 {
+		} else if x+w > l.width-padRight+18 {
 			x, y = 12, y+legendRow
 			rows++
 		}
 		l.legend = append(l.legend, legendItem{
 			series: i, x: x, y: y, name: name, color: l.seriesColor[i],
-			dash: dashes[l.seriesVariant[i]], fade: l.seriesVariant[i]%2 == 1,
+			dash: l.dash(i), fade: l.seriesVariant[i]%2 == 1,
 		})
 		x += w
 	}
@@ -243,8 +267,10 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 		legendBottom = padTop + float64(rows)*legendRow + 4
 	}
 
-	// Left margin: room for the widest Y tick label and the Y axis label.
-	widest := 0.0
+	// Left margin: room for the widest Y tick label (at least "0,000", so
+	// that charts of different heights line their plots up) and the Y
+	// axis label.
+	widest := textWidth("0,000", fontTick)
 	for _, t := range l.y.ticks {
 		widest = math.Max(widest, textWidth(t.label, fontTick))
 	}
@@ -252,7 +278,14 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 	if c.YLabel != "" {
 		l.left += 20
 	}
-	l.right = chartWidth - padRight
+	l.right = l.width - padRight
+	if c.EndLabels && c.Kind == Lines {
+		widest := 0.0
+		for _, it := range l.legend {
+			widest = math.Max(widest, textWidth(it.name, fontLegend))
+		}
+		l.right = l.width - widest - 22
+	}
 	l.x.lo, l.x.hi = l.left, l.right
 
 	// X ticks: as many as fit without labels touching.
@@ -290,23 +323,44 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 				lab.x, lab.anchor, left = (x0+x1)/2, "middle", (x0+x1)/2-w/2
 			}
 		}
-		lab.row = len(rowRight)
-		for r, right := range rowRight {
-			if left >= right+8 {
-				lab.row = r
-				break
-			}
-		}
-		if lab.row == len(rowRight) {
-			rowRight = append(rowRight, 0)
-		}
-		rowRight[lab.row] = left + w
+		lab.row, rowRight = pickRow(rowRight, left, w, 8)
 		l.shadeLabels = append(l.shadeLabels, lab)
 	}
 	l.band = float64(len(rowRight)) * shadeRow
-	l.top = legendBottom + 8 + l.band
+
+	// Mark labels of a bar chart go in a band of their own, under the
+	// shade labels and above the plot, joined to their mark by a leader:
+	// inside the plot they would cover bars.
+	if c.Kind == Bars {
+		rowRight = rowRight[:0]
+		for i, m := range c.Marks {
+			x := m.X + l.barWidth/2
+			if m.Label == "" || !l.x.contains(x) {
+				continue
+			}
+			px := l.x.px(x)
+			w := textWidth(m.Label, fontMark)
+			lab := markLabel{mark: i, x: px, anchor: "middle"}
+			left := px - w/2
+			switch {
+			case px+w/2 > l.right:
+				lab.x, lab.anchor, left = px+4, "end", px+4-w
+			case px-w/2 < l.left:
+				lab.x, lab.anchor, left = px-4, "start", px-4
+			}
+			lab.row, rowRight = pickRow(rowRight, left, w, 10)
+			l.markLabels = append(l.markLabels, lab)
+		}
+		if len(rowRight) > 0 {
+			l.markBand = float64(len(rowRight))*markRow + 6 // and a gap above a mark at the top
+		}
+	}
+	l.top = legendBottom + 8 + l.band + l.markBand
 	l.bottom = l.top + plotHeight
 	l.y.lo, l.y.hi = l.bottom, l.top
+	if c.EndLabels && c.Kind == Lines {
+		l.placeEndLabels()
+	}
 
 	l.height = l.bottom + 24
 	if c.XLabel != "" {
@@ -314,6 +368,78 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 	}
 	l.height += 4
 	return l
+}
+
+// pickRow puts a label spanning [left, left+w) in the first row of a band
+// whose last label ends at least gap before it, or in a new row; rowRight
+// holds the right end of the last label of each row. It returns the row and
+// the updated rowRight.
+func pickRow(rowRight []float64, left, w, gap float64) (int, []float64) {
+	row := len(rowRight)
+	for r, right := range rowRight {
+		if left >= right+gap {
+			row = r
+			break
+		}
+	}
+	if row == len(rowRight) {
+		rowRight = append(rowRight, 0)
+	}
+	rowRight[row] = left + w
+	return row, rowRight
+}
+
+// dash returns the dash pattern of series i: its own one on a Dashed
+// Lines chart, otherwise that of its palette variant.
+func (l *layout) dash(i int) string {
+	if l.c.Dashed && l.c.Kind == Lines {
+		return lineDashes[i%len(lineDashes)]
+	}
+	return dashes[l.seriesVariant[i]]
+}
+
+// lineDashes are the patterns of a Dashed chart's series, in order.
+// Twelve, so that a chart with more lines than the palette's eight colours
+// still gives every line a pattern of its own.
+var lineDashes = [...]string{"", "9 4", "2 3", "12 3 2 3", "5 5", "14 3 3 3 3 3", "1 4", "20 4",
+	"6 2 1 2 1 2", "16 4 4 4", "3 6", "10 2 2 2 2 2 2 2"}
+
+// placeEndLabels puts each line's name at its right end, moving labels
+// apart (at least one line of text) from the top down, then back up from
+// the bottom when they run off the plot.
+func (l *layout) placeEndLabels() {
+	const gap = 14.0
+	for i, pts := range l.drawn {
+		if len(pts) == 0 {
+			continue
+		}
+		p := pts[len(pts)-1]
+		x0, y0 := l.x.px(math.Min(math.Max(p.X, l.x.min), l.x.max)), l.y.px(math.Min(math.Max(p.Y, l.y.min), l.y.max))
+		l.endLabels = append(l.endLabels, endLabel{series: i, x0: x0, y0: y0, y: y0 + 4})
+	}
+	labs := l.endLabels
+	slices.SortStableFunc(labs, func(a, b endLabel) int {
+		switch {
+		case a.y < b.y:
+			return -1
+		case a.y > b.y:
+			return 1
+		}
+		return 0
+	})
+	for i := range labs {
+		labs[i].y = math.Max(labs[i].y, l.top+10)
+		if i > 0 {
+			labs[i].y = math.Max(labs[i].y, labs[i-1].y+gap)
+		}
+	}
+	for i := len(labs) - 1; i >= 0; i-- {
+		limit := l.bottom + 4
+		if i < len(labs)-1 {
+			limit = labs[i+1].y - gap
+		}
+		labs[i].y = math.Min(labs[i].y, limit)
+	}
 }
 
 // ticksFit reports whether the tick labels on a horizontal axis leave a gap
@@ -344,13 +470,21 @@ func itoa(n int) string {
 // chart renders one chart as a figure with a caption and an inline SVG.
 func (r *renderer) chart(c *Chart) {
 	l := r.layoutChart(c)
-	r.raw(`<figure class="figure">`)
+	if c.Wide {
+		r.raw(`<figure class="figure wide">`)
+	} else {
+		r.raw(`<figure class="figure">`)
+	}
 	if c.Title != "" {
 		r.raw("<figcaption>")
 		r.text(c.Title)
 		r.raw("</figcaption>")
 	}
-	r.raw("\n", `<svg class="chart" data-title="`)
+	r.raw("\n", `<svg class="chart`)
+	if c.Wide {
+		r.raw(" wide")
+	}
+	r.raw(`" data-title="`)
 	r.text(c.Title)
 	r.raw(`" data-kind="`, c.Kind.String(), `" xmlns="http://www.w3.org/2000/svg" width="`)
 	r.px(l.width)
@@ -389,6 +523,7 @@ func (r *renderer) chart(c *Chart) {
 	}
 	r.shadeLabels(l)
 	r.marks(l)
+	r.endLabels(l)
 	if l.empty {
 		r.raw(`<text class="nodata" text-anchor="middle" x="`)
 		r.px((l.left + l.right) / 2)
@@ -488,7 +623,7 @@ func (r *renderer) shades(l *layout) {
 		}
 		r.raw(`<rect class="shade" data-label="`)
 		r.text(sh.Label)
-		top := l.top
+		top := l.top - l.markBand
 		if sh.Label != "" {
 			top -= l.band
 		}
@@ -512,7 +647,7 @@ func (r *renderer) shades(l *layout) {
 
 func (r *renderer) shadeLabels(l *layout) {
 	for _, lab := range l.shadeLabels {
-		r.textAt("shade-label", lab.anchor, lab.x, l.top-l.band+11+float64(lab.row)*shadeRow)
+		r.textAt("shade-label", lab.anchor, lab.x, l.top-l.markBand-l.band+11+float64(lab.row)*shadeRow)
 		r.text(l.c.Shades[lab.shade].Label)
 		r.raw("</text>\n")
 	}
@@ -547,7 +682,7 @@ func (r *renderer) axes(l *layout) {
 		anchor := "middle"
 		w := textWidth(t.label, fontTick)
 		switch {
-		case px+w/2 > chartWidth-2:
+		case px+w/2 > l.width-2:
 			anchor = "end"
 		case px-w/2 < 2:
 			anchor = "start"
@@ -622,7 +757,7 @@ func (r *renderer) lines(l *layout) {
 		r.raw(`">`, "\n")
 		if len(pts) > 0 {
 			r.raw(`<polyline class="line" stroke="`, color, `"`)
-			if d := dashes[l.seriesVariant[i]]; d != "" {
+			if d := l.dash(i); d != "" {
 				r.raw(` stroke-dasharray="`, d, `"`)
 			}
 			r.raw(` points="`)
@@ -653,22 +788,17 @@ func (r *renderer) lines(l *layout) {
 }
 
 func (r *renderer) marks(l *layout) {
+	if l.c.Kind == Bars {
+		r.barMarks(l)
+		return
+	}
 	for _, m := range l.c.Marks {
 		x := m.X
-		if l.c.Kind == Bars {
-			x += l.barWidth / 2
-		}
 		if !l.x.contains(x) || !l.y.contains(m.Y) {
 			continue
 		}
 		px, py := l.x.px(x), l.y.px(m.Y)
-		r.raw(`<g class="mark" data-label="`)
-		r.text(m.Label)
-		r.raw(`"><circle r="3.5" cx="`)
-		r.px(px)
-		r.raw(`" cy="`)
-		r.px(py)
-		r.raw(`"/>`)
+		r.markDot(m.Label, px, py)
 		if m.Label != "" {
 			w := textWidth(m.Label, fontMark)
 			anchor, tx := "middle", px
@@ -688,4 +818,84 @@ func (r *renderer) marks(l *layout) {
 		}
 		r.raw("</g>\n")
 	}
+}
+
+// markDot opens a mark's group and draws its dot at (px, py); the caller
+// adds the label and closes the group.
+func (r *renderer) markDot(label string, px, py float64) {
+	r.raw(`<g class="mark" data-label="`)
+	r.text(label)
+	r.raw(`"><circle r="3.5" cx="`)
+	r.px(px)
+	r.raw(`" cy="`)
+	r.px(py)
+	r.raw(`"/>`)
+}
+
+// barMarks draws the marks of a bar chart: a dot on the bar and its label
+// in the mark band above the plot, joined by a dotted leader that runs
+// through the space above the bar.
+func (r *renderer) barMarks(l *layout) {
+	labels := map[int]markLabel{}
+	for _, lab := range l.markLabels {
+		labels[lab.mark] = lab
+	}
+	for i, m := range l.c.Marks {
+		x := m.X + l.barWidth/2
+		if !l.x.contains(x) {
+			continue
+		}
+		px, py := l.x.px(x), l.y.px(math.Min(math.Max(m.Y, l.y.min), l.y.max))
+		r.markDot(m.Label, px, py)
+		if lab, ok := labels[i]; ok {
+			base := l.top - l.markBand + 12 + float64(lab.row)*markRow
+			if py-5 > base+3 {
+				r.raw(`<line class="leader" x1="`)
+				r.px(px)
+				r.raw(`" x2="`)
+				r.px(px)
+				r.raw(`" y1="`)
+				r.px(base + 3)
+				r.raw(`" y2="`)
+				r.px(py - 5)
+				r.raw(`"/>`)
+			}
+			r.textAt("halo", lab.anchor, lab.x, base)
+			r.text(m.Label)
+			r.raw("</text>")
+		}
+		r.raw("</g>\n")
+	}
+}
+
+// endLabels writes the names at the right ends of the lines.
+func (r *renderer) endLabels(l *layout) {
+	if len(l.endLabels) == 0 {
+		return
+	}
+	r.raw(`<g class="end-labels">`, "\n")
+	for _, e := range l.endLabels {
+		color := l.seriesColor[e.series]
+		tx := l.right + 8
+		r.raw(`<g class="end-label" data-name="`)
+		r.text(l.c.Series[e.series].Name)
+		r.raw(`">`)
+		r.raw(`<polyline class="leader" stroke="`, color, `" points="`)
+		r.px(e.x0 + 3)
+		r.raw(",")
+		r.px(e.y0)
+		r.raw(" ")
+		r.px(tx - 2)
+		r.raw(",")
+		r.px(e.y - 4)
+		r.raw(`"/>`)
+		r.raw(`<text class="halo end-name" style="fill:`, color, `" x="`)
+		r.px(tx)
+		r.raw(`" y="`)
+		r.px(e.y)
+		r.raw(`">`)
+		r.text(l.legend[e.series].name)
+		r.raw("</text></g>\n")
+	}
+	r.raw("</g>\n")
 }

@@ -29,7 +29,9 @@
 //
 // Axis ranges are automatic unless given: XMin == XMax means auto (the data,
 // shades and marks), YMax == 0 means auto (a round value at or above the
-// highest stack, point or mark, leaving room for a mark's label). A linear Y
+// highest stack, point or mark, leaving room for a Lines mark's label). A
+// bar chart's mark labels sit in a band above the plot, joined to their
+// mark by a dotted leader, so they never cover a bar. A linear Y
 // axis always includes zero. Ticks are
 // round numbers (1, 2 or 5 times a power of ten) and depend only on the axis
 // range and the chart size, so charts given the same XMin, XMax and YMax get
@@ -44,7 +46,11 @@
 // names share a colour (never within one chart). A chart with more than
 // eight series draws the rest as dashed lines or as lighter, outlined bars.
 // Shade labels sit in a band above the plot, so they never cover data or
-// mark labels.
+// mark labels. A series may also name its [Color]: a report whose series
+// mean fixed things (accepted, down, busy) gives each its own. A Dashed
+// Lines chart gives each series its own dash pattern too, and EndLabels
+// names each line at its right end, so that a reader does not need the
+// legend. A Wide chart spans the page.
 //
 // # Validation
 //

@@ -27,6 +27,8 @@ header h1{font-size:26px;line-height:1.25;margin:0 0 4px;font-weight:650}
 .figure{margin:0;min-width:0;break-inside:avoid;page-break-inside:avoid}
 .figure figcaption{font-size:14px;font-weight:600;margin:0 0 2px;color:#1f2328}
 svg.chart{display:block;width:100%;max-width:640px;height:auto;font-family:inherit;font-variant-numeric:tabular-nums}
+.figure.wide{grid-column:1/-1}
+svg.chart.wide{max-width:1296px}
 .chart text{fill:#424a53;font-size:11px}
 .chart .tick{fill:#59636e}
 .chart .axis-label{fill:#1f2328;font-size:12px;font-weight:500}
@@ -42,6 +44,9 @@ svg.chart{display:block;width:100%;max-width:640px;height:auto;font-family:inher
 .chart .dot{stroke:#fff;stroke-width:1}
 .chart .mark circle{fill:#fff;stroke:#1f2328;stroke-width:1.5}
 .chart .mark text{fill:#1f2328;font-size:11.5px;font-weight:600}
+.chart .mark .leader{stroke:#1f2328;stroke-width:1;stroke-dasharray:1 2}
+.chart .end-labels .leader{fill:none;stroke-width:1;stroke-opacity:.6}
+.chart .end-name{font-size:12px;font-weight:600}
 .chart .halo{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 .chart .nodata{fill:#818b98;font-size:14px}
 table.summary{border-collapse:collapse;margin:14px 0 6px;font-size:14px;font-variant-numeric:tabular-nums}

@@ -100,8 +100,7 @@ func (r *renderer) int(n int) {
 	r.w.Write(r.num)
 }
 
-// palette is Okabe & Ito's colour-blind-friendly set, ordered so the first
-// colours are the most distinct on white (yellow, the faintest, comes last).
+// palette is Okabe & Ito's colour-blind-friendly set, indexed by Color-1.
 var palette = [...]string{
 	"#0072B2", // blue
 	"#E69F00", // orange
@@ -113,6 +112,12 @@ var palette = [...]string{
 	"#E2CF2A", // yellow, darkened a little to show on white
 }
 
+// autoOrder is the order in which names without a Color take the palette's
+// slots: the most distinct on white first, and sky blue (next to blue) and
+// yellow (the faintest) last, so that up to six series never pair two
+// neighbouring hues but orange and vermillion.
+var autoOrder = [...]int{0, 1, 2, 3, 6, 5, 4, 7}
+
 // dashes distinguishes series that share a colour once the palette repeats.
 var dashes = [...]string{"", "7 3", "2 3", "9 3 2 3"}
 
@@ -120,20 +125,33 @@ var dashes = [...]string{"", "7 3", "2 3", "9 3 2 3"}
 // colour palette[k%8] drawn in variant k/8 (solid, then dashed or faded).
 //
 // A name keeps the slot it got where it first appeared on the page, so
-// "accepted" or a strategy has one colour throughout. A new name takes the
-// lowest of the eight colours that no name on the page holds yet, or, once
+// "accepted" or a strategy has one colour throughout. A series with a Color
+// has that one, which no automatic name takes afterwards. A new name takes
+// the first, in autoOrder, of the colours that no name on the page holds yet, or, once
 // all are held, the lowest one free in this chart. Within one chart slots
 // are always distinct: a name whose slot is taken in this chart by another
 // series gets the lowest free slot there (for this chart only).
 func (r *renderer) slots(c *Chart) []int {
 	used := map[int]bool{}
 	out := make([]int, len(c.Series))
+	// Explicit colours first: they hold their slot for the whole page.
+	for _, s := range c.Series {
+		if s.Color != AutoColor {
+			k := int(s.Color) - 1
+			r.held[k] = true
+			used[k] = true
+		}
+	}
 	for i, s := range c.Series {
+		if s.Color != AutoColor {
+			out[i] = int(s.Color) - 1
+			continue
+		}
 		slot, known := r.colors[s.Name]
 		if !known || used[slot] {
 			slot = -1
 			if !known {
-				for k := range len(palette) {
+				for _, k := range autoOrder {
 					if !used[k] && !r.held[k] {
 						slot = k
 						break

@@ -72,12 +72,45 @@ type Chart struct {
 	// value on the axis, and XMin/XMax/YMax when given, must be > 0).
 	// Added to the original contract.
 	LogX, LogY bool
+
+	// Wide draws the chart across the whole width of the page (1296 units
+	// instead of 640), on a row of its own.
+	Wide bool
+	// EndLabels (Lines) names each series at the right end of its line, in
+	// its colour; labels of lines that end close together are spread apart
+	// and joined to their line by a thin leader.
+	EndLabels bool
+	// Dashed (Lines) gives every series of the chart its own dash pattern
+	// as well as its own colour, so that lines lying on top of each other
+	// stay apart.
+	Dashed bool
 }
+
+// Color names a colour of the report's palette (Okabe & Ito). The zero
+// value lets the page pick one (see the package documentation).
+type Color uint8
+
+// The palette's colours.
+const (
+	AutoColor Color = iota
+	Blue
+	Orange
+	Green // bluish green
+	Purple
+	SkyBlue
+	Vermillion
+	Grey
+	Yellow
+)
 
 // Series is one named data series of a chart.
 type Series struct {
 	Name   string  // legend entry; also picks the colour, kept for the whole page
 	Points []Point // any order (Lines sorts by X); Bars: one bar per point
+	// Color, if set, is the series' colour wherever it appears; series of
+	// one chart must not set the same one. Names without one take colours
+	// no Color on the page holds.
+	Color Color
 }
 
 // Point is one data point.

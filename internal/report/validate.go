@@ -80,6 +80,7 @@ func validateChart(c *Chart) error {
 		}
 	}
 	seen := make(map[string]int, len(c.Series))
+	colored := map[Color]int{}
 	bars := 0
 	for i := range c.Series {
 		s := &c.Series[i]
@@ -87,6 +88,13 @@ func validateChart(c *Chart) error {
 			return fmt.Errorf("series %q appears twice (Series[%d] and Series[%d]): series names must be distinct within a chart", s.Name, j, i)
 		}
 		seen[s.Name] = i
+		if s.Color > Yellow {
+			return fmt.Errorf("series %q: Color %d: want AutoColor or one of the palette's colours (Blue … Yellow)", s.Name, s.Color)
+		}
+		if j, dup := colored[s.Color]; dup && s.Color != AutoColor {
+			return fmt.Errorf("series %q: Color %d is also Series[%d]'s: series of one chart need distinct colours", s.Name, s.Color, j)
+		}
+		colored[s.Color] = i
 		for pi, pt := range s.Points {
 			// The field name is built only for a bad point: this loop
 			// sees every point of the page.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/lab"
+)
+
+// BenchmarkProxyStats answers /_stagger/stats (JSON, no timeline) after
+// 100,000 and after 10 million attempts from up to 1 million request IDs:
+// the cost must not grow with the count.
+func BenchmarkProxyStats(b *testing.B) {
+	for _, n := range []int{100_000, 10_000_000} {
+		b.Run(fmt.Sprintf("arrivals=%d", n), func(b *testing.B) {
+			up := &upstream{srv: httptest.NewServer(http.NotFoundHandler())}
+			defer up.srv.Close()
+			var out, errb testWriter
+			cfg, _ := parseProxy([]string{"--upstream", up.srv.URL, "--report", ""}, &out, &errb)
+			p := newProxy(cfg, time.Unix(0, 0))
+			ids := min(n, 1_000_000)
+			buf := make([]byte, 0, 32)
+			for i := range n {
+				buf = strconv.AppendInt(append(buf[:0], "req-"...), int64(i%ids), 10)
+				p.rec.Record(p.start.Add(time.Duration(i)*time.Millisecond), string(buf), 0, lab.Accepted)
+			}
+			req := httptest.NewRequest("GET", statsPath, nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkProxyCount is the proxy's own cost per attempt: an attempt
+// refused by a fault (no upstream call), counted, from all goroutines.
+func BenchmarkProxyCount(b *testing.B) {
+	up := &upstream{srv: httptest.NewServer(http.NotFoundHandler())}
+	defer up.srv.Close()
+	var out, errb testWriter
+	cfg, _ := parseProxy([]string{"--upstream", up.srv.URL, "--report", "", "--fault", "down 24h at 0s"}, &out, &errb)
+	if cfg == nil {
+		b.Fatal("bad flags")
+	}
+	p := newProxy(cfg, time.Now())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		reqs := make([]*http.Request, 1024)
+		for i := range reqs {
+			reqs[i] = httptest.NewRequest("GET", "/x", nil)
+			reqs[i].Header.Set(lab.HeaderRequestID, strconv.Itoa(i))
+		}
+		w := discardWriter{h: http.Header{}}
+		i := 0
+		for pb.Next() {
+			i++
+			p.ServeHTTP(w, reqs[i%len(reqs)])
+		}
+	})
+	b.StopTimer()
+	if s := p.rec.Stats(false); s.Down != b.N {
+		b.Fatalf("counted %d of %d", s.Down, b.N)
+	}
+}
+
+type testWriter struct{}
+
+func (testWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// discardWriter is a ResponseWriter that keeps nothing.
+type discardWriter struct{ h http.Header }
+
+func (w discardWriter) Header() http.Header       { return w.h }
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (discardWriter) WriteHeader(int)             {}
