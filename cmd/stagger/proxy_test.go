@@ -304,8 +304,8 @@ func TestProxyHelp(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"down D at T", "retry-after D", "--upstream", statsPath,
-		"-read-timeout value", "(default 1m0s)", "-read-header-timeout value", "(default 10s)",
-		"-idle-timeout value", "-max-conns value", "(default 1024)", "-horizon value", "-max-requests value"} {
+		"--read-timeout D", "(default 1m0s)", "--read-header-timeout D", "(default 10s)",
+		"--idle-timeout D", "--max-conns N", "(default 1024)", "--horizon D", "--max-requests N"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
