@@ -92,8 +92,8 @@ type CircuitConfig struct {
 //     window, if the dependency served it, and opens it again if not.
 //
 // Outcomes reported while open are ignored. The closed path is lock-free:
-// Request and Retry load one atomic word, Result adds to the window's
-// slot with one compare-and-swap and, after a failure, sums the window.
+// Request and Retry load one atomic word, Result counts in the window's
+// slot with one atomic add and, after a failure, sums the window.
 // State changes are compare-and-swaps on one word; none allocates but
 // closing (a fresh window). Nothing reads the clock: callers pass now.
 type CircuitBreaker struct {
