@@ -48,14 +48,14 @@ func (c *Consumer) moveAdvisory(ctx context.Context, m jetstream.Msg) {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		// Gone (retention, or already acknowledged): record what we know.
 		st.Error += "; message no longer in the stream"
-		err = c.deadLetter(ctx, a.Stream+":"+strconv.FormatUint(a.StreamSeq, 10), a.Stream, a.StreamSeq, "", nil, nil, st)
+		err = c.deadLetter(ctx, a.Stream+":"+strconv.FormatUint(a.StreamSeq, 10), a.Stream, a.StreamSeq, 0, "", nil, nil, st)
 	case err == nil:
 		id := raw.Header.Get(jetstream.MsgIDHeader)
 		if id == "" {
 			id = a.Stream + ":" + strconv.FormatUint(a.StreamSeq, 10)
 		}
 		st.FirstAttempt, st.FirstFailure, st.Origin = raw.Time, raw.Time, raw.Subject
-		err = c.deadLetter(ctx, id, a.Stream, a.StreamSeq, raw.Subject, raw.Header, raw.Data, st)
+		err = c.deadLetter(ctx, id, a.Stream, a.StreamSeq, raw.Time.UnixNano(), raw.Subject, raw.Header, raw.Data, st)
 	}
 	if err != nil {
 		c.log.Warn("jetstream: advisory: dead-letter copy", slog.Any("error", err))

@@ -17,11 +17,20 @@
 // sooner. The attempt number is the server's delivery count (NumDelivered):
 // a delivery that crashed or timed out counts, as seed 002 counts claims.
 //
-// Dead letters are published with a Nats-Msg-Id derived from the consumer
-// and the original's stream and sequence, so the consumer's own copy and
-// the advisory mover's copy of the same message are deduplicated by the DLQ
-// stream within its duplicate window, while two consumers of one stream
-// sharing a DLQ stream each keep their dead letter of a message.
+// A dead letter is published on a subject of its own under DLQSubject,
+// naming the original's stream, the consumer, the stream sequence and the
+// time the original was stored, with an expected last subject sequence of
+// 0: the DLQ stream stores at most one copy of each message for each
+// consumer, however late a second copy comes (the consumer's own and the
+// advisory mover's, or a redelivery after a crash), as long as the first
+// is still in the DLQ. Two consumers of one stream sharing a DLQ stream each
+// keep their dead letter of a message; a stream deleted and recreated
+// reuses sequences but not store times.
+//
+// A message is terminated with a plain Term, which every server honours;
+// TermWithReason is understood only from NATS 2.10.4 on (2.9 leaves the
+// message pending and redelivers it). The reason travels in the dead
+// letter's headers instead.
 //
 // A nak cannot carry headers, so state that RabbitMQ and Kafka keep in
 // headers is not carried between JetStream attempts: the first-attempt and
@@ -74,11 +83,12 @@ type Options struct {
 	Consumer string
 	// FilterSubject narrows the consumer to a subject ("": the whole stream).
 	FilterSubject string
-	// DLQStream receives dead letters on DLQSubject; created by Setup when
-	// missing (default Stream+"_DLQ", subject "dlq."+Stream+"."+Consumer).
-	// An existing one keeps its configuration; Setup adds DLQSubject to its
-	// subjects when none covers it, so the consumers of one stream can
-	// share it.
+	// DLQStream receives dead letters on subjects under DLQSubject
+	// (DLQSubject+".>", one subject per message); created by Setup when
+	// missing (default Stream+"_DLQ", DLQSubject "dlq."+Stream+"."+Consumer).
+	// An existing one keeps its configuration; Setup adds DLQSubject+".>"
+	// to its subjects when none covers it, so the consumers of one stream
+	// can share it.
 	DLQStream, DLQSubject string
 	// AdvisoryStream captures the consumer's MAX_DELIVERIES advisories;
 	// created by Setup when missing (default Stream+"_ADV"), shared the same
@@ -294,7 +304,7 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 		return nil, nil, fmt.Errorf("jetstream: consumer %q on stream %q: %w", c.opts.Consumer, c.opts.Stream, err)
 	}
 	if err := c.ensureStream(ctx, jetstream.StreamConfig{
-		Name: c.opts.DLQStream, Subjects: []string{c.opts.DLQSubject}, Duplicates: 10 * time.Minute,
+		Name: c.opts.DLQStream, Subjects: []string{c.opts.DLQSubject + ".>"}, Duplicates: 10 * time.Minute,
 	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: DLQ stream %q: %w", c.opts.DLQStream, err)
 	}
@@ -350,7 +360,8 @@ func subjectCovers(pattern, subject string) bool {
 			return subject != ""
 		}
 		s, srest, smore := strings.Cut(subject, ".")
-		if p != "*" && p != s {
+		if s == ">" || p != "*" && p != s { // only > covers a > filter
+
 			return false
 		}
 		if !pmore || !smore {
@@ -510,7 +521,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		full, err := m.Metadata()
 		if err != nil {
 			c.log.Error("jetstream: message without metadata, terminating it", slog.Any("error", err))
-			_ = m.TermWithReason("stagger: no metadata")
+			_ = m.Term()
 			return
 		}
 		md = ackMeta{stream: full.Stream, delivered: full.NumDelivered, streamSeq: full.Sequence.Stream, timestamp: full.Timestamp.UnixNano()}
@@ -535,7 +546,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		}
 		return
 	case broker.Dead:
-		if err := c.deadLetter(ctx, id, md.stream, md.streamSeq, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
+		if err := c.deadLetter(ctx, id, md.stream, md.streamSeq, md.timestamp, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
 			// Not copied: leave it unacknowledged; it is redelivered, and at
 			// MaxDeliver the advisory mover copies it.
 			c.log.Error("jetstream: dead-letter copy failed", slog.String("id", id), slog.Any("error", err))
@@ -546,7 +557,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if o.Action == broker.Dead {
-		err = m.TermWithReason("stagger: " + o.State.Reason)
+		err = m.Term() // not TermWithReason: see the package doc
 	} else {
 		err = m.Ack()
 	}
@@ -621,12 +632,16 @@ func parseAckReply(reply string) (md ackMeta, ok bool) {
 	return md, ok && md.stream != "" && md.delivered > 0 && ts <= 1<<63-1
 }
 
-// deadLetter publishes a copy of a message to the DLQ stream, deduplicated
-// by the consumer and the original's stream and sequence.
-func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, subject string, h nats.Header, data []byte, st broker.State) error {
-	out := nats.NewMsg(c.opts.DLQSubject)
+// deadLetter publishes a copy of the message stored in stream at seq at
+// stored (Unix ns; 0 when unknown) to the DLQ stream, once: a copy already
+// there is success.
+func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, stored int64, subject string, h nats.Header, data []byte, st broker.State) error {
+	key := stream + "." + c.opts.Consumer + "." + strconv.FormatUint(seq, 10) + "." + strconv.FormatInt(stored, 10)
+	out := nats.NewMsg(c.opts.DLQSubject + "." + key)
 	for k, v := range h {
-		if !broker.IsStateHeader(k) { // st replaces them
+		// st replaces the state headers; the original's Nats-Msg-Id and
+		// Nats-Expected-* would make the server refuse or drop the copy.
+		if !broker.IsStateHeader(k) && !strings.HasPrefix(k, "Nats-") {
 			out.Header[k] = append([]string(nil), v...)
 		}
 	}
@@ -638,10 +653,20 @@ func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64
 	out.Header.Set(broker.HeaderID, id)
 	out.Header.Set(HeaderStream, stream)
 	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
-	out.Header.Del(jetstream.MsgIDHeader)
 	out.Data = data
-	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+stream+":"+c.opts.Consumer+":"+strconv.FormatUint(seq, 10)))
+	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+key), jetstream.WithExpectLastSequencePerSubject(0))
+	if isWrongLastSeq(err) {
+		return nil // dead-lettered before: its subject holds a message
+	}
 	return err
+}
+
+// isWrongLastSeq reports a publish refused because its subject already
+// holds a message (replicated streams report 10164, others 10071).
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // advisory is the part of a MAX_DELIVERIES advisory the mover reads.

@@ -439,7 +439,7 @@ func TestTwoConsumersShareDLQStream(t *testing.T) {
 		stream   string
 		subjects []string
 	}{
-		{name + "_DLQ", []string{"dlq." + name + ".a", "dlq." + name + ".b"}},
+		{name + "_DLQ", []string{"dlq." + name + ".a", "dlq." + name + ".a.>", "dlq." + name + ".b.>"}},
 		{name + "_ADV", []string{AdvisorySubject(name, "a"), AdvisorySubject(name, "b")}},
 	} {
 		st, err := js.Stream(ctx, s.stream)
@@ -493,6 +493,9 @@ func TestSubjectCovers(t *testing.T) {
 		{"dlq.S.a", "dlq.S.b", false},
 		{"dlq.S.*", "dlq.S.a", true},
 		{"dlq.S.*", "dlq.S.a.b", false},
+		{"dlq.S.*", "dlq.S.>", false},
+		{"dlq.S.>", "dlq.S.>", true},
+		{"dlq.*.>", "dlq.S.a.>", true},
 		{"dlq.>", "dlq.S.a", true},
 		{"dlq.>", "dlq", false},
 		{">", "x", true},
