@@ -16,33 +16,6 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// waitSettled blocks until the durable consumer has no message pending
-// delivery or acknowledgement: the server will deliver nothing more.
-func waitSettled(t *testing.T, ctx context.Context, js jetstream.JetStream, stream, consumer string) {
-	t.Helper()
-	var w retry.Waiter
-	defer w.Stop()
-	var last string
-	for {
-		c, err := js.Consumer(ctx, stream, consumer)
-		if err == nil {
-			var info *jetstream.ConsumerInfo
-			if info, err = c.Info(ctx); err == nil {
-				if info.NumPending == 0 && info.NumAckPending == 0 {
-					return
-				}
-				last = fmt.Sprintf("pending %d, ack pending %d, redelivered %d", info.NumPending, info.NumAckPending, info.NumRedelivered)
-			}
-		}
-		if err != nil {
-			last = err.Error()
-		}
-		if err := w.Wait(ctx, nil, 50*time.Millisecond); err != nil {
-			t.Fatalf("consumer %s on %s never settled: %v (last: %s)", consumer, stream, err, last)
-		}
-	}
-}
-
 // TestPermanentRunsOnce dead-letters 20 permanent messages with MaxAttempts
 // 5 and a short AckWait: each handler must run once, and each message must
 // reach the DLQ once. A termination the server ignores leaves the message
@@ -81,7 +54,9 @@ func TestPermanentRunsOnce(t *testing.T) {
 			t.Errorf("dead letter %s: reason %q after %d attempts, want permanent after 1", dl.ID, dl.Reason, dl.Attempts)
 		}
 	}
-	waitSettled(t, ctx, p.js, name, "work")
+	if err := p.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	total := 0
