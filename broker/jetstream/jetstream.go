@@ -97,7 +97,8 @@ type Options struct {
 	// its own limits.
 	AdvisoryStream string
 	// Handler runs once per delivery with a retry.Delivery (Source
-	// "jetstream", ID = the Nats-Msg-Id header, else "<stream>:<seq>").
+	// "jetstream", ID = the x-stagger-id header of a redriven message, else
+	// the Nats-Msg-Id header, else "<stream>:<seq>").
 	Handler retry.Handler
 	// Policy decides retries; nil means broker.CascadePolicy of
 	// broker.DefaultTiers (10 s, 1 min, 10 min, then the DLQ). MaxDeliver is
@@ -506,9 +507,14 @@ func (c *Consumer) consume(ctx context.Context, cons, mover jetstream.Consumer) 
 	return fmt.Errorf("jetstream: consume of %s ended: %w", which, lastErr)
 }
 
-// messageID is the inbox key: the Nats-Msg-Id header, else stream:seq.
+// messageID is the inbox key: x-stagger-id (a redriven message's original
+// ID), else the Nats-Msg-Id header, else stream:seq.
 func messageID(m jetstream.Msg, md *ackMeta) string {
-	if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+	h := m.Headers()
+	if id := h.Get(broker.HeaderID); id != "" {
+		return id
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
 		return id
 	}
 	return md.stream + ":" + strconv.FormatUint(md.streamSeq, 10)
@@ -679,7 +685,10 @@ type advisory struct {
 
 // ParseDeadLetter decodes a message read from the DLQ stream.
 func ParseDeadLetter(m jetstream.Msg) (broker.DeadLetter, error) {
-	h := m.Headers()
+	return parseDeadLetter(m.Headers(), m.Data())
+}
+
+func parseDeadLetter(h nats.Header, data []byte) (broker.DeadLetter, error) {
 	st, err := broker.DecodeState(func(k string) (string, bool) {
 		v := h.Values(k)
 		if len(v) == 0 {
@@ -690,5 +699,5 @@ func ParseDeadLetter(m jetstream.Msg) (broker.DeadLetter, error) {
 	if err != nil {
 		return broker.DeadLetter{}, err
 	}
-	return broker.DeadLetter{ID: h.Get(broker.HeaderID), Payload: m.Data(), State: st}, nil
+	return broker.DeadLetter{ID: h.Get(broker.HeaderID), Payload: data, State: st}, nil
 }

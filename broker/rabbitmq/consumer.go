@@ -362,7 +362,12 @@ func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Deliver
 		h[HeaderExchange] = d.Exchange
 		h[HeaderRoutingKey] = d.RoutingKey
 	}
-	return conf.publish(ctx, "", q, amqp.Publishing{
+	return conf.publish(ctx, "", q, republishing(d, h))
+}
+
+// republishing is d's body and properties with headers h.
+func republishing(d *amqp.Delivery, h amqp.Table) amqp.Publishing {
+	return amqp.Publishing{
 		Headers:         h,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
@@ -375,7 +380,7 @@ func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Deliver
 		Type:            d.Type,
 		AppId:           d.AppId,
 		Body:            d.Body,
-	})
+	}
 }
 
 // redactErr keeps the URL's password out of err's text, also when the URL

@@ -86,6 +86,8 @@ type pipeline struct {
 	tcp  *tcpTracker
 	conn *amqp.Connection
 
+	stopDLQ func() // stops reading (and so removing) dead letters
+
 	mu   sync.Mutex
 	stop func() error // stops the running consumer; nil when stopped
 	run  func()       // starts it (again)
@@ -233,11 +235,16 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlq, err := dch.Consume(topo.DLQ, "", true, false, false, false, nil)
+	dlq, err := dch.Consume(topo.DLQ, "dlq-reader", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.dlq = dlq
+	p.stopDLQ = func() {
+		if err := dch.Cancel("dlq-reader", false); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return p
 }
 
