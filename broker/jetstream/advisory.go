@@ -44,6 +44,11 @@ func (c *Consumer) moveAdvisory(ctx context.Context, m jetstream.Msg) {
 	st := broker.State{Attempts: a.Deliveries, Reason: ReasonMaxDeliveries,
 		Error: "delivered " + strconv.Itoa(a.Deliveries) + " times without an acknowledgement"}
 	raw, err := stream.GetMsg(ctx, a.StreamSeq)
+	if err == nil && !a.Timestamp.IsZero() && raw.Time.After(a.Timestamp) {
+		// Stored after the advisory was sent: the stream was deleted and
+		// recreated, and the sequence now names another message.
+		err = jetstream.ErrMsgNotFound
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		// Gone (retention, or already acknowledged): record what we know.

@@ -109,7 +109,12 @@ type Options struct {
 	// AckWait is how long a handler may run before the server redelivers
 	// the message (0: DefaultAckWait); Policy.AttemptTimeout, which ends
 	// the handler's context, must be below it. The consumer's BackOff for ack
-	// timeouts is max(AckWait, the schedule's delay) per delivery.
+	// timeouts is max(AckWait, the schedule's delay) per delivery. Without
+	// an AttemptTimeout, the last delivery's handler context ends shortly
+	// before its ack wait (a 20th of it, at most 500 ms, earlier): an
+	// attempt that outlives it is left to the server, which gives up on it
+	// (the advisory mover dead-letters it), rather than acknowledged after
+	// it was dead-lettered.
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged messages (0: DefaultMaxAckPending,
 	// the server's own default). A message waiting out its NakWithDelay
@@ -238,6 +243,10 @@ type Consumer struct {
 	opts Options
 	proc *broker.Processor
 	log  *slog.Logger
+	// ackWaits[n-1] is how long the server waits for the acknowledgement
+	// of delivery n (the last entry for later ones): the consumer's
+	// BackOff, or AckWait.
+	ackWaits []time.Duration
 }
 
 // NewConsumer validates opts. Call Setup (or Run, which calls it) next.
@@ -252,8 +261,22 @@ func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{js: js, opts: opts, log: log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}, nil
+	c := &Consumer{js: js, opts: opts, log: log,
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}
+	cfg := c.ConsumerConfig()
+	c.ackWaits = cfg.BackOff
+	if len(c.ackWaits) == 0 {
+		c.ackWaits = []time.Duration{cfg.AckWait}
+	}
+	return c, nil
+}
+
+// attemptBound is how long delivery n's handler may run: its ack wait less
+// a margin (a 20th, at most 500 ms), so that the attempt ends before the
+// server gives up on the message and the advisory mover dead-letters it.
+func (c *Consumer) attemptBound(delivered uint64) time.Duration {
+	w := c.ackWaits[min(int(min(delivered, math.MaxInt32))-1, len(c.ackWaits)-1)]
+	return w - min(w/20, 500*time.Millisecond)
 }
 
 // AdvisoryMaxAge is how long a stream Setup creates for the advisories
@@ -315,8 +338,11 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: advisory stream %q: %w", c.opts.AdvisoryStream, err)
 	}
+	// The mover reads only this consumer's advisories: an advisory stream
+	// may be shared, and its other consumers' advisories are not ours.
 	mover, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.AdvisoryStream, jetstream.ConsumerConfig{
 		Durable: c.opts.Consumer + "_dlq", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		FilterSubject: AdvisorySubject(c.opts.Stream, c.opts.Consumer),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("jetstream: advisory consumer on %q: %w", c.opts.AdvisoryStream, err)
@@ -540,9 +566,24 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		FirstFailure: stored,
 		Origin:       m.Subject(),
 	}
-	o := c.proc.Process(ctx, id, m.Data(), st)
-	if broker.Interrupted(ctx, o) {
-		return // shutting down: redelivered after its ack wait
+	actx := ctx
+	if c.opts.Policy.AttemptTimeout == 0 && md.delivered >= uint64(c.proc.MaxAttempts()) {
+		// The last delivery: past its ack wait the server gives up on the
+		// message and the advisory mover dead-letters it, so a success
+		// after that must not happen. (Earlier deliveries are left
+		// unbounded: a late success there is a duplicate run, the
+		// redelivery's, not a wrong dead letter, and a timer per message
+		// would cost the hot path.)
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.attemptBound(md.delivered))
+		defer cancel()
+	}
+	o := c.proc.Process(actx, id, m.Data(), st)
+	if broker.Interrupted(actx, o) {
+		// Shutting down, or the attempt outlived its ack wait: the server
+		// redelivers it (or, after the last delivery, dead-letters it
+		// through the advisory mover).
+		return
 	}
 	var err error
 	switch o.Action {
@@ -681,6 +722,8 @@ type advisory struct {
 	Consumer   string `json:"consumer"`   // the durable consumer that delivered it
 	StreamSeq  uint64 `json:"stream_seq"` // its stream sequence; 0 marks a malformed advisory
 	Deliveries int    `json:"deliveries"` // how many times it was delivered
+	// Timestamp is when the server sent the advisory.
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // ParseDeadLetter decodes a message read from the DLQ stream.

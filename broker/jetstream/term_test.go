@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +146,92 @@ func TestDeadLetterOnceOutsideDuplicateWindow(t *testing.T) {
 	}
 	if info.State.Msgs != 1 {
 		t.Fatalf("DLQ stream holds %d messages, want 1 (one dead letter per message)", info.State.Msgs)
+	}
+}
+
+// TestAttemptBoundedByAckWait: without an AttemptTimeout, the handler's
+// context ends before its delivery's ack wait, so an attempt cannot succeed
+// after the server gave up on the message; the last delivery's message is
+// dead-lettered once, by the advisory mover, and the handler ran once.
+func TestAttemptBoundedByAckWait(t *testing.T) {
+	const ackWait = 400 * time.Millisecond
+	var (
+		mu    sync.Mutex
+		runs  int
+		bound time.Duration
+	)
+	h := func(ctx context.Context, _ []byte) error {
+		start := time.Now()
+		dl, ok := ctx.Deadline()
+		mu.Lock()
+		runs++
+		if ok {
+			bound = dl.Sub(start)
+		}
+		mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Policy: &retry.Policy{MaxAttempts: 1}},
+		func(o *Options) { o.AckWait = ackWait })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "slow", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.ID != "slow" || dl.Reason != ReasonMaxDeliveries {
+		t.Fatalf("dead letter %+v, want slow with reason %s", dl, ReasonMaxDeliveries)
+	}
+	if err := p.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 {
+		t.Errorf("handler ran %d times, want once (MaxAttempts 1)", runs)
+	}
+	if bound <= 0 || bound >= ackWait {
+		t.Errorf("the handler's context had %v left, want a deadline inside the ack wait %v", bound, ackWait)
+	}
+}
+
+// TestMoverFiltersAndStaleAdvisory: the mover's consumer reads only its
+// own consumer's advisories, and an advisory older than the message now
+// stored at its sequence (the stream was recreated) does not dead-letter
+// that message: it is recorded as gone.
+func TestMoverFiltersAndStaleAdvisory(t *testing.T) {
+	ok := func(context.Context, []byte) error { return nil }
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: ok, Policy: &retry.Policy{MaxAttempts: 3}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mover, err := p.js.Consumer(ctx, name+"_ADV", "work_dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := mover.CachedInfo().Config.FilterSubject; f != AdvisorySubject(name, "work") {
+		t.Errorf("mover FilterSubject %q, want %q", f, AdvisorySubject(name, "work"))
+	}
+	if err := p.Publish(ctx, "fresh", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Settle(ctx); err != nil { // handled and acknowledged
+		t.Fatal(err)
+	}
+	adv := fmt.Sprintf(`{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":%q,"consumer":"work","stream_seq":1,"deliveries":3,"timestamp":%q}`,
+		name, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano))
+	if _, err := p.js.Publish(ctx, AdvisorySubject(name, "work"), []byte(adv)); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl.Payload) != 0 || dl.ID == "fresh" || !strings.Contains(dl.Error, "no longer in the stream") {
+		t.Fatalf("a stale advisory dead-lettered %+v (payload %q): want a record of a message gone, not the new message", dl, dl.Payload)
 	}
 }
