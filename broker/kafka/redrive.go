@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/staggerhq/stagger/broker"
 )
@@ -201,22 +200,7 @@ func (m *redriveMsg) Republish(ctx context.Context, st broker.State) error {
 // Remove commits the record's offset for the redrive group.
 func (m *redriveMsg) Remove(ctx context.Context) error {
 	r := m.r
-	var cerr error
-	m.s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{
-		r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
-	}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && cerr == nil {
-					cerr = e
-				}
-			}
-		}
-	})
+	cerr := commitSync(ctx, m.s.cl, map[string]map[int32]kgo.EpochOffset{r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}}})
 	if cerr != nil {
 		return fmt.Errorf("kafka: commit DLQ offset %d/%d: %w", r.Partition, r.Offset+1, cerr)
 	}
