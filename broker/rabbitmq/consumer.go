@@ -367,7 +367,7 @@ func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Deliver
 			st.Origin = d.Exchange + "/" + d.RoutingKey
 		}
 	}
-	h := forwardHeaders(d.Headers, st)
+	h := forwardHeaders(d.Headers, st, q != c.opts.Topology.DLQ)
 	if !later {
 		h[HeaderExchange] = d.Exchange
 		h[HeaderRoutingKey] = d.RoutingKey
