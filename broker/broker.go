@@ -171,13 +171,13 @@ type State struct {
 }
 
 // IsStateHeader reports whether key is one of the headers State.Encode
-// writes. An adapter copying a message's headers onto a forward or a dead
+// writes, or HeaderState. An adapter copying a message's headers onto a forward or a dead
 // letter drops these and encodes the new State: a stale or malformed one
 // must not survive the copy.
 func IsStateHeader(key string) bool {
 	switch key {
 	case HeaderAttempt, HeaderDelay, HeaderDue, HeaderFirstAttempt, HeaderFirstFailure,
-		HeaderError, HeaderReason, HeaderOrigin:
+		HeaderError, HeaderReason, HeaderOrigin, HeaderState:
 		return true
 	}
 	return false

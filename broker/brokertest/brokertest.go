@@ -11,6 +11,11 @@
 //     and first-failure time;
 //   - unknown (an error of no class): dead-lettered at once, reason unknown;
 //   - exhausted: dead-lettered after MaxAttempts attempts;
+//   - handler runs are counted once the broker has settled (Pipeline.Settle:
+//     nothing left to deliver): a success, a permanent or an unknown
+//     failure ran once, an exhausted message exactly MaxAttempts times,
+//     nothing ran after the dead letter, and each message was
+//     dead-lettered once;
 //   - delay never early, also for After(d) errors;
 //   - crash between forward (to a delay tier or the DLQ) and
 //     acknowledgement: a duplicate, never a loss;
@@ -77,6 +82,13 @@ type Pipeline interface {
 	// NextDeadLetter blocks until the next dead letter arrives in the DLQ
 	// and returns it decoded, or returns ctx's error.
 	NextDeadLetter(ctx context.Context) (broker.DeadLetter, error)
+	// Settle blocks until the broker will deliver nothing more of what was
+	// published: no message waiting in the pipeline's queues, topics or
+	// delay tiers, none delivered and not yet acknowledged (JetStream: the
+	// consumer's pending and ack-pending counts are 0; Kafka: every group
+	// committed up to the end of its topic). It returns ctx's error when
+	// that does not happen in time. The suite counts handler runs after it.
+	Settle(ctx context.Context) error
 }
 
 // Factory builds a Pipeline for s. It calls t.Skip or t.Fatal itself when
@@ -131,32 +143,46 @@ func Run(t *testing.T, f Factory) {
 			if err := p.Publish(ctx, id, []byte(c.payload)); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
+			switch c.payload {
+			case "permanent", "unknown":
+				if want.attempts != 1 {
+					t.Fatalf("retry.Run ran %q %d times, want once", c.payload, want.attempts)
+				}
+			case "always":
+				if want.attempts != Policy().MaxAttempts {
+					t.Fatalf("retry.Run ran %q %d times, want MaxAttempts = %d", c.payload, want.attempts, Policy().MaxAttempts)
+				}
+			}
 			got := rec.wait(t, ctx, id, want.attempts)
 			checkAttempts(t, got, want)
 			checkNeverEarly(t, got, c.payload)
-			if want.reason == "" {
-				// Success: a permanent sentinel published after it must be
-				// the first dead letter, so the success was not also
-				// dead-lettered.
-				sentinel := id + "-sentinel"
-				if err := p.Publish(ctx, sentinel, []byte("permanent")); err != nil {
-					t.Fatalf("publish sentinel: %v", err)
-				}
+			if want.reason != "" {
 				dl := next(t, ctx, p)
-				if dl.ID != sentinel {
-					t.Fatalf("first dead letter is %q (reason %q), want the sentinel %q: a successful message was dead-lettered", dl.ID, dl.Reason, sentinel)
-				}
+				checkDeadLetter(t, dl, id, c.payload, want, got, published)
+			}
+			// A permanent sentinel published now must be the next dead
+			// letter: the message was not dead-lettered (again).
+			sentinel := id + "-sentinel"
+			if err := p.Publish(ctx, sentinel, []byte("permanent")); err != nil {
+				t.Fatalf("publish sentinel: %v", err)
+			}
+			if dl := next(t, ctx, p); dl.ID != sentinel {
+				t.Fatalf("next dead letter is %q (reason %q), want the sentinel %q: %s was dead-lettered again, or after a success", dl.ID, dl.Reason, sentinel, id)
+			}
+			if err := p.Settle(ctx); err != nil {
+				t.Fatalf("the broker did not settle: %v", err)
+			}
+			// Nothing is left to deliver: every run has happened.
+			if n := len(rec.attempts(id)); n != want.attempts {
+				t.Errorf("handler ran %d times for %s, want %d as retry.Run (%s)", n, id, want.attempts, rec.describe(id))
+			}
+			if n := len(rec.attempts(sentinel)); n != 1 {
+				t.Errorf("handler ran %d times for the permanent sentinel, want once (%s)", n, rec.describe(sentinel))
+			}
+			if want.reason == "" {
 				if n := rec.successes(id); n != 1 {
 					t.Errorf("handler succeeded %d times for %s, want 1", n, id)
 				}
-				return
-			}
-			dl := next(t, ctx, p)
-			checkDeadLetter(t, dl, id, c.payload, want, got, published)
-			// Every attempt ran before the message was dead-lettered: none
-			// may have run since the count was first reached.
-			if n := len(rec.attempts(id)); n != want.attempts {
-				t.Errorf("handler ran %d times for %s by the time it was dead-lettered, want %d (%s)", n, id, want.attempts, rec.describe(id))
 			}
 		})
 	}

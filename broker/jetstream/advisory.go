@@ -44,18 +44,23 @@ func (c *Consumer) moveAdvisory(ctx context.Context, m jetstream.Msg) {
 	st := broker.State{Attempts: a.Deliveries, Reason: ReasonMaxDeliveries,
 		Error: "delivered " + strconv.Itoa(a.Deliveries) + " times without an acknowledgement"}
 	raw, err := stream.GetMsg(ctx, a.StreamSeq)
+	if err == nil && !a.Timestamp.IsZero() && raw.Time.After(a.Timestamp) {
+		// Stored after the advisory was sent: the stream was deleted and
+		// recreated, and the sequence now names another message.
+		err = jetstream.ErrMsgNotFound
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		// Gone (retention, or already acknowledged): record what we know.
 		st.Error += "; message no longer in the stream"
-		err = c.deadLetter(ctx, a.Stream+":"+strconv.FormatUint(a.StreamSeq, 10), a.Stream, a.StreamSeq, "", nil, nil, st)
+		err = c.deadLetter(ctx, a.Stream+":"+strconv.FormatUint(a.StreamSeq, 10), a.Stream, a.StreamSeq, 0, "", nil, nil, st)
 	case err == nil:
 		id := raw.Header.Get(jetstream.MsgIDHeader)
 		if id == "" {
 			id = a.Stream + ":" + strconv.FormatUint(a.StreamSeq, 10)
 		}
 		st.FirstAttempt, st.FirstFailure, st.Origin = raw.Time, raw.Time, raw.Subject
-		err = c.deadLetter(ctx, id, a.Stream, a.StreamSeq, raw.Subject, raw.Header, raw.Data, st)
+		err = c.deadLetter(ctx, id, a.Stream, a.StreamSeq, raw.Time.UnixNano(), raw.Subject, raw.Header, raw.Data, st)
 	}
 	if err != nil {
 		c.log.Warn("jetstream: advisory: dead-letter copy", slog.Any("error", err))

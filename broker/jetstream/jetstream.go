@@ -17,11 +17,20 @@
 // sooner. The attempt number is the server's delivery count (NumDelivered):
 // a delivery that crashed or timed out counts, as the durable queue counts claims.
 //
-// Dead letters are published with a Nats-Msg-Id derived from the consumer
-// and the original's stream and sequence, so the consumer's own copy and
-// the advisory mover's copy of the same message are deduplicated by the DLQ
-// stream within its duplicate window, while two consumers of one stream
-// sharing a DLQ stream each keep their dead letter of a message.
+// A dead letter is published on a subject of its own under DLQSubject,
+// naming the original's stream, the consumer, the stream sequence and the
+// time the original was stored, with an expected last subject sequence of
+// 0: the DLQ stream stores at most one copy of each message for each
+// consumer, however late a second copy comes (the consumer's own and the
+// advisory mover's, or a redelivery after a crash), as long as the first
+// is still in the DLQ. Two consumers of one stream sharing a DLQ stream each
+// keep their dead letter of a message; a stream deleted and recreated
+// reuses sequences but not store times.
+//
+// A message is terminated with a plain Term, which every server honours;
+// TermWithReason is understood only from NATS 2.10.4 on (2.9 leaves the
+// message pending and redelivers it). The reason travels in the dead
+// letter's headers instead.
 //
 // A nak cannot carry headers, so state that RabbitMQ and Kafka keep in
 // headers is not carried between JetStream attempts: the first-attempt and
@@ -75,11 +84,12 @@ type Options struct {
 	Consumer string
 	// FilterSubject narrows the consumer to a subject ("": the whole stream).
 	FilterSubject string
-	// DLQStream receives dead letters on DLQSubject; created by Setup when
-	// missing (default Stream+"_DLQ", subject "dlq."+Stream+"."+Consumer).
-	// An existing one keeps its configuration; Setup adds DLQSubject to its
-	// subjects when none covers it, so the consumers of one stream can
-	// share it.
+	// DLQStream receives dead letters on subjects under DLQSubject
+	// (DLQSubject+".>", one subject per message); created by Setup when
+	// missing (default Stream+"_DLQ", DLQSubject "dlq."+Stream+"."+Consumer).
+	// An existing one keeps its configuration; Setup adds DLQSubject+".>"
+	// to its subjects when none covers it, so the consumers of one stream
+	// can share it.
 	DLQStream, DLQSubject string
 	// AdvisoryStream captures the consumer's MAX_DELIVERIES advisories;
 	// created by Setup when missing (default Stream+"_ADV"), shared the same
@@ -88,7 +98,8 @@ type Options struct {
 	// its own limits.
 	AdvisoryStream string
 	// Handler runs once per delivery with a retry.Delivery (Source
-	// "jetstream", ID = the Nats-Msg-Id header, else "<stream>:<seq>").
+	// "jetstream", ID = the x-stagger-id header of a redriven message, else
+	// the Nats-Msg-Id header, else "<stream>:<seq>").
 	Handler retry.Handler
 	// Policy decides retries; nil means broker.CascadePolicy of
 	// broker.DefaultTiers (10 s, 1 min, 10 min, then the DLQ). MaxDeliver is
@@ -99,7 +110,12 @@ type Options struct {
 	// AckWait is how long a handler may run before the server redelivers
 	// the message (0: DefaultAckWait); Policy.AttemptTimeout, which ends
 	// the handler's context, must be below it. The consumer's BackOff for ack
-	// timeouts is max(AckWait, the schedule's delay) per delivery.
+	// timeouts is max(AckWait, the schedule's delay) per delivery. Without
+	// an AttemptTimeout, the last delivery's handler context ends shortly
+	// before its ack wait (a 20th of it, at most 500 ms, earlier): an
+	// attempt that outlives it is left to the server, which gives up on it
+	// (the advisory mover dead-letters it), rather than acknowledged after
+	// it was dead-lettered.
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged messages (0: DefaultMaxAckPending,
 	// the server's own default). A message waiting out its NakWithDelay
@@ -228,6 +244,10 @@ type Consumer struct {
 	opts Options
 	proc *broker.Processor
 	log  *slog.Logger
+	// ackWaits[n-1] is how long the server waits for the acknowledgement
+	// of delivery n (the last entry for later ones): the consumer's
+	// BackOff, or AckWait.
+	ackWaits []time.Duration
 }
 
 // NewConsumer validates opts. Call Setup (or Run, which calls it) next.
@@ -242,8 +262,22 @@ func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{js: js, opts: opts, log: log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}, nil
+	c := &Consumer{js: js, opts: opts, log: log,
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}
+	cfg := c.ConsumerConfig()
+	c.ackWaits = cfg.BackOff
+	if len(c.ackWaits) == 0 {
+		c.ackWaits = []time.Duration{cfg.AckWait}
+	}
+	return c, nil
+}
+
+// attemptBound is how long delivery n's handler may run: its ack wait less
+// a margin (a 20th, at most 500 ms), so that the attempt ends before the
+// server gives up on the message and the advisory mover dead-letters it.
+func (c *Consumer) attemptBound(delivered uint64) time.Duration {
+	w := c.ackWaits[min(int(min(delivered, math.MaxInt32))-1, len(c.ackWaits)-1)]
+	return w - min(w/20, 500*time.Millisecond)
 }
 
 // AdvisoryMaxAge is how long a stream Setup creates for the advisories
@@ -295,7 +329,7 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 		return nil, nil, fmt.Errorf("jetstream: consumer %q on stream %q: %w", c.opts.Consumer, c.opts.Stream, err)
 	}
 	if err := c.ensureStream(ctx, jetstream.StreamConfig{
-		Name: c.opts.DLQStream, Subjects: []string{c.opts.DLQSubject}, Duplicates: 10 * time.Minute,
+		Name: c.opts.DLQStream, Subjects: []string{c.opts.DLQSubject + ".>"}, Duplicates: 10 * time.Minute,
 	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: DLQ stream %q: %w", c.opts.DLQStream, err)
 	}
@@ -305,8 +339,11 @@ func (c *Consumer) Setup(ctx context.Context) (jetstream.Consumer, jetstream.Con
 	}); err != nil {
 		return nil, nil, fmt.Errorf("jetstream: advisory stream %q: %w", c.opts.AdvisoryStream, err)
 	}
+	// The mover reads only this consumer's advisories: an advisory stream
+	// may be shared, and its other consumers' advisories are not ours.
 	mover, err := c.js.CreateOrUpdateConsumer(ctx, c.opts.AdvisoryStream, jetstream.ConsumerConfig{
 		Durable: c.opts.Consumer + "_dlq", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		FilterSubject: AdvisorySubject(c.opts.Stream, c.opts.Consumer),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("jetstream: advisory consumer on %q: %w", c.opts.AdvisoryStream, err)
@@ -351,7 +388,8 @@ func subjectCovers(pattern, subject string) bool {
 			return subject != ""
 		}
 		s, srest, smore := strings.Cut(subject, ".")
-		if p != "*" && p != s {
+		if s == ">" || p != "*" && p != s { // only > covers a > filter
+
 			return false
 		}
 		if !pmore || !smore {
@@ -496,9 +534,14 @@ func (c *Consumer) consume(ctx context.Context, cons, mover jetstream.Consumer) 
 	return fmt.Errorf("jetstream: consume of %s ended: %w", which, lastErr)
 }
 
-// messageID is the inbox key: the Nats-Msg-Id header, else stream:seq.
+// messageID is the inbox key: x-stagger-id (a redriven message's original
+// ID), else the Nats-Msg-Id header, else stream:seq.
 func messageID(m jetstream.Msg, md *ackMeta) string {
-	if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+	h := m.Headers()
+	if id := h.Get(broker.HeaderID); id != "" {
+		return id
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
 		return id
 	}
 	return md.stream + ":" + strconv.FormatUint(md.streamSeq, 10)
@@ -511,7 +554,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		full, err := m.Metadata()
 		if err != nil {
 			c.log.Error("jetstream: message without metadata, terminating it", slog.Any("error", err))
-			_ = m.TermWithReason("stagger: no metadata")
+			_ = m.Term()
 			return
 		}
 		md = ackMeta{stream: full.Stream, delivered: full.NumDelivered, streamSeq: full.Sequence.Stream, timestamp: full.Timestamp.UnixNano()}
@@ -524,9 +567,24 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		FirstFailure: stored,
 		Origin:       m.Subject(),
 	}
-	o := c.proc.Process(ctx, id, m.Data(), st)
-	if broker.Interrupted(ctx, o) {
-		return // shutting down: redelivered after its ack wait
+	actx := ctx
+	if c.opts.Policy.AttemptTimeout == 0 && md.delivered >= uint64(c.proc.MaxAttempts()) {
+		// The last delivery: past its ack wait the server gives up on the
+		// message and the advisory mover dead-letters it, so a success
+		// after that must not happen. (Earlier deliveries are left
+		// unbounded: a late success there is a duplicate run, the
+		// redelivery's, not a wrong dead letter, and a timer per message
+		// would cost the hot path.)
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.attemptBound(md.delivered))
+		defer cancel()
+	}
+	o := c.proc.Process(actx, id, m.Data(), st)
+	if broker.Interrupted(actx, o) {
+		// Shutting down, or the attempt outlived its ack wait: the server
+		// redelivers it (or, after the last delivery, dead-letters it
+		// through the advisory mover).
+		return
 	}
 	var err error
 	switch o.Action {
@@ -536,7 +594,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		}
 		return
 	case broker.Dead:
-		if err := c.deadLetter(ctx, id, md.stream, md.streamSeq, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
+		if err := c.deadLetter(ctx, id, md.stream, md.streamSeq, md.timestamp, m.Subject(), m.Headers(), m.Data(), o.State); err != nil {
 			// Not copied: leave it unacknowledged; it is redelivered, and at
 			// MaxDeliver the advisory mover copies it.
 			c.log.Error("jetstream: dead-letter copy failed", slog.String("id", id), slog.Any("error", err))
@@ -547,7 +605,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if o.Action == broker.Dead {
-		err = m.TermWithReason("stagger: " + o.State.Reason)
+		err = m.Term() // not TermWithReason: see the package doc
 	} else {
 		err = m.Ack()
 	}
@@ -622,12 +680,16 @@ func parseAckReply(reply string) (md ackMeta, ok bool) {
 	return md, ok && md.stream != "" && md.delivered > 0 && ts <= 1<<63-1
 }
 
-// deadLetter publishes a copy of a message to the DLQ stream, deduplicated
-// by the consumer and the original's stream and sequence.
-func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, subject string, h nats.Header, data []byte, st broker.State) error {
-	out := nats.NewMsg(c.opts.DLQSubject)
+// deadLetter publishes a copy of the message stored in stream at seq at
+// stored (Unix ns; 0 when unknown) to the DLQ stream, once: a copy already
+// there is success.
+func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64, stored int64, subject string, h nats.Header, data []byte, st broker.State) error {
+	key := stream + "." + c.opts.Consumer + "." + strconv.FormatUint(seq, 10) + "." + strconv.FormatInt(stored, 10)
+	out := nats.NewMsg(c.opts.DLQSubject + "." + key)
 	for k, v := range h {
-		if !broker.IsStateHeader(k) { // st replaces them
+		// st replaces the state headers; the original's Nats-Msg-Id and
+		// Nats-Expected-* would make the server refuse or drop the copy.
+		if !broker.IsStateHeader(k) && !strings.HasPrefix(k, "Nats-") {
 			out.Header[k] = append([]string(nil), v...)
 		}
 	}
@@ -639,10 +701,20 @@ func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64
 	out.Header.Set(broker.HeaderID, id)
 	out.Header.Set(HeaderStream, stream)
 	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
-	out.Header.Del(jetstream.MsgIDHeader)
 	out.Data = data
-	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+stream+":"+c.opts.Consumer+":"+strconv.FormatUint(seq, 10)))
+	_, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq:"+key), jetstream.WithExpectLastSequencePerSubject(0))
+	if isWrongLastSeq(err) {
+		return nil // dead-lettered before: its subject holds a message
+	}
 	return err
+}
+
+// isWrongLastSeq reports a publish refused because its subject already
+// holds a message (replicated streams report 10164, others 10071).
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // advisory is the part of a MAX_DELIVERIES advisory the mover reads.
@@ -651,11 +723,16 @@ type advisory struct {
 	Consumer   string `json:"consumer"`   // the durable consumer that delivered it
 	StreamSeq  uint64 `json:"stream_seq"` // its stream sequence; 0 marks a malformed advisory
 	Deliveries int    `json:"deliveries"` // how many times it was delivered
+	// Timestamp is when the server sent the advisory.
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // ParseDeadLetter decodes a message read from the DLQ stream.
 func ParseDeadLetter(m jetstream.Msg) (broker.DeadLetter, error) {
-	h := m.Headers()
+	return parseDeadLetter(m.Headers(), m.Data())
+}
+
+func parseDeadLetter(h nats.Header, data []byte) (broker.DeadLetter, error) {
 	st, err := broker.DecodeState(func(k string) (string, bool) {
 		v := h.Values(k)
 		if len(v) == 0 {
@@ -666,5 +743,5 @@ func ParseDeadLetter(m jetstream.Msg) (broker.DeadLetter, error) {
 	if err != nil {
 		return broker.DeadLetter{}, err
 	}
-	return broker.DeadLetter{ID: h.Get(broker.HeaderID), Payload: m.Data(), State: st}, nil
+	return broker.DeadLetter{ID: h.Get(broker.HeaderID), Payload: data, State: st}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -76,9 +77,37 @@ func createStream(t testing.TB, js jetstream.JetStream, name string) {
 }
 
 type pipeline struct {
-	js      jetstream.JetStream
-	subject string
-	dlq     chan jetstream.Msg
+	js       jetstream.JetStream
+	subject  string
+	dlq      chan jetstream.Msg
+	stream   string
+	consumer string
+}
+
+// Settle waits until the durable consumer has nothing pending delivery or
+// acknowledgement: the server will deliver nothing more.
+func (p *pipeline) Settle(ctx context.Context) error {
+	var w wait.Waiter
+	defer w.Stop()
+	var last string
+	for {
+		c, err := p.js.Consumer(ctx, p.stream, p.consumer)
+		if err == nil {
+			var info *jetstream.ConsumerInfo
+			if info, err = c.Info(ctx); err == nil {
+				if info.NumPending == 0 && info.NumAckPending == 0 {
+					return nil
+				}
+				last = fmt.Sprintf("pending %d, ack pending %d, redelivered %d", info.NumPending, info.NumAckPending, info.NumRedelivered)
+			}
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		if err := w.Wait(ctx, nil, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("consumer %s on %s: %w (last: %s)", p.consumer, p.stream, err, last)
+		}
+	}
 }
 
 func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
@@ -142,7 +171,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
-	return &pipeline{js: js, subject: s.Name + ".in", dlq: dlq}
+	return &pipeline{js: js, subject: s.Name + ".in", dlq: dlq, stream: s.Name, consumer: opts.Consumer}
 }
 
 func TestConformance(t *testing.T) {
@@ -439,7 +468,7 @@ func TestTwoConsumersShareDLQStream(t *testing.T) {
 		stream   string
 		subjects []string
 	}{
-		{name + "_DLQ", []string{"dlq." + name + ".a", "dlq." + name + ".b"}},
+		{name + "_DLQ", []string{"dlq." + name + ".a", "dlq." + name + ".a.>", "dlq." + name + ".b.>"}},
 		{name + "_ADV", []string{AdvisorySubject(name, "a"), AdvisorySubject(name, "b")}},
 	} {
 		st, err := js.Stream(ctx, s.stream)
@@ -493,6 +522,9 @@ func TestSubjectCovers(t *testing.T) {
 		{"dlq.S.a", "dlq.S.b", false},
 		{"dlq.S.*", "dlq.S.a", true},
 		{"dlq.S.*", "dlq.S.a.b", false},
+		{"dlq.S.*", "dlq.S.>", false},
+		{"dlq.S.>", "dlq.S.>", true},
+		{"dlq.*.>", "dlq.S.a.>", true},
 		{"dlq.>", "dlq.S.a", true},
 		{"dlq.>", "dlq", false},
 		{">", "x", true},

@@ -556,21 +556,32 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 // record must be neither forwarded nor committed (the next session handles
 // it again).
 func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time, kept bool) {
-	id, state := scanHeaders(r)
+	sc := scanHeaders(r)
 	var (
-		get func(string) (string, bool) // only for forwarded records and failures
 		st  broker.State
+		co  coords // the original record's coordinates
 		err error
 		o   broker.Outcome
 	)
-	if state || id == "" {
-		get = headerGetter(r)
-	}
-	if state {
-		st, err = broker.DecodeState(get)
+	switch {
+	case sc.state != nil:
+		st, co, err = parseState(sc.state)
+	case sc.legacy:
+		// The nine-header form of earlier versions: a record in flight
+		// across an upgrade.
+		get := headerGetter(r)
+		if st, err = broker.DecodeState(get); err == nil {
+			var ok bool
+			if co, ok = legacyCoords(get); !ok {
+				co = recordCoords(r)
+			}
+		}
+	default:
+		co = recordCoords(r)
 	}
 	switch {
 	case err != nil:
+		co = recordCoords(r)
 		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	default:
 		if !st.Due.IsZero() {
@@ -581,47 +592,54 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 				return nil, st.Due, false
 			}
 		}
+		id := sc.id
 		if id == "" {
-			id = origin(r, get)
+			id = co.String()
 		}
 		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
 		if broker.Interrupted(ctx, o) {
 			return nil, time.Time{}, true
 		}
 	}
-	var topic string
 	switch o.Action {
 	case broker.Ack:
 		return nil, time.Time{}, false
 	case broker.Retry, broker.Park:
-		topic = c.opts.Topics.Retry[c.opts.Topics.Tiers.For(o.Delay)]
-	case broker.Dead:
-		topic = c.opts.Topics.DLQ
-		o.State.Due = time.Time{}
+		return forward(r, c.opts.Topics.Retry[c.opts.Topics.Tiers.For(o.Delay)], o.State, co, sc.id != "", false), time.Time{}, false
 	}
-	if get == nil {
-		get = headerGetter(r)
-	}
-	return forward(r, topic, o.State, get), time.Time{}, false
+	o.State.Due = time.Time{}
+	return forward(r, c.opts.Topics.DLQ, o.State, co, sc.id != "", true), time.Time{}, false
 }
 
-// scanHeaders reads r's headers once: the message ID (x-stagger-id, "" when
-// absent) and whether any other header of ours is present (a forwarded
-// record, whose state DecodeState reads; an original has none).
-func scanHeaders(r *kgo.Record) (id string, state bool) {
+// headerScan is what one pass over a record's headers finds.
+type headerScan struct {
+	id     string // x-stagger-id, "" when absent
+	state  []byte // HeaderState's value, nil when absent
+	legacy bool   // another header of ours: the nine-header state form
+}
+
+// scanHeaders reads r's headers once.
+func scanHeaders(r *kgo.Record) (sc headerScan) {
 	const ours = "x-stagger-"
 	found := false
 	for _, h := range r.Headers {
 		switch {
 		case h.Key == broker.HeaderID:
 			if !found {
-				id, found = string(h.Value), true
+				sc.id, found = string(h.Value), true
+			}
+		case h.Key == HeaderState:
+			if sc.state == nil {
+				sc.state = h.Value[:len(h.Value):len(h.Value)]
+				if sc.state == nil {
+					sc.state = []byte{} // present but empty: malformed
+				}
 			}
 		case strings.HasPrefix(h.Key, ours):
-			state = true
+			sc.legacy = true
 		}
 	}
-	return id, state
+	return sc
 }
 
 // headerGetter reads r's headers by key (the first of a repeated key).
@@ -636,45 +654,51 @@ func headerGetter(r *kgo.Record) func(string) (string, bool) {
 	}
 }
 
-func origin(r *kgo.Record, get func(string) (string, bool)) string {
-	if t, ok := get(HeaderTopic); ok {
-		p, _ := get(HeaderPartition)
-		o, _ := get(HeaderOffset)
-		return t + "/" + p + "/" + o
+// forward copies r to topic with state st: for a retry topic in one
+// HeaderState header, for the DLQ in the readable headers of package broker
+// and the original's coordinates. co are the original record's coordinates;
+// hasID says r carries x-stagger-id (else it gets co as its ID). The new
+// header values share one buffer.
+func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dead bool) *kgo.Record {
+	n := 2
+	if dead {
+		n = 12
 	}
-	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
-}
-
-// forward copies r to topic with state st in its headers. The new header
-// values share one buffer.
-func forward(r *kgo.Record, topic string, st broker.State, get func(string) (string, bool)) *kgo.Record {
-	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+12)}
+	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+n)}
 	for _, h := range r.Headers {
-		if !broker.IsStateHeader(h.Key) { // a forward replaces them
+		if !isOwnHeader(h.Key) { // a forward rewrites them
 			out.Headers = append(out.Headers, h)
 		}
 	}
-	st.Origin = origin(r, get)
-	buf := make([]byte, 0, 128+len(r.Topic)+2*len(st.Origin)+len(st.Error)+len(st.Reason))
+	buf := make([]byte, 0, 96+2*len(co.topic)+len(st.Error)+len(st.Reason))
 	add := func(k string, start int) {
 		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: buf[start:len(buf):len(buf)]})
 	}
-	if _, ok := get(HeaderTopic); !ok {
-		n := len(buf)
-		buf = append(buf, r.Topic...)
-		add(HeaderTopic, n)
-		n = len(buf)
-		buf = strconv.AppendInt(buf, int64(r.Partition), 10)
-		add(HeaderPartition, n)
-		n = len(buf)
-		buf = strconv.AppendInt(buf, r.Offset, 10)
-		add(HeaderOffset, n)
+	if !hasID {
+		start := len(buf)
+		buf = append(buf, co.topic...)
+		buf = append(buf, '/')
+		buf = strconv.AppendInt(buf, int64(co.partition), 10)
+		buf = append(buf, '/')
+		buf = strconv.AppendInt(buf, co.offset, 10)
+		add(broker.HeaderID, start)
 	}
-	if _, ok := get(broker.HeaderID); !ok {
-		n := len(buf)
-		buf = append(buf, st.Origin...)
-		add(broker.HeaderID, n)
+	if !dead {
+		start := len(buf)
+		buf = appendState(buf, st, co)
+		add(HeaderState, start)
+		return out
 	}
+	start := len(buf)
+	buf = append(buf, co.topic...)
+	add(HeaderTopic, start)
+	start = len(buf)
+	buf = strconv.AppendInt(buf, int64(co.partition), 10)
+	add(HeaderPartition, start)
+	start = len(buf)
+	buf = strconv.AppendInt(buf, co.offset, 10)
+	add(HeaderOffset, start)
+	st.Origin = co.String()
 	st.EncodeBytes(buf, func(k string, v []byte) { out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: v}) })
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -18,6 +19,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -26,6 +28,63 @@ type pipeline struct {
 	cl      *kgo.Client
 	topics  Topics
 	dlq     chan *kgo.Record
+	groups  map[string]string // topic → the group of its stage
+	txn     bool              // forwards are transactional
+}
+
+// Settle waits until every stage's group has committed up to the end of
+// each partition of its topic, with no transaction open: nothing is left
+// to consume. A retry topic written by transactions ends with a commit
+// marker, which no consumer commits past: there the end may be one beyond.
+func (p *pipeline) Settle(ctx context.Context) error {
+	adm := kadm.NewClient(p.cl)
+	var w wait.Waiter
+	defer w.Stop()
+	var last string
+	for {
+		last = ""
+		topics := append([]string{p.topics.Main}, p.topics.Retry...)
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		var stable kadm.ListedOffsets
+		if err == nil {
+			stable, err = adm.ListCommittedOffsets(ctx, topics...)
+		}
+		if err == nil {
+			for topic, group := range p.groups {
+				var offs kadm.OffsetResponses
+				if offs, err = adm.FetchOffsets(ctx, group); err != nil {
+					break
+				}
+				ends.Each(func(e kadm.ListedOffset) {
+					if e.Topic != topic {
+						return
+					}
+					committed := int64(0)
+					if o, ok := offs.Lookup(e.Topic, e.Partition); ok {
+						committed = o.At
+					}
+					marker := int64(0)
+					if p.txn && e.Topic != p.topics.Main {
+						marker = 1
+					}
+					if lso, ok := stable.Lookup(e.Topic, e.Partition); !ok || lso.Offset != e.Offset {
+						last += fmt.Sprintf(" %s/%d has a transaction open;", e.Topic, e.Partition)
+					} else if committed < e.Offset-marker {
+						last += fmt.Sprintf(" %s/%d committed %d of %d;", e.Topic, e.Partition, committed, e.Offset)
+					}
+				})
+			}
+		}
+		if err == nil && last == "" {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		if err := w.Wait(ctx, nil, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("%w:%s", err, last)
+		}
+	}
 }
 
 func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
@@ -79,6 +138,10 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
+	groups := map[string]string{}
+	for _, s := range c.stages() {
+		groups[s.topic] = s.group
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -109,7 +172,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 		wg.Wait()
 		dcl.Close()
 	})
-	return &pipeline{cluster: cluster, cl: cl, topics: topics, dlq: dlq}
+	return &pipeline{cluster: cluster, cl: cl, topics: topics, dlq: dlq, groups: groups, txn: opts.Transactional}
 }
 
 func TestConformance(t *testing.T) {

@@ -218,22 +218,7 @@ func (t *tracker) commit(ctx context.Context, cl *kgo.Client, afterForward, afte
 		t.mu.Unlock()
 		return errCrash
 	}
-	var cerr error
-	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{t.topic: offs},
-		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-			if err != nil {
-				cerr = err
-				return
-			}
-			for _, rt := range resp.Topics {
-				for _, rp := range rt.Partitions {
-					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil && cerr == nil {
-						cerr = fmt.Errorf("partition %d: %w", rp.Partition, err)
-					}
-				}
-			}
-		})
-	if cerr != nil {
+	if cerr := commitSync(ctx, cl, map[string]map[int32]kgo.EpochOffset{t.topic: offs}); cerr != nil {
 		t.restore(offs, fwd, ok)
 		return fmt.Errorf("kafka: commit: %w", cerr)
 	}
@@ -270,4 +255,25 @@ func (t *tracker) restore(offs map[int32]kgo.EpochOffset, fwd, ok bool) {
 	}
 	t.readyFwd = t.readyFwd || fwd
 	t.readyOK = t.readyOK || ok
+}
+
+// commitSync commits offs and returns the request's error or the first
+// partition's.
+func commitSync(ctx context.Context, cl *kgo.Client, offs map[string]map[int32]kgo.EpochOffset) error {
+	var cerr error
+	cl.CommitOffsetsSync(ctx, offs,
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				cerr = err
+				return
+			}
+			for _, rt := range resp.Topics {
+				for _, rp := range rt.Partitions {
+					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil && cerr == nil {
+						cerr = fmt.Errorf("partition %d: %w", rp.Partition, err)
+					}
+				}
+			}
+		})
+	return cerr
 }

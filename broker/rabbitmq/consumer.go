@@ -127,7 +127,10 @@ func NewConsumer(opts Options) (*Consumer, error) {
 // Run consumes until ctx is done, reconnecting (paced by Options.Reconnect)
 // whenever the connection or channel drops. Unacknowledged deliveries of a
 // dropped connection are requeued by RabbitMQ and handled again after the
-// reconnect: a drop can duplicate work, never lose it. On ctx's end Run
+// reconnect: a drop can duplicate work, never lose it. A drop ends the
+// context of the handlers still running (their deliveries are requeued
+// already): Run reconnects once they return, so a handler must honour its
+// context for the reconnect not to wait for it. On ctx's end Run
 // stops taking deliveries, lets running handlers finish and acknowledge,
 // and returns ctx.Err(). It returns at once, with the error, when the
 // topology exists with other arguments (RabbitMQ's PRECONDITION_FAILED, for
@@ -206,6 +209,11 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	}
 	c.log.Info("rabbitmq: consuming", slog.String("queue", c.opts.Topology.Queue))
 
+	// hctx is the running handlers' context: it ends with ctx, and when
+	// the connection is lost, since RabbitMQ has requeued their deliveries
+	// then and a hung handler must not hold up the reconnect.
+	hctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
 	s := &session{conf: conf, failed: make(chan error, 1)}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
@@ -213,10 +221,10 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		go func() {
 			defer wg.Done()
 			for d := range deliveries {
-				if ctx.Err() != nil {
+				if hctx.Err() != nil {
 					continue // shutting down: left unacknowledged, requeued on close
 				}
-				if err := c.handle(ctx, s, &d); err != nil {
+				if err := c.handle(hctx, s, &d); err != nil {
 					s.fail(err)
 				}
 			}
@@ -245,8 +253,10 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		settle()
 	case e := <-closed:
 		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
+		lost(err)
 	case e := <-s.failed:
 		err = e // a forward failed: drop the connection so RabbitMQ requeues
+		lost(err)
 	case <-drained:
 		// The server ended the consumer, not the connection: reconnect and
 		// declare the topology again.
@@ -358,12 +368,17 @@ func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Deliver
 			st.Origin = d.Exchange + "/" + d.RoutingKey
 		}
 	}
-	h := forwardHeaders(d.Headers, st)
+	h := forwardHeaders(d.Headers, st, q != c.opts.Topology.DLQ)
 	if !later {
 		h[HeaderExchange] = d.Exchange
 		h[HeaderRoutingKey] = d.RoutingKey
 	}
-	return conf.publish(ctx, "", q, amqp.Publishing{
+	return conf.publish(ctx, "", q, republishing(d, h))
+}
+
+// republishing is d's body and properties with headers h.
+func republishing(d *amqp.Delivery, h amqp.Table) amqp.Publishing {
+	return amqp.Publishing{
 		Headers:         h,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
@@ -376,7 +391,7 @@ func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Deliver
 		Type:            d.Type,
 		AppId:           d.AppId,
 		Body:            d.Body,
-	})
+	}
 }
 
 // redactErr keeps the URL's password out of err's text, also when the URL

@@ -40,15 +40,24 @@ func tableGet(h amqp.Table) func(string) (string, bool) {
 	}
 }
 
-// stateOf reads the stagger state of a delivery.
+// stateOf reads the stagger state of a delivery: HeaderState (a forward to
+// a wait queue), else the separate headers (dead letters, and the forwards
+// of earlier versions still in a wait queue).
 func stateOf(d *amqp.Delivery) (broker.State, error) {
-	return broker.DecodeState(tableGet(d.Headers))
+	get := tableGet(d.Headers)
+	if v, ok := get(broker.HeaderState); ok {
+		st, _, err := broker.ParseCompact([]byte(v))
+		return st, err
+	}
+	return broker.DecodeState(get)
 }
 
 // forwardHeaders copies h without x-death bookkeeping (we keep our own
 // count) and without the state headers, and writes st instead (a stale or
-// malformed state header of h must not reach the copy).
-func forwardHeaders(h amqp.Table, st broker.State) amqp.Table {
+// malformed state header of h must not reach the copy): in one HeaderState
+// header when compact (a forward to a wait queue), else in the readable
+// headers (a dead letter).
+func forwardHeaders(h amqp.Table, st broker.State, compact bool) amqp.Table {
 	out := make(amqp.Table, len(h)+8)
 	for k, v := range h {
 		switch k {
@@ -60,6 +69,11 @@ func forwardHeaders(h amqp.Table, st broker.State) amqp.Table {
 			continue
 		}
 		out[k] = v
+	}
+	if compact {
+		var buf [96]byte
+		out[broker.HeaderState] = string(st.AppendCompact(buf[:0], nil))
+		return out
 	}
 	st.Encode(func(k, v string) { out[k] = v })
 	return out

@@ -18,6 +18,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -84,6 +85,69 @@ type pipeline struct {
 	dlq  <-chan amqp.Delivery
 	topo Topology
 	tcp  *tcpTracker
+	conn *amqp.Connection
+
+	stopDLQ func() // stops reading (and so removing) dead letters
+
+	mu   sync.Mutex
+	stop func() error // stops the running consumer; nil when stopped
+	run  func()       // starts it (again)
+}
+
+// halt stops the consumer, if it runs, and waits for Run to return: its
+// handlers finished, their forwards confirmed and originals acknowledged,
+// and RabbitMQ requeued what was prefetched.
+func (p *pipeline) halt() error {
+	p.mu.Lock()
+	stop := p.stop
+	p.stop = nil
+	p.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	return stop()
+}
+
+// Settle stops the consumer and counts the messages left in the main and
+// wait queues; while there are some, it runs the consumer again for a
+// while. It returns with the consumer stopped and every queue but the DLQ
+// empty: AMQP does not report unacknowledged deliveries of a running
+// consumer, so only a stopped one proves none is left.
+func (p *pipeline) Settle(ctx context.Context) error {
+	var w wait.Waiter
+	defer w.Stop()
+	ch, err := p.conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	queues := []string{p.topo.Queue}
+	for i := range p.topo.Tiers {
+		queues = append(queues, p.topo.TierQueue(i))
+	}
+	for {
+		if err := p.halt(); err != nil {
+			return err
+		}
+		left, where := 0, ""
+		for _, q := range queues {
+			qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if qi.Messages > 0 {
+				left += qi.Messages
+				where += fmt.Sprintf(" %s:%d", q, qi.Messages)
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		p.run()
+		if err := w.Wait(ctx, nil, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("%d messages left in%s: %w", left, where, err)
+		}
+	}
 }
 
 func (p *pipeline) Publish(ctx context.Context, id string, payload []byte) error {
@@ -147,24 +211,42 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	p := &pipeline{pub: pub, topo: topo, tcp: tcp, conn: conn}
+	p.run = func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- cons.Run(ctx) }()
+		p.mu.Lock()
+		p.stop = func() error {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("Run returned %v, want context.Canceled", err)
+			}
+			return nil
+		}
+		p.mu.Unlock()
+	}
+	p.run()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v, want context.Canceled", err)
+		if err := p.halt(); err != nil {
+			t.Error(err)
 		}
 	})
 	dch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlq, err := dch.Consume(topo.DLQ, "", true, false, false, false, nil)
+	dlq, err := dch.Consume(topo.DLQ, "dlq-reader", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pipeline{pub: pub, dlq: dlq, topo: topo, tcp: tcp}
+	p.dlq = dlq
+	p.stopDLQ = func() {
+		if err := dch.Cancel("dlq-reader", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
 }
 
 func TestConformance(t *testing.T) {

@@ -38,6 +38,7 @@ func helpCommands() [][]string {
 	for n := range queueSubcommands {
 		cmds = append(cmds, []string{"queue", n})
 	}
+	cmds = append(cmds, []string{"broker", "redrive"})
 	cmds = append(cmds, []string{"sim", "list"})
 	for _, s := range sim.Scenarios() {
 		cmds = append(cmds, []string{"sim", s.Name})
@@ -60,7 +61,7 @@ func TestHelpFlagStyle(t *testing.T) {
 			t.Errorf("%q --help shows %q in the flag package's style:\n%s", args, m, out)
 		}
 		// The command lists and "version" have no flags to list.
-		noFlags := map[string]bool{"version": true, "queue": true, "sim": true, "sim list": true}
+		noFlags := map[string]bool{"version": true, "queue": true, "broker": true, "sim": true, "sim list": true}
 		if !noFlags[strings.Join(args, " ")] && !ourStyle.MatchString(out) {
 			t.Errorf("%q --help lists no --flag:\n%s", args, out)
 		}

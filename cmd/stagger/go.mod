@@ -5,9 +5,25 @@ go 1.25.0
 require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.53.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/staggerhq/stagger v0.1.0
+	github.com/staggerhq/stagger/broker/jetstream v0.1.0
+	github.com/staggerhq/stagger/broker/kafka v0.1.0
+	github.com/staggerhq/stagger/broker/rabbitmq v0.1.0
 	github.com/staggerhq/stagger/queue/postgres v0.1.0
 	github.com/staggerhq/stagger/queue/sqlite v0.1.0
+)
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/nats-io/nkeys v0.4.15 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.26 // indirect
+	github.com/twmb/franz-go v1.21.7 // indirect
+	github.com/twmb/franz-go/pkg/kadm v1.17.1 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.13.1 // indirect
+	golang.org/x/crypto v0.49.0 // indirect
 )
 
 require (

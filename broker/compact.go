@@ -1,0 +1,125 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+)
+
+// HeaderState carries a retry's state in one header on the messages an
+// adapter forwards between attempts (a RabbitMQ wait queue, a Kafka retry
+// topic), in place of the separate headers Encode writes, which stay the
+// form of dead letters. Headers are most of a small message and much of what
+// a broker and its clients spend on it. The value is ASCII:
+//
+//	1 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms>[ <adapter's fields>][\n<last error>]
+//
+// times in Unix milliseconds, 0 for unset. See [State.AppendCompact].
+const HeaderState = "x-stagger-state"
+
+// compactVersion is the first field of HeaderState.
+const compactVersion = '1'
+
+// AppendCompact appends s as a HeaderState value to buf: the five numbers,
+// then extra (an adapter's own space-separated fields, no newline; empty
+// for none), then s.Error after a newline. Reason and Origin are not
+// written: a forwarded message has no reason, and an adapter that keeps the
+// origin writes it in extra.
+func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	buf = append(buf, compactVersion, ' ')
+	buf = strconv.AppendInt(buf, int64(s.Attempts), 10)
+	for _, n := range [...]int64{s.Prev.Milliseconds(), ms(s.Due), ms(s.FirstAttempt), ms(s.FirstFailure)} {
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, n, 10)
+	}
+	if extra != nil {
+		buf = append(buf, ' ')
+		buf = extra(buf)
+	}
+	if s.Error != "" {
+		buf = append(buf, '\n')
+		buf = append(buf, s.Error...)
+	}
+	return buf
+}
+
+// ParseCompact reads a HeaderState value written by AppendCompact and
+// returns the state and the adapter's fields (nil when there are none). An
+// error names HeaderState and the field that does not parse.
+func ParseCompact(v []byte) (State, []byte, error) {
+	var s State
+	line, errText, _ := bytes.Cut(v, []byte{'\n'})
+	if len(line) < 2 || line[0] != compactVersion || line[1] != ' ' {
+		return s, nil, CompactError(v, "the version (want 1)")
+	}
+	rest := line[2:]
+	var nums [5]int64
+	names := [...]string{"attempts", "delay", "due", "first attempt", "first failure"}
+	for i := range nums {
+		tok := rest
+		sp := bytes.IndexByte(rest, ' ')
+		if sp >= 0 {
+			tok, rest = rest[:sp], rest[sp+1:]
+		} else {
+			rest = nil
+		}
+		n, ok := ParseDecimal(tok)
+		switch {
+		case !ok:
+			return s, nil, CompactError(v, names[i])
+		case sp < 0 && i < len(nums)-1:
+			return s, nil, CompactError(v, names[i+1])
+		}
+		nums[i] = n
+	}
+	if nums[0] > math.MaxInt32 { // an int on every platform
+		return s, nil, CompactError(v, "attempts")
+	}
+	s.Attempts = int(nums[0])
+	s.Prev = time.Duration(min(nums[1], int64(backoff.MaxDelay/time.Millisecond))) * time.Millisecond
+	var times [3]time.Time
+	for i, n := range nums[2:] {
+		if n > 0 {
+			times[i] = time.UnixMilli(n)
+		}
+	}
+	s.Due, s.FirstAttempt, s.FirstFailure = times[0], times[1], times[2]
+	if len(errText) > 0 {
+		s.Error = cut(string(errText), MaxErrorLen)
+	}
+	return s, rest, nil
+}
+
+// CompactError is the error for a HeaderState value v whose field does not
+// parse.
+func CompactError(v []byte, field string) error {
+	return fmt.Errorf("broker: header %s: %s does not parse in %s", HeaderState, field, quoteShort(string(v)))
+}
+
+// ParseDecimal parses a decimal int64 >= 0 without allocating.
+func ParseDecimal(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n int64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(ch-'0')
+		if n < 0 {
+			return 0, false
+		}
+	}
+	return n, true
+}

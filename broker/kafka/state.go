@@ -1,0 +1,100 @@
+package kafka
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/staggerhq/stagger/broker"
+)
+
+// HeaderState is broker.HeaderState: a record forwarded to a retry topic
+// carries its whole state in it, with the original record's coordinates as
+// the adapter's fields:
+//
+//	1 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <partition> <offset> <topic>[\n<last error>]
+//
+// Dead letters keep the readable headers of package broker (and
+// HeaderTopic, HeaderPartition, HeaderOffset). A consumer reads both this
+// and the nine-header form that earlier versions wrote on forwards, so
+// records in flight across an upgrade keep their state.
+const HeaderState = broker.HeaderState
+
+// coords are the original record's topic, partition and offset.
+type coords struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func (c coords) String() string {
+	return c.topic + "/" + strconv.Itoa(int(c.partition)) + "/" + strconv.FormatInt(c.offset, 10)
+}
+
+// appendState appends st and c as a HeaderState value to buf.
+func appendState(buf []byte, st broker.State, c coords) []byte {
+	return st.AppendCompact(buf, func(buf []byte) []byte {
+		buf = strconv.AppendInt(buf, int64(c.partition), 10)
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, c.offset, 10)
+		buf = append(buf, ' ')
+		return append(buf, c.topic...)
+	})
+}
+
+// parseState reads a HeaderState value; an error names the header and the
+// field that does not parse.
+func parseState(v []byte) (broker.State, coords, error) {
+	st, rest, err := broker.ParseCompact(v)
+	if err != nil {
+		return st, coords{}, err
+	}
+	var nums [2]int64
+	for i, name := range [...]string{"partition", "offset"} {
+		sp := bytes.IndexByte(rest, ' ')
+		if sp <= 0 {
+			return st, coords{}, broker.CompactError(v, name)
+		}
+		n, ok := broker.ParseDecimal(rest[:sp])
+		if !ok || (i == 0 && n > math.MaxInt32) {
+			return st, coords{}, broker.CompactError(v, name)
+		}
+		nums[i], rest = n, rest[sp+1:]
+	}
+	if len(rest) == 0 {
+		return st, coords{}, broker.CompactError(v, "topic")
+	}
+	c := coords{topic: string(rest), partition: int32(nums[0]), offset: nums[1]}
+	st.Origin = c.String()
+	return st, c, nil
+}
+
+// isOwnHeader reports the headers a forward rewrites: the state (both
+// forms) and the original's coordinates.
+func isOwnHeader(k string) bool {
+	switch k {
+	case HeaderState, HeaderTopic, HeaderPartition, HeaderOffset:
+		return true
+	}
+	return broker.IsStateHeader(k)
+}
+
+// legacyCoords reads the coordinates headers of the nine-header form.
+func legacyCoords(get func(string) (string, bool)) (coords, bool) {
+	t, ok := get(HeaderTopic)
+	if !ok {
+		return coords{}, false
+	}
+	p, _ := get(HeaderPartition)
+	o, _ := get(HeaderOffset)
+	pn, _ := strconv.ParseInt(p, 10, 32)
+	on, _ := strconv.ParseInt(o, 10, 64)
+	return coords{topic: t, partition: int32(pn), offset: on}, true
+}
+
+// recordCoords are r's own coordinates.
+func recordCoords(r *kgo.Record) coords {
+	return coords{topic: r.Topic, partition: r.Partition, offset: r.Offset}
+}
