@@ -55,6 +55,9 @@ const (
 	HeaderFirstAttempt = "x-stagger-first-attempt"
 	// HeaderFirstFailure is when the first attempt failed.
 	HeaderFirstFailure = "x-stagger-first-failure"
+	// HeaderDeadline is when the work must be done by (Unix ms), carried
+	// from the producer's ledger.
+	HeaderDeadline = "x-stagger-deadline"
 	// HeaderError is the last attempt's error text, at most MaxErrorLen bytes.
 	HeaderError = "x-stagger-error"
 	// HeaderReason is why the message was dead-lettered (retry.Reason's
@@ -168,6 +171,19 @@ type State struct {
 	Error        string        // last error text
 	Reason       string        // dead letters only
 	Origin       string        // original destination
+	// Deadline is when the work must be done by (zero: none), carried from
+	// the producer's ledger (StateFrom) unchanged on every forward; the
+	// Processor also applies Policy.Timeout from FirstAttempt. A delivery
+	// after it is dead-lettered with reason "deadline" unhandled.
+	Deadline time.Time
+}
+
+// StateFrom is the state a producer writes (State.Encode) on a message
+// that carries on work whose ledger is d — a handler that hands its work
+// to a broker: the attempts made so far and the deadline, so the consumer
+// continues with what is left rather than a fresh budget.
+func StateFrom(d retry.Delivery) State {
+	return State{Attempts: d.Attempt, FirstAttempt: d.First, Deadline: d.Deadline}
 }
 
 // IsStateHeader reports whether key is one of the headers State.Encode
@@ -177,7 +193,7 @@ type State struct {
 func IsStateHeader(key string) bool {
 	switch key {
 	case HeaderAttempt, HeaderDelay, HeaderDue, HeaderFirstAttempt, HeaderFirstFailure,
-		HeaderError, HeaderReason, HeaderOrigin, HeaderState:
+		HeaderError, HeaderReason, HeaderOrigin, HeaderState, HeaderDeadline:
 		return true
 	}
 	return false
@@ -210,7 +226,7 @@ func (s State) EncodeBytes(buf []byte, set func(key string, value []byte)) []byt
 	for _, h := range [...]struct {
 		k string
 		t time.Time
-	}{{HeaderDue, s.Due}, {HeaderFirstAttempt, s.FirstAttempt}, {HeaderFirstFailure, s.FirstFailure}} {
+	}{{HeaderDue, s.Due}, {HeaderFirstAttempt, s.FirstAttempt}, {HeaderFirstFailure, s.FirstFailure}, {HeaderDeadline, s.Deadline}} {
 		if !h.t.IsZero() {
 			n := len(buf)
 			buf = strconv.AppendInt(buf, h.t.UnixMilli(), 10)
@@ -259,15 +275,15 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 	} else if ok {
 		s.Prev = time.Duration(min(n, int64(backoff.MaxDelay/time.Millisecond))) * time.Millisecond
 	}
-	var times [3]time.Time
-	for i, k := range [...]string{HeaderDue, HeaderFirstAttempt, HeaderFirstFailure} {
+	var times [4]time.Time
+	for i, k := range [...]string{HeaderDue, HeaderFirstAttempt, HeaderFirstFailure, HeaderDeadline} {
 		if n, ok, err = num(k, 0); err != nil {
 			return s, err
 		} else if ok {
 			times[i] = time.UnixMilli(n)
 		}
 	}
-	s.Due, s.FirstAttempt, s.FirstFailure = times[0], times[1], times[2]
+	s.Due, s.FirstAttempt, s.FirstFailure, s.Deadline = times[0], times[1], times[2], times[3]
 	s.Error, _ = get(HeaderError)
 	s.Error = cut(s.Error, MaxErrorLen)
 	s.Reason, _ = get(HeaderReason)

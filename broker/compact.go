@@ -17,12 +17,19 @@ import (
 // a broker and its clients spend on it. The value is ASCII:
 //
 //	1 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms>[ <adapter's fields>][\n<last error>]
+//	2 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms>[ <adapter's fields>][\n<last error>]
 //
-// times in Unix milliseconds, 0 for unset. See [State.AppendCompact].
+// times in Unix milliseconds, 0 for unset. Version 2 is written only for a
+// state with a deadline, so consumers that read only version 1 keep
+// working for every other message. See [State.AppendCompact].
 const HeaderState = "x-stagger-state"
 
-// compactVersion is the first field of HeaderState.
-const compactVersion = '1'
+// compactVersion is the first field of HeaderState; compactDeadline the
+// one of a state with a deadline.
+const (
+	compactVersion  = '1'
+	compactDeadline = '2'
+)
 
 // AppendCompact appends s as a HeaderState value to buf: the five numbers,
 // then extra (an adapter's own space-separated fields, no newline; empty
@@ -36,11 +43,19 @@ func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
 		}
 		return t.UnixMilli()
 	}
-	buf = append(buf, compactVersion, ' ')
+	version := byte(compactVersion)
+	if !s.Deadline.IsZero() {
+		version = compactDeadline
+	}
+	buf = append(buf, version, ' ')
 	buf = strconv.AppendInt(buf, int64(s.Attempts), 10)
 	for _, n := range [...]int64{s.Prev.Milliseconds(), ms(s.Due), ms(s.FirstAttempt), ms(s.FirstFailure)} {
 		buf = append(buf, ' ')
 		buf = strconv.AppendInt(buf, n, 10)
+	}
+	if version == compactDeadline {
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, ms(s.Deadline), 10)
 	}
 	if extra != nil {
 		buf = append(buf, ' ')
@@ -59,13 +74,17 @@ func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
 func ParseCompact(v []byte) (State, []byte, error) {
 	var s State
 	line, errText, _ := bytes.Cut(v, []byte{'\n'})
-	if len(line) < 2 || line[0] != compactVersion || line[1] != ' ' {
-		return s, nil, CompactError(v, "the version (want 1)")
+	if len(line) < 2 || line[0] != compactVersion && line[0] != compactDeadline || line[1] != ' ' {
+		return s, nil, CompactError(v, "the version (want 1 or 2)")
 	}
 	rest := line[2:]
-	var nums [5]int64
-	names := [...]string{"attempts", "delay", "due", "first attempt", "first failure"}
-	for i := range nums {
+	var nums [6]int64
+	names := [...]string{"attempts", "delay", "due", "first attempt", "first failure", "deadline"}
+	count := 5
+	if line[0] == compactDeadline {
+		count = 6
+	}
+	for i := range count {
 		tok := rest
 		sp := bytes.IndexByte(rest, ' ')
 		if sp >= 0 {
@@ -77,7 +96,7 @@ func ParseCompact(v []byte) (State, []byte, error) {
 		switch {
 		case !ok:
 			return s, nil, CompactError(v, names[i])
-		case sp < 0 && i < len(nums)-1:
+		case sp < 0 && i < count-1:
 			return s, nil, CompactError(v, names[i+1])
 		}
 		nums[i] = n
@@ -87,13 +106,13 @@ func ParseCompact(v []byte) (State, []byte, error) {
 	}
 	s.Attempts = int(nums[0])
 	s.Prev = time.Duration(min(nums[1], int64(backoff.MaxDelay/time.Millisecond))) * time.Millisecond
-	var times [3]time.Time
+	var times [4]time.Time
 	for i, n := range nums[2:] {
 		if n > 0 {
 			times[i] = time.UnixMilli(n)
 		}
 	}
-	s.Due, s.FirstAttempt, s.FirstFailure = times[0], times[1], times[2]
+	s.Due, s.FirstAttempt, s.FirstFailure, s.Deadline = times[0], times[1], times[2], times[3]
 	if len(errText) > 0 {
 		s.Error = cut(string(errText), MaxErrorLen)
 	}

@@ -137,7 +137,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 	}
 	s := retry.Step{Policy: p.Policy, Delivery: retry.Delivery{
 		ID: id, Attempt: st.Attempts, MaxAttempts: p.MaxAttempts(), Source: p.Source,
-		First: st.FirstAttempt, Prev: st.Prev,
+		First: st.FirstAttempt, Prev: st.Prev, Deadline: st.Deadline,
 	}}
 	if r := s.Begin(ctx, start); r != retry.NoReason {
 		if ctx.Err() != nil {
