@@ -747,27 +747,27 @@ func TestBeginEnd(t *testing.T) {
 	r := &recorder{slots: 1, request: true, retryOK: true}
 	p := &Policy{Limiter: r, Budget: r, Schedule: zeroWait}
 	s1 := Step{Policy: p}
-	if got := s1.Begin(nil, epoch); got != NoReason || s1.Delivery.Attempt != 1 {
+	if got := s1.Begin(context.Background(), epoch); got != NoReason || s1.Delivery.Attempt != 1 {
 		t.Fatalf("Begin = %v, attempt %d", got, s1.Delivery.Attempt)
 	}
 	s2 := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
-	if got := s2.Begin(nil, epoch); got != Limited || s2.Delivery.Attempt != 1 {
+	if got := s2.Begin(context.Background(), epoch); got != Limited || s2.Delivery.Attempt != 1 {
 		t.Fatalf("second Begin with one slot = %v", got)
 	}
 	s1.End(errNoGood, epoch) // permanent: the dependency served it
 	r.request = false
 	s3 := Step{Policy: p}
-	if got := s3.Begin(nil, epoch); got != Budget || r.inflight != 0 {
+	if got := s3.Begin(context.Background(), epoch); got != Budget || r.inflight != 0 {
 		t.Fatalf("refused original: %v, in flight %d", got, r.inflight)
 	}
 	s4 := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
-	s4.Begin(nil, epoch) // a retry does not ask Request
+	s4.Begin(context.Background(), epoch) // a retry does not ask Request
 	s4.End(errFlaky, epoch)
 	want := "acquire|request|acquire|result true|release true|acquire|request|release true|acquire|result false|release false|retry"
 	if got := strings.Join(r.log, "|"); got != want {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
-	if !(&Step{Policy: p}).NeedsNow(nil) || (&Step{}).NeedsNow(context.Background()) {
+	if !(&Step{Policy: p}).NeedsNow(context.Background()) || (&Step{}).NeedsNow(context.Background()) {
 		t.Error("NeedsNow")
 	}
 	if !(&Step{}).NeedsNow(expiredCtx(t)) {
@@ -852,7 +852,7 @@ func TestEndUsesPolicyClassify(t *testing.T) {
 		t.Fatalf("Do = %v, want a permanent give-up", err)
 	}
 	s := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
-	s.Begin(nil, epoch)
+	s.Begin(context.Background(), epoch)
 	s.End(errBoom, epoch) // unknown for Classify too: a failure
 	want := "acquire|request|result true|release true|acquire|result false|release false"
 	if got := strings.Join(r.log, "|"); got != want {
@@ -918,7 +918,7 @@ func TestHoldRelease(t *testing.T) {
 		served bool
 	}{{nil, true}, {errNoGood, true}, {Retryable(errors.New("503")), false}, {errors.New("unclassed"), false}} {
 		s := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
-		if r := s.Begin(nil, epoch); r != NoReason {
+		if r := s.Begin(context.Background(), epoch); r != NoReason {
 			t.Fatalf("Begin: %v", r)
 		}
 		s.Hold()

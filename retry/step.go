@@ -93,7 +93,8 @@ func (s *Step) needsNow() bool {
 }
 
 // Begin asks whether attempt Delivery.Attempt+1 may start at now under
-// ctx (nil: a driver without a context, such as the simulator). It returns
+// ctx (context.Background for a driver without one, such as the
+// simulator). It returns
 // NoReason and counts the attempt, or the reason the unit of work stops
 // before it: Canceled or Deadline (ctx done, or the deadline passed or
 // left no time for the attempt), Limited (no Limiter slot) or Budget (the

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -35,7 +36,7 @@ type driver struct {
 // begin takes what an original attempt needs; NoReason means it may start.
 func (d driver) begin(now time.Time) retry.Reason {
 	s := retry.Step{Policy: d.p}
-	return s.Begin(nil, now)
+	return s.Begin(context.Background(), now)
 }
 
 // again takes what a retry attempt needs (the budget was charged by
@@ -47,7 +48,7 @@ func (d driver) again() retry.Reason { return d.againN(2) }
 // againN is again for attempt number n (2 or more).
 func (d driver) againN(n int) retry.Reason {
 	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: n - 1}}
-	return s.Begin(nil, time.Time{})
+	return s.Begin(context.Background(), time.Time{})
 }
 
 // end closes attempt number attempt, which ended at now with err, and

@@ -77,7 +77,7 @@ func ExampleTracer_Do() {
 	for _, s := range rec.Ended() {
 		var attrs []string
 		for _, kv := range s.Attributes() {
-			attrs = append(attrs, fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit()))
+			attrs = append(attrs, fmt.Sprintf("%s=%s", kv.Key, kv.Value.String()))
 		}
 		fmt.Println(s.Name(), strings.Join(attrs, " "), s.Status().Code)
 	}
