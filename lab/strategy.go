@@ -21,8 +21,9 @@ const (
 	// DefaultBudgetInitial is the credit the +budget token bucket holds when
 	// a run starts: a full reserve (budget.DefaultMax = 200 credits, that
 	// is 20 retries at 10 credits each), as a service has after at least
-	// 200 healthy requests. Starting empty, as the zero TokenBucket
-	// does, 4 callers earn 4 credits and no retry is ever allowed.
+	// 200 healthy requests, and as the zero TokenBucket starts. Starting
+	// empty (TokenBucket.Empty), 4 callers earn 4 credits and no retry is
+	// ever allowed.
 	DefaultBudgetInitial = budget.DefaultMax
 	// DefaultBulkhead is the number of slots +bulkhead shares among the
 	// callers of a run.
