@@ -183,7 +183,12 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Dead, State: st, Reason: dec.Reason, Err: err}
 	}
 	st.Prev = dec.Delay
+	// Headers hold whole milliseconds: round the due time up, so that a
+	// retry read back from them is never early.
 	st.Due = now.Add(dec.Delay)
+	if t := st.Due.Truncate(time.Millisecond); !t.Equal(st.Due) {
+		st.Due = t.Add(time.Millisecond)
+	}
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
 }
 

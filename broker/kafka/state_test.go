@@ -41,7 +41,7 @@ func TestStateRoundTrip(t *testing.T) {
 func TestStateMalformed(t *testing.T) {
 	for _, c := range []struct{ v, field string }{
 		{"", "version"},
-		{"2 1 0 0 0 0 0 0 t", "version"},
+		{"3 1 0 0 0 0 0 0 t", "version"},
 		{"1 x 0 0 0 0 0 0 t", "attempts"},
 		{"1 -1 0 0 0 0 0 0 t", "attempts"},
 		{"1 1 0 0 0 0 0 t", "offset"},
