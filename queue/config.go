@@ -61,6 +61,11 @@ type Config struct {
 	// that name no queue. Default DefaultQueue. One store holds any number
 	// of queues; run a Worker per queue, each with its own settings.
 	Queue string
+	// Limits bound this queue across every worker process and host
+	// (at most MaxInFlight jobs leased, at most Rate claims per second),
+	// enforced by the store at claim time; the store must implement
+	// LimitedClaimer. The zero value limits nothing.
+	Limits Limits
 	// Now is the clock: the current Unix time in milliseconds. nil means
 	// the system clock. Every worker of one store should read the same time.
 	Now func() int64
@@ -115,6 +120,9 @@ func (c Config) withDefaults() (Config, error) {
 		if err := checkDuration(d.name, d.v, d.min); err != nil {
 			return c, err
 		}
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return c, err
 	}
 	if c.Policy != nil {
 		if err := c.Policy.Validate(); err != nil {

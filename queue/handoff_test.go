@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -83,5 +85,23 @@ func TestSnoozeIsNotJudged(t *testing.T) {
 	}
 	if len(hooks) != 0 || bh.InFlight() != 0 {
 		t.Errorf("hooks %v, slots held %d; want none and 0", hooks, bh.InFlight())
+	}
+}
+
+// noLimits is a store that does not enforce Limits.
+type noLimits struct{ queue.Store }
+
+func TestLimitsNeedAStoreThatEnforcesThem(t *testing.T) {
+	_, err := queue.New(noLimits{queue.NewMemoryStore()}, queue.Config{Limits: queue.Limits{MaxInFlight: 2}})
+	if !errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("New with Limits on a store without LimitedClaimer: %v", err)
+	}
+	if _, err := queue.New(noLimits{queue.NewMemoryStore()}, queue.Config{}); err != nil {
+		t.Fatalf("no Limits: %v", err)
+	}
+	for _, l := range []queue.Limits{{MaxInFlight: -1}, {Rate: -1}, {Rate: math.NaN()}, {Rate: math.Inf(1)}, {Burst: 2}, {Rate: 1, Burst: -1}} {
+		if _, err := queue.New(queue.NewMemoryStore(), queue.Config{Limits: l}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "Limits.") {
+			t.Errorf("%+v: %v, want an error naming the Limits field", l, err)
+		}
 	}
 }

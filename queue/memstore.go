@@ -13,11 +13,13 @@ import (
 // the same conformance suite (queuetest) as the durable stores. Claims scan
 // every job, so keep it small.
 type MemoryStore struct {
-	mu   sync.Mutex
-	jobs map[string]*Job
+	mu      sync.Mutex
+	jobs    map[string]*Job
+	buckets map[string]Bucket // Limits' claim-rate reserve per queue
 }
 
 var _ Purger = (*MemoryStore)(nil)
+var _ LimitedClaimer = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{jobs: map[string]*Job{}} }
@@ -59,6 +61,31 @@ func (m *MemoryStore) Claim(ctx context.Context, queue string, now, leaseUntil i
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.claim(queue, now, leaseUntil, limit), nil
+}
+
+// ClaimLimited implements LimitedClaimer.
+func (m *MemoryStore) ClaimLimited(ctx context.Context, queue string, lim Limits, now, leaseUntil int64, limit int) ([]Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inFlight := 0
+	for _, j := range m.jobs {
+		if j.Queue == queue && j.State == Leased && j.LeaseUntil > now {
+			inFlight++
+		}
+	}
+	b, ok := m.buckets[queue]
+	if !ok {
+		b = lim.FullBucket(now)
+	}
+	jobs := m.claim(queue, now, leaseUntil, lim.Allow(inFlight, b, now, limit))
+	if m.buckets == nil {
+		m.buckets = map[string]Bucket{}
+	}
+	m.buckets[queue] = lim.Spend(b, now, len(jobs))
+	return jobs, nil
 }
 
 // RecordAndClaim implements RecordClaimer.

@@ -35,6 +35,9 @@ func New(store Store, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := store.(LimitedClaimer); !ok && !cfg.Limits.IsZero() {
+		return nil, fmt.Errorf("%w: Limits need a store that enforces them (queue.LimitedClaimer); %T does not", ErrInvalid, store)
+	}
 	q := &Queue{
 		store:    store,
 		cfg:      cfg,
@@ -246,7 +249,7 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 	if _, err := q.store.Bury(ctx, t0, buryBatch); err != nil {
 		return nil, err
 	}
-	jobs, err := q.store.Claim(ctx, q.cfg.Queue, t0, addMs(t0, q.leaseMs), 1)
+	jobs, err := q.claim(ctx, t0, addMs(t0, q.leaseMs), 1)
 	if err != nil {
 		return nil, err
 	}
@@ -332,4 +335,12 @@ func (q *Queue) waitChan() <-chan struct{} {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	return q.wake
+}
+
+// claim leases up to n due jobs of the queue, within its Limits.
+func (q *Queue) claim(ctx context.Context, now, leaseUntil int64, n int) ([]Job, error) {
+	if !q.cfg.Limits.IsZero() {
+		return q.store.(LimitedClaimer).ClaimLimited(ctx, q.cfg.Queue, q.cfg.Limits, now, leaseUntil, n)
+	}
+	return q.store.Claim(ctx, q.cfg.Queue, now, leaseUntil, n)
 }

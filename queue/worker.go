@@ -521,7 +521,7 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]J
 	outs := outcomesOf(queued)
 	t0 := q.now()
 	leaseUntil := addMs(t0, q.leaseMs)
-	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 {
+	if rc, ok := q.store.(RecordClaimer); ok && len(outs) > 0 && n > 0 && q.cfg.Limits.IsZero() {
 		rctx, cancel := context.WithTimeout(rec, q.recordTO)
 		jobs, err := rc.RecordAndClaim(rctx, outs, q.cfg.Queue, t0, leaseUntil, n)
 		cancel()
@@ -543,7 +543,7 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]J
 	if n == 0 {
 		return nil, t0, true, nil
 	}
-	jobs, err := q.store.Claim(ctx, q.cfg.Queue, t0, leaseUntil, n)
+	jobs, err := q.claim(ctx, t0, leaseUntil, n)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, t0, true, nil // shutting down: nothing claimed

@@ -79,6 +79,7 @@ type queueFlags struct {
 	// queue settings
 	base, cap, lease, timeout time.Duration
 	maxPayload                int
+	limits                    queue.Limits // --max-in-flight, --rate, --burst
 }
 
 // The shared flags a subcommand has follow from what it does: every one
@@ -109,6 +110,9 @@ func newQueueFlags(name string, does int) *queueFlags {
 		f.fs.DurationVar(&f.cap, "cap", queue.DefaultCap, "retry delay cap: the largest window")
 		f.fs.DurationVar(&f.lease, "lease", queue.DefaultLease, "how long a claim holds a job (extended while the handler runs)")
 		f.fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-attempt handler timeout")
+		f.fs.IntVar(&f.limits.MaxInFlight, "max-in-flight", 0, "most jobs of the queue leased at once across every worker process and host, enforced by the store (0: no limit)")
+		f.fs.Float64Var(&f.limits.Rate, "rate", 0, "most claims (attempt starts) per second of the queue across every worker, enforced by the store (0: no limit)")
+		f.fs.IntVar(&f.limits.Burst, "burst", 0, "claims --rate allows at once (0: the rate rounded up)")
 	}
 	return f
 }
@@ -211,8 +215,12 @@ func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) 
 
 // newQueue is the Queue of the named queue on s with the flags' settings.
 func (f *queueFlags) newQueue(s queue.Store, name string) (*queue.Queue, error) {
+	if err := f.limits.Validate(); err != nil {
+		return nil, fmt.Errorf("--max-in-flight, --rate, --burst: %w", err)
+	}
 	return queue.New(s, queue.Config{
 		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload, Queue: name,
+		Limits: f.limits,
 	})
 }
 

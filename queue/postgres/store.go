@@ -73,6 +73,7 @@ type Store struct {
 	opts    Options
 	jobs    string // qualified table names
 	inboxT  string
+	limitsT string
 	channel string // LISTEN/NOTIFY channel
 	inbox   *Inbox
 
@@ -83,11 +84,12 @@ type Store struct {
 }
 
 var (
-	_ queue.Store         = (*Store)(nil)
-	_ queue.InboxStore    = (*Store)(nil)
-	_ queue.Notifier      = (*Store)(nil)
-	_ queue.RecordClaimer = (*Store)(nil)
-	_ queue.Purger        = (*Store)(nil)
+	_ queue.Store          = (*Store)(nil)
+	_ queue.InboxStore     = (*Store)(nil)
+	_ queue.Notifier       = (*Store)(nil)
+	_ queue.RecordClaimer  = (*Store)(nil)
+	_ queue.Purger         = (*Store)(nil)
+	_ queue.LimitedClaimer = (*Store)(nil)
 )
 
 // Open connects to dsn (a postgres:// URL or key=value string), migrates the
@@ -122,7 +124,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		prefix, channel = `"`+opts.Schema+`".`, "stagger_jobs_"+opts.Schema
 	}
 	s := &Store{
-		pool: pool, opts: opts, jobs: prefix + "stagger_jobs", inboxT: prefix + "stagger_inbox",
+		pool: pool, opts: opts, jobs: prefix + "stagger_jobs", inboxT: prefix + "stagger_inbox", limitsT: prefix + "stagger_limits",
 		channel: channel, subs: map[chan struct{}]struct{}{},
 	}
 	s.inbox = &Inbox{s: s}
@@ -206,6 +208,10 @@ func (s *Store) migrate(ctx context.Context) error {
 				token       bigint NOT NULL,
 				lease_until bigint NOT NULL,
 				done_at     bigint NOT NULL DEFAULT 0)`,
+			`CREATE TABLE IF NOT EXISTS `+s.limitsT+` (
+				queue  text PRIMARY KEY,
+				tokens double precision NOT NULL,
+				at     bigint NOT NULL)`,
 		)
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
@@ -471,6 +477,57 @@ func scanClaimed(rows pgx.Rows) ([]queue.Job, error) {
 	out := make([]queue.Job, len(cs))
 	for i := range cs {
 		out[i] = cs[i].j
+	}
+	return out, nil
+}
+
+// ClaimLimited implements queue.LimitedClaimer. The queue's row in the
+// limits table is locked (FOR UPDATE) for the claim's transaction, so the
+// limited claims of one queue, from every process and host, take turns:
+// each counts the live leases and reads the claim-rate bucket after the
+// previous one committed, claims what lim allows, and writes the bucket
+// back. Unlimited claims of other queues do not wait on it.
+func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	var out []queue.Job
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		full := lim.FullBucket(now)
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.limitsT+` (queue, tokens, at) VALUES ($1, $2, $3)
+			ON CONFLICT (queue) DO NOTHING`, name, full.Tokens, full.At); err != nil {
+			return err
+		}
+		var b queue.Bucket
+		if err := tx.QueryRow(ctx, `SELECT tokens, at FROM `+s.limitsT+` WHERE queue = $1 FOR UPDATE`, name).Scan(&b.Tokens, &b.At); err != nil {
+			return err
+		}
+		var inFlight int
+		if lim.MaxInFlight > 0 {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
+				WHERE queue = $1 AND state = 'leased' AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
+				return err
+			}
+		}
+		if n := lim.Allow(inFlight, b, now, limit); n > 0 {
+			if _, err := tx.Exec(ctx, claimPlan); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, s.claimSQL(), now, leaseUntil, n, name)
+			if err != nil {
+				return err
+			}
+			if out, err = scanClaimed(rows); err != nil {
+				return err
+			}
+		}
+		if lim.Rate > 0 {
+			b = lim.Spend(b, now, len(out))
+			if _, err := tx.Exec(ctx, `UPDATE `+s.limitsT+` SET tokens = $2, at = $3 WHERE queue = $1`, name, b.Tokens, b.At); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreConcurrentClaims", testStoreConcurrentClaims},
 		{"StoreRecordAndClaim", testStoreRecordAndClaim},
 		{"StorePurge", testStorePurge},
+		{"StoreLimitsInFlight", testLimitsInFlight},
+		{"StoreLimitsRate", testLimitsRate},
+		{"StoreLimitsConcurrent", testLimitsConcurrent},
 		{"QueuePurge", testQueuePurge},
 		{"EnqueueIdempotent", testEnqueueIdempotent},
 		{"EnqueueValidation", testEnqueueValidation},
@@ -681,6 +685,147 @@ func testQueuePurge(t *testing.T, s queue.Store) {
 		if _, err := e.q.Purge(e.ctx, bad.state, bad.d, bad.batch); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
 			t.Fatalf("Purge(%v) = %v, want %q", bad, err, bad.want)
 		}
+	}
+}
+
+func limited(t *testing.T, s queue.Store) queue.LimitedClaimer {
+	t.Helper()
+	lc, ok := s.(queue.LimitedClaimer)
+	if !ok {
+		t.Fatalf("%T does not implement queue.LimitedClaimer", s)
+	}
+	return lc
+}
+
+// testLimitsInFlight: a claim takes at most MaxInFlight minus the jobs
+// already leased (expired leases do not count), across claims.
+func testLimitsInFlight(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	lc := limited(t, s)
+	var rows []queue.Job
+	for i := range 6 {
+		rows = append(rows, row(fmt.Sprintf("f%d", i), Start, Start+100000, 5))
+	}
+	insert(t, s, rows...)
+	lim := queue.Limits{MaxInFlight: 3}
+	got, err := lc.ClaimLimited(ctx, queue.DefaultQueue, lim, Start, Start+1000, 5)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("first claim: %d jobs, %v; want 3", len(got), err)
+	}
+	if more, _ := lc.ClaimLimited(ctx, queue.DefaultQueue, lim, Start+1, Start+1001, 5); len(more) != 0 {
+		t.Fatalf("claim at the limit took %v", ids(more))
+	}
+	outs := []queue.Outcome{{ID: got[0].ID, Attempt: 1, State: queue.Done, Now: Start + 2}}
+	if err := s.Record(ctx, outs); err != nil || !outs[0].Applied {
+		t.Fatal("record", err)
+	}
+	if more, _ := lc.ClaimLimited(ctx, queue.DefaultQueue, lim, Start+3, Start+1003, 5); len(more) != 1 {
+		t.Fatalf("after one finished: %v, want 1 job", ids(more))
+	}
+	// Past the leases (Start+1000), the stuck ones no longer count.
+	if more, _ := lc.ClaimLimited(ctx, queue.DefaultQueue, lim, Start+1001, Start+2001, 5); len(more) != 2 {
+		t.Fatalf("after the leases expired: %v, want 2 jobs", ids(more))
+	}
+	// Another queue's jobs are not counted.
+	other := row("o1", Start, Start+100000, 5)
+	other.Queue = "other"
+	insert(t, s, other)
+	if got, _ := lc.ClaimLimited(ctx, "other", lim, Start+1001, Start+2001, 5); len(got) != 1 {
+		t.Fatalf("other queue: %v", ids(got))
+	}
+}
+
+// testLimitsRate: claims per second follow a token bucket of Burst
+// tokens refilled at Rate, kept by the store per queue.
+func testLimitsRate(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	lc := limited(t, s)
+	var rows []queue.Job
+	for i := range 20 {
+		rows = append(rows, row(fmt.Sprintf("r%02d", i), Start, Start+100000, 5))
+	}
+	insert(t, s, rows...)
+	lim := queue.Limits{Rate: 10, Burst: 3}
+	claim := func(at int64, want int) {
+		t.Helper()
+		got, err := lc.ClaimLimited(ctx, queue.DefaultQueue, lim, at, at+60000, 10)
+		if err != nil || len(got) != want {
+			t.Fatalf("claim at +%d ms: %d jobs, %v; want %d", at-Start, len(got), err, want)
+		}
+	}
+	claim(Start, 3)     // a full bucket: the burst
+	claim(Start, 0)     // empty
+	claim(Start+50, 0)  // half a token
+	claim(Start+100, 1) // one token per 100 ms
+	claim(Start+400, 3) // 3 more tokens, capped by the burst
+	claim(Start+5000, 3)
+}
+
+// testLimitsConcurrent: many claimers at once never hold more than
+// MaxInFlight jobs between them.
+func testLimitsConcurrent(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	lc := limited(t, s)
+	var rows []queue.Job
+	for i := range 60 {
+		rows = append(rows, row(fmt.Sprintf("k%02d", i), Start, Start+100000, 5))
+	}
+	insert(t, s, rows...)
+	lim := queue.Limits{MaxInFlight: 4}
+	var (
+		mu       sync.Mutex
+		inFlight int
+		peak     int
+		done     int
+		wg       sync.WaitGroup
+		errs     = make(chan error, 8)
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := lc.ClaimLimited(ctx, queue.DefaultQueue, lim, Start, Start+50000, 3)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				inFlight += len(got)
+				peak = max(peak, inFlight)
+				finished := done
+				mu.Unlock()
+				if len(got) == 0 {
+					if finished == 60 {
+						return
+					}
+					runtime.Gosched()
+					continue
+				}
+				outs := make([]queue.Outcome, len(got))
+				for i, j := range got {
+					outs[i] = queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: Start}
+				}
+				// Counted out of flight before the row says so: the count
+				// can only err high.
+				mu.Lock()
+				inFlight -= len(got)
+				done += len(got)
+				mu.Unlock()
+				if err := s.Record(ctx, outs); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if peak > 4 || done != 60 {
+		t.Fatalf("peak in flight %d (limit 4), done %d of 60", peak, done)
 	}
 }
 

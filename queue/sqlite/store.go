@@ -67,8 +67,13 @@ var _ queue.Store = (*Store)(nil)
 var _ queue.InboxStore = (*Store)(nil)
 var _ queue.RecordClaimer = (*Store)(nil)
 var _ queue.Purger = (*Store)(nil)
+var _ queue.LimitedClaimer = (*Store)(nil)
 
-const schemaVersion = 3
+const schemaVersion = 4
+
+// readableVersion is the oldest schema a read-only open reads (version 4
+// only adds the limits table, which reads do not use).
+const readableVersion = 3
 
 const schema = `
 CREATE TABLE IF NOT EXISTS stagger_jobs (
@@ -97,7 +102,12 @@ CREATE TABLE IF NOT EXISTS stagger_inbox (
 	lease_until INTEGER NOT NULL,
 	done_at     INTEGER NOT NULL DEFAULT 0
 );
-PRAGMA user_version = 3;
+CREATE TABLE IF NOT EXISTS stagger_limits (
+	queue  TEXT PRIMARY KEY,
+	tokens REAL NOT NULL,
+	at     INTEGER NOT NULL
+);
+PRAGMA user_version = 4;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -206,7 +216,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		switch {
 		case v == 0:
 			return errors.New("not a queue database: it holds no queue schema (read-only: nothing was created)")
-		case v < schemaVersion:
+		case v < readableVersion:
 			return fmt.Errorf("schema version %d predates this build's %d: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", v, schemaVersion)
 		}
 		return nil
@@ -394,6 +404,44 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		out, err = s.claimTx(ctx, tx, name, now, leaseUntil, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ClaimLimited implements queue.LimitedClaimer: in the claim's write
+// transaction (which every process of the database takes in turn) it
+// counts the queue's live leases and reads its claim-rate bucket, claims
+// what lim allows, and writes the bucket back.
+func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	var out []queue.Job
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var inFlight int
+		if lim.MaxInFlight > 0 {
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM stagger_jobs INDEXED BY stagger_jobs_by_state
+				WHERE queue = ?1 AND state = 'leased' AND lease_until > ?2`, name, now).Scan(&inFlight); err != nil {
+				return err
+			}
+		}
+		b := lim.FullBucket(now)
+		if lim.Rate > 0 {
+			err := tx.QueryRowContext(ctx, `SELECT tokens, at FROM stagger_limits WHERE queue = ?1`, name).Scan(&b.Tokens, &b.At)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		var err error
+		if out, err = s.claimTx(ctx, tx, name, now, leaseUntil, lim.Allow(inFlight, b, now, limit)); err != nil {
+			return err
+		}
+		if lim.Rate > 0 {
+			b = lim.Spend(b, now, len(out))
+			_, err = tx.ExecContext(ctx, `INSERT INTO stagger_limits (queue, tokens, at) VALUES (?1, ?2, ?3)
+				ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, at = excluded.at`, name, b.Tokens, b.At)
+		}
 		return err
 	})
 	if err != nil {

@@ -247,9 +247,9 @@ func TestMigratesVersion1(t *testing.T) {
 	defer s.Close()
 	var v, idx int
 	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
-	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name IN ('stagger_jobs_finished', 'stagger_jobs_ready', 'stagger_jobs_by_state')`).Scan(&idx)
-	if v != 3 || idx != 3 {
-		t.Fatalf("after migration: user_version %d, %d of the 3 new indexes", v, idx)
+	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name IN ('stagger_jobs_finished', 'stagger_jobs_ready', 'stagger_jobs_by_state', 'stagger_limits')`).Scan(&idx)
+	if v != 4 || idx != 4 {
+		t.Fatalf("after migration: user_version %d, %d of the 3 new indexes and the limits table", v, idx)
 	}
 	j, err := s.Get(ctx, "old")
 	if err != nil || j.Queue != queue.DefaultQueue {
