@@ -85,6 +85,9 @@ func After(err error, d time.Duration) error {
 // first error implementing [Classed] decides, so the outermost mark wins:
 // Permanent(Retryable(e)) is permanent. It does not allocate.
 func Classify(err error) (Class, time.Duration) {
+	if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no interface lookup
+		return c.class, c.after
+	}
 	for depth := 0; err != nil && depth < 64; depth++ {
 		if c, ok := err.(Classed); ok {
 			return c.RetryClass()

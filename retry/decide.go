@@ -151,6 +151,12 @@ func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev ti
 	return p.decideN(attempt, p.maxAttempts(), class, after, now, deadline, prev)
 }
 
+// decideD is decideN for the ledger d (its attempt, deadline and previous
+// delay), without copying them.
+func (p *Policy) decideD(d *Delivery, maxAttempts int, class Class, after time.Duration, now time.Time) Decision {
+	return p.decideN(d.Attempt, maxAttempts, class, after, now, d.Deadline, d.Prev)
+}
+
 // decideN is Decide after classification, with maxAttempts attempts allowed.
 func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Duration, now, deadline time.Time, prev time.Duration) Decision {
 	switch class {

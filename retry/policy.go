@@ -107,6 +107,20 @@ func (p *Policy) maxAfter() time.Duration {
 
 // Validate checks every field and names the first one that is wrong.
 func (p *Policy) Validate() error {
+	if p.MaxAttempts|int(p.AttemptTimeout)|int(p.Timeout)|int(p.MaxAfter) < 0 {
+		return p.invalid()
+	}
+	if p.Schedule == nil {
+		return nil
+	}
+	if c, ok := p.Schedule.(backoff.Constant); ok && c >= 0 {
+		return nil // a valid constant, without a call
+	}
+	return p.validSchedule()
+}
+
+// invalid names the first numeric field that is out of range.
+func (p *Policy) invalid() error {
 	switch {
 	case p.MaxAttempts < 0:
 		return fmt.Errorf("%w: MaxAttempts must be >= 0 (0 means %d), got %d", ErrInvalid, DefaultMaxAttempts, p.MaxAttempts)
@@ -117,12 +131,23 @@ func (p *Policy) Validate() error {
 	case p.MaxAfter < 0:
 		return fmt.Errorf("%w: MaxAfter must be >= 0 (0 means %v), got %v", ErrInvalid, DefaultMaxAfter, p.MaxAfter)
 	}
-	if p.Schedule != nil {
-		if v, ok := p.Schedule.(interface{ Validate() error }); ok {
-			if err := v.Validate(); err != nil {
-				return fmt.Errorf("%w: Schedule: %w", ErrInvalid, err)
-			}
-		}
+	return nil
+}
+
+// validSchedule checks the Schedule, when it can say what is wrong.
+func (p *Policy) validSchedule() error {
+	var err error
+	switch sc := p.Schedule.(type) { // the stock schedules first: no interface lookup
+	case nil:
+	case backoff.Constant:
+		err = sc.Validate()
+	case backoff.Exponential:
+		err = sc.Validate()
+	case interface{ Validate() error }:
+		err = sc.Validate()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: Schedule: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -61,6 +61,8 @@ type Step struct {
 	reason Reason             // why the unit of work stopped; NoReason while it goes on
 	last   error              // the last attempt's error
 	ctxErr error              // the context's error when the context ended the work
+	folded bool               // the context's deadline (dline) is folded into Delivery
+	dline  time.Time
 }
 
 func (s *Step) policy() *Policy {
@@ -108,17 +110,20 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	p := s.policy()
 	d := &s.Delivery
 	s.ctx, s.actx, s.cancel, s.bound, s.keep = ctx, nil, nil, 0, false
-	var ctxDeadline time.Time
 	if ctx != nil {
 		if err := ctx.Err(); err != nil {
 			s.ctxErr = err
 			return s.stop(ctxReason(err))
 		}
-		if dl, ok := ctx.Deadline(); ok {
-			ctxDeadline = dl
-			d.Deadline = earlier(d.Deadline, dl)
+		if !s.folded || d.Attempt == 0 { // fold the context's deadline in once per unit of work
+			s.folded, s.dline = true, time.Time{}
+			if dl, ok := ctx.Deadline(); ok {
+				s.dline = dl
+				d.Deadline = earlier(d.Deadline, dl)
+			}
 		}
 	}
+	ctxDeadline := s.dline
 	if p.Timeout > 0 {
 		first := d.First
 		if first.IsZero() {
@@ -290,7 +295,7 @@ func (s *Step) End(err error, now time.Time) Decision {
 			return Decision{Reason: s.reason, Interrupted: true}
 		}
 	}
-	dec := p.decideN(d.Attempt, s.maxAttempts(p), class, after, now, d.Deadline, d.Prev)
+	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
 		return dec
