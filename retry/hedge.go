@@ -88,6 +88,16 @@ func (h *Hedge) CurrentDelay() time.Duration {
 	return h.Delay
 }
 
+// Observe records the latency of a call that succeeded without a retry,
+// for Quantile, as Do records its own; a driver that applies a Hedge's
+// rules itself (the simulator) calls it. It does nothing when Quantile
+// is 0.
+func (h *Hedge) Observe(d time.Duration) {
+	if h.Quantile > 0 {
+		h.observe(d, h.minSamples())
+	}
+}
+
 func (h *Hedge) maxInFlight() int {
 	if h.MaxInFlight == 0 {
 		return DefaultMaxInFlight
@@ -291,8 +301,8 @@ func (r *hedgeRun) nowAfter(err error) time.Time {
 
 // observe records the call's latency for the Quantile.
 func (r *hedgeRun) observe(now time.Time) {
-	if r.h.Quantile > 0 && !r.retried {
-		r.h.observe(now.Sub(r.start), r.h.minSamples())
+	if !r.retried {
+		r.h.Observe(now.Sub(r.start))
 	}
 }
 
