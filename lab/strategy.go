@@ -25,6 +25,9 @@ const (
 	// DefaultBulkhead is the number of slots +bulkhead shares among the
 	// callers of a run.
 	DefaultBulkhead = 2
+	// DefaultHedge is how long an attempt of +hedge runs before a second
+	// one is sent.
+	DefaultHedge = 100 * time.Millisecond
 )
 
 // Strategy is a named way of retrying: the schedule every caller uses, and
@@ -46,6 +49,10 @@ type Strategy struct {
 	// callers of one run: an attempt that finds no free slot is not sent
 	// and its caller gives up at once (reason "limited").
 	Bulkhead int
+	// Hedge, when > 0, sends another attempt when one has not answered
+	// after Hedge (retry.Hedge, one per run, at most 2 in flight); the
+	// first answer wins and the other is canceled.
+	Hedge time.Duration
 }
 
 // StrategyOptions are the parameters of named strategies.
@@ -64,6 +71,8 @@ type StrategyOptions struct {
 	NewBudget func() budget.Budget
 	// Bulkhead is the size of "+bulkhead"; 0 means DefaultBulkhead.
 	Bulkhead int
+	// Hedge is the delay of "+hedge"; 0 means DefaultHedge.
+	Hedge time.Duration
 }
 
 // StrategyNames lists the base strategy names ParseStrategy knows; each may
@@ -79,8 +88,10 @@ var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo
 //	expo-equal    backoff.Exponential{Base, Cap, Equal, ms}
 //	decorrelated  backoff.Decorrelated{Base, Cap, ms}
 //
-// followed by any of "+budget" (a shared retry budget) and "+bulkhead" (a
-// shared concurrency limit), each at most once.
+// followed by any of "+budget" (a shared retry budget), "+bulkhead" (a
+// shared concurrency limit) and "+hedge" (a second attempt after
+// Options.Hedge without an answer; hedges spend the budget), each at most
+// once.
 func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 	if o.Base < 0 {
 		return Strategy{}, fmt.Errorf("%w: strategy base must be > 0, got %v", ErrInvalid, o.Base)
@@ -90,6 +101,9 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 	}
 	if o.Bulkhead < 0 {
 		return Strategy{}, fmt.Errorf("%w: bulkhead size must be >= 1, got %d", ErrInvalid, o.Bulkhead)
+	}
+	if o.Hedge < 0 {
+		return Strategy{}, fmt.Errorf("%w: hedge delay must be > 0, got %v", ErrInvalid, o.Hedge)
 	}
 	base := o.Base
 	if base == 0 {
@@ -140,8 +154,14 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 			if s.Bulkhead == 0 {
 				s.Bulkhead = DefaultBulkhead
 			}
+		case "hedge":
+			s.Title += " + HEDGE"
+			s.Hedge = o.Hedge
+			if s.Hedge == 0 {
+				s.Hedge = DefaultHedge
+			}
 		default:
-			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget or +bulkhead)", ErrInvalid, "+"+p, name)
+			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget, +bulkhead or +hedge)", ErrInvalid, "+"+p, name)
 		}
 	}
 	if err := backoff.Validate(s.Schedule); err != nil {
