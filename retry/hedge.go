@@ -142,7 +142,9 @@ func (h *Hedge) minSamples() uint64 {
 // what hedging leaves is the quantile of the attempts themselves.
 //
 // The first attempt runs on the caller's goroutine; a call that succeeds
-// before its delay starts no goroutine.
+// before its delay starts no goroutine. The delay and the waits between
+// attempts run on the runtime's timers (testing/synctest makes them
+// virtual); Policy.Clock gives the time decisions read.
 func (h *Hedge) Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if p == nil {
 		p = &defaultPolicy
