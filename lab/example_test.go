@@ -95,7 +95,7 @@ func ExampleParseStrategy() {
 	// immediate: RETRY IMMEDIATELY, schedule 20000000, budget false, bulkhead 0
 	// expo-full: EXPONENTIAL + JITTER, schedule backoff.Exponential{Base:60000000, Multiplier:0, Cap:0, Jitter:0x1, Unit:1000000}, budget false, bulkhead 0
 	// expo+budget+bulkhead: EXPONENTIAL + BUDGET + BULKHEAD, schedule backoff.Exponential{Base:60000000, Multiplier:0, Cap:0, Jitter:0x0, Unit:1000000}, budget true, bulkhead 2
-	// lab: invalid configuration: unknown strategy "retry-harder" (want one of immediate, constant, expo, expo-full, expo-equal, decorrelated, optionally followed by +budget, +bulkhead, +breaker or +rate)
+	// lab: invalid configuration: unknown strategy "retry-harder" (want one of immediate, constant, expo, expo-full, expo-equal, decorrelated, optionally followed by +budget, +bulkhead, +breaker, +rate or +hedge)
 }
 
 // SlidingPeak counts the densest window anywhere, not on a grid: these

@@ -144,6 +144,9 @@ type Attempt struct {
 	Sent time.Duration
 	// Outcome is what the caller saw (Failed: no answer).
 	Outcome Outcome
+	// Canceled says the caller canceled it: a hedge's loser, which the
+	// gateway may not have counted.
+	Canceled bool
 	// Received says the gateway counted this attempt; Arrived is when.
 	Received bool
 	Arrived  time.Duration // from the start; 0 when not Received
@@ -315,6 +318,13 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 	if st.Bulkhead < 0 {
 		return nil, fmt.Errorf("%w: strategy %q: Bulkhead must be >= 0, got %d", ErrInvalid, st.Name, st.Bulkhead)
 	}
+	var hedge *retry.Hedge
+	if st.Hedge != 0 {
+		hedge = &retry.Hedge{Delay: st.Hedge}
+		if err := hedge.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: strategy %q: %w", ErrInvalid, st.Name, err)
+		}
+	}
 	maxAttempts := s.MaxAttempts
 	if maxAttempts == 0 {
 		maxAttempts = DefaultMaxAttempts
@@ -395,7 +405,7 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			n := i + 1
-			attempts[i], callers[i] = s.caller(ctx, n, start, url, client, st, bud, lim, maxAttempts)
+			attempts[i], callers[i] = s.caller(ctx, n, start, url, client, st, bud, lim, hedge, maxAttempts)
 		}()
 	}
 	wg.Wait()
@@ -509,7 +519,7 @@ func warmLoop(ctx context.Context, client *http.Client, url, key string, rounds 
 
 // caller runs one logical request to acceptance or give-up.
 func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string, client *http.Client,
-	st Strategy, bud budget.Budget, lim limit.Limiter, maxAttempts int) ([]Attempt, Caller) {
+	st Strategy, bud budget.Budget, lim limit.Limiter, hedge *retry.Hedge, maxAttempts int) ([]Attempt, Caller) {
 	c := Caller{Caller: n}
 	if s.Ramp > 0 && !sleep(ctx, time.Until(start.Add(s.Ramp*time.Duration(n)/time.Duration(s.Callers)))) {
 		c.GaveUp, c.Err = retry.Canceled, ctx.Err()
@@ -519,7 +529,9 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 		return nil, c
 	}
 	var (
+		mu   sync.Mutex // a hedge runs attempts at once
 		log  []Attempt
+		sent int
 		wait time.Duration
 	)
 	id := strconv.Itoa(n)
@@ -532,12 +544,23 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 		MaxAfter:       time.Minute,
 		Rand:           rand.NewPCG(s.Seed, uint64(n)),
 		Hooks: retry.Hooks{
-			OnRetry:  func(e retry.Event) { wait = e.Delay },
+			OnRetry:  func(e retry.Event) { mu.Lock(); wait = e.Delay; mu.Unlock() },
 			OnGiveUp: func(e retry.Event) { c.GaveUp = e.Reason },
 		},
 	}
-	err := retry.Do(ctx, p, func(ctx context.Context) error {
-		a := Attempt{Caller: n, Attempt: len(log) + 1, Wait: wait, Sent: time.Since(start), Outcome: Failed}
+	record := func(a Attempt) {
+		mu.Lock()
+		log = append(log, a)
+		mu.Unlock()
+	}
+	attempt := func(ctx context.Context) error {
+		mu.Lock()
+		sent++
+		a := Attempt{Caller: n, Attempt: sent, Wait: wait, Sent: time.Since(start), Outcome: Failed}
+		if hedge != nil {
+			wait = 0 // the next attempt is a hedge, unless OnRetry decides a retry first
+		}
+		mu.Unlock()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return retry.Permanent(err)
@@ -546,7 +569,8 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 		req.Header[HeaderAttempt] = []string{strconv.Itoa(a.Attempt)}
 		resp, err := client.Do(req)
 		if err != nil {
-			log = append(log, a)
+			a.Canceled = hedge != nil && ctx.Err() != nil
+			record(a)
 			return retry.Retryable(err)
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
@@ -554,7 +578,7 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 		if v := resp.Header.Get(HeaderOutcome); v != "" {
 			_ = a.Outcome.UnmarshalText([]byte(v))
 		}
-		log = append(log, a)
+		record(a)
 		switch resp.StatusCode {
 		case http.StatusOK:
 			return nil
@@ -567,7 +591,14 @@ func (s Scenario) caller(ctx context.Context, n int, start time.Time, url string
 			return retry.Retryable(e)
 		}
 		return retry.Permanent(fmt.Errorf("gateway answered %d", resp.StatusCode))
-	})
+	}
+	var err error
+	if hedge != nil {
+		err = hedge.Do(ctx, p, attempt)
+		slices.SortFunc(log, func(x, y Attempt) int { return x.Attempt - y.Attempt })
+	} else {
+		err = retry.Do(ctx, p, attempt)
+	}
 	c.Attempts = len(log)
 	if err == nil {
 		c.Accepted, c.GaveUp = true, retry.NoReason
@@ -605,18 +636,28 @@ func (r *Result) reconcile() {
 			r.Mismatches = append(r.Mismatches, fmt.Sprintf("caller %d attempt %d: caller saw %s, gateway recorded %s", n, ar.Attempt, a.Outcome, ar.Outcome))
 		}
 	}
+	unseen := 0 // canceled before the gateway counted them
 	for _, a := range r.Attempts {
-		if !a.Received {
+		switch {
+		case !a.Received && a.Canceled:
+			unseen++
+		case !a.Received:
 			r.Mismatches = append(r.Mismatches, fmt.Sprintf("caller %d attempt %d was sent but the gateway never counted it", a.Caller, a.Attempt))
+		}
+	}
+	won := make(map[int]time.Duration, len(r.Callers)) // the attempt each caller saw accepted (a hedge's winner need not be the last)
+	for _, a := range r.Attempts {
+		if a.Outcome == Accepted {
+			won[a.Caller] = a.At()
 		}
 	}
 	for i := range r.Callers {
 		c := &r.Callers[i]
 		if c.Accepted && c.Attempts > 0 {
-			c.AcceptedAt = r.Attempts[idx[key{c.Caller, c.Attempts}]].At()
+			c.AcceptedAt = won[c.Caller]
 		}
 	}
-	if len(r.Attempts) != r.Gateway.Total {
-		r.Mismatches = append(r.Mismatches, fmt.Sprintf("callers sent %d attempts, the gateway counted %d", len(r.Attempts), r.Gateway.Total))
+	if len(r.Attempts)-unseen != r.Gateway.Total {
+		r.Mismatches = append(r.Mismatches, fmt.Sprintf("callers sent %d attempts, the gateway counted %d", len(r.Attempts)-unseen, r.Gateway.Total))
 	}
 }

@@ -414,3 +414,45 @@ func TestFourCallerCycleWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestHedgeStrategy: with +hedge, an attempt slower than the hedge delay
+// gets a second one; the first answer wins, the loser is canceled, and
+// the gateway and the callers still agree on every attempt. A budget
+// with nothing in it sends no hedge.
+func TestHedgeStrategy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := inMemory(FourCallerOutage())
+		s.Ramp, s.RoundTrip = 0, 0
+		s.Faults = Faults{Latency: 150 * ms}
+		r := mustRun(t, s, mustStrategy(t, "expo-full+hedge", StrategyOptions{}))
+		if !r.Agree() {
+			t.Fatalf("disagree: %v", r.Mismatches)
+		}
+		if r.Gateway.Total != 8 || r.CallersAccepted() != 4 {
+			t.Fatalf("gateway counted %d, %d callers accepted; want 8 and 4", r.Gateway.Total, r.CallersAccepted())
+		}
+		for _, a := range r.Attempts {
+			want := time.Duration(a.Attempt-1) * DefaultHedge
+			if a.Sent != want || a.Canceled != (a.Attempt == 2) {
+				t.Errorf("caller %d attempt %d sent at %v canceled %v; want %v, canceled only the hedge", a.Caller, a.Attempt, a.Sent, a.Canceled, want)
+			}
+		}
+		for _, c := range r.Callers {
+			if c.AcceptedAt != 0 {
+				t.Errorf("caller %d accepted by the attempt that arrived at %v, want the first (0s)", c.Caller, c.AcceptedAt)
+			}
+		}
+
+		empty := StrategyOptions{NewBudget: func() budget.Budget { return &budget.TokenBucket{Empty: true} }}
+		r = mustRun(t, s, mustStrategy(t, "expo-full+budget+hedge", empty))
+		if !r.Agree() || r.Gateway.Total != 4 || r.CallersAccepted() != 4 {
+			t.Errorf("empty budget: gateway counted %d, %d accepted, mismatches %v; want 4 attempts, no hedge", r.Gateway.Total, r.CallersAccepted(), r.Mismatches)
+		}
+
+		s.Faults = Faults{Latency: 50 * ms} // faster than the delay: nothing to hedge
+		r = mustRun(t, s, mustStrategy(t, "expo-full+hedge", StrategyOptions{}))
+		if !r.Agree() || r.Gateway.Total != 4 {
+			t.Errorf("fast gateway: counted %d, mismatches %v", r.Gateway.Total, r.Mismatches)
+		}
+	})
+}

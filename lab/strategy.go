@@ -33,6 +33,9 @@ const (
 	DefaultRate = 20
 	// DefaultBurst is the burst of +rate: the starts it admits at once.
 	DefaultBurst = 4
+	// DefaultHedge is how long an attempt of +hedge runs before a second
+	// one is sent.
+	DefaultHedge = 100 * time.Millisecond
 )
 
 // DefaultBreaker is the circuit breaker of +breaker, sized for a run of a
@@ -65,6 +68,10 @@ type Strategy struct {
 	// run (a fresh one per run), checked after the bulkhead: an attempt it
 	// refuses is not sent and its caller gives up at once ("limited").
 	NewLimiter func() limit.Limiter
+	// Hedge, when > 0, sends another attempt when one has not answered
+	// after Hedge (retry.Hedge, one per run, at most 2 in flight); the
+	// first answer wins and the other is canceled.
+	Hedge time.Duration
 }
 
 // StrategyOptions are the parameters of named strategies.
@@ -93,10 +100,12 @@ type StrategyOptions struct {
 	Rate float64
 	// Burst is the burst of "+rate"; 0 means DefaultBurst.
 	Burst int
+	// Hedge is the delay of "+hedge"; 0 means DefaultHedge.
+	Hedge time.Duration
 }
 
 // StrategyNames lists the base strategy names ParseStrategy knows; each may
-// be followed by any of "+budget", "+bulkhead", "+breaker" and "+rate".
+// be followed by any of "+budget", "+bulkhead", "+breaker", "+rate" and "+hedge".
 var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo-equal", "decorrelated"}
 
 // ParseStrategy turns a command-line name into a strategy:
@@ -111,8 +120,9 @@ var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo
 // followed by any of "+budget" (a shared retry budget), "+bulkhead" (a
 // shared concurrency limit), "+breaker" (a shared circuit breaker, which
 // refuses original requests too while open; refusals give up with reason
-// "circuit-open") and "+rate" (a shared limit of starts per second), each
-// at most once.
+// "circuit-open"), "+rate" (a shared limit of starts per second) and
+// "+hedge" (a second attempt after Options.Hedge without an answer; hedges
+// spend the budget), each at most once.
 func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 	if o.Base < 0 {
 		return Strategy{}, fmt.Errorf("%w: strategy base must be > 0, got %v", ErrInvalid, o.Base)
@@ -134,6 +144,9 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 	}
 	if _, err := budget.NewCircuitBreaker(breaker); err != nil {
 		return Strategy{}, fmt.Errorf("%w: +breaker: %w", ErrInvalid, err)
+	}
+	if o.Hedge < 0 {
+		return Strategy{}, fmt.Errorf("%w: hedge delay must be > 0, got %v", ErrInvalid, o.Hedge)
 	}
 	base := o.Base
 	if base == 0 {
@@ -162,7 +175,7 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 		s.Title, s.Jittered = "DECORRELATED JITTER", true
 		s.Schedule = backoff.Decorrelated{Base: base, Cap: o.Cap, Unit: time.Millisecond}
 	default:
-		return Strategy{}, fmt.Errorf("%w: unknown strategy %q (want one of %s, optionally followed by +budget, +bulkhead, +breaker or +rate)",
+		return Strategy{}, fmt.Errorf("%w: unknown strategy %q (want one of %s, optionally followed by +budget, +bulkhead, +breaker, +rate or +hedge)",
 			ErrInvalid, parts[0], strings.Join(StrategyNames, ", "))
 	}
 	seen := map[string]bool{}
@@ -192,8 +205,14 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 				r, _ := limit.NewRate(rate, burst, nil) // validated above
 				return r
 			}
+		case "hedge":
+			s.Title += " + HEDGE"
+			s.Hedge = o.Hedge
+			if s.Hedge == 0 {
+				s.Hedge = DefaultHedge
+			}
 		default:
-			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget, +bulkhead, +breaker or +rate)", ErrInvalid, "+"+p, name)
+			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget, +bulkhead, +breaker, +rate or +hedge)", ErrInvalid, "+"+p, name)
 		}
 	}
 	if seen["breaker"] {

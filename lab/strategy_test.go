@@ -276,3 +276,21 @@ func TestRateCapsArrivals(t *testing.T) {
 		}
 	})
 }
+func TestParseStrategyHedge(t *testing.T) {
+	st := mustStrategy(t, "expo-full+hedge", StrategyOptions{})
+	if st.Hedge != DefaultHedge || st.Title != "EXPONENTIAL + JITTER + HEDGE" {
+		t.Errorf("%+v", st)
+	}
+	if st = mustStrategy(t, "constant+hedge+budget", StrategyOptions{Hedge: 30 * ms}); st.Hedge != 30*ms || st.NewBudget == nil {
+		t.Errorf("%+v", st)
+	}
+	if st = mustStrategy(t, "constant", StrategyOptions{Hedge: 30 * ms}); st.Hedge != 0 {
+		t.Errorf("no +hedge, yet Hedge %v", st.Hedge)
+	}
+	if _, err := ParseStrategy("expo+hedge", StrategyOptions{Hedge: -ms}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hedge delay") {
+		t.Errorf("negative delay: %v", err)
+	}
+	if _, err := ParseStrategy("expo+hedge+hedge", StrategyOptions{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("twice: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -155,4 +156,23 @@ func ExampleStep() {
 	// attempt 2: retry=true delay=1s reason=none
 	// attempt 3: retry=false delay=0s reason=exhausted
 	// retry: gave up (exhausted) after 3 attempts: 503
+}
+
+// A slow first attempt is hedged after Delay; the hedge answers first, so
+// the first attempt is canceled and Do returns the hedge's success.
+func ExampleHedge_Do() {
+	h := &retry.Hedge{Delay: 10 * time.Millisecond} // share one per dependency
+	var calls atomic.Int32
+	err := h.Do(context.Background(), &retry.Policy{MaxAttempts: 2}, func(ctx context.Context) error {
+		if calls.Add(1) == 1 {
+			<-ctx.Done() // a slow answer, still running when the hedge wins
+			fmt.Println("first attempt:", ctx.Err())
+			return ctx.Err()
+		}
+		return nil // the hedge answers at once
+	})
+	fmt.Println("err:", err, "attempts:", calls.Load())
+	// Output:
+	// first attempt: context canceled
+	// err: <nil> attempts: 2
 }

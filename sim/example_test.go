@@ -49,6 +49,7 @@ func ExampleScenarios() {
 	// backoff
 	// bimodal
 	// limits
+	// hedge
 }
 
 // Drive a model with the engine: three requests arrive 10 ms apart and

@@ -54,6 +54,7 @@ func Scenarios() []Scenario {
 		{"backoff", "what backoff is for (Brooker 2022): open-loop clients keep their amplification, serial clients slow down", func() Runner { c := DefaultBackoffFor(); return &c }},
 		{"bimodal", "bimodal latency (SRE book): 5% of queries hang to a 100 s deadline and take the threads; a timeout gives them back", func() Runner { c := DefaultBimodal(); return &c }},
 		{"limits", "concurrency limits under a latency step: limit.AIMD (Netflix defaults) vs a fixed bulkhead vs none", func() Runner { c := DefaultLimits(); return &c }},
+		{"hedge", "hedged requests under a latency tail (Dean & Barroso 2013): the caller's p99 vs the receiver's load, with and without a budget", func() Runner { c := DefaultHedge(); return &c }},
 	}
 }
 

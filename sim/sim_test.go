@@ -36,6 +36,7 @@ func small(t *testing.T, name string) Runner {
 		"spiral":      {"rate": "1010", "capacity": "1000", "duration": "10s"},
 		"metastable":  {"rate": "1333", "capacity": "3400", "cut-len": "9s,10s", "duration": "30s"},
 		"littles-law": {"duration": "60s", "warmup": "10s", "latency": "100ms,1s"},
+		"hedge":       {"duration": "6s", "warmup": "1s", "load": "0.5,0.95"},
 	}[name]
 	for _, p := range r.Params() {
 		if v, ok := set[p.Name]; ok {
@@ -102,8 +103,8 @@ func TestEveryScenarioListed(t *testing.T) {
 			fs.Var(p, p.Name, p.Usage) // panics on a duplicate name
 		}
 	}
-	if len(seen) != 12 {
-		t.Errorf("%d scenarios, want 12", len(seen))
+	if len(seen) != 13 {
+		t.Errorf("%d scenarios, want 13", len(seen))
 	}
 }
 
