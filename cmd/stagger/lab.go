@@ -56,6 +56,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		base           = lab.DefaultBase
 		capDelay       time.Duration
 		attemptTimeout time.Duration
+		hedge          = lab.DefaultHedge
 		seed           uint64 = 1
 		names                 = []string{"immediate", "expo-full"}
 		asJSON, quiet  bool
@@ -84,6 +85,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(intValue{&bulkhead, 1, lab.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
 	fs.Var(intValue{&capacity, 0, lab.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
 	fs.Var(durationValue{p: &attemptTimeout, max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
+	fs.Var(durationValue{p: &hedge, positive: true, max: time.Hour}, "hedge", "+hedge: how long an attempt runs without an answer before a second one is sent")
 
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { labUsage(w, fs) }); !ok {
 		return nil, code
@@ -110,7 +112,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	}
 
 	opt := lab.StrategyOptions{
-		Base: base, Cap: capDelay, Bulkhead: bulkhead,
+		Base: base, Cap: capDelay, Bulkhead: bulkhead, Hedge: hedge,
 		NewBudget: func() budget.Budget {
 			return &budget.TokenBucket{Initial: int64(budgetInitial), Empty: budgetInitial == 0}
 		},
