@@ -92,7 +92,7 @@ func staggerJitter(name string, base http.RoundTripper, j backoff.Jitter, b func
 	note := fmt.Sprintf("MaxAttempts %d, Exponential %v·2^n ≤ %v, %v jitter", outageMaxAttempts, outageBase, outageCap, j)
 	if b != nil {
 		shared = b()
-		note += ", seed-003 budget shared by all callers (starts full: 200 credits = 20 retries)"
+		note += ", token-bucket budget shared by all callers (starts full: 200 credits = 20 retries)"
 	}
 	return httpClient{
 		name: name,

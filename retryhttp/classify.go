@@ -191,8 +191,8 @@ func (r *Route) match(req *http.Request) bool {
 }
 
 // Routes classifies per endpoint: the first route that matches the request
-// decides, and fallback (nil: DefaultClassify) decides the rest. Seed 002:
-// no single table reads one status the same way for every service.
+// decides, and fallback (nil: DefaultClassify) decides the rest: no single
+// table reads one status the same way for every service.
 func Routes(fallback Classifier, routes ...Route) Classifier {
 	if fallback == nil {
 		fallback = DefaultClassify

@@ -10,7 +10,7 @@ import (
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
-// stack builds the seed-003 picture: a client calls server 1, which calls
+// stack builds the stacked-layers picture: a client calls server 1, which calls
 // server 2, which calls server 3 (the bottom) — each call through a stagger
 // Transport allowing n attempts, each server behind a Guard. The bottom
 // answers 503 until it has seen failFor attempts.

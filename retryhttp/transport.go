@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -334,6 +335,8 @@ type call struct {
 	waiter   retry.Waiter
 	bounded  bool        // the Step gave the attempt its own context
 	body     releaseBody // a delivered response's body, when it holds something
+	id       [1]string   // RequestIDHeader's value when the request carries none
+	started  time.Time   // the attempt's start (Begin's now)
 
 	// What reaches the wire, for a request net/http re-sends by itself
 	// (see wire.go); wire is false for the rest.
@@ -351,8 +354,16 @@ type call struct {
 // case, and the ledger the call starts from.
 func (c *call) start(st *hostState) {
 	d := &c.step.Delivery
-	if prev, ok := retry.DeliveryFrom(c.ctx); ok {
-		d.Deadline = prev.Deadline // the deadline carried on only moves earlier
+	prev, _ := retry.DeliveryFrom(c.ctx)
+	d.Deadline = prev.Deadline // the deadline carried on only moves earlier
+	if v := c.req.Header[RequestIDHeader]; len(v) > 0 && v[0] != "" {
+		d.ID = v[0]
+	} else {
+		d.ID = prev.ID // the work this call is part of, if a driver runs it
+		if d.ID == "" {
+			d.ID = newRequestID()
+		}
+		c.id[0] = d.ID
 	}
 	if n, ok := UpstreamAttempt(c.ctx); ok && !c.t.NestedRetries {
 		c.upstream = n
@@ -403,6 +414,7 @@ func (c *call) run() (*http.Response, error) {
 		if s.NeedsNow(c.ctx) {
 			now = c.now()
 		}
+		c.started = now
 		if r := s.Begin(c.ctx, now); r != retry.NoReason {
 			if s.Delivery.Attempt == 0 {
 				closeRequestBody(c.req)
@@ -544,11 +556,11 @@ func (c *call) markResponse(cerr error, class retry.Class, resp *http.Response) 
 }
 
 // attemptRequest is req for the attempt Begin just counted: its own
-// context, the attempt header and a fresh body.
+// context, the ledger headers and a fresh body.
 func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	n := c.step.Delivery.Attempt
 	r := c.req.WithContext(ctx)
-	h := make(http.Header, len(c.req.Header)+1)
+	h := make(http.Header, len(c.req.Header)+3)
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
@@ -557,6 +569,10 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	} else {
 		h[AttemptHeader] = attemptValue(n)
 	}
+	if c.id[0] != "" {
+		h[RequestIDHeader] = c.id[:]
+	}
+	c.setTimeout(h, c.started)
 	r.Header = h
 	if n > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
 		body, err := c.req.GetBody()
@@ -566,6 +582,31 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 		r.Body = body
 	}
 	return r, nil
+}
+
+// setTimeout sets h's TimeoutHeader to the time left at now before the
+// call's deadline, in whole milliseconds rounded down (none without a
+// deadline). A caller's own value is replaced: the call's deadline
+// already folds in the context's.
+func (c *call) setTimeout(h http.Header, now time.Time) {
+	dl := c.step.Delivery.Deadline
+	if dl.IsZero() {
+		return
+	}
+	h[TimeoutHeader] = []string{strconv.FormatInt(max(dl.Sub(now).Milliseconds(), 0), 10)}
+}
+
+// newRequestID is a logical request ID for a call that carries none: 16
+// hex digits, random (unique, not secret).
+func newRequestID() string {
+	var b [16]byte
+	v := rand.Uint64()
+	const hex = "0123456789abcdef"
+	for i := range b {
+		b[i] = hex[v>>60]
+		v <<= 4
+	}
+	return string(b[:])
 }
 
 // logGiveUp records a give-up for reason r on the Logger, if any; the

@@ -385,7 +385,7 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 // One deadline for the whole call: the second attempt gets what is left,
-// not a fresh AttemptTimeout (seed 003).
+// not a fresh AttemptTimeout.
 func TestOneDeadlineSplitAcrossAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := &fakeBase{answers: []answer{{block: true}}}

@@ -129,4 +129,5 @@ func (c *call) onGetConn(string) {
 	if c.upstream == 0 {
 		c.areq.Header[AttemptHeader] = attemptValue(c.step.Delivery.Attempt)
 	}
+	c.setTimeout(c.areq.Header, now)
 }
