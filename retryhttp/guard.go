@@ -234,9 +234,9 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			deadline = time.Now().Add(time.Duration(ms) * time.Millisecond)
 		}
 	}
-	id := r.Header.Get(RequestIDHeader)
+	id := first(r.Header, RequestIDHeader)
 	if id == "" {
-		id = r.Header.Get(IdempotencyKeyHeader)
+		id = first(r.Header, IdempotencyKeyHeader)
 	}
 	if id != "" && g.MaxIDs >= 0 {
 		g.ids.seen(id, attempt, g.MaxIDs)
@@ -266,6 +266,14 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(retry.WithDelivery(ctx, d))
 	}
 	g.Next.ServeHTTP(w, r)
+}
+
+// first is h's first value for the canonical key k ("" if none).
+func first(h http.Header, k string) string {
+	if v := h[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // parseTimeout reads a TimeoutHeader value: whole milliseconds, at most

@@ -336,6 +336,7 @@ type call struct {
 	bounded  bool        // the Step gave the attempt its own context
 	body     releaseBody // a delivered response's body, when it holds something
 	id       [1]string   // RequestIDHeader's value when the request carries none
+	tmo      [1]string   // the first attempt's TimeoutHeader value
 	started  time.Time   // the attempt's start (Begin's now)
 
 	// What reaches the wire, for a request net/http re-sends by itself
@@ -360,10 +361,7 @@ func (c *call) start(st *hostState) {
 		d.ID = v[0]
 	} else {
 		d.ID = prev.ID // the work this call is part of, if a driver runs it
-		if d.ID == "" {
-			d.ID = newRequestID()
-		}
-		c.id[0] = d.ID
+		c.id[0] = d.ID // "": made with the first attempt's header
 	}
 	if n, ok := UpstreamAttempt(c.ctx); ok && !c.t.NestedRetries {
 		c.upstream = n
@@ -569,10 +567,14 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	} else {
 		h[AttemptHeader] = attemptValue(n)
 	}
-	if c.id[0] != "" {
-		h[RequestIDHeader] = c.id[:]
+	if n == 1 {
+		c.firstLedger(h)
+	} else {
+		if c.id[0] != "" {
+			h[RequestIDHeader] = c.id[:]
+		}
+		c.setTimeout(h, c.started)
 	}
-	c.setTimeout(h, c.started)
 	r.Header = h
 	if n > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
 		body, err := c.req.GetBody()
@@ -593,20 +595,50 @@ func (c *call) setTimeout(h http.Header, now time.Time) {
 	if dl.IsZero() {
 		return
 	}
-	h[TimeoutHeader] = []string{strconv.FormatInt(max(dl.Sub(now).Milliseconds(), 0), 10)}
+	h[TimeoutHeader] = []string{strconv.FormatInt(timeLeft(dl, now), 10)}
 }
 
-// newRequestID is a logical request ID for a call that carries none: 16
-// hex digits, random (unique, not secret).
-func newRequestID() string {
-	var b [16]byte
+// firstLedger sets the first attempt's RequestIDHeader and TimeoutHeader
+// in h. A request ID the call makes (16 random hex digits: unique, not
+// secret) and the time left share one string, and the header values live
+// in the call: the first attempt's ledger costs one allocation.
+func (c *call) firstLedger(h http.Header) {
+	dl := c.step.Delivery.Deadline
+	if c.id[0] != "" || c.step.Delivery.ID != "" {
+		if c.id[0] != "" {
+			h[RequestIDHeader] = c.id[:]
+		}
+		if !dl.IsZero() {
+			c.tmo[0] = strconv.FormatInt(timeLeft(dl, c.started), 10)
+			h[TimeoutHeader] = c.tmo[:]
+		}
+		return
+	}
+	var b [16 + 20]byte
 	v := rand.Uint64()
 	const hex = "0123456789abcdef"
-	for i := range b {
+	for i := range 16 {
 		b[i] = hex[v>>60]
 		v <<= 4
 	}
-	return string(b[:])
+	buf := b[:16]
+	if !dl.IsZero() {
+		buf = strconv.AppendInt(buf, timeLeft(dl, c.started), 10)
+	}
+	both := string(buf)
+	c.id[0] = both[:16]
+	c.step.Delivery.ID = c.id[0]
+	h[RequestIDHeader] = c.id[:]
+	if !dl.IsZero() {
+		c.tmo[0] = both[16:]
+		h[TimeoutHeader] = c.tmo[:]
+	}
+}
+
+// timeLeft is the TimeoutHeader value at now: whole milliseconds before
+// deadline, rounded down, 0 once it passed.
+func timeLeft(deadline, now time.Time) int64 {
+	return max(deadline.Sub(now).Milliseconds(), 0)
 }
 
 // logGiveUp records a give-up for reason r on the Logger, if any; the
