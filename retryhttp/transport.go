@@ -90,7 +90,9 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //     the re-send is an attempt of its own — it carries its own
 //     AttemptHeader and needs an attempt left and the Budget's retry, or
 //     it is stopped before anything is written.
-//   - Every attempt carries AttemptHeader. A request whose context says
+//   - Every attempt carries the call's ledger: AttemptHeader,
+//     RequestIDHeader (the same on every attempt) and, with a deadline,
+//     TimeoutHeader. A request whose context says
 //     that an upstream owner already retries ([UpstreamAttempt], set by
 //     [Guard]) is sent once, so stacked layers do not multiply attempts.
 //
