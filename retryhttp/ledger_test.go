@@ -111,7 +111,7 @@ func TestGuardPutsLedgerInContext(t *testing.T) {
 			g.ServeHTTP(httptest.NewRecorder(), r)
 		}
 		send(context.Background(), map[string]string{retryhttp.RequestIDHeader: "r1", retryhttp.AttemptHeader: "2", retryhttp.TimeoutHeader: "750"})
-		if got.ID != "r1" || got.Attempt != 2 || got.Source != "http" || left != 750*time.Millisecond || got.Deadline.Sub(time.Now()) != 750*time.Millisecond {
+		if got.ID != "r1" || got.Attempt != 2 || got.Source != "http" || left != 750*time.Millisecond || time.Until(got.Deadline) != 750*time.Millisecond {
 			t.Errorf("Delivery %+v, deadline in %v; want r1, attempt 2, 750ms", got, left)
 		}
 
