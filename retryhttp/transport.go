@@ -92,9 +92,9 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //     it is stopped before anything is written.
 //   - Every attempt carries the call's ledger: AttemptHeader,
 //     RequestIDHeader (the same on every attempt) and, with a deadline,
-//     TimeoutHeader. A request whose context says
-//     that an upstream owner already retries ([UpstreamAttempt], set by
-//     [Guard]) is sent once, so stacked layers do not multiply attempts.
+//     TimeoutHeader. A request whose context says that an upstream owner
+//     already retries ([UpstreamAttempt], set by [Guard]) is sent once, so
+//     stacked layers do not multiply attempts.
 //
 // When the policy gives up on a response (retryable status, attempts
 // exhausted; a permanent or unclassified status) the last response is
