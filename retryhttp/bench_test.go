@@ -4,8 +4,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -33,6 +36,10 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	b.Run("base", func(b *testing.B) { run(b, memBase{}) })
 	b.Run("retryhttp", func(b *testing.B) { run(b, retryhttp.New(memBase{}, nil)) })
+	// With a deadline: the Step bounds each attempt's context.
+	b.Run("retryhttp-timeout", func(b *testing.B) {
+		run(b, retryhttp.New(memBase{}, &retry.Policy{Timeout: time.Minute}))
+	})
 }
 
 // BenchmarkRoundTrip compares a success over loopback HTTP with
@@ -88,6 +95,32 @@ func BenchmarkGuard(b *testing.B) {
 			}
 		})
 	}
+	// Logical request IDs: one ID again and again (a repeat each time),
+	// and a new ID each time in a full table (an eviction each time).
+	withID, _ := http.NewRequest("GET", "http://svc/", nil)
+	withID.Header.Set(retryhttp.AttemptHeader, "1")
+	withID.Header.Set(retryhttp.RequestIDHeader, "0123456789abcdef")
+	b.Run("guard-id-repeat", func(b *testing.B) {
+		g := &retryhttp.Guard{Next: h}
+		b.ReportAllocs()
+		for b.Loop() {
+			g.ServeHTTP(w, withID)
+		}
+	})
+	b.Run("guard-id-new", func(b *testing.B) {
+		g := &retryhttp.Guard{Next: h, MaxIDs: 1024}
+		reqs := make([]*http.Request, 4096)
+		for i := range reqs {
+			reqs[i] = withID.Clone(withID.Context())
+			reqs[i].Header.Set(retryhttp.RequestIDHeader, strconv.Itoa(i))
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			g.ServeHTTP(w, reqs[i%len(reqs)])
+			i++
+		}
+	})
 	b.Run("guard-shed", func(b *testing.B) {
 		g := &retryhttp.Guard{Next: h, Overloaded: func(*http.Request) bool { return true }}
 		b.ReportAllocs()

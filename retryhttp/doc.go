@@ -15,9 +15,17 @@
 // ([AfterMode]), keeps a retry budget and a bulkhead per host, and sends
 // [AttemptHeader] on every attempt.
 //
-// [Guard] reads that header on the server, counts requests per attempt
-// number, sheds load with 503 + Retry-After + [NoRetryHeader] when the
-// service is overloaded, and tells a Transport used inside the handler that
-// an upstream layer already owns retries — so three stacked layers of three
-// attempts send three attempts to the bottom, not twenty-seven.
+// Every attempt also carries the call's ledger: [RequestIDHeader] (the
+// logical request, the same on every attempt) and [TimeoutHeader] (the
+// time left before its deadline). What net/http re-sends by itself on a
+// new connection is counted as an attempt too, so the server receives at
+// most Policy.MaxAttempts requests per call.
+//
+// [Guard] reads those headers on the server, counts requests per attempt
+// number and repeats per logical request, sheds load with 503 +
+// Retry-After + [NoRetryHeader] when the service is overloaded, puts the
+// ledger in the handler's context ([retry.DeliveryFrom]) bounded by the
+// caller's deadline, and tells a Transport used inside the handler that
+// an upstream layer already owns retries — so three stacked layers of
+// three attempts send three attempts to the bottom, not twenty-seven.
 package retryhttp

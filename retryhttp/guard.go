@@ -2,11 +2,15 @@ package retryhttp
 
 import (
 	"context"
+	"hash/maphash"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/staggerhq/stagger/retry"
 )
 
 // Header names of the single-retry-owner protocol.
@@ -20,6 +24,19 @@ const (
 	NoRetryHeader = "Stagger-No-Retry"
 	// IdempotencyKeyHeader makes a non-idempotent request retryable.
 	IdempotencyKeyHeader = "Idempotency-Key"
+	// RequestIDHeader carries the logical request's ID: the same on every
+	// attempt of a call, and on the calls a service makes further down
+	// for it. A Transport sends the request's own value, else the ID of
+	// the work its context carries ([retry.DeliveryFrom]), else a random
+	// one; [Guard] reads it.
+	RequestIDHeader = "Stagger-Request-Id"
+	// TimeoutHeader carries the time left before the caller's deadline,
+	// in whole milliseconds (rounded down) when the request was sent: a
+	// duration, so the two clocks need not agree (as gRPC's
+	// grpc-timeout). [Guard] bounds the handler's context by it, which can
+	// only shorten the server's own deadline, never extend it. A Transport
+	// sends it on every attempt of a call that has a deadline.
+	TimeoutHeader = "Stagger-Timeout-Ms"
 )
 
 // MaxAttemptHeader is the largest attempt number a Guard accepts; larger or
@@ -82,6 +99,29 @@ func ParseAttempt(v string) (int, bool) {
 // ([UpstreamAttempt]), so a stagger [Transport] the handler uses to call
 // further down does not multiply the upstream owner's retries with its own.
 //
+// The ledger of the request travels into the handler: its logical request
+// ID (RequestIDHeader, else IdempotencyKeyHeader), its attempt number and
+// its deadline (TimeoutHeader) are put in the context as a
+// [retry.Delivery] ([retry.DeliveryFrom], Source "http"; Attempt 1 for a
+// request without an attempt number), and the
+// context is bounded by that deadline — which can only shorten the
+// server's own. A handler that gives up in process and hands the work to
+// a queue or a broker passes that Delivery on, so the work continues with
+// the attempts and the time that are left, not a fresh budget; a Transport
+// the handler calls through forwards the same request ID and the time
+// left.
+//
+// Guard also counts repeats: a request whose logical request ID it has
+// seen before, arriving without an attempt number or with one no higher
+// than the highest seen for that ID ([GuardStats].Repeats) — a re-send
+// that no attempt number marks as a retry. The rule has limits: it needs
+// an ID, so a client that sends none (and forwards none) is not seen
+// repeating; a client between two stagger services that re-sends with the
+// headers it was given (a retrying client library in the middle) is
+// counted only if it forwards the request ID; and IDs are remembered in a
+// bounded table (MaxIDs), so a repeat that comes after its ID was evicted
+// ([GuardStats].Evicted) counts as new.
+//
 // When the service is overloaded — more than MaxInFlight requests in the
 // handler, or Overloaded says so — Guard answers at once with 503, a
 // Retry-After and NoRetryHeader, without calling Next: a controlled answer
@@ -124,6 +164,10 @@ type Guard struct {
 	// RetryAfter is sent with a shed request (rounded up to whole
 	// seconds); 0 means DefaultShedRetryAfter.
 	RetryAfter time.Duration
+	// MaxIDs bounds the table of logical request IDs that repeats are
+	// counted against (about 20 bytes each); the oldest is evicted first.
+	// 0 means 16384; negative turns repeat counting off.
+	MaxIDs int
 	// Logger, if set, gets a Debug record for every shed request.
 	Logger *slog.Logger
 
@@ -132,6 +176,7 @@ type Guard struct {
 	malformed atomic.Int64
 	shed      atomic.Int64
 	byAttempt [TrackedAttempts]atomic.Int64
+	ids       idTable
 }
 
 // GuardStats is a snapshot of a Guard's counters.
@@ -141,8 +186,19 @@ type GuardStats struct {
 	ByAttempt [TrackedAttempts]int64
 	// Unmarked counts requests without an AttemptHeader.
 	Unmarked int64
-	// Malformed counts requests with an unreadable AttemptHeader.
+	// Malformed counts requests with an unreadable AttemptHeader. (An
+	// unreadable TimeoutHeader is ignored: the server's own deadline
+	// applies.)
 	Malformed int64
+	// Repeats counts requests whose logical request ID had been seen
+	// before, without an attempt number or with one no higher than the
+	// highest seen for it: re-sends no attempt number marks (see [Guard]
+	// for what the rule cannot see). They are counted in ByAttempt or
+	// Unmarked too.
+	Repeats int64
+	// Evicted counts IDs dropped from the full table; a repeat of one of
+	// them counts as new.
+	Evicted int64
 	// Shed counts requests answered with 503 + NoRetryHeader.
 	Shed int64
 	// InFlight is the number of requests inside Next now.
@@ -172,6 +228,8 @@ func (g *Guard) Stats() GuardStats {
 	s := GuardStats{
 		Unmarked:  g.unmarked.Load(),
 		Malformed: g.malformed.Load(),
+		Repeats:   g.ids.repeats.Load(),
+		Evicted:   g.ids.evicted.Load(),
 		Shed:      g.shed.Load(),
 		InFlight:  g.inflight.Load(),
 	}
@@ -182,7 +240,7 @@ func (g *Guard) Stats() GuardStats {
 }
 
 // ServeHTTP counts the request, sheds it when overloaded, and otherwise
-// calls Next with the upstream attempt in the context.
+// calls Next with the request's ledger in the context.
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	attempt := 0
 	if v := r.Header[AttemptHeader]; len(v) > 0 {
@@ -195,6 +253,19 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		g.unmarked.Add(1)
 	}
+	var deadline time.Time
+	if v := r.Header[TimeoutHeader]; len(v) == 1 {
+		if ms, ok := parseTimeout(v[0]); ok {
+			deadline = time.Now().Add(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	id := first(r.Header, RequestIDHeader)
+	if id == "" {
+		id = first(r.Header, IdempotencyKeyHeader)
+	}
+	if id != "" && g.MaxIDs >= 0 {
+		g.ids.seen(id, attempt, g.MaxIDs)
+	}
 
 	n := g.inflight.Add(1)
 	if (g.MaxInFlight > 0 && n > int64(g.MaxInFlight)) || (g.Overloaded != nil && g.Overloaded(r)) {
@@ -203,10 +274,94 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.inflight.Add(-1)
-	if attempt > 0 {
-		r = r.WithContext(WithUpstreamAttempt(r.Context(), attempt))
+	if attempt > 0 || id != "" || !deadline.IsZero() {
+		ctx := r.Context()
+		if !deadline.IsZero() {
+			if dl, ok := ctx.Deadline(); !ok || deadline.Before(dl) {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
+		}
+		if attempt > 0 {
+			ctx = WithUpstreamAttempt(ctx, attempt)
+		}
+		d := retry.Delivery{ID: id, Attempt: max(attempt, 1), Source: "http"}
+		d.Deadline, _ = ctx.Deadline()
+		r = r.WithContext(retry.WithDelivery(ctx, d))
 	}
 	g.Next.ServeHTTP(w, r)
+}
+
+// first is h's first value for the canonical key k ("" if none).
+func first(h http.Header, k string) string {
+	if v := h[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// parseTimeout reads a TimeoutHeader value: whole milliseconds, at most
+// 12 digits, nothing around them.
+func parseTimeout(v string) (int64, bool) {
+	if v == "" || len(v) > 12 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// idTable remembers logical request IDs (as 64-bit hashes) with the
+// highest attempt number seen for each, oldest first out.
+type idTable struct {
+	mu      sync.Mutex
+	seed    maphash.Seed
+	last    map[uint64]int // hash → highest attempt seen (0: unmarked only)
+	order   []uint64       // hashes in the order first seen (a ring)
+	next    int            // the ring's oldest entry once it is full
+	repeats atomic.Int64
+	evicted atomic.Int64
+}
+
+// seen records a request for id with attempt (0: unmarked) and counts it
+// as a repeat when the ID was seen with that attempt number or a higher
+// one, or the request is unmarked. size bounds the table (0: 16384).
+func (t *idTable) seen(id string, attempt, size int) {
+	if size == 0 {
+		size = 16384
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.seed = maphash.MakeSeed()
+		t.last = make(map[uint64]int)
+	}
+	h := maphash.String(t.seed, id)
+	if prev, ok := t.last[h]; ok {
+		if attempt == 0 || attempt <= prev {
+			t.repeats.Add(1)
+		}
+		if attempt > prev {
+			t.last[h] = attempt
+		}
+		return
+	}
+	if len(t.order) < size {
+		t.order = append(t.order, h)
+	} else {
+		delete(t.last, t.order[t.next])
+		t.evicted.Add(1)
+		t.order[t.next] = h
+		t.next = (t.next + 1) % len(t.order)
+	}
+	t.last[h] = attempt
 }
 
 func (g *Guard) shedRequest(w http.ResponseWriter, r *http.Request, attempt int) {

@@ -39,6 +39,7 @@ type seenAttempt struct {
 	body     string
 	at       time.Time
 	deadline time.Duration // time left before the attempt's context deadline (0: none)
+	header   http.Header   // the attempt's header, as sent
 }
 
 // trackedBody records whether it was read to the end and closed.
@@ -71,7 +72,7 @@ func (f *fakeBase) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Body.Close()
 		body = string(b)
 	}
-	s := seenAttempt{attempt: r.Header.Get("Stagger-Attempt"), body: body, at: time.Now()}
+	s := seenAttempt{attempt: r.Header.Get("Stagger-Attempt"), body: body, at: time.Now(), header: r.Header.Clone()}
 	if d, ok := r.Context().Deadline(); ok {
 		s.deadline = time.Until(d)
 	}

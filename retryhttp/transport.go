@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -90,9 +91,11 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //     the re-send is an attempt of its own — it carries its own
 //     AttemptHeader and needs an attempt left and the Budget's retry, or
 //     it is stopped before anything is written.
-//   - Every attempt carries AttemptHeader. A request whose context says
-//     that an upstream owner already retries ([UpstreamAttempt], set by
-//     [Guard]) is sent once, so stacked layers do not multiply attempts.
+//   - Every attempt carries the call's ledger: AttemptHeader,
+//     RequestIDHeader (the same on every attempt) and, with a deadline,
+//     TimeoutHeader. A request whose context says that an upstream owner
+//     already retries ([UpstreamAttempt], set by [Guard]) is sent once, so
+//     stacked layers do not multiply attempts.
 //
 // When the policy gives up on a response (retryable status, attempts
 // exhausted; a permanent or unclassified status) the last response is
@@ -335,6 +338,9 @@ type call struct {
 	waiter   wait.Waiter
 	bounded  bool        // the Step gave the attempt its own context
 	body     releaseBody // a delivered response's body, when it holds something
+	id       [1]string   // RequestIDHeader's value when the request carries none
+	tmo      [1]string   // the first attempt's TimeoutHeader value
+	started  time.Time   // the attempt's start (Begin's now)
 
 	// What reaches the wire, for a request net/http re-sends by itself
 	// (see wire.go); wire is false for the rest.
@@ -352,8 +358,13 @@ type call struct {
 // case, and the ledger the call starts from.
 func (c *call) start(st *hostState) {
 	d := &c.step.Delivery
-	if prev, ok := retry.DeliveryFrom(c.ctx); ok {
-		d.Deadline = prev.Deadline // the deadline carried on only moves earlier
+	prev, _ := retry.DeliveryFrom(c.ctx)
+	d.Deadline = prev.Deadline // the deadline carried on only moves earlier
+	if v := c.req.Header[RequestIDHeader]; len(v) > 0 && v[0] != "" {
+		d.ID = v[0]
+	} else {
+		d.ID = prev.ID // the work this call is part of, if a driver runs it
+		c.id[0] = d.ID // "": made with the first attempt's header
 	}
 	if n, ok := UpstreamAttempt(c.ctx); ok && !c.t.NestedRetries {
 		c.upstream = n
@@ -404,6 +415,7 @@ func (c *call) run() (*http.Response, error) {
 		if s.NeedsNow(c.ctx) {
 			now = c.now()
 		}
+		c.started = now
 		if r := s.Begin(c.ctx, now); r != retry.NoReason {
 			if s.Delivery.Attempt == 0 {
 				closeRequestBody(c.req)
@@ -545,11 +557,11 @@ func (c *call) markResponse(cerr error, class retry.Class, resp *http.Response) 
 }
 
 // attemptRequest is req for the attempt Begin just counted: its own
-// context, the attempt header and a fresh body.
+// context, the ledger headers and a fresh body.
 func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	n := c.step.Delivery.Attempt
 	r := c.req.WithContext(ctx)
-	h := make(http.Header, len(c.req.Header)+1)
+	h := make(http.Header, len(c.req.Header)+3)
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
@@ -557,6 +569,14 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 		h[AttemptHeader] = attemptValue(c.upstream)
 	} else {
 		h[AttemptHeader] = attemptValue(n)
+	}
+	if n == 1 {
+		c.firstLedger(h)
+	} else {
+		if c.id[0] != "" {
+			h[RequestIDHeader] = c.id[:]
+		}
+		c.setTimeout(h, c.started)
 	}
 	r.Header = h
 	if n > 1 && c.req.Body != nil && c.req.Body != http.NoBody {
@@ -567,6 +587,61 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 		r.Body = body
 	}
 	return r, nil
+}
+
+// setTimeout sets h's TimeoutHeader to the time left at now before the
+// call's deadline, in whole milliseconds rounded down (none without a
+// deadline). A caller's own value is replaced: the call's deadline
+// already folds in the context's.
+func (c *call) setTimeout(h http.Header, now time.Time) {
+	dl := c.step.Delivery.Deadline
+	if dl.IsZero() {
+		return
+	}
+	h[TimeoutHeader] = []string{strconv.FormatInt(timeLeft(dl, now), 10)}
+}
+
+// firstLedger sets the first attempt's RequestIDHeader and TimeoutHeader
+// in h. A request ID the call makes (16 random hex digits: unique, not
+// secret) and the time left share one string, and the header values live
+// in the call: the first attempt's ledger costs one allocation.
+func (c *call) firstLedger(h http.Header) {
+	dl := c.step.Delivery.Deadline
+	if c.id[0] != "" || c.step.Delivery.ID != "" {
+		if c.id[0] != "" {
+			h[RequestIDHeader] = c.id[:]
+		}
+		if !dl.IsZero() {
+			c.tmo[0] = strconv.FormatInt(timeLeft(dl, c.started), 10)
+			h[TimeoutHeader] = c.tmo[:]
+		}
+		return
+	}
+	var b [16 + 20]byte
+	v := rand.Uint64()
+	const hex = "0123456789abcdef"
+	for i := range 16 {
+		b[i] = hex[v>>60]
+		v <<= 4
+	}
+	buf := b[:16]
+	if !dl.IsZero() {
+		buf = strconv.AppendInt(buf, timeLeft(dl, c.started), 10)
+	}
+	both := string(buf)
+	c.id[0] = both[:16]
+	c.step.Delivery.ID = c.id[0]
+	h[RequestIDHeader] = c.id[:]
+	if !dl.IsZero() {
+		c.tmo[0] = both[16:]
+		h[TimeoutHeader] = c.tmo[:]
+	}
+}
+
+// timeLeft is the TimeoutHeader value at now: whole milliseconds before
+// deadline, rounded down, 0 once it passed.
+func timeLeft(deadline, now time.Time) int64 {
+	return max(deadline.Sub(now).Milliseconds(), 0)
 }
 
 // logGiveUp records a give-up for reason r on the Logger, if any; the

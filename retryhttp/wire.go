@@ -26,7 +26,9 @@ import (
 //     re-send, and goes through Step.Resend: it needs an attempt left and
 //     the Budget's retry, and gets its own AttemptHeader. A try after one
 //     that wrote nothing is still the same attempt.
-//   - When Resend refuses, the attempt's context is canceled, which stops
+//   - When Resend refuses, the attempt's context is canceled (through
+//     Step.Abort when the Step bounded it, which also gives its Limiter
+//     slot back as not served: the attempt's connection dropped), which stops
 //     net/http's loop, and a connection net/http hands over anyway (an
 //     idle one, which its select may pick over the canceled context) is
 //     closed before anything is written on it (HTTP/1; an HTTP/2
@@ -61,12 +63,15 @@ func resent(req *http.Request) bool {
 	return key || xkey
 }
 
-// watch returns the attempt's context with the hooks that count its tries,
-// and a cancel of its own.
+// watch returns the attempt's context with the hooks that count its tries.
+// A refusal must be able to cancel it: a context the Step bounded is
+// canceled through the Step (Abort); any other gets a cancel of its own.
 func (c *call) watch(ctx context.Context) context.Context {
 	c.tries, c.refused = 0, false
 	c.wrote.Store(false)
-	ctx, c.cancel = context.WithCancelCause(ctx)
+	if !c.bounded {
+		ctx, c.cancel = context.WithCancelCause(ctx)
+	}
 	switch {
 	case c.trace == nil && httptrace.ContextClientTrace(c.ctx) == nil:
 		c.ownTrace = httptrace.ClientTrace{GetConn: c.onGetConn, WroteHeaders: c.onWroteHeaders}
@@ -108,7 +113,13 @@ func (c *call) onGetConn(string) {
 	}
 	if !c.step.Resend(now) {
 		c.refused = true
-		c.cancel(errResendRefused)
+		if c.cancel != nil {
+			c.cancel(errResendRefused)
+		} else {
+			// The attempt ends here: its slot goes back as not served
+			// (its connection dropped), and its context is canceled.
+			c.step.Abort()
+		}
 		prev := c.trace.GotConn
 		c.trace.GotConn = func(info httptrace.GotConnInfo) {
 			if prev != nil {
@@ -129,4 +140,5 @@ func (c *call) onGetConn(string) {
 	if c.upstream == 0 {
 		c.areq.Header[AttemptHeader] = attemptValue(c.step.Delivery.Attempt)
 	}
+	c.setTimeout(c.areq.Header, now)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
 )
@@ -123,15 +124,18 @@ func TestWireRefusedResend(t *testing.T) {
 		reason retry.Reason
 	}{
 		{"attempts", retry.Policy{MaxAttempts: 2}, retry.Exhausted},
+		{"attempts, bounded attempt", retry.Policy{MaxAttempts: 2, AttemptTimeout: time.Minute}, retry.Exhausted},
 		{"budget", retry.Policy{MaxAttempts: 5, Budget: &retriesLeft{n: 1}}, retry.Budget},
+		{"budget, deadline", retry.Policy{MaxAttempts: 5, Budget: &retriesLeft{n: 1}, Timeout: time.Minute}, retry.Budget},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := newDropReused(t)
 			base := &http.Transport{}
 			defer base.CloseIdleConnections()
 			rec := &recorder{}
+			lim, _ := limit.NewBulkhead(1)
 			p := c.policy
-			p.Schedule, p.Hooks = backoff.Constant(0), rec.hooks()
+			p.Schedule, p.Hooks, p.Limiter = backoff.Constant(0), rec.hooks(), lim
 			_, err := get(t, context.Background(), retryhttp.New(base, &p), d.srv.URL)
 			if err == nil {
 				t.Fatal("the dropped attempt succeeded")
@@ -144,6 +148,9 @@ func TestWireRefusedResend(t *testing.T) {
 			}
 			if g := rec.lastGiveUp(t); g.Reason != c.reason || g.Attempt != 2 {
 				t.Errorf("gave up %v after %d, want %v after 2", g.Reason, g.Attempt, c.reason)
+			}
+			if n := lim.InFlight(); n != 0 {
+				t.Errorf("%d bulkhead slots held after the call, want 0", n)
 			}
 		})
 	}

@@ -56,7 +56,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		base           = lab.DefaultBase
 		capDelay       time.Duration
 		attemptTimeout time.Duration
-		hedge          = lab.DefaultHedge
+		hedge                 = lab.DefaultHedge
 		seed           uint64 = 1
 		names                 = []string{"immediate", "expo-full"}
 		asJSON, quiet  bool
