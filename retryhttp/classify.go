@@ -108,8 +108,13 @@ func newStatusError(req *http.Request, code int, c retry.Class) *StatusError {
 	return &StatusError{Method: req.Method, Host: req.URL.Host, StatusCode: code, Class: c}
 }
 
-// classifyErr marks a transport error with its ErrorClass.
+// classifyErr marks a transport error with its ErrorClass. An error that
+// is classed already (a Base that returns retry.After) is kept as it is,
+// with its requested wait.
 func classifyErr(err error) error {
+	if c, _ := retry.Classify(err); c != retry.ClassUnknown {
+		return err
+	}
 	switch ErrorClass(err) {
 	case retry.ClassRetryable:
 		return retry.Retryable(err)

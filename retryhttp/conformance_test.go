@@ -1,0 +1,43 @@
+package retryhttp_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/drivertest"
+	"github.com/staggerhq/stagger/retryhttp"
+)
+
+// TestDriverConformance: the Transport, over a Base that runs the suite's
+// attempt and answers 200 for nil or returns its error as the transport
+// error (a classed error keeps its class and wait), makes the same calls
+// as retry.Do. The server side's panic is not the client's, so the panic
+// case is left out.
+func TestDriverConformance(t *testing.T) {
+	drivertest.Run(t, drivertest.Driver{
+		Name:           "retryhttp.Transport",
+		RemoteHandler:  true,
+		HoldsDelivered: true, // a response's body holds the slot until closed
+		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) {
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if err := attempt(req.Context()); err != nil {
+					return nil, err
+				}
+				return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Header: http.Header{}, Request: req}, nil
+			})
+			tr := &retryhttp.Transport{Base: base, Policy: p}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://conformance.test/x", nil)
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		},
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
