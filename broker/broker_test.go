@@ -317,9 +317,9 @@ func TestInterrupted(t *testing.T) {
 		{"canceled while live", live, context.Canceled, false},
 		{"ctx's error", ended, context.Canceled, true},
 		{"wrapped and classified", ended, retry.Retryable(fmt.Errorf("query: %w", context.Canceled)), true},
-		// Any failure while the context has ended is not judged: the
-		// end may have caused it (retry.Step's interrupted rule).
-		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), true},
+		// A failure of the handler's own is judged even while the
+		// context ends (retry.Step's interrupted rule).
+		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), false},
 		{"cause", withCause, fmt.Errorf("stopped: %w", cause), true},
 	} {
 		if got := broker.Interrupted(c.ctx, broker.Outcome{Err: c.err}); got != c.want {

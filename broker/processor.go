@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/staggerhq/stagger/queue"
@@ -192,14 +193,21 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
 }
 
-// Interrupted reports whether o is a failure that came while ctx, the
-// context the adapter handed to Process, had ended (Outcome.Interrupted).
+// Interrupted reports whether o is a failure caused by the end of ctx, the
+// context the adapter handed to Process (Outcome.Interrupted): ctx has
+// ended and the handler's error is, or wraps, ctx's error or cause.
 // Such a failure says nothing about the message, so it is not an attempt:
 // an adapter that is shutting down leaves the delivery to be handled again
 // (requeued, uncommitted, redelivered) instead of retrying or
 // dead-lettering it.
 func Interrupted(ctx context.Context, o Outcome) bool {
-	return o.Interrupted || o.Err != nil && ctx.Err() != nil
+	if o.Interrupted {
+		return true
+	}
+	if o.Err == nil || ctx.Err() == nil {
+		return false
+	}
+	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
 }
 
 // run calls the handler (through the inbox, when there is one) in the

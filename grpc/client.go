@@ -283,12 +283,23 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 	}
 }
 
-// attemptDeadline makes a DEADLINE_EXCEEDED retryable when it ended an
+// attemptDeadline ties a CANCELLED or DEADLINE_EXCEEDED that came with
+// the end of the call's context to that end (the attempt is interrupted,
+// not judged), and makes a DEADLINE_EXCEEDED retryable when it ended an
 // attempt bounded by its own timeout while the call's context is live:
 // the server's answer can arrive a moment before the attempt's own timer
 // fires, which the Step's own-timeout rule would miss.
 func attemptDeadline(ctx, actx context.Context, err error) error {
-	if status.Code(err) != codes.DeadlineExceeded || ctx.Err() != nil {
+	code := status.Code(err)
+	if cerr := ctx.Err(); cerr != nil {
+		if code == codes.Canceled || code == codes.DeadlineExceeded {
+			// The call's own end: say so, so the Step sees an interrupted
+			// attempt (a status error does not wrap the context's error).
+			return fmt.Errorf("%w (%w)", err, cerr)
+		}
+		return err
+	}
+	if code != codes.DeadlineExceeded {
 		return err
 	}
 	if c, _ := retry.Classify(err); c != retry.ClassUnknown {

@@ -20,7 +20,8 @@ import (
 // TestDriverConformance: the unary interceptor, with an invoker that maps
 // the suite's errors to what a server would answer (retryable →
 // UNAVAILABLE, After(d) → UNAVAILABLE with grpc-retry-pushback-ms,
-// permanent → INVALID_ARGUMENT, a context error → DEADLINE_EXCEEDED,
+// permanent → INVALID_ARGUMENT, a context's error → CANCELLED or
+// DEADLINE_EXCEEDED, as grpc-go answers,
 // anything else → UNKNOWN), makes the same calls as retry.Do. The handler
 // runs in the caller's process here; a real server's panic is the
 // server's, so the panic case is left out.
@@ -50,7 +51,9 @@ func answer(err error, opts []grpc.CallOption) error {
 	}
 	class, after := retry.Classify(err)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case class == retry.ClassPermanent:
 		return status.Error(codes.InvalidArgument, err.Error())

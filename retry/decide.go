@@ -112,9 +112,10 @@ type Decision struct {
 	Delay time.Duration
 	// Reason is why the loop stops; NoReason when Retry.
 	Reason Reason
-	// Interrupted reports that the attempt failed after the driver's
-	// context ended ([Step.End]): nothing was decided, Reason is Canceled
-	// or Deadline, and a durable driver hands the work back unchanged.
+	// Interrupted reports that the attempt failed with the end of the
+	// driver's context ([Step.End]): nothing was decided, Reason is
+	// Canceled or Deadline, and a durable driver hands the work back
+	// unchanged.
 	Interrupted bool
 }
 

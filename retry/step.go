@@ -29,13 +29,16 @@ import (
 // decision ([Policy.Decide]'s rules) and fires OnSuccess, OnRetry or
 // OnGiveUp.
 //
-// An attempt that fails after the driver's context has ended is
-// interrupted: the context's end may have caused the failure, so the
-// failure is not judged and no retry is decided. End then reports
-// Decision.Interrupted with reason Canceled or Deadline (OnGiveUp sees
-// that reason). An in-process driver gives up; a durable one (queue,
-// broker) hands the work back to be run again rather than retry or
-// dead-letter it.
+// An attempt that fails with the end of the driver's context — its error
+// is, or wraps, the context's error or cause, and the context has ended —
+// is interrupted: the failure says nothing about the work, so it is not
+// judged and no retry is decided. End then reports Decision.Interrupted
+// with reason Canceled or Deadline (OnGiveUp sees that reason). An
+// in-process driver gives up; a durable one (queue, broker) hands the work
+// back to be run again rather than retry or dead-letter it. A failure of
+// the work's own that comes while the context ends is judged as usual (its
+// attempt happened and counts); the next Begin then refuses to start
+// another.
 //
 // now is the driver's current time; it may be the zero time when NeedsNow
 // reports false (no budget, no timeouts, no deadline), so a driver can skip
@@ -289,7 +292,7 @@ func (s *Step) End(err error, now time.Time) Decision {
 	}
 	s.last = err
 	if s.ctx != nil {
-		if cerr := s.ctx.Err(); cerr != nil {
+		if cerr := s.ctx.Err(); cerr != nil && (errors.Is(err, cerr) || errors.Is(err, context.Cause(s.ctx))) {
 			s.ctxErr = cerr
 			s.stop(ctxReason(cerr))
 			return Decision{Reason: s.reason, Interrupted: true}

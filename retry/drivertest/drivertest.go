@@ -2,8 +2,9 @@
 // one scripted set of cases — success, retryable failures, permanent and
 // unknown errors, pushback below and above the cap, a retry that would
 // start exactly at the deadline, an attempt timeout, budget and limiter
-// refusals, cancellation during an attempt and during a wait, a panicking
-// handler — run against a driver, which must give the same outcome, the
+// refusals, cancellation during an attempt (with the context's error and
+// with one of the work's own) and during a wait, a panicking handler — run
+// against a driver, which must give the same outcome, the
 // same hook calls and the same Budget and Limiter calls as retry.Do.
 //
 // A driver is adapted by a [Driver]; Run checks it. Every case runs inside
@@ -92,8 +93,10 @@ type Case struct {
 	// Want is the log Do produces, checked for Do itself; other drivers
 	// must match Do's log.
 	Want string
-	// Refusal: the give-up is a refusal (budget, limiter, pushback) after
-	// which a durable driver may keep the work and go on.
+	// Refusal: the in-process loop gives up where a durable driver may
+	// keep the work (a refusal by the budget or the limiter, pushback, a
+	// context that ended after a judged failure), so a durable driver's
+	// log is compared up to that point.
 	Refusal bool
 	// WaitCancel: the case cancels during a wait.
 	WaitCancel bool
@@ -172,8 +175,13 @@ func Cases() []Case {
 		{Name: "canceled during an attempt", Policy: plain,
 			Attempt: func(ctx context.Context, n int, cancel context.CancelFunc) error {
 				cancel()
-				return errFlaky // any failure after the end is not judged
+				return fmt.Errorf("interrupted: %w", ctx.Err()) // the end's own error: not judged
 			}, UsesContext: true, Want: "attempt 1|giveup 1 canceled"},
+		{Name: "own failure while canceled", Policy: plain,
+			Attempt: func(ctx context.Context, n int, cancel context.CancelFunc) error {
+				cancel()
+				return errFlaky // the work's own failure: judged, then no attempt starts
+			}, UsesContext: true, Refusal: true, Want: "attempt 1|retry 1 10ms|giveup 1 canceled"},
 		{Name: "canceled during a wait", Policy: func(rec *Recorder) *retry.Policy {
 			return rec.Policy(&retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Hour)})
 		}, Attempt: func(ctx context.Context, n int, cancel context.CancelFunc) error {
@@ -362,9 +370,15 @@ func releaseAfterSuccess(log string) string {
 	return strings.Join(calls, "|")
 }
 
-// trimAfterEnd cuts log after the prefix want has, when log starts with it.
+// trimAfterEnd compares a durable driver's log with want up to want's
+// give-up: the driver may go on past it (it keeps the work) or stop just
+// before it (it kept the work and nothing ended it). It returns want when
+// log agrees so far.
 func trimAfterEnd(log, want string) string {
 	if strings.HasPrefix(log, want) {
+		return want
+	}
+	if i := strings.LastIndex(want, "|giveup "); i >= 0 && log == want[:i] {
 		return want
 	}
 	return log
