@@ -10,8 +10,8 @@
 // # Engine
 //
 // [Engine] orders [Event] values (virtual time, kind, entity id) in a
-// slice-backed 4-ary heap: no interface boxing per event, no allocation
-// per event once the queue has grown, ties broken by schedule order so a
+// slice-backed 4-ary heap with branch-free sifts: no interface boxing per
+// event, no allocation per event once the queue has grown, ties broken by schedule order so a
 // run is a pure function of its inputs. Virtual time is an offset from
 // [Epoch]; models pass Epoch+offset as the now of budgets and Decide,
 // which never read the clock, so sliding windows and token buckets work
