@@ -123,9 +123,9 @@ func (c *BackoffForConfig) serial(strategy string, f float64, seed uint64) budge
 	send := func(id int32, at time.Duration) {
 		cl := &cs[id]
 		cl.attempt++
-		there := time.Duration(rng.ExpFloat64() * mean)
-		cl.failed = rng.Float64() < f
-		e.At(at+there+time.Duration(rng.ExpFloat64()*mean), evSerialDone, id)
+		var trip time.Duration
+		trip, cl.failed = bernoulliTrip(rng, mean, f)
+		e.At(at+trip, evSerialDone, id)
 	}
 	for id := range cs {
 		e.At(think(), evSerialStart, int32(id))

@@ -194,9 +194,9 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 	send := func(id int32, at time.Duration) {
 		r := &reqs[id]
 		r.attempt++
-		there := time.Duration(rng.ExpFloat64() * mean)
-		r.failed = rng.Float64() < f
-		e.At(at+there+time.Duration(rng.ExpFloat64()*mean), evDone, id)
+		var trip time.Duration
+		trip, r.failed = bernoulliTrip(rng, mean, f)
+		e.At(at+trip, evDone, id)
 	}
 	for cl := range c.Clients {
 		e.At(gap(), evOriginal, int32(cl))
@@ -313,6 +313,15 @@ func ratio(a, b int64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// bernoulliTrip draws one attempt of a dependency that fails with
+// probability f, in this order: a hop there of Exp(mean), the outcome, a
+// hop back of Exp(mean). It returns the round trip and whether it failed.
+func bernoulliTrip(rng *rand.Rand, mean, f float64) (time.Duration, bool) {
+	there := time.Duration(rng.ExpFloat64() * mean)
+	failed := rng.Float64() < f
+	return there + time.Duration(rng.ExpFloat64()*mean), failed
 }
 
 // expectedLoad is 1 + f + … + f^retries: the mean attempts of a request

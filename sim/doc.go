@@ -10,8 +10,8 @@
 // # Engine
 //
 // [Engine] orders [Event] values (virtual time, kind, entity id) in a
-// slice-backed 4-ary heap: no interface boxing per event, no allocation
-// per event once the queue has grown, ties broken by schedule order so a
+// slice-backed 4-ary heap with branch-free sifts: no interface boxing per
+// event, no allocation per event once the queue has grown, ties broken by schedule order so a
 // run is a pure function of its inputs. Virtual time is an offset from
 // [Epoch]; models pass Epoch+offset as the now of budgets and Decide,
 // which never read the clock, so sliding windows and token buckets work
@@ -47,10 +47,15 @@
 //     requests), or a bulkhead that answers at once when full
 //     (littles-law), both on limit.Bulkhead.
 //   - Stacked retry layers (layers), each with its own policy.
+//   - A FIFO server whose capacity is cut for a while and which finishes
+//     the work of timed-out requests (metastable), a backend that admits
+//     what its token rate allows (spiral), a thread pool whose hanging
+//     queries hold their threads (bimodal), and workers behind a FIFO
+//     queue whose service time steps (limits).
 //
 // Clients are closed-loop callers (outage), serial workers with jobs in
-// turn (herd), or open-loop Poisson arrivals (budgets, collapse,
-// littles-law).
+// turn (herd), serial clients with a think time (backoff), or open-loop
+// Poisson arrivals (budgets, collapse, littles-law and the rest).
 //
 // # Metrics
 //
@@ -62,8 +67,8 @@
 //
 // # Scenarios
 //
-// [Scenarios] lists the seven experiments of `stagger sim list`. Each is a
-// configuration type (e.g. [HerdConfig]) whose Params are the CLI's flags
+// [Scenarios] lists the experiments of `stagger sim list`; docs/simulator.md
+// gives each one's sources and defaults. Each is a configuration type (e.g. [HerdConfig]) whose Params are the CLI's flags
 // (with the validation rules) and whose Run returns a [Result]: a table
 // written as text, JSON or CSV, charts for the HTML report, and notes.
 package sim

@@ -130,3 +130,36 @@ func benchHold(b *testing.B, n int) {
 func BenchmarkEngineHold100(b *testing.B) { benchHold(b, 100) }
 func BenchmarkEngineHold10k(b *testing.B) { benchHold(b, 10_000) }
 func BenchmarkEngineHold1M(b *testing.B)  { benchHold(b, 1_000_000) }
+
+// TestEngineTakenRoot: while an event is being handled (after Next, before
+// the handler schedules), Pending and Peek leave it out, and scheduling
+// earlier than every pending event, later, or nothing at all keeps the
+// order a sort gives.
+func TestEngineTakenRoot(t *testing.T) {
+	e := NewEngine(0)
+	for i, at := range []time.Duration{5, 1, 9, 3} {
+		e.At(at, 0, int32(i))
+	}
+	ev, _ := e.Next() // at 1
+	if ev.At != 1 || e.Pending() != 3 {
+		t.Fatalf("first %v, pending %d; want at 1, 3 pending", ev, e.Pending())
+	}
+	if p, ok := e.Peek(); !ok || p.At != 3 || e.Pending() != 3 {
+		t.Fatalf("Peek %v %v, pending %d; want at 3, 3 pending", p, ok, e.Pending())
+	}
+	e.At(2, 0, 9) // after a Peek, before the rest
+	var got []time.Duration
+	for {
+		ev, ok := e.Next()
+		if !ok {
+			break
+		}
+		got = append(got, ev.At)
+		if ev.At == 3 {
+			e.At(4, 0, 8) // replaces the taken root
+		}
+	}
+	if want := []time.Duration{2, 3, 4, 5, 9}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}

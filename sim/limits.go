@@ -82,8 +82,14 @@ func (c *LimitsConfig) validate() error {
 	if err := checkParams(c.Params()); err != nil {
 		return err
 	}
+	switch {
+	case c.AIMDMax < c.AIMDMin:
+		return invalid("aimd-max", "must be >= aimd-min (%d), got %d", c.AIMDMin, c.AIMDMax)
+	case c.AIMDInitial < c.AIMDMin || c.AIMDInitial > c.AIMDMax:
+		return invalid("aimd-initial", "must be in [aimd-min, aimd-max] = [%d, %d], got %d", c.AIMDMin, c.AIMDMax, c.AIMDInitial)
+	}
 	if _, err := limit.NewAIMD(c.AIMDInitial, c.AIMDMin, c.AIMDMax, c.AIMDBackoff); err != nil {
-		return invalid("aimd-initial", "%v", err)
+		return invalid("aimd-backoff", "%v", err)
 	}
 	if c.StepAt >= c.Duration {
 		return invalid("step-at", "must be < duration (%v), got %v", c.Duration, c.StepAt)

@@ -134,6 +134,18 @@ func TestBadParams(t *testing.T) {
 		{"littles-law", "latency", "2s,-1s"},
 		{"littles-law", "latency", "fast"},
 		{"collapse", "timeout", "0s"},
+		{"collapse", "load", "sideways"},
+		{"brooker2015", "counter", "python"},
+		{"budgets", "backoff", "-1s"},
+		{"metastable", "cut", "2"},
+		{"metastable", "cut-len", "10s,0s"},
+		{"spiral", "capacity", "0"},
+		{"spiral", "attempts", "-1"},
+		{"backoff", "mode", "half-open"},
+		{"bimodal", "hang", "0.1,NaN"},
+		{"bimodal", "hang", "1.5"},
+		{"limits", "aimd-backoff", "1"},
+		{"limits", "rate", "Inf"},
 	}
 	for _, c := range cases {
 		s, _ := Lookup(c.scenario)
@@ -173,6 +185,31 @@ func TestBadParams(t *testing.T) {
 	h.Workers, h.Rate = 1_000_000, 0 // immediate requeue: 2e9 attempts
 	if _, err := h.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "workers") {
 		t.Errorf("immediate with 10⁶ workers and no db-rate: %v", err)
+	}
+	lim := DefaultLimits()
+	lim.AIMDMin = 300 // above aimd-max
+	if _, err := lim.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "aimd-max") {
+		t.Errorf("aimd-min > aimd-max: %v", err)
+	}
+	lim = DefaultLimits()
+	lim.AIMDInitial = 10 // below aimd-min
+	if _, err := lim.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "aimd-initial") {
+		t.Errorf("aimd-initial < aimd-min: %v", err)
+	}
+	bi := DefaultBimodal()
+	bi.Warmup = bi.Duration
+	if _, err := bi.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "warmup") {
+		t.Errorf("warmup >= duration: %v", err)
+	}
+	co := DefaultCollapse()
+	co.Load, co.SpikeRate = "ramp", 10 // a ramp that falls from the start
+	if _, err := co.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "spike-rate") {
+		t.Errorf("ramp with spike-rate < rate: %v", err)
+	}
+	sp := DefaultSpiral()
+	sp.Duration, sp.Runs = 24*time.Hour, 10_000 // a spiral of ~1e16 attempts
+	if _, err := sp.Run(context.Background(), Options{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "duration") {
+		t.Errorf("huge spiral: %v", err)
 	}
 	s := DefaultOutage()
 	s.Outage, s.Callers = time.Hour, 100_000
