@@ -718,14 +718,16 @@ func (s *Store) extendSQL() string {
 
 // Bury implements queue.Store.
 func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE `+s.jobs+` SET state = 'dead',
-			dead_reason = CASE WHEN attempts >= max_attempts THEN 'exhausted' ELSE 'deadline' END,
-			last_error = CASE WHEN attempts >= max_attempts AND last_error = '' THEN $3 ELSE last_error END,
-			lease_until = 0, finished_at = $1, updated_at = $1
-		WHERE id IN (SELECT id FROM `+s.jobs+`
+	// The batch is selected in a materialized CTE, run once (see Purge).
+	tag, err := s.pool.Exec(ctx, `WITH c AS MATERIALIZED (SELECT id FROM `+s.jobs+`
 			WHERE (state = 'pending' OR (state = 'leased' AND available_at <= $1))
 			AND (attempts >= max_attempts OR deadline <= $1)
-			LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit, queue.UnknownOutcome)
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE `+s.jobs+` j SET state = 'dead',
+			dead_reason = CASE WHEN j.attempts >= j.max_attempts THEN 'exhausted' ELSE 'deadline' END,
+			last_error = CASE WHEN j.attempts >= j.max_attempts AND j.last_error = '' THEN $3 ELSE j.last_error END,
+			lease_until = 0, finished_at = $1, updated_at = $1
+		FROM c WHERE j.id = c.id`, now, limit, queue.UnknownOutcome)
 	if err != nil {
 		return 0, err
 	}
