@@ -34,19 +34,13 @@ func serveProxy(t *testing.T, up *upstream, flags ...string) (p *proxy, addr str
 	}
 	p = newProxy(cfg, time.Now())
 	srv := p.server()
-	maxOpen = &atomic.Int64{}
-	var open atomic.Int64
-	srv.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			n := open.Add(1)
-			for m := maxOpen.Load(); n > m && !maxOpen.CompareAndSwap(m, n); m = maxOpen.Load() {
-			}
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
-		}
-	}
-	go srv.Serve(newLimitListener(l, cfg.maxConns))
+	// Counted under the limit listener, as its slots are: a connection is
+	// open from the inner Accept to its Close, which comes before the slot
+	// is freed. (The server's ConnState hooks run after the close, so they
+	// can see the next connection first.)
+	counted := &countingListener{Listener: l, max: &atomic.Int64{}}
+	maxOpen = counted.max
+	go srv.Serve(newLimitListener(counted, cfg.maxConns))
 	t.Cleanup(func() { srv.Close() })
 	return p, l.Addr().String(), maxOpen
 }
@@ -286,3 +280,33 @@ func (l *pipeListener) Accept() (net.Conn, error) {
 
 func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
 func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// countingListener counts its open connections and keeps the peak.
+type countingListener struct {
+	net.Listener
+	open atomic.Int64
+	max  *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	n := l.open.Add(1)
+	for m := l.max.Load(); n > m && !l.max.CompareAndSwap(m, n); m = l.max.Load() {
+	}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return err
+}
