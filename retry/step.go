@@ -176,9 +176,15 @@ func (s *Step) Resume() { s.held = s.policy().Limiter != nil }
 // either applies. End (or Release, after Hold) cancels it. Drivers that
 // run no context-taking work (the simulator) need not call it.
 func (s *Step) Context() context.Context {
-	if s.bound <= 0 || s.ctx == nil {
+	if s.bound <= 0 {
 		return s.ctx
 	}
+	return s.bounded()
+}
+
+// bounded makes the attempt's bounded context (Context's slow path, apart
+// so that Context inlines).
+func (s *Step) bounded() context.Context {
 	s.actx, s.cancel = context.WithTimeout(s.ctx, s.bound)
 	return s.actx
 }
@@ -192,6 +198,13 @@ func (s *Step) Hold() { s.keep = true }
 // Release gives back what an attempt ended under Hold kept: its Limiter
 // slot (with the outcome End judged) and its context. It is idempotent.
 func (s *Step) Release() {
+	if s.cancel != nil || s.held {
+		s.release()
+	}
+}
+
+// release is Release's work, apart so that Release inlines.
+func (s *Step) release() {
 	if s.cancel != nil {
 		s.cancel()
 		s.cancel = nil
