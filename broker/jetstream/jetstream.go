@@ -567,6 +567,15 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		FirstFailure: stored,
 		Origin:       m.Subject(),
 	}
+	if v := m.Headers().Get(broker.HeaderDeadline); v != "" {
+		// The producer's ledger (broker.StateFrom): the work's deadline.
+		if ms, ok := broker.ParseDecimal([]byte(v)); ok && ms > 0 {
+			st.Deadline = time.UnixMilli(ms)
+		} else {
+			c.log.Warn("jetstream: ignoring a malformed "+broker.HeaderDeadline+" header (want Unix milliseconds)",
+				slog.String("id", id), slog.String("value", v[:min(len(v), 64)]))
+		}
+	}
 	actx := ctx
 	if c.opts.Policy.AttemptTimeout == 0 && md.delivered >= uint64(c.proc.MaxAttempts()) {
 		// The last delivery: past its ack wait the server gives up on the

@@ -235,3 +235,47 @@ func TestMoverFiltersAndStaleAdvisory(t *testing.T) {
 		t.Fatalf("a stale advisory dead-lettered %+v (payload %q): want a record of a message gone, not the new message", dl, dl.Payload)
 	}
 }
+
+// TestCarriedDeadline: a message whose producer handed over a ledger with
+// a deadline that has passed (x-stagger-deadline) is dead-lettered with
+// reason "deadline" without running the handler; one with a deadline ahead
+// runs.
+func TestCarriedDeadline(t *testing.T) {
+	var runs sync.Map
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		runs.Store(d.ID, d.Deadline)
+		return nil
+	}
+	name := uniqueName(t)
+	p := start(t, brokertest.Setup{Name: name, Handler: h, Policy: &retry.Policy{MaxAttempts: 3}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	publish := func(id string, deadline time.Time) {
+		m := nats.NewMsg(p.subject)
+		m.Data = []byte("x")
+		broker.StateFrom(retry.Delivery{Deadline: deadline}).Encode(func(k, v string) { m.Header.Set(k, v) })
+		if _, err := p.js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	publish("late", time.Now().Add(-time.Minute))
+	publish("ontime", ahead)
+	dl, err := p.NextDeadLetter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.ID != "late" || dl.Reason != "deadline" {
+		t.Errorf("dead letter %s reason %q, want late with reason deadline", dl.ID, dl.Reason)
+	}
+	if err := p.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ran := runs.Load("late"); ran {
+		t.Error("the handler ran for a message past its carried deadline")
+	}
+	if d, ran := runs.Load("ontime"); !ran || !d.(time.Time).Equal(ahead) {
+		t.Errorf("ontime: ran %v with deadline %v, want the carried %v", ran, d, ahead)
+	}
+}
