@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -221,32 +220,7 @@ func TestRecordAndClaimIsOneTransaction(t *testing.T) {
 // transaction (one commit: the server's durability settings apply), with a
 // backlog of due jobs.
 func BenchmarkRecordAndClaim(b *testing.B) {
-	s := newStore(b)
-	ctx := context.Background()
-	const now, batch = queuetest.Start, 4
-	n := b.N*batch + 1000
-	for i := 0; i < n; i += 1000 {
-		jobs := make([]queue.Job, 0, 1000)
-		for k := i; k < min(i+1000, n); k++ {
-			jobs = append(jobs, queue.Job{ID: fmt.Sprintf("job-%09d", k), Payload: []byte("{}"), MaxAttempts: 3,
-				AvailableAt: now, Deadline: now + 1e9, State: queue.Pending, CreatedAt: now, UpdatedAt: now})
-		}
-		if _, err := s.Insert(ctx, jobs); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var outs []queue.Outcome
-	b.ResetTimer()
-	for range b.N {
-		got, err := s.RecordAndClaim(ctx, outs, queue.DefaultQueue, now+1, now+1e6, batch)
-		if err != nil || len(got) != batch {
-			b.Fatal(len(got), err)
-		}
-		outs = outs[:0]
-		for _, j := range got {
-			outs = append(outs, queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now + 1})
-		}
-	}
+	queuetest.BenchRecordAndClaim(b, newStore(b))
 }
 
 func TestReadOnlyCreatesNothing(t *testing.T) {
