@@ -14,3 +14,12 @@ func RecordArgs(outs []queue.Outcome) []any {
 	args, _ := recordArgs(outs)
 	return args
 }
+
+// VacuumRuns waits for a running vacuum of the store and returns how many
+// finished and whether one failed.
+func (s *Store) VacuumRuns() (int, bool) {
+	s.vac.wg.Wait()
+	s.vac.mu.Lock()
+	defer s.vac.mu.Unlock()
+	return s.vac.runs, s.vac.failed
+}

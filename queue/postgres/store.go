@@ -45,7 +45,23 @@ type Options struct {
 	// exist. Only the reads (Get, List, Stats, CountFinished) are meant
 	// for such a store.
 	ReadOnly bool
+	// VacuumAfter is how many jobs claimed through the store start a
+	// VACUUM of the jobs table in the background (see Store.vacuum): every
+	// claim and every outcome leaves dead entries at the head of the due
+	// index, which each later claim walks until a vacuum removes them.
+	// Default DefaultVacuumAfter; NoVacuum leaves it to autovacuum.
+	VacuumAfter int
 }
+
+// Defaults and bounds of Options.VacuumAfter.
+const (
+	DefaultVacuumAfter = 20_000
+	NoVacuum           = -1
+	// vacuumDuty bounds the share of time the store's vacuum runs: a
+	// vacuum starts only when the previous one ended at least
+	// vacuumDuty-1 times its own duration ago.
+	vacuumDuty = 5
+)
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
@@ -61,6 +77,11 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: Schema must match %s, got %q", queue.ErrInvalid, schemaName, o.Schema)
 	case o.InboxLease < 10*time.Millisecond || o.InboxLease > 24*time.Hour:
 		return fmt.Errorf("%w: InboxLease must be in [10ms, 24h], got %v", queue.ErrInvalid, o.InboxLease)
+	case o.VacuumAfter < NoVacuum:
+		return fmt.Errorf("%w: VacuumAfter must be a count of jobs >= 1 (0 means %d, NoVacuum turns it off), got %d", queue.ErrInvalid, DefaultVacuumAfter, o.VacuumAfter)
+	}
+	if o.VacuumAfter == 0 {
+		o.VacuumAfter = DefaultVacuumAfter
 	}
 	return nil
 }
@@ -81,6 +102,8 @@ type Store struct {
 	subs    map[chan struct{}]struct{}
 	lcancel context.CancelFunc
 	ldone   chan struct{}
+
+	vac vacuumer
 }
 
 var (
@@ -128,6 +151,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		channel: channel, subs: map[chan struct{}]struct{}{},
 	}
 	s.inbox = &Inbox{s: s}
+	s.vac.init()
 	if opts.ReadOnly {
 		var found bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.jobs).Scan(&found); err != nil {
@@ -237,6 +261,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // Close stops the notification listener and, for a store made by Open,
 // closes the pool.
 func (s *Store) Close() {
+	s.vac.stop()
 	s.lmu.Lock()
 	if s.lcancel != nil {
 		s.lcancel()
@@ -418,6 +443,7 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 	if err != nil {
 		return nil, err
 	}
+	s.claimed(len(jobs))
 	return jobs, nil
 }
 
@@ -529,6 +555,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 	if err != nil {
 		return nil, err
 	}
+	s.claimed(len(out))
 	return out, nil
 }
 
@@ -582,6 +609,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 		}
 		return nil, err
 	}
+	s.claimed(len(jobs))
 	return jobs, nil
 }
 

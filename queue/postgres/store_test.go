@@ -61,21 +61,7 @@ func sharedPool(t testing.TB) *pgxpool.Pool {
 // newStore returns a store in a fresh schema, dropped after the test.
 func newStore(t testing.TB) *postgres.Store {
 	t.Helper()
-	p := sharedPool(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "stagger_t_" + hex.EncodeToString(b)
-	s, err := postgres.New(context.Background(), p, postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		if _, err := p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`); err != nil {
-			t.Errorf("dropping %s: %v", schema, err)
-		}
-	})
-	return s
+	return newStoreOpts(t, postgres.Options{})
 }
 
 func TestConformance(t *testing.T) {

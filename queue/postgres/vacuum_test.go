@@ -1,0 +1,117 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/postgres"
+)
+
+// TestClaimCostAfterHistory drains n jobs through the store's own claim and
+// outcome statements, then reads the buffers a claim on the now empty queue
+// touches: with the store's vacuum (VacuumAfter n, so it starts at the last
+// claim) the claim reads a page or two, as on a new table; without it, the
+// dead entries the drain left at the head of the due index are read again
+// by every claim.
+func TestClaimCostAfterHistory(t *testing.T) {
+	const n, batch = 3000, 500
+	for _, tc := range []struct {
+		name   string
+		after  int
+		bufMax int // the claim reads at most this many buffers
+		bufMin int // ... and at least this many
+	}{{"vacuum", n, 4, 0}, {"no vacuum", postgres.NoVacuum, 1 << 30, 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStoreOpts(t, postgres.Options{VacuumAfter: tc.after})
+			ctx := context.Background()
+			const now = int64(1_000_000)
+			for i := 0; i < n; i += batch {
+				jobs := make([]queue.Job, batch)
+				for k := range jobs {
+					jobs[k] = queue.Job{ID: fmt.Sprintf("job-%06d", i+k), Payload: []byte("{}"), MaxAttempts: 5,
+						AvailableAt: now - n + int64(i+k), Deadline: now + 1_000_000, State: queue.Pending, CreatedAt: now, UpdatedAt: now}
+				}
+				if _, err := s.Insert(ctx, jobs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for left := n; left > 0; {
+				claimed, err := s.Claim(ctx, queue.DefaultQueue, now, now+60_000, batch)
+				if err != nil || len(claimed) == 0 {
+					t.Fatalf("claim with %d left: %d jobs, %v", left, len(claimed), err)
+				}
+				outs := make([]queue.Outcome, len(claimed))
+				for i, j := range claimed {
+					outs[i] = queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now}
+				}
+				if err := s.Record(ctx, outs); err != nil {
+					t.Fatal(err)
+				}
+				left -= len(claimed)
+			}
+			runs, failed := s.VacuumRuns()
+			if failed || (tc.after != postgres.NoVacuum && runs != 1) {
+				t.Fatalf("vacuums: %d finished, failed %v", runs, failed)
+			}
+			buf := claimBuffers(t, s, now)
+			t.Logf("the claim on the empty queue read %d buffers", buf)
+			if buf > tc.bufMax || buf < tc.bufMin {
+				t.Errorf("the claim read %d buffers, want [%d, %d]", buf, tc.bufMin, tc.bufMax)
+			}
+		})
+	}
+}
+
+// claimBuffers runs the claim at now in EXPLAIN (ANALYZE, BUFFERS), rolled
+// back, and returns the shared buffers it hit or read.
+func claimBuffers(t *testing.T, s *postgres.Store, now int64) int {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, postgres.ClaimPlan); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+s.ClaimSQL(), now, now+1000, 4, queue.DefaultQueue).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		}
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", raw, err)
+	}
+	return plan[0].Plan.Hit + plan[0].Plan.Read
+}
+
+// newStoreOpts is newStore with options (Schema is set here).
+func newStoreOpts(t testing.TB, opts postgres.Options) *postgres.Store {
+	t.Helper()
+	p := sharedPool(t)
+	b := make([]byte, 6)
+	rand.Read(b)
+	opts.Schema = "stagger_t_" + hex.EncodeToString(b)
+	s, err := postgres.New(context.Background(), p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		if _, err := p.Exec(context.Background(), `DROP SCHEMA "`+opts.Schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping %s: %v", opts.Schema, err)
+		}
+	})
+	return s
+}
