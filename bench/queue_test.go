@@ -503,6 +503,13 @@ func pgCounters(b *testing.B, pool *pgxpool.Pool) func() {
 
 func pgPool(b *testing.B) *pgxpool.Pool {
 	b.Helper()
+	return pgPoolCfg(b, func(*pgxpool.Config) {})
+}
+
+// pgPoolCfg is pgPool with its configuration adjusted by set (after the
+// 16 connections).
+func pgPoolCfg(b *testing.B, set func(*pgxpool.Config)) *pgxpool.Pool {
+	b.Helper()
 	url := os.Getenv("STAGGER_POSTGRES_URL")
 	if url == "" {
 		url = "postgres://postgres@127.0.0.1:5432/test"
@@ -513,6 +520,7 @@ func pgPool(b *testing.B) *pgxpool.Pool {
 		b.Fatal("STAGGER_POSTGRES_URL does not parse")
 	}
 	cfg.MaxConns = 16
+	set(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
 		err = pool.Ping(ctx)

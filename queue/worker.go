@@ -36,8 +36,11 @@ type WorkerConfig struct {
 	// MaxConcurrency). Default 1.
 	Concurrency int
 	// BatchSize caps how many jobs one claim transaction takes (1 to
-	// MaxBatchSize). A claim never takes more jobs than there are idle
-	// handlers, so no claimed job waits for a handler. Default: Concurrency.
+	// MaxBatchSize). A claim takes a job for each idle handler and, when
+	// handlers are short next to a claim's commit, a few more that wait in
+	// the worker for the next free handler (see loopState.prefetch): at
+	// most as many as the handlers can start, on average, within one
+	// commit. Default: 4×Concurrency, at least 64, at most MaxBatchSize.
 	BatchSize int
 	// PollInterval is the mean wait of an idle loop before it looks for
 	// due jobs again; each wait is drawn uniformly from [0.5, 1.5)×, so
@@ -113,7 +116,7 @@ type Result struct {
 
 func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	setDefault(&c.Concurrency, 1)
-	setDefault(&c.BatchSize, min(max(c.Concurrency, 1), MaxBatchSize))
+	setDefault(&c.BatchSize, min(max(4*c.Concurrency, 64), MaxBatchSize))
 	setDefault(&c.PollInterval, DefaultPollInterval)
 	setDefault(&c.SweepInterval, DefaultSweepInterval)
 	setDefault(&c.Grace, DefaultGrace)
@@ -159,8 +162,9 @@ func setDefault[T comparable](p *T, v T) {
 
 // Worker runs a handler on a queue's jobs until its context is done:
 // Concurrency handlers fed by one loop that, each turn, claims as many due
-// jobs as there are idle handlers (up to BatchSize), so no claimed job
-// waits for a handler, and commits the outcomes of the handlers that
+// jobs as there are idle handlers (up to BatchSize) — plus, when handlers
+// are short next to a commit, the few they will start within about one
+// commit (prefetch) — and commits the outcomes of the handlers that
 // finished: in the claim's transaction when the store is a RecordClaimer
 // (SQLite, PostgreSQL: one commit per turn), otherwise in group-committed
 // transactions running beside the claims. When handlers are short next to
@@ -284,20 +288,24 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 			runtime.Gosched() // let handlers that are about to finish report first
 		}
 		st.drain()
+		w.dispatch(hctx, st)
 		stopping := ctx.Err() != nil
-		if stopping && st.busy == 0 && len(st.queued) == 0 {
+		if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
 			return
 		}
 		n := 0
-		if !stopping {
+		if !stopping && len(st.buf) == 0 {
 			if st.busy < w.cfg.Concurrency {
 				st.linger(ctx)
 			}
-			n = min(w.cfg.Concurrency-st.busy, w.cfg.BatchSize)
+			idle := w.cfg.Concurrency - st.busy
+			n = min(idle+st.prefetch(w.cfg.Concurrency, w.q), w.cfg.BatchSize)
 		}
-		if n == 0 && len(st.queued) == 0 {
-			// Every handler is busy (or shutting down): wait for one to
-			// finish, or for the shutdown.
+		if n == 0 && (len(st.queued) == 0 || len(st.buf) > 0) {
+			// Every handler is busy (or shutting down), or prefetched jobs
+			// wait for one: wait for one to finish, or for the shutdown.
+			// Outcomes are committed with the claim that follows the last
+			// prefetched job's start.
 			var done <-chan struct{}
 			if !stopping {
 				done = ctx.Done()
@@ -345,23 +353,42 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 		if n > 0 {
 			st.claimed(start, len(jobs))
 		}
-		for _, j := range jobs {
-			st.busy++
-			a := q.newAttempt(j, t0)
-			a.turn = st.turn
-			go func() {
-				began := time.Now()
-				a.run(hctx, w.h)
-				a.took = time.Since(began)
-				st.finished <- a
-			}()
-		}
+		st.buf, st.bufT0, st.bufAt = jobs, t0, time.Now()
+		w.dispatch(hctx, st)
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
 			// jittered poll, a handler to finish, or the shutdown (which
 			// may have begun during the claim).
 			st.wait(wake, ctx.Done(), jitter(w.cfg.PollInterval))
 		}
+	}
+}
+
+// dispatch starts the claimed jobs not yet started (st.buf) on the idle
+// handlers. A prefetched job that waited longer than a quarter of its lease
+// (handlers turned slow) is not run: it is released at once, its claimed
+// attempt spent, as a lease expiry would spend it, so that no handler runs
+// on a lease about to run out. Once Run cancels the handlers, the jobs
+// left are released the same way.
+func (w *Worker) dispatch(hctx context.Context, st *loopState) {
+	for len(st.buf) > 0 && st.busy < w.cfg.Concurrency {
+		j := st.buf[0]
+		st.buf = st.buf[1:]
+		st.busy++
+		a := w.q.newAttempt(j, st.bufT0)
+		a.turn = st.turn
+		ctx := hctx
+		if time.Since(st.bufAt) > w.q.cfg.Lease/4 {
+			c, cancel := context.WithCancel(hctx)
+			cancel()
+			ctx = c
+		}
+		go func() {
+			began := time.Now()
+			a.run(ctx, w.h)
+			a.took = time.Since(began)
+			st.finished <- a
+		}()
 	}
 }
 
@@ -425,6 +452,13 @@ type loopState struct {
 	busy     int           // handlers running
 	queued   []*attempt    // finished, outcomes not yet committed
 
+	// Claimed jobs not started yet (prefetched), claimed at bufT0 (the
+	// store's clock), bufAt (this process's).
+	buf   []Job
+	bufT0 int64
+	bufAt time.Time
+	seen  int // handlers that finished, up to prefetchAfter
+
 	// For linger: the latest claim (its number, when it returned, how many
 	// of its handlers still run) and running means (EWMA) of how long a
 	// claim's commit and a handler take.
@@ -443,6 +477,27 @@ func (st *loopState) take(a *attempt) {
 		st.fresh--
 	}
 	st.handlerMean += (a.took - st.handlerMean) / 8
+	st.seen = min(st.seen+1, prefetchAfter)
+}
+
+// prefetchAfter is how many handlers must have finished before a claim
+// takes jobs beyond the idle handlers: the running means need samples.
+const prefetchAfter = 16
+
+// prefetch is how many jobs a claim may take beyond the idle handlers:
+// as many as conc handlers start, on average, within one claim's commit
+// (commitMean / handlerMean per handler), so that short handlers do not
+// wait idle for a commit every few jobs, and a prefetched job waits about
+// one commit for a handler. None when handlers take longer than a commit,
+// before prefetchAfter handlers finished, when the queue has fleet Limits
+// (the store counts them at claim: a prefetched job would hold a slot it
+// does not use), or when a commit is not short next to the lease.
+func (st *loopState) prefetch(conc int, q *Queue) int {
+	if st.seen < prefetchAfter || !q.cfg.Limits.IsZero() || st.commitMean > q.cfg.Lease/8 ||
+		st.handlerMean >= st.commitMean {
+		return 0
+	}
+	return int(min(int64(conc)*int64(st.commitMean/max(st.handlerMean, time.Microsecond)), MaxBatchSize))
 }
 
 // claimed notes a claim that started at start and returned got jobs.

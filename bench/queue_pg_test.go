@@ -1,0 +1,396 @@
+package bench
+
+// PostgreSQL queue against River beyond the 4-handler run of queue_test.go:
+// drains of pre-inserted no-op jobs at 4 to 512 workers and River at its
+// own benchmark settings, the server's CPU per job, pick-up latency
+// (enqueue commit to handler start) and batched enqueue. Run one size at a
+// time, for example:
+//
+//	cd bench && go test -run '^$' -bench 'BenchmarkQueuePostgresDrain/c=(32|128|512)' -benchtime 50000x -count 3 .
+//	cd bench && go test -run '^$' -bench 'BenchmarkQueuePostgresPickup' -benchtime 300x -count 1 .
+//	cd bench && go test -run '^$' -bench 'BenchmarkQueuePostgresInsert' -benchtime 100000x -count 3 .
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/postgres"
+)
+
+// benchApp is the application_name of the benchmark's connections, so
+// that the server's CPU is read from their backends only.
+const benchApp = "stagger-bench"
+
+const drainInsertBatch = 1000 // jobs per enqueue transaction before a drain
+
+// River at its own benchmark's settings (riverbench): 2,000 workers, a
+// 2 ms fetch cooldown, a 20 ms poll interval; every River run here uses the
+// same fetch settings.
+const (
+	riverBestWorkers  = 2000
+	riverFetchCool    = 2 * time.Millisecond
+	riverFetchPolling = 20 * time.Millisecond
+)
+
+func benchPool(b *testing.B) *pgxpool.Pool {
+	return pgPoolCfg(b, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = benchApp })
+}
+
+// BenchmarkQueuePostgresDrain: b.N no-op jobs are inserted (in
+// transactions of drainInsertBatch, not timed), then drained; the clock
+// covers the drain only, until the last completion is committed. Each
+// concurrency runs stagger's Worker (Concurrency c, its defaults
+// otherwise) and River (MaxWorkers c); best/river is River with
+// riverBestWorkers.
+func BenchmarkQueuePostgresDrain(b *testing.B) {
+	pool := benchPool(b)
+	for _, c := range []int{4, 32, 128, 512} {
+		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c, false) })
+		b.Run(fmt.Sprintf("c=%d/stagger-split", c), func(b *testing.B) { drainStagger(b, pool, c, true) })
+		b.Run(fmt.Sprintf("c=%d/river", c), func(b *testing.B) { drainRiver(b, pool, c) })
+	}
+	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
+}
+
+// splitStore hides the store's RecordAndClaim, so that the Worker commits
+// outcomes in transactions of their own, beside the claims.
+type splitStore struct{ queue.Store }
+
+func drainStagger(b *testing.B, pool *pgxpool.Pool, c int, split bool) {
+	ctx := context.Background()
+	s, err := postgres.New(ctx, pool, postgres.Options{Schema: pgSchema(b, pool)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var qs queue.Store = s
+	if split {
+		qs = splitStore{s}
+	}
+	q, err := queue.New(qs, queue.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := b.N
+	jobs := make([]queue.NewJob, 0, drainInsertBatch)
+	for i := 0; i < n; {
+		jobs = jobs[:0]
+		for ; len(jobs) < drainInsertBatch && i < n; i++ {
+			jobs = append(jobs, queue.NewJob{ID: fmt.Sprintf("job-%09d", i), Payload: []byte("{}")})
+		}
+		if _, err := q.EnqueueMany(ctx, jobs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var done atomic.Int64
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := queue.NewWorker(q, func(context.Context, []byte) error {
+		if done.Add(1) == int64(n) {
+			cancel()
+		}
+		return nil
+	}, queue.WorkerConfig{Concurrency: c, PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu := pgCPU(b, pool)
+	b.ResetTimer()
+	if err := w.Run(wctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	report(b)
+	cpu()
+	if st, _ := q.Stats(ctx); st.Done != int64(n) {
+		b.Fatalf("done %d of %d", st.Done, n)
+	}
+}
+
+func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
+	ctx := context.Background()
+	schema := pgSchema(b, pool)
+	driver := riverpgxv5.New(pool)
+	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		b.Fatal(err)
+	}
+	cfg := riverConfig(schema, false)
+	cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}}
+	cfg.FetchCooldown, cfg.FetchPollInterval = riverFetchCool, riverFetchPolling
+	client, err := river.NewClient(driver, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := b.N
+	params := make([]river.InsertManyParams, 0, drainInsertBatch)
+	for i := 0; i < n; {
+		params = params[:0]
+		for ; len(params) < drainInsertBatch && i < n; i++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{}})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// A buffer for every event: River drops the events a full one cannot take.
+	events, cancelEvents := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 1})
+	defer cancelEvents()
+	cpu := pgCPU(b, pool)
+	b.ResetTimer()
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for got := 0; got < n; got++ {
+		select {
+		case <-events:
+		case <-time.After(time.Minute):
+			b.Fatalf("river: %d of %d completed", got, n)
+		}
+	}
+	b.StopTimer()
+	report(b)
+	cpu()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	client.Stop(sctx)
+}
+
+// pgCPU reads the CPU time (user + system, /proc/<pid>/stat) of the
+// server's backends serving benchApp connections and returns a function
+// that reports their increase per job as pg-cpu-µs/job. Backends that
+// start meanwhile count from zero; the server's own processes (WAL writer,
+// checkpointer) are not counted. Without access to the server's /proc (a
+// remote server) nothing is reported.
+func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
+	read := func() map[int]int64 {
+		rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[int]int64{}
+		for rows.Next() {
+			var pid int
+			if err := rows.Scan(&pid); err != nil {
+				b.Fatal(err)
+			}
+			if t, ok := procCPU(pid); ok {
+				out[pid] = t
+			}
+		}
+		return out
+	}
+	before := read()
+	if len(before) == 0 {
+		return func() {}
+	}
+	return func() {
+		var ticks int64
+		for pid, t := range read() {
+			ticks += t - before[pid]
+		}
+		const clkTck = 100 // USER_HZ on Linux
+		b.ReportMetric(float64(ticks)*1e6/clkTck/float64(b.N), "pg-cpu-µs/job")
+	}
+}
+
+// procCPU is utime + stime of pid, in clock ticks.
+func procCPU(pid int) (int64, bool) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	return u + st, err1 == nil && err2 == nil
+}
+
+// BenchmarkQueuePostgresPickup measures how long a job waits from its
+// enqueue's commit (the producer's Enqueue returned) to its handler's
+// start, one job at a time on an idle consumer with 4 workers. The
+// producer is another client on its own pool, so the consumer learns of
+// the job from the server (LISTEN/NOTIFY or polling), not from the
+// producer's process. stagger: the Worker with its defaults (poll interval
+// 1 s); River: its defaults (fetch cooldown 100 ms, poll interval 1 s).
+// Reports p50-ms and p99-ms (ns/op includes the pause between jobs).
+func BenchmarkQueuePostgresPickup(b *testing.B) {
+	consumer, producer := benchPool(b), benchPool(b)
+	b.Run("stagger", func(b *testing.B) {
+		ctx := context.Background()
+		schema := pgSchema(b, consumer)
+		open := func(p *pgxpool.Pool) *queue.Queue {
+			s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Close)
+			q, err := queue.New(s, queue.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return q
+		}
+		cq, pq := open(consumer), open(producer)
+		started := make(chan time.Time, 1)
+		w, err := queue.NewWorker(cq, func(context.Context, []byte) error { started <- time.Now(); return nil },
+			queue.WorkerConfig{Concurrency: benchWorkers, OnError: func(err error) { b.Error(err) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(wctx) }()
+		defer func() {
+			cancel()
+			if err := <-ran; err != nil {
+				b.Error(err)
+			}
+		}()
+		pickup(b, started, func(i int) error {
+			_, _, err := pq.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("p-%d-%d", b.N, i), Payload: []byte("{}")})
+			return err
+		})
+	})
+	b.Run("river", func(b *testing.B) {
+		ctx := context.Background()
+		schema := pgSchema(b, consumer)
+		m, err := rivermigrate.New(riverpgxv5.New(consumer), &rivermigrate.Config{Schema: schema})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			b.Fatal(err)
+		}
+		started := make(chan time.Time, 1)
+		workers := river.NewWorkers()
+		river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[noopArgs]) error { started <- time.Now(); return nil }))
+		cfg := riverConfig(schema, false)
+		cfg.Workers, cfg.FetchCooldown, cfg.FetchPollInterval = workers, 0, 0 // River's defaults
+		client, err := river.NewClient(riverpgxv5.New(consumer), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ins, err := river.NewClient(riverpgxv5.New(producer), &river.Config{Schema: schema, Logger: cfg.Logger})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := client.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			client.Stop(sctx)
+		}()
+		pickup(b, started, func(int) error { _, err := ins.Insert(ctx, noopArgs{}, nil); return err })
+	})
+}
+
+// pickup enqueues b.N jobs one at a time with enqueue, each after the
+// previous one's handler started and a pause of 1–3 ms, and reports the
+// percentiles of (handler start − enqueue return).
+func pickup(b *testing.B, started <-chan time.Time, enqueue func(i int) error) {
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		if err := enqueue(i); err != nil {
+			b.Fatal(err)
+		}
+		committed := time.Now()
+		select {
+		case s := <-started:
+			lat = append(lat, s.Sub(committed))
+		case <-time.After(30 * time.Second):
+			b.Fatalf("job %d not started after 30s", i)
+		}
+		time.Sleep(time.Millisecond + time.Duration(i%3)*time.Millisecond)
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	at := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+	b.ReportMetric(at(0.50), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(at(1), "max-ms")
+}
+
+// BenchmarkQueuePostgresInsert enqueues b.N jobs in transactions of
+// 1,000: stagger's Queue.EnqueueMany against River's InsertMany.
+func BenchmarkQueuePostgresInsert(b *testing.B) {
+	pool := benchPool(b)
+	const batch = 1000
+	b.Run("stagger", func(b *testing.B) {
+		ctx := context.Background()
+		s, err := postgres.New(ctx, pool, postgres.Options{Schema: pgSchema(b, pool)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		q, err := queue.New(s, queue.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		jobs := make([]queue.NewJob, 0, batch)
+		b.ResetTimer()
+		for i := 0; i < b.N; {
+			jobs = jobs[:0]
+			for ; len(jobs) < batch && i < b.N; i++ {
+				jobs = append(jobs, queue.NewJob{ID: fmt.Sprintf("job-%09d", i), Payload: []byte("{}")})
+			}
+			if _, err := q.EnqueueMany(ctx, jobs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		report(b)
+	})
+	b.Run("river", func(b *testing.B) {
+		ctx := context.Background()
+		schema := pgSchema(b, pool)
+		driver := riverpgxv5.New(pool)
+		m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			b.Fatal(err)
+		}
+		client, err := river.NewClient(driver, riverConfig(schema, false))
+		if err != nil {
+			b.Fatal(err)
+		}
+		params := make([]river.InsertManyParams, 0, batch)
+		b.ResetTimer()
+		for i := 0; i < b.N; {
+			params = params[:0]
+			for ; len(params) < batch && i < b.N; i++ {
+				params = append(params, river.InsertManyParams{Args: noopArgs{}})
+			}
+			if _, err := client.InsertMany(ctx, params); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		report(b)
+	})
+}
