@@ -57,29 +57,20 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 func BenchmarkQueuePostgresDrain(b *testing.B) {
 	pool := benchPool(b)
 	for _, c := range []int{4, 32, 128, 512} {
-		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c, false) })
-		b.Run(fmt.Sprintf("c=%d/stagger-split", c), func(b *testing.B) { drainStagger(b, pool, c, true) })
+		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c) })
 		b.Run(fmt.Sprintf("c=%d/river", c), func(b *testing.B) { drainRiver(b, pool, c) })
 	}
 	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
 }
 
-// splitStore hides the store's RecordAndClaim, so that the Worker commits
-// outcomes in transactions of their own, beside the claims.
-type splitStore struct{ queue.Store }
-
-func drainStagger(b *testing.B, pool *pgxpool.Pool, c int, split bool) {
+func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	ctx := context.Background()
 	s, err := postgres.New(ctx, pool, postgres.Options{Schema: pgSchema(b, pool)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	var qs queue.Store = s
-	if split {
-		qs = splitStore{s}
-	}
-	q, err := queue.New(qs, queue.Config{})
+	q, err := queue.New(s, queue.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -461,7 +461,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f.fs.StringVar(&logFormat, "log-format", "text", "log lines on stderr: text or json (--json means json)")
 	f.fs.DurationVar(&progress, "progress", 30*time.Second, "interval of the progress line (0: none)")
 	f.fs.IntVar(&concurrency, "concurrency", 4, "handlers running at once")
-	f.fs.IntVar(&batch, "batch", 0, "most jobs one claim takes (0: --concurrency); a claim never takes more than the idle handlers")
+	f.fs.IntVar(&batch, "batch", 0, "most jobs one claim takes (0: 4×--concurrency, at least 64, at most 1000); more than the idle handlers only when handlers are short next to a commit")
 	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
 	f.fs.DurationVar(&sweep, "sweep", queue.DefaultSweepInterval, "mean interval of the sweep that buries jobs that can never run again")
 	f.fs.DurationVar(&grace, "grace", queue.DefaultGrace, "on SIGINT/SIGTERM, how long in-flight handlers may finish")

@@ -23,3 +23,11 @@ func (s *Store) VacuumRuns() (int, bool) {
 	defer s.vac.mu.Unlock()
 	return s.vac.runs, s.vac.failed
 }
+
+// VacuumPending is how many jobs were claimed since the last vacuum
+// started.
+func (s *Store) VacuumPending() int {
+	s.vac.mu.Lock()
+	defer s.vac.mu.Unlock()
+	return s.vac.claimed
+}

@@ -443,7 +443,7 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 	if err != nil {
 		return nil, err
 	}
-	s.claimed(len(jobs))
+	s.claimed(len(jobs), limit)
 	return jobs, nil
 }
 
@@ -555,7 +555,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 	if err != nil {
 		return nil, err
 	}
-	s.claimed(len(out))
+	s.claimed(len(out), limit)
 	return out, nil
 }
 
@@ -609,7 +609,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 		}
 		return nil, err
 	}
-	s.claimed(len(jobs))
+	s.claimed(len(jobs), limit)
 	return jobs, nil
 }
 

@@ -19,7 +19,8 @@ import (
 // which grows with the history kept for retention, and may be off.
 //
 // So the store vacuums the table itself once VacuumAfter jobs were claimed
-// through it: in the background, one vacuum at a time, never more than
+// through it (or vacuumDrained, when a claim finds the queue drained): in
+// the background, one vacuum at a time, never more than
 // 1/vacuumDuty of the time (a vacuum's cost grows with the table, since it
 // scans every index), SKIP_LOCKED (another store's vacuum is running),
 // INDEX_CLEANUP ON (the default may skip the indexes when few heap pages
@@ -50,16 +51,25 @@ func (v *vacuumer) stop() {
 	v.wg.Wait()
 }
 
-// claimed counts n claimed jobs and starts a vacuum when they are due one.
-func (s *Store) claimed(n int) {
-	if n == 0 || s.opts.VacuumAfter == NoVacuum || s.opts.ReadOnly {
+// vacuumDrained is how many claimed jobs start a vacuum when a claim
+// comes back short (the queue is drained): an idle queue is cleaned after a
+// burst instead of waiting for VacuumAfter more jobs, and its polls find
+// the index clean.
+const vacuumDrained = 1000
+
+// claimed counts n jobs claimed by a claim that asked for limit, and starts
+// a vacuum when one is due: VacuumAfter jobs claimed since the last one, or
+// vacuumDrained when the claim came back short.
+func (s *Store) claimed(n, limit int) {
+	if s.opts.VacuumAfter == NoVacuum || s.opts.ReadOnly {
 		return
 	}
 	v := &s.vac
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.claimed += n
-	if v.claimed < s.opts.VacuumAfter || v.running || v.failed || v.ctx.Err() != nil {
+	due := v.claimed >= s.opts.VacuumAfter || (n < limit && v.claimed >= min(vacuumDrained, s.opts.VacuumAfter))
+	if !due || v.running || v.failed || v.ctx.Err() != nil {
 		return
 	}
 	start := time.Now()

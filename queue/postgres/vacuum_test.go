@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/postgres"
@@ -69,7 +70,7 @@ func TestClaimCostAfterHistory(t *testing.T) {
 
 // claimBuffers runs the claim at now in EXPLAIN (ANALYZE, BUFFERS), rolled
 // back, and returns the shared buffers it hit or read.
-func claimBuffers(t *testing.T, s *postgres.Store, now int64) int {
+func claimBuffers(t testing.TB, s *postgres.Store, now int64) int {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.Pool().Begin(ctx)
@@ -114,4 +115,77 @@ func newStoreOpts(t testing.TB, opts postgres.Options) *postgres.Store {
 		}
 	})
 	return s
+}
+
+// BenchmarkClaimAfterHistory times a claim on an empty queue (one op: one
+// committed claim that finds nothing) after a history of done jobs, made
+// by the store's own insert, claim and outcome statements in batches of
+// 1,000, as a drain leaves the table (with the store's vacuum, default
+// settings, once its pending vacuum ran). It also reports the buffers the
+// claim reads, the due index's size and the share of HOT updates.
+//
+//	cd queue/postgres && go test -run '^$' -bench ClaimAfterHistory -benchtime 2000x .
+func BenchmarkClaimAfterHistory(b *testing.B) {
+	for _, done := range []int{0, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("done=%d", done), func(b *testing.B) {
+			s := newStoreOpts(b, postgres.Options{})
+			ctx := context.Background()
+			const now, batch = int64(1_000_000_000), 1000
+			for i := 0; i < done; i += batch {
+				jobs := make([]queue.Job, batch)
+				for k := range jobs {
+					jobs[k] = queue.Job{ID: fmt.Sprintf("job-%09d", i+k), Payload: []byte("{}"), MaxAttempts: 5,
+						AvailableAt: now - int64(done) + int64(i+k), Deadline: now + 1_000_000, State: queue.Pending, CreatedAt: now, UpdatedAt: now}
+				}
+				if _, err := s.Insert(ctx, jobs); err != nil {
+					b.Fatal(err)
+				}
+				claimed, err := s.Claim(ctx, queue.DefaultQueue, now, now+60_000, batch)
+				if err != nil || len(claimed) != batch {
+					b.Fatalf("claimed %d of %d: %v", len(claimed), batch, err)
+				}
+				outs := make([]queue.Outcome, len(claimed))
+				for k, j := range claimed {
+					outs[k] = queue.Outcome{ID: j.ID, Attempt: j.Attempts, State: queue.Done, Now: now}
+				}
+				if err := s.Record(ctx, outs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// The drained queue's polls start the vacuum the history is due
+			// (after the previous one's pause).
+			for {
+				if _, err := s.Claim(ctx, queue.DefaultQueue, now, now+60_000, 4); err != nil {
+					b.Fatal(err)
+				}
+				if _, failed := s.VacuumRuns(); failed {
+					b.Fatal("the store's vacuum failed")
+				}
+				if s.VacuumPending() == 0 {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			s.VacuumRuns()
+			buf := claimBuffers(b, s, now)
+			var size, upd, hot int64
+			if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, s.Schema()+".stagger_jobs_ready").Scan(&size); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Pool().QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+				s.Schema()+".stagger_jobs").Scan(&upd, &hot); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := s.Claim(ctx, queue.DefaultQueue, now, now+60_000, 4); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(buf), "buffers/claim")
+			b.ReportMetric(float64(size)/1024, "due-index-KiB")
+			b.ReportMetric(float64(hot)/float64(max(upd, 1))*100, "hot-upd-%")
+		})
+	}
 }
