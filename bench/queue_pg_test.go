@@ -65,7 +65,14 @@ func BenchmarkQueuePostgresDrain(b *testing.B) {
 
 func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	ctx := context.Background()
-	s, err := postgres.New(ctx, pool, postgres.Options{Schema: pgSchema(b, pool)})
+	var err error
+	opts := postgres.Options{Schema: pgSchema(b, pool)}
+	if v := os.Getenv("STAGGER_BENCH_VACUUM_AFTER"); v != "" {
+		if opts.VacuumAfter, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("STAGGER_BENCH_VACUUM_AFTER=%q: %v", v, err)
+		}
+	}
+	s, err := postgres.New(ctx, pool, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +100,7 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 			cancel()
 		}
 		return nil
-	}, queue.WorkerConfig{Concurrency: c, PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
+	}, queue.WorkerConfig{Concurrency: c, BatchSize: benchBatch(b), PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,6 +115,20 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	if st, _ := q.Stats(ctx); st.Done != int64(n) {
 		b.Fatalf("done %d of %d", st.Done, n)
 	}
+}
+
+// benchBatch is STAGGER_BENCH_BATCH, the Worker's BatchSize (0, the
+// default, when unset).
+func benchBatch(b *testing.B) int {
+	v := os.Getenv("STAGGER_BENCH_BATCH")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatalf("STAGGER_BENCH_BATCH=%q: %v", v, err)
+	}
+	return n
 }
 
 func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {

@@ -22,8 +22,9 @@ type attempt struct {
 	// snoozed: the handler returned Snooze.
 	snoozed bool
 
-	turn uint64        // the Worker's claim that took the job
-	took time.Duration // how long run took
+	turn  uint64        // the Worker's claim that took the job
+	took  time.Duration // how long run took
+	stale bool          // prefetched and released unstarted (see Worker.dispatch)
 
 	mu      sync.Mutex
 	lost    bool                    // a heartbeat found the lease taken over

@@ -368,8 +368,9 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 // handlers. A prefetched job that waited longer than a quarter of its lease
 // (handlers turned slow) is not run: it is released at once, its claimed
 // attempt spent, as a lease expiry would spend it, so that no handler runs
-// on a lease about to run out. Once Run cancels the handlers, the jobs
-// left are released the same way.
+// on a lease about to run out, and the worker stops prefetching until
+// prefetchAfter handlers finished again. Once Run cancels the handlers,
+// the jobs left are released the same way.
 func (w *Worker) dispatch(hctx context.Context, st *loopState) {
 	for len(st.buf) > 0 && st.busy < w.cfg.Concurrency {
 		j := st.buf[0]
@@ -381,7 +382,8 @@ func (w *Worker) dispatch(hctx context.Context, st *loopState) {
 		if time.Since(st.bufAt) > w.q.cfg.Lease/4 {
 			c, cancel := context.WithCancel(hctx)
 			cancel()
-			ctx = c
+			ctx, a.stale = c, true
+			st.seen = 0 // no prefetch until the handlers' times are known again
 		}
 		go func() {
 			began := time.Now()
@@ -475,6 +477,9 @@ func (st *loopState) take(a *attempt) {
 	st.queued = append(st.queued, a)
 	if a.turn == st.turn {
 		st.fresh--
+	}
+	if a.stale {
+		return // no handler ran: not a sample of the handlers' time
 	}
 	st.handlerMean += (a.took - st.handlerMean) / 8
 	st.seen = min(st.seen+1, prefetchAfter)

@@ -670,3 +670,70 @@ func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A prefetched job that waited a quarter of its lease for a handler (the
+// handlers turned slow after the prefetch) is released without running:
+// pending at once, its claimed attempt spent, run by a later claim. No
+// handler runs twice, and no lease is lost.
+func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := &slowClaims{Store: queue.NewMemoryStore()}
+		q := newQueueOn(t, slowMergedClaims{sc}, queue.Config{Lease: 400 * time.Millisecond})
+		ctx := context.Background()
+		const n = 100
+		for i := range n {
+			q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("j%03d", i), MaxAttempts: 5})
+		}
+		var mu sync.Mutex
+		calls := map[string]int{}
+		started := 0
+		released := 0
+		var errs []error
+		rctx, cancel := context.WithCancel(ctx)
+		doneJobs := 0
+		w, _ := queue.NewWorker(q, func(ctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(ctx)
+			mu.Lock()
+			calls[d.ID]++
+			started++
+			slow := started > 20
+			mu.Unlock()
+			if slow {
+				time.Sleep(150 * time.Millisecond) // > Lease/4: the prefetched jobs go stale
+			}
+			return nil
+		}, queue.WorkerConfig{Concurrency: 4, PollInterval: time.Second, OnResult: func(r queue.Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(r.Err, context.Canceled) && r.Job.State == queue.Pending &&
+				strings.Contains(r.Job.LastError, "released before the handler started"):
+				released++
+			case r.Err != nil:
+				errs = append(errs, r.Err)
+			case r.Job.State == queue.Done:
+				if doneJobs++; doneJobs == n {
+					cancel()
+				}
+			}
+		}})
+		if err := w.Run(rctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) > 0 {
+			t.Fatalf("attempt errors: %v", errs)
+		}
+		if released == 0 {
+			t.Fatalf("no prefetched job was released; claims asked for %v", sc.limits)
+		}
+		for i := range n {
+			id := fmt.Sprintf("j%03d", i)
+			if calls[id] != 1 {
+				t.Errorf("%s: handler called %d times, want 1", id, calls[id])
+			}
+		}
+		t.Logf("%d prefetched jobs released; claims asked for %v", released, sc.limits)
+	})
+}
