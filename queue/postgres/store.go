@@ -685,11 +685,17 @@ func scanRecorded(rows pgx.Rows, outcomes []queue.Outcome) error {
 	for i := range outcomes {
 		outcomes[i].Applied = false
 	}
+	type lease struct {
+		id      string
+		attempt int
+	}
+	at := make(map[lease][]int, len(outcomes)) // a big turn's rows are matched in linear time
+	for i, o := range outcomes {
+		at[lease{o.ID, o.Attempt}] = append(at[lease{o.ID, o.Attempt}], i)
+	}
 	return scanFenced(rows, func(id string, attempt int) {
-		for i := range outcomes {
-			if outcomes[i].ID == id && outcomes[i].Attempt == attempt {
-				outcomes[i].Applied = true
-			}
+		for _, i := range at[lease{id, attempt}] {
+			outcomes[i].Applied = true
 		}
 	})
 }
