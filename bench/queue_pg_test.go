@@ -63,6 +63,11 @@ func BenchmarkQueuePostgresDrain(b *testing.B) {
 	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
 }
 
+// splitStore hides the store's RecordAndClaim (STAGGER_BENCH_SPLIT=1), so
+// that the Worker commits outcomes in transactions of their own, beside
+// the claims, on another connection.
+type splitStore struct{ queue.Store }
+
 func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	ctx := context.Background()
 	var err error
@@ -77,7 +82,11 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	q, err := queue.New(s, queue.Config{})
+	var qs queue.Store = s
+	if os.Getenv("STAGGER_BENCH_SPLIT") == "1" {
+		qs = splitStore{s}
+	}
+	q, err := queue.New(qs, queue.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
