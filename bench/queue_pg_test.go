@@ -121,6 +121,12 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	b.StopTimer()
 	report(b)
 	cpu()
+	s.Close() // waits for the store's vacuum
+	var vacuums int64
+	if err := pool.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+		opts.Schema+".stagger_jobs").Scan(&vacuums); err == nil {
+		b.ReportMetric(float64(vacuums), "vacuums")
+	}
 	if st, _ := q.Stats(ctx); st.Done != int64(n) {
 		b.Fatalf("done %d of %d", st.Done, n)
 	}
