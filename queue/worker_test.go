@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -735,5 +736,53 @@ func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
 			}
 		}
 		t.Logf("%d prefetched jobs released; claims asked for %v", released, sc.limits)
+	})
+}
+
+// A big Worker on a RecordClaimer commits its outcomes beside the claims
+// (splitTurn): every job still runs once and is recorded done, and the
+// shutdown waits for the last outcomes.
+func TestWorkerBigTurnsRecordBesideClaims(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := &slowClaims{Store: queue.NewMemoryStore()}
+		q := newQueueOn(t, slowMergedClaims{sc}, queue.Config{})
+		ctx := context.Background()
+		const n = 3000
+		jobs := make([]queue.NewJob, n)
+		for i := range jobs {
+			jobs[i] = queue.NewJob{ID: fmt.Sprintf("j%04d", i)}
+		}
+		if _, err := q.EnqueueMany(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		calls := map[string]int{}
+		rctx, cancel := context.WithCancel(ctx)
+		w, _ := queue.NewWorker(q, func(ctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if calls[d.ID]++; len(calls) == n {
+				cancel()
+			}
+			return nil
+		}, queue.WorkerConfig{Concurrency: 128, PollInterval: time.Second, OnError: func(err error) { t.Error(err) }})
+		if err := w.Run(rctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := q.Stats(ctx)
+		if err != nil || st.Done != n {
+			t.Fatalf("done %d of %d: %v", st.Done, n, err)
+		}
+		for id, c := range calls {
+			if c != 1 {
+				t.Errorf("%s ran %d times", id, c)
+			}
+		}
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		if big := slices.Max(sc.limits); big < 256 {
+			t.Fatalf("no claim asked for 256 jobs or more: %v", sc.limits)
+		}
 	})
 }
