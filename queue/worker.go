@@ -166,8 +166,9 @@ func setDefault[T comparable](p *T, v T) {
 // are short next to a commit, the few they will start within about one
 // commit (prefetch) — and commits the outcomes of the handlers that
 // finished: in the claim's transaction when the store is a RecordClaimer
-// (SQLite, PostgreSQL: one commit per turn), otherwise in group-committed
-// transactions running beside the claims. When handlers are short next to
+// (SQLite, PostgreSQL: one commit per turn) and the claim is smaller than
+// splitTurn, otherwise in group-committed transactions running beside the
+// claims. When handlers are short next to
 // a commit, a turn waits briefly for the handlers of the previous claim so
 // that it claims a job for each of them (see loopState.linger). Idle, it
 // wakes on enqueues in this process and store notifications (Notifier) or
