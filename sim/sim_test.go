@@ -304,7 +304,7 @@ func TestDriverMatchesDo(t *testing.T) {
 	newPolicy := func(log *[]string) *retry.Policy {
 		bulk, _ := limit.NewBulkhead(1)
 		rec := recorder{log: log, inner: &budget.TokenBucket{Initial: 25}, lim: bulk}
-		return &retry.Policy{MaxAttempts: 10, Schedule: retry.DefaultSchedule, Budget: rec, Limiter: rec, Rand: pcg(1)}
+		return &retry.Policy{MaxAttempts: 10, Budget: rec, Limiter: rec, Rand: pcg(1)}
 	}
 	// retry.Do against a dependency down for its first 3 attempts... of
 	// which the budget allows 2 retries (25 credits, 10 each)
