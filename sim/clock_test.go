@@ -10,25 +10,12 @@ import (
 type fakeClock struct{ now time.Time }
 
 func (c *fakeClock) Now() time.Time { return c.now }
-func (c *fakeClock) NewTimer(d time.Duration) retry.Timer {
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	c.now = c.now.Add(d)
-	t := &fakeTimer{c: make(chan time.Time, 1), clock: c}
-	t.c <- c.now
-	return t
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return ch
 }
-
-type fakeTimer struct {
-	c     chan time.Time
-	clock *fakeClock
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.c }
-func (t *fakeTimer) Reset(d time.Duration) bool {
-	t.clock.now = t.clock.now.Add(d)
-	t.c <- t.clock.now
-	return false
-}
-func (t *fakeTimer) Stop() bool { return false }
 
 func withFakeClock(p *retry.Policy) *retry.Policy {
 	p.Clock = &fakeClock{now: Epoch}
