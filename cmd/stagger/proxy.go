@@ -298,8 +298,8 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 			IdleConnTimeout:     90 * time.Second,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if sw, ok := w.(*statusWriter); ok {
-				sw.upstreamErr = true
+			if sw, ok := w.(*labkit.StatusWriter); ok {
+				sw.UpstreamErr = true
 			}
 			http.Error(w, "stagger proxy: upstream: "+err.Error(), http.StatusBadGateway)
 		},
@@ -321,41 +321,6 @@ func (p *proxy) server() *http.Server {
 		ErrorLog: log.New(io.Discard, "", 0), // a client that went away is counted, not logged
 	}
 }
-
-// statusWriter remembers the status the proxy answered with and whether
-// writing to the client failed.
-type statusWriter struct {
-	http.ResponseWriter
-	status      int
-	upstreamErr bool
-	writeErr    bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	if err != nil {
-		w.writeErr = true
-	}
-	return n, err
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == statsPath {
@@ -416,30 +381,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// forward sends r upstream and says what became of it: Abandoned when the
-// client went away before it had the whole answer (the upstream may have
-// served it), Failed when the upstream did not answer or answered 5xx. A
-// panic of the reverse proxy (http.ErrAbortHandler when copying the answer
-// failed) is returned as abort, for the caller to re-raise once counted.
+// forward sends r upstream and says what became of it, as
+// labkit.ServeAttempt does.
 func (p *proxy) forward(w http.ResponseWriter, r *http.Request) (o labkit.Outcome, abort any) {
-	sw := &statusWriter{ResponseWriter: w}
-	gone := func() bool { return sw.writeErr || r.Context().Err() != nil }
-	defer func() {
-		if v := recover(); v != nil {
-			o, abort = labkit.Failed, v
-			if gone() {
-				o = labkit.Abandoned
-			}
-		}
-	}()
-	p.rp.ServeHTTP(sw, r)
-	switch {
-	case (sw.upstreamErr || sw.writeErr) && gone():
-		return labkit.Abandoned, nil
-	case sw.upstreamErr || sw.status >= 500:
-		return labkit.Failed, nil
-	}
-	return labkit.Accepted, nil
+	return labkit.ServeAttempt(p.rp, w, r)
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).

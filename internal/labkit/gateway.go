@@ -101,16 +101,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		defer g.inFlight.Add(-1)
 	}
-	id, attempt := "", 0
-	// Direct map access: the constants are already in canonical form.
-	if v := r.Header[HeaderRequestID]; len(v) > 0 {
-		id = v[0]
-	}
-	if v := r.Header[HeaderAttempt]; len(v) > 0 {
-		if n, err := strconv.Atoi(v[0]); err == nil && n > 0 {
-			attempt = n
-		}
-	}
+	id, attempt := Identify(r.Header)
 	clk.rec.Record(now, id, attempt, o)
 
 	if !sleep(r.Context(), lat) {
