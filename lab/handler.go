@@ -11,8 +11,8 @@ import (
 // the logical request; the attempt header counts from 1 (retryhttp sends
 // it).
 const (
-	HeaderRequestID = labkit.HeaderRequestID
-	HeaderAttempt   = labkit.HeaderAttempt
+	HeaderRequestID = "Stagger-Request-Id"
+	HeaderAttempt   = "Stagger-Attempt"
 )
 
 // Handler returns next with every request counted in r as one attempt: it

@@ -32,10 +32,16 @@ func TestTypesMirrorTheImplementation(t *testing.T) {
 			}
 		}
 	}
-	for o := Accepted; o <= Abandoned; o++ {
-		if o.String() != labkit.Outcome(o).String() {
-			t.Errorf("outcome %d: %q", o, o)
+	// The constants are written out for the documentation; they must be
+	// the implementation's.
+	for o, k := range map[Outcome]labkit.Outcome{Accepted: labkit.Accepted, Down: labkit.Down, Busy: labkit.Busy,
+		Failed: labkit.Failed, Dropped: labkit.Dropped, Abandoned: labkit.Abandoned} {
+		if labkit.Outcome(o) != k || o.String() != k.String() {
+			t.Errorf("outcome %d (%v) is not %d (%v)", o, o, k, k)
 		}
+	}
+	if HeaderRequestID != labkit.HeaderRequestID || HeaderAttempt != labkit.HeaderAttempt || DefaultWindow != labkit.DefaultWindow {
+		t.Errorf("constants differ from the implementation's")
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 
 // DefaultWindow is the width of the window the peak is counted in:
 // "attempts inside one 200 ms window".
-const DefaultWindow = labkit.DefaultWindow
+const DefaultWindow = 200 * time.Millisecond
 
 // Outcome is what the receiving side did with one attempt.
 type Outcome uint8
@@ -16,20 +16,20 @@ type Outcome uint8
 // Outcomes. Everything except Accepted and Abandoned is a rejection.
 const (
 	// Accepted: the receiver served the attempt.
-	Accepted Outcome = Outcome(labkit.Accepted)
+	Accepted Outcome = iota + 1
 	// Down: refused because the receiver was down.
-	Down Outcome = Outcome(labkit.Down)
+	Down
 	// Busy: refused because the receiver was at its concurrency cap.
-	Busy Outcome = Outcome(labkit.Busy)
+	Busy
 	// Failed: the attempt got no usable answer. A recorder counts any value
 	// it does not know, the zero value included, as Failed.
-	Failed Outcome = Outcome(labkit.Failed)
+	Failed
 	// Dropped: the receiver closed the connection without an answer on
 	// purpose.
-	Dropped Outcome = Outcome(labkit.Dropped)
+	Dropped
 	// Abandoned: the sender went away before the receiver answered. The
 	// receiver may well have served it; it is neither accepted nor rejected.
-	Abandoned Outcome = Outcome(labkit.Abandoned)
+	Abandoned
 )
 
 // String returns "accepted", "down", "busy", "failed", "dropped" or
