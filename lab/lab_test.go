@@ -191,3 +191,27 @@ func TestCheckNamesTheStrategy(t *testing.T) {
 		t.Errorf("Check = %v", err)
 	}
 }
+
+// The zero Options are `stagger lab` with no flags; each field changes
+// only its part of the scenario.
+func TestOptionsScenario(t *testing.T) {
+	sc, sts, err := Options{}.scenario()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sc, labkit.FourCallerOutage()) || len(sts) != 2 || sts[0].Name != "immediate" || sts[1].Name != "expo-full" {
+		t.Errorf("zero Options: %+v, %d strategies", sc, len(sts))
+	}
+	sc, _, err = Options{Callers: 9, Outage: -1, Latency: 3 * time.Millisecond, Window: time.Second, Seed: 5}.scenario()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Callers != 9 || len(sc.Faults.Down) != 0 || sc.Faults.Latency != 3*time.Millisecond || sc.RoundTrip != 0 ||
+		sc.Window != time.Second || sc.Seed != 5 {
+		t.Errorf("scenario %+v", sc)
+	}
+	sc, _, _ = Options{Outage: 2 * time.Second}.scenario()
+	if len(sc.Faults.Down) != 1 || sc.Faults.Down[0] != (labkit.Span{From: 0, To: 2 * time.Second}) || sc.RoundTrip == 0 {
+		t.Errorf("outage 2s: %+v", sc)
+	}
+}
