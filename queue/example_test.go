@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/retry"
@@ -20,8 +21,11 @@ func Example() {
 	ctx := context.Background()
 	clock := queuetest.NewClock(queuetest.Start)
 	q, err := queue.New(queue.NewMemoryStore(), queue.Config{
-		Base: 100 * time.Millisecond, Cap: time.Second,
-		Now: clock.Now, Rand: queuetest.FixedRatio(0.5),
+		Policy: &retry.Policy{
+			Schedule: backoff.Ratio{Base: 100 * time.Millisecond, Cap: time.Second},
+			Rand:     queuetest.FixedRatio(0.5),
+		},
+		Now: clock.Now,
 	})
 	if err != nil {
 		panic(err)
@@ -61,7 +65,7 @@ func Example() {
 // retried, and one of which is malformed and goes dead at once. The ratio
 // is fixed at 0, so a retry is due at once and the example runs in a moment.
 func ExampleWorker() {
-	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Rand: queuetest.FixedRatio(0)})
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Policy: &retry.Policy{Rand: queuetest.FixedRatio(0)}})
 	if err != nil {
 		panic(err)
 	}

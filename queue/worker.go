@@ -168,7 +168,7 @@ func setDefault[T comparable](p *T, v T) {
 // that it claims a job for each of them (see loopState.linger). Idle, it
 // wakes on enqueues in this process and store notifications (Notifier) or
 // polls at a jittered interval. It keeps long handlers' leases alive, bounds each
-// attempt (Config.AttemptTimeout), sweeps jobs that can never run again,
+// attempt (Config.Policy.AttemptTimeout), sweeps jobs that can never run again,
 // and shuts down gracefully.
 type Worker struct {
 	q   *Queue

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/retry"
@@ -56,7 +57,7 @@ func TestWorkerProcessesEverything(t *testing.T) { eachStoreKind(t, testWorkerPr
 
 func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueueOn(t, newStore(), queue.Config{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond})
+		q := newQueueOn(t, newStore(), queue.Config{Policy: &retry.Policy{Schedule: backoff.Ratio{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond}}})
 		const n = 200
 		var jobs []queue.NewJob
 		for i := range n {
@@ -120,7 +121,7 @@ func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 
 func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
 		ctx := context.Background()
 		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "long", MaxAttempts: 3}); err != nil {
 			t.Fatal(err)
@@ -147,7 +148,7 @@ func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
 // and another worker takes the job.
 func TestHungHandlerLosesItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Second})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Second}, Lease: 300 * time.Millisecond})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "hung", MaxAttempts: 3})
 		release := make(chan struct{})
@@ -179,7 +180,7 @@ func TestHungHandlerLosesItsLease(t *testing.T) {
 
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "x", MaxAttempts: 3})
 		var cause error
@@ -204,7 +205,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 
 func TestAttemptTimeoutIsRetryable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: queuetest.FixedRatio(0.5)})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{Schedule: backoff.Ratio{Base: time.Second, Cap: time.Second}, AttemptTimeout: 50 * time.Millisecond, Rand: queuetest.FixedRatio(0.5)}})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "slow", MaxAttempts: 3})
 		start := virtualNow()
@@ -222,7 +223,7 @@ func TestShutdownGrace(t *testing.T) { eachStoreKind(t, testShutdownGrace) }
 
 func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		q := newQueueOn(t, newStore(), queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: time.Minute})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "finishes", MaxAttempts: 3})
 		q.Enqueue(ctx, queue.NewJob{ID: "canceled", MaxAttempts: 3})
@@ -266,7 +267,7 @@ func TestShutdownTimeoutLeavesLeased(t *testing.T) { eachStoreKind(t, testShutdo
 
 func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		q := newQueueOn(t, newStore(), queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: time.Minute})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
 		release := make(chan struct{})
@@ -639,7 +640,7 @@ func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
 				if merged {
 					s = closableMerged{cs}
 				}
-				q := newQueueOn(t, s, queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+				q := newQueueOn(t, s, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: time.Minute})
 				ctx := context.Background()
 				q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
 				release := make(chan struct{})

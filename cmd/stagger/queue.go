@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -95,7 +96,7 @@ const (
 func newQueueFlags(name string, does int) *queueFlags {
 	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError),
 		sqliteSync: "FULL", maxPayload: queue.DefaultMaxPayload,
-		base: queue.DefaultBase, cap: queue.DefaultCap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
+		base: defaultRatio.Base, cap: defaultRatio.Cap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
 	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
 	f.fs.StringVar(&f.queueName, "queue", queue.DefaultQueue, "the named queue")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
@@ -106,8 +107,8 @@ func newQueueFlags(name string, does int) *queueFlags {
 		f.fs.IntVar(&f.maxPayload, "max-payload", queue.DefaultMaxPayload, "largest payload in bytes")
 	}
 	if does&queueRuns != 0 {
-		f.fs.DurationVar(&f.base, "base", queue.DefaultBase, "retry delay base: the window after the first failure")
-		f.fs.DurationVar(&f.cap, "cap", queue.DefaultCap, "retry delay cap: the largest window")
+		f.fs.DurationVar(&f.base, "base", defaultRatio.Base, "retry delay base: the window after the first failure")
+		f.fs.DurationVar(&f.cap, "cap", defaultRatio.Cap, "retry delay cap: the largest window")
 		f.fs.DurationVar(&f.lease, "lease", queue.DefaultLease, "how long a claim holds a job (extended while the handler runs)")
 		f.fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-attempt handler timeout")
 		f.fs.IntVar(&f.limits.MaxInFlight, "max-in-flight", 0, "most jobs of the queue leased at once across every worker process and host, enforced by the store (0: no limit)")
@@ -116,6 +117,10 @@ func newQueueFlags(name string, does int) *queueFlags {
 	}
 	return f
 }
+
+// defaultRatio is the queue's default schedule, whose Base and Cap are the
+// defaults of --base and --cap.
+var defaultRatio = queue.DefaultSchedule.(backoff.Ratio)
 
 // queuePlaceholders name the values of the queue subcommands' flags in
 // --help.
@@ -219,8 +224,8 @@ func (f *queueFlags) newQueue(s queue.Store, name string) (*queue.Queue, error) 
 		return nil, fmt.Errorf("--max-in-flight, --rate, --burst: %w", err)
 	}
 	return queue.New(s, queue.Config{
-		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload, Queue: name,
-		Limits: f.limits,
+		Policy: &retry.Policy{Schedule: backoff.Ratio{Base: f.base, Cap: f.cap}, AttemptTimeout: f.timeout},
+		Lease:  f.lease, MaxPayload: f.maxPayload, Queue: name, Limits: f.limits,
 	})
 }
 
@@ -243,7 +248,7 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		`with "id", "payload", "max_attempts", "deadline")`)
 	f.fs.StringVar(&payload, "payload", "", "payload")
 	f.fs.StringVar(&payloadFile, "payload-file", "", "read the payload from this file")
-	f.fs.IntVar(&maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "attempt budget (the first attempt included)")
+	f.fs.IntVar(&maxAttempts, "max-attempts", queue.DefaultJobMaxAttempts, "attempt budget (the first attempt included)")
 	f.fs.StringVar(&deadline, "deadline", "24h", "last time an attempt may start: a duration from now (1h) or an RFC 3339 time")
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
