@@ -669,3 +669,75 @@ func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
 		})
 	}
 }
+
+func TestMultiWorkerNoStarvation(t *testing.T) { eachStoreKind(t, testMultiWorkerNoStarvation) }
+
+// A queue whose handlers all block does not hold up another queue of the
+// same Worker, on either commit path; shutdown then releases the blocked
+// jobs.
+func testMultiWorkerNoStarvation(t *testing.T, newStore func() queue.Store) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore()
+		slow := newQueueOn(t, s, queue.Config{Queue: "slow"})
+		fast := newQueueOn(t, s, queue.Config{Queue: "fast"})
+		ctx := context.Background()
+		for i := range 20 {
+			for _, q := range []*queue.Queue{slow, fast} {
+				if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("%s%02d", q.Config().Queue, i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		block := func(ctx context.Context, _ []byte) error { <-ctx.Done(); return ctx.Err() }
+		var fastRan atomic.Int64
+		quick := func(context.Context, []byte) error { fastRan.Add(1); time.Sleep(time.Millisecond); return nil }
+		w, err := queue.NewMultiWorker(queue.WorkerConfig{Concurrency: 2, Grace: time.Second},
+			queue.Serve{Queue: slow, Handler: block},
+			queue.Serve{Queue: fast, Handler: quick, Concurrency: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- w.Run(rctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if st, _ := fast.Stats(ctx); st.Done != 20 || fastRan.Load() != 20 {
+			t.Fatalf("fast queue beside a blocked one: %+v, %d calls", st, fastRan.Load())
+		}
+		if st, _ := slow.Stats(ctx); st.Leased != 2 || st.PendingDue != 18 {
+			t.Fatalf("slow queue: %+v, want its 2 handlers' jobs leased", st)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if st, _ := slow.Stats(ctx); st.Leased != 0 || st.PendingDue != 20 {
+			t.Fatalf("slow queue after shutdown: %+v, want every job released", st)
+		}
+	})
+}
+
+func TestMultiWorkerValidation(t *testing.T) {
+	s := queue.NewMemoryStore()
+	a := newQueueOn(t, s, queue.Config{Queue: "a"})
+	b := newQueueOn(t, s, queue.Config{Queue: "b"})
+	other := newQueueOn(t, queue.NewMemoryStore(), queue.Config{Queue: "c"})
+	h := func(context.Context, []byte) error { return nil }
+	for want, serves := range map[string][]queue.Serve{
+		"at least one queue":                                          nil,
+		"Serve 2: Queue must not":                                     {{Queue: a, Handler: h}, {Handler: h}},
+		`queue "b": nil handler`:                                      {{Queue: a, Handler: h}, {Queue: b}},
+		`queue "a" is served twice`:                                   {{Queue: a, Handler: h}, {Queue: a, Handler: h}},
+		`queue "c" is on another store`:                               {{Queue: a, Handler: h}, {Queue: other, Handler: h}},
+		`queue "b": queue: invalid: Concurrency must be in [1, 1024]`: {{Queue: a, Handler: h}, {Queue: b, Handler: h, Concurrency: -1}},
+		`queue "a": queue: invalid: BatchSize`:                        {{Queue: a, Handler: h, BatchSize: queue.MaxBatchSize + 1}},
+	} {
+		if _, err := queue.NewMultiWorker(queue.WorkerConfig{}, serves...); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewMultiWorker(%d serves) = %v, want an error with %q", len(serves), err, want)
+		}
+	}
+	if _, err := queue.NewMultiWorker(queue.WorkerConfig{Concurrency: 3}, queue.Serve{Queue: a, Handler: h}, queue.Serve{Queue: b, Handler: h, Concurrency: 5}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Stats", testStats},
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
+		{"WorkerQueues", testWorkerQueues},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
