@@ -314,6 +314,21 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	return q.store.Stats(ctx, q.cfg.Queue, q.now())
 }
 
+// ErrNoStatsByQueue: the store cannot count every queue at once (it is not
+// a StatsByQueuer).
+var ErrNoStatsByQueue = errors.New("queue: the store does not implement StatsByQueuer")
+
+// StatsByQueue counts the jobs of every queue of the store now, by queue
+// name (a queue that holds no job is absent). It returns ErrNoStatsByQueue
+// when the store is not a StatsByQueuer.
+func (q *Queue) StatsByQueue(ctx context.Context) (map[string]Stats, error) {
+	sq, ok := q.store.(StatsByQueuer)
+	if !ok {
+		return nil, ErrNoStatsByQueue
+	}
+	return sq.StatsByQueue(ctx, q.now())
+}
+
 // signal wakes this process's idle workers.
 func (q *Queue) signal() {
 	q.wmu.Lock()

@@ -2,6 +2,7 @@ package queuetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -146,5 +147,46 @@ func testWorkerQueues(t *testing.T, s queue.Store) {
 	}
 	if results["busy"] != n || results["quick"] != n || results["limited"] != n {
 		t.Fatalf("OnResult per queue: %v", results)
+	}
+}
+
+// testStatsByQueue: StatsByQueue counts every queue that holds a job, each
+// as Stats counts it, and names no queue without one.
+func testStatsByQueue(t *testing.T, s queue.Store) {
+	e := newEnv(t, s, nil)
+	mail, err := queue.New(s, queue.Config{Queue: "mail", Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(queue.NewJob{ID: "d1"})
+	e.enqueue(queue.NewJob{ID: "d2", AvailableAt: Start + 1000})
+	e.enqueue(queue.NewJob{ID: "m1", Queue: "mail", MaxAttempts: 1})
+	e.enqueue(queue.NewJob{ID: "m2", Queue: "mail", Deadline: Start + 20})
+	e.enqueue(queue.NewJob{ID: "m3", Queue: "mail"})
+	e.clock.Advance(30) // m2's deadline passed: due to die
+	if _, ok := s.(queue.StatsByQueuer); !ok {
+		if _, err := e.q.StatsByQueue(e.ctx); !errors.Is(err, queue.ErrNoStatsByQueue) {
+			t.Fatalf("StatsByQueue on a store without it = %v", err)
+		}
+		return
+	}
+	all, err := mail.StatsByQueue(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 {
+		t.Fatalf("StatsByQueue = %+v, want the default and mail queues", all)
+	}
+	for name, q := range map[string]*queue.Queue{queue.DefaultQueue: e.q, "mail": mail} {
+		one, err := q.Stats(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all[name] != one {
+			t.Fatalf("queue %s: StatsByQueue %+v, Stats %+v", name, all[name], one)
+		}
+	}
+	if d, m := all[queue.DefaultQueue], all["mail"]; d.PendingDue != 1 || d.PendingScheduled != 1 || m.PendingDue != 2 || m.DueToDie != 1 || m.OldestPendingAge() != 30 {
+		t.Fatalf("counts: default %+v, mail %+v", d, m)
 	}
 }

@@ -76,6 +76,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
 		{"WorkerQueues", testWorkerQueues},
+		{"StatsByQueue", testStatsByQueue},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
