@@ -198,7 +198,10 @@ type lane struct {
 // Config holds the queue's name, Policy, lease and Limits, the handler of
 // its jobs, and how many of them run at once.
 type Serve struct {
-	Queue   *Queue
+	// Queue is the queue to serve; every Serve of a Worker names another
+	// queue of the same store.
+	Queue *Queue
+	// Handler runs this queue's jobs.
 	Handler retry.Handler
 	// Concurrency is how many of this queue's handlers run at once (1 to
 	// MaxConcurrency); 0 means WorkerConfig.Concurrency.
