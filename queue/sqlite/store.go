@@ -690,23 +690,26 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
-	st := queue.Stats{Now: now}
-	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1,
-		(state = 'pending' OR (state = 'leased' AND available_at <= ?1)) AND (attempts >= max_attempts OR deadline <= ?1),
-		COUNT(*), MIN(available_at)
-		FROM stagger_jobs WHERE queue = ?2 GROUP BY 1, 2, 3, 4`, now, name)
+	all, err := s.countStats(ctx, now, name)
+	return queue.QueueStats(all, name, now), err
+}
+
+// StatsByQueue implements queue.StatsByQueuer: one GROUP BY over every
+// queue.
+func (s *Store) StatsByQueue(ctx context.Context, now int64) (map[string]queue.Stats, error) {
+	return s.countStats(ctx, now, "")
+}
+
+// countStats counts the jobs of the named queue ("": of every queue).
+func (s *Store) countStats(ctx context.Context, now int64, name string) (map[string]queue.Stats, error) {
+	args := []any{now}
+	if name != "" {
+		args = append(args, name)
+	}
+	rows, err := s.r.QueryContext(ctx, queue.StatsSQL("stagger_jobs", "?", name != ""), args...)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var state, reason string
-		var due, dying bool
-		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
-			return st, err
-		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
-	}
-	return st, rows.Err()
+	return queue.ScanStats(rows, now)
 }
