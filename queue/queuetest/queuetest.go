@@ -1018,8 +1018,8 @@ func testEnqueueValidation(t *testing.T, s queue.Store) {
 // Config.Now).
 type fixedClock struct{}
 
-func (fixedClock) Now() time.Time                     { return time.UnixMilli(Start) }
-func (fixedClock) NewTimer(time.Duration) retry.Timer { return nil }
+func (fixedClock) Now() time.Time                       { return time.UnixMilli(Start) }
+func (fixedClock) After(time.Duration) <-chan time.Time { return nil }
 
 func testNothingDue(t *testing.T, s queue.Store) {
 	e := newEnv(t, s, nil)
