@@ -44,7 +44,7 @@ type labConfig struct {
 func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	var (
 		callers        = 4
-		maxAttempts    = labkit.DefaultMaxAttempts
+		maxAttempts    = labkit.DefaultCallerAttempts
 		bulkhead       = labkit.DefaultBulkhead
 		capacity       = 0
 		budgetInitial  = int(labkit.DefaultBudgetInitial)

@@ -223,7 +223,7 @@ func describe(s Scenario) string {
 	var b strings.Builder
 	attempts := s.MaxAttempts
 	if attempts == 0 {
-		attempts = DefaultMaxAttempts
+		attempts = DefaultCallerAttempts
 	}
 	fmt.Fprintf(&b, "%d callers starting over %v, each retrying one request until accepted (at most %d attempts); ",
 		s.Callers, s.Ramp, attempts)

@@ -21,9 +21,10 @@ import (
 
 // Defaults of a [Scenario] and of [FourCallerOutage].
 const (
-	// DefaultMaxAttempts is how many attempts a caller makes at most:
+	// DefaultCallerAttempts is how many attempts a lab caller makes at most
+	// (not a retry policy default):
 	// callers retry "until accepted", and this is only a safety net.
-	DefaultMaxAttempts = 1000
+	DefaultCallerAttempts = 1000
 	// MaxCallers bounds Scenario.Callers: every caller holds a loopback
 	// connection.
 	MaxCallers = 10000
@@ -61,7 +62,7 @@ type Scenario struct {
 	// attempt i·Ramp/N after the start. 0 starts them all at once.
 	Ramp time.Duration
 	// MaxAttempts is each caller's attempt limit (the first try included);
-	// 0 means DefaultMaxAttempts.
+	// 0 means DefaultCallerAttempts.
 	MaxAttempts int
 	// AttemptTimeout bounds each attempt (0: none); a timed-out attempt is
 	// retried like a refusal.
@@ -98,7 +99,7 @@ func FourCallerOutage() Scenario {
 		Faults:      Outage(FourCallerDown, 0),
 		Window:      DefaultWindow,
 		Ramp:        FourCallerRamp,
-		MaxAttempts: DefaultMaxAttempts,
+		MaxAttempts: DefaultCallerAttempts,
 		Seed:        1,
 		RoundTrip:   FourCallerRoundTrip,
 	}
@@ -114,7 +115,7 @@ func (s Scenario) Validate() error {
 	case s.Ramp < 0:
 		return fmt.Errorf("%w: Ramp must be >= 0, got %v", ErrInvalid, s.Ramp)
 	case s.MaxAttempts < 0:
-		return fmt.Errorf("%w: MaxAttempts must be >= 1 (0 means %d), got %d", ErrInvalid, DefaultMaxAttempts, s.MaxAttempts)
+		return fmt.Errorf("%w: MaxAttempts must be >= 1 (0 means %d), got %d", ErrInvalid, DefaultCallerAttempts, s.MaxAttempts)
 	case s.AttemptTimeout < 0:
 		return fmt.Errorf("%w: AttemptTimeout must be >= 0 (0 means none), got %v", ErrInvalid, s.AttemptTimeout)
 	case s.RoundTrip < 0:
@@ -327,7 +328,7 @@ func (s Scenario) Run(ctx context.Context, st Strategy) (*Result, error) {
 	}
 	maxAttempts := s.MaxAttempts
 	if maxAttempts == 0 {
-		maxAttempts = DefaultMaxAttempts
+		maxAttempts = DefaultCallerAttempts
 	}
 
 	listen, dial := s.Listen, s.Dial
