@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -25,11 +24,11 @@ func TestOCCZeroVariance(t *testing.T) {
 		"expo":     backoff.Exponential{Base: 5 * time.Millisecond, Cap: 2 * time.Second},
 		"sequence": backoff.Sequence{1 * time.Millisecond, 30 * time.Millisecond, 2 * time.Millisecond},
 	}
-	e := NewEngine(0)
+	q := new(occQueue)
 	for name, s := range schedules {
 		for _, n := range []int{1, 2, 3, 10, 57, 190} {
 			p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: s, Rand: pcg(1)}
-			got := runOCC(n, d, 0, p, rand.New(pcg(2)), e)
+			got := runOCC(n, d, 0, p, pcg(2), q)
 			wantCalls := int64(n * (n + 1) / 2)
 			want := occCompletion(n, d, s)
 			if got.calls != wantCalls || got.completion != want {

@@ -3,7 +3,6 @@ package simkit
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -29,12 +28,12 @@ func BenchmarkHerdImmediate(b *testing.B) {
 // BenchmarkOCC: one run of 100 clients without backoff (the most
 // contended strategy of brooker2015).
 func BenchmarkOCC(b *testing.B) {
-	e := NewEngine(128)
+	q := new(occQueue)
 	var events uint64
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: backoff.Constant(0), Rand: pcg(1, uint64(i))}
-		events += runOCC(100, 10*time.Millisecond, 2*time.Millisecond, p, rand.New(pcg(2, uint64(i))), e).events
+		events += runOCC(100, 10*time.Millisecond, 2*time.Millisecond, p, pcg(2, uint64(i)), q).events
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"time"
 
@@ -126,88 +127,331 @@ func (c *Brooker2015Config) schedule(name string) backoff.Schedule {
 type occRun struct {
 	calls      int64
 	completion time.Duration
-	events     uint64
+	events     uint64 // the model's events: writes, answers and waits that ended
 }
 
 type occClient struct {
 	attempt int32
-	prev    time.Duration
+	prev    time.Duration // the previous wait
 	read    time.Duration // when the current attempt's read reaches the row
 }
 
-const (
-	evWrite  int32 = iota // a write request reaches the row
-	evAnswer              // the write's answer reaches the client
-	evRetry               // a retry's wait ended (only with a limiter)
-)
-
-// runOCC simulates n clients updating one row with policy p (whose Rand
-// must be set); net draws the hop delays.
-func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.Rand, e *Engine) occRun {
-	d := driver{p}
-	e.Reset()
-	cs := make([]occClient, n)
-	mean, dev := float64(delay), float64(sd)
-	hop := func() time.Duration {
-		if dev == 0 {
-			return delay
-		}
-		return time.Duration(math.Abs(mean + dev*net.NormFloat64()))
+// runOCC simulates n clients updating one row with policy p, which must be
+// plain (driver.plain: no Budget, no Limiter, no hooks; its Rand set); net
+// draws the hop delays and q is the event queue, reused from run to run.
+//
+// A plain policy's decision shares nothing with the other clients but the
+// policy's Rand, so a write's answer is handled in the write's event: the
+// answer's arrival is drawn there and the client decides for that instant
+// (the same attempt, error and time as an event at the arrival would
+// give). The queue holds one event per client, the next write of its
+// attempt in flight, and handles one per attempt; the answers still count
+// as events.
+func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.PCG, q *occQueue) occRun {
+	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
+		net:      occNet{src: net, delay: delay, mean: float64(delay), sd: float64(sd)},
+		needsNow: (&retry.Step{Policy: p}).NeedsNow(nil)}
+	if !m.d.plain() {
+		panic("sim: runOCC needs a policy with no Budget, Limiter or hooks")
 	}
-	var res occRun
-	attempt := func(id int32, at time.Duration) {
-		c := &cs[id]
-		c.attempt++
-		c.read = at + hop()
-		e.At(c.read+hop()+hop(), evWrite, id)
-	}
-	for id := range cs {
-		attempt(int32(id), 0)
+	q.reset(n)
+	for id := range m.cs {
+		m.attempt(int32(id), 0)
 	}
 	last := time.Duration(math.MinInt64) // when the last successful write landed
-	won := make([]bool, n)
 	for {
-		ev, ok := e.Next()
+		now, id, ok := q.next()
 		if !ok {
 			break
 		}
-		id := ev.ID
-		c := &cs[id]
-		now := e.Now()
-		switch ev.Kind {
-		case evWrite:
-			res.calls++
-			won[id] = last <= c.read
-			if won[id] {
-				last = now
-			}
-			e.At(now+hop(), evAnswer, id)
-		case evAnswer:
-			var err error
-			if !won[id] {
-				err = ErrConflict
-			}
-			dec := d.end(e.Time(), int(c.attempt), err, time.Time{}, c.prev)
-			switch {
-			case err == nil, !dec.Retry:
-				res.completion = max(res.completion, now)
-			case d.needsSendEvent():
-				c.prev = dec.Delay
-				e.After(dec.Delay, evRetry, id)
-			default:
-				c.prev = dec.Delay
-				attempt(id, now+dec.Delay)
-			}
-		case evRetry:
-			if d.again() != retry.NoReason {
-				res.completion = max(res.completion, now)
-				continue
-			}
-			attempt(id, now)
+		m.res.calls++
+		c := &m.cs[id]
+		won := last <= c.read
+		if won {
+			last = now
+		}
+		m.answer(id, won, now+m.net.hop())
+	}
+	m.res.events = 2 * uint64(m.res.calls) // a write and its answer
+	return m.res
+}
+
+// occModel is one run of runOCC.
+type occModel struct {
+	q        *occQueue
+	d        driver
+	cs       []occClient
+	net      occNet
+	needsNow bool // the decisions read their now (else they get the zero time)
+	res      occRun
+}
+
+// attempt starts client id's next attempt at virtual time at: the read's
+// request, the read's answer and the write's request are three hops.
+func (m *occModel) attempt(id int32, at time.Duration) {
+	c := &m.cs[id]
+	c.attempt++
+	read, write := m.net.hops3()
+	c.read = at + read
+	m.q.push(at+write, id)
+}
+
+// answer: the answer to client id's write (won: it landed) reaches the
+// client at now, and the client decides.
+func (m *occModel) answer(id int32, won bool, now time.Duration) {
+	c := &m.cs[id]
+	var err error
+	if !won {
+		err = ErrConflict
+	}
+	var t time.Time
+	if m.needsNow {
+		t = Epoch.Add(now)
+	}
+	dec := m.d.decide(t, int(c.attempt), err, time.Time{}, c.prev)
+	if err == nil || !dec.Retry {
+		m.res.completion = max(m.res.completion, now)
+		return
+	}
+	c.prev = dec.Delay
+	m.attempt(id, now+dec.Delay)
+}
+
+// occQueue is runOCC's event queue: the pending writes, one per client at
+// most, earliest first; writes at the same instant come out in client
+// order. It is Engine's 4-ary heap (see Engine.down for the sifts) cut
+// down to this model: an entry is one uint64, (at − base)<<idBits | id, so
+// a compare is one subtraction and a move one word, and keys are unique.
+//
+// base is a time at or before every pending write. When a write lies
+// 2^atBits ns or more past base, base moves up to now, the time of the
+// write taken last, which every pending write is at or after (a rare O(n)
+// pass: with 190 clients 2^56 ns of virtual time). From now a write is at
+// most one wait and four hops ahead: at most 24 h + 4·(1 min + 15·1 min)
+// with the scenario's limits on cap, delay and sd (a |Normal| draw of the
+// ziggurat is below 15 sd), under the 2^47 ns (39 h) left for at with
+// 100,000 clients.
+type occQueue struct {
+	q      []uint64
+	base   time.Duration // the time of a key's at bits 0
+	now    time.Duration // the time of the entry next returned last
+	idBits uint
+	atBits uint // 64 − idBits (fewer in tests, to exercise rebase)
+	taken  bool // q[0] is the entry next returned last, still in place
+}
+
+// occFree marks the slots past the last entry: larger than any key, so a
+// node's four child slots can be compared without knowing how many hold
+// entries.
+const occFree = ^uint64(0)
+
+func (h *occQueue) reset(n int) {
+	if cap(h.q) < n+4 {
+		h.q = make([]uint64, 0, n+4)
+	}
+	all := h.q[:cap(h.q)]
+	for i := range all {
+		all[i] = occFree
+	}
+	h.q, h.taken, h.base, h.now = h.q[:0], false, 0, 0
+	h.idBits = uint(bits.Len(uint(max(n, 1) - 1)))
+	h.atBits = 64 - h.idBits
+}
+
+// push adds client id's write at time at (not before now). After next it
+// replaces the entry next returned, with one sift.
+func (h *occQueue) push(at time.Duration, id int32) {
+	off := uint64(at - h.base)
+	if off>>h.atBits != 0 {
+		h.rebase()
+		if off = uint64(at - h.base); off>>h.atBits != 0 {
+			panic(fmt.Sprintf("sim: a write %v ahead of now, beyond the queue's range", at-h.now))
 		}
 	}
-	res.events = e.Processed()
-	return res
+	k := off<<h.idBits | uint64(id)
+	if h.taken {
+		h.taken = false
+		h.down(k)
+		return
+	}
+	h.q = append(h.q, k)
+	occUp(h.q, len(h.q)-1, k)
+}
+
+// rebase moves base up to now. Every key is at or after now, so each
+// drops by the same amount and the order stays.
+func (h *occQueue) rebase() {
+	d := uint64(h.now-h.base) << h.idBits
+	for i := range h.q {
+		h.q[i] -= d
+	}
+	h.base = h.now
+}
+
+// next returns the earliest write; ok is false when none is pending.
+func (h *occQueue) next() (at time.Duration, id int32, ok bool) {
+	if h.taken {
+		h.taken = false
+		n := len(h.q) - 1
+		last := h.q[n]
+		h.q[n] = occFree
+		h.q = h.q[:n]
+		if n > 0 {
+			h.down(last)
+		}
+	}
+	if len(h.q) == 0 {
+		return 0, 0, false
+	}
+	h.taken = true
+	k := h.q[0]
+	h.now = h.base + time.Duration(k>>h.idBits)
+	return h.now, int32(k & (1<<h.idBits - 1)), true
+}
+
+// occUp places k at the hole i or above it, moving larger parents down.
+func occUp(q []uint64, i int, k uint64) {
+	for ; i > 0 && k < q[(i-1)>>2]; i = (i - 1) >> 2 {
+		q[i] = q[(i-1)>>2]
+	}
+	q[i] = k
+}
+
+// down places k in the root's place: the hole walks down to a leaf
+// through the least children, then k sifts up from there (Engine.down).
+// The slots past the last entry are occFree, so every node with a child
+// has four child slots to compare, without a branch.
+func (h *occQueue) down(k uint64) {
+	q := h.q
+	all := q[:cap(q)]
+	i := 0
+	for c := 1; c < len(q); c = i<<2 + 1 {
+		ch := all[c : c+4 : c+4]
+		// the least of four: a borrow is a compare's 0 or 1
+		_, b0 := bits.Sub64(ch[1], ch[0], 0)
+		_, b1 := bits.Sub64(ch[3], ch[2], 0)
+		m0, m1 := b0, 2+b1
+		_, b := bits.Sub64(ch[m1&3], ch[m0&3], 0)
+		m := (m0 ^ (m0^m1)&-b) & 3
+		q[i] = ch[m]
+		i = c + int(m)
+	}
+	occUp(q, i, k)
+}
+
+// occNet draws network hops: |Normal(mean, sd)|, or exactly delay when sd
+// is 0.
+type occNet struct {
+	src      *rand.PCG
+	delay    time.Duration
+	mean, sd float64
+}
+
+func (h *occNet) hop() time.Duration {
+	if h.sd == 0 {
+		return h.delay
+	}
+	var x [1]float64
+	normals(h.src, x[:])
+	return h.scale(x[0])
+}
+
+// hops3 draws the first three hops of an attempt, in order, and returns
+// the first (the read's request) and the sum of all three (when the write
+// request arrives, from the attempt's start): one call for three draws.
+func (h *occNet) hops3() (read, write time.Duration) {
+	if h.sd == 0 {
+		return h.delay, 3 * h.delay
+	}
+	var x [3]float64
+	normals(h.src, x[:])
+	read = h.scale(x[0])
+	return read, read + h.scale(x[1]) + h.scale(x[2])
+}
+
+// scale turns a standard normal draw into a hop.
+func (h *occNet) scale(x float64) time.Duration {
+	return time.Duration(math.Abs(h.mean + h.sd*x))
+}
+
+// normals fills xs with standard normal draws: math/rand/v2's
+// Rand.NormFloat64, one after another, on a concrete *rand.PCG. It is the
+// same ziggurat (Marsaglia and Tsang, "The Ziggurat Method for Generating
+// Random Variables", 2000; 128 layers) on the same tables, so it yields
+// the same numbers for the same source, but the generator inlines instead
+// of being called through the Source interface (TestNormal).
+func normals(src *rand.PCG, xs []float64) {
+	for k := range xs {
+		u := src.Uint64()
+		j := int32(u) // possibly negative
+		i := u >> 32 & 0x7f
+		x := float64(j) * float64(zigW[i])
+		// |j| < k[i] in 99% of the draws; |j| without a branch on its sign
+		if uint32((j^j>>31)-j>>31) >= zigK[i] {
+			x = normalSlow(src, j, i, x)
+		}
+		xs[k] = x
+	}
+}
+
+// normalSlow is the rest of NormFloat64's loop, from a draw that fell in
+// the base strip's tail (i = 0) or in a wedge between two layers.
+func normalSlow(src *rand.PCG, j int32, i uint64, x float64) float64 {
+	float := func() float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
+	for {
+		if i == 0 {
+			for {
+				x = -math.Log(float()) * (1.0 / zigR)
+				y := -math.Log(float())
+				if y+y >= x*x {
+					break
+				}
+			}
+			if j > 0 {
+				return zigR + x
+			}
+			return -zigR - x
+		}
+		if zigF[i]+float32(float())*(zigF[i-1]-zigF[i]) < float32(math.Exp(-.5*x*x)) {
+			return x
+		}
+		u := src.Uint64()
+		j = int32(u)
+		i = u >> 32 & 0x7f
+		x = float64(j) * float64(zigW[i])
+		if uint32((j^j>>31)-j>>31) < zigK[i] {
+			return x
+		}
+	}
+}
+
+// zigR is the start of the ziggurat's tail; zigV is the area of each of
+// its 128 layers.
+const (
+	zigR = 3.442619855899
+	zigV = 9.91256303526217e-3
+)
+
+// The ziggurat's tables, built as Marsaglia and Tsang's zigset builds
+// them (these are the values of math/rand/v2's kn, wn and fn, bit for
+// bit; TestNormal compares the draws).
+var zigK, zigW, zigF = zigTables()
+
+func zigTables() (k [128]uint32, w, f [128]float32) {
+	const m1 = 1 << 31
+	dn, tn := zigR, zigR
+	q := zigV / math.Exp(-.5*dn*dn)
+	k[0] = uint32(dn / q * m1)
+	w[0], w[127] = float32(q/m1), float32(dn/m1)
+	f[0], f[127] = 1, float32(math.Exp(-.5*dn*dn))
+	for i := 126; i >= 1; i-- {
+		dn = math.Sqrt(-2 * math.Log(zigV/dn+math.Exp(-.5*dn*dn)))
+		k[i+1] = uint32(dn / tn * m1)
+		tn = dn
+		f[i] = float32(math.Exp(-.5 * dn * dn))
+		w[i] = float32(dn / m1)
+	}
+	return k, w, f
 }
 
 // Run sweeps N for each strategy, averaging Runs runs per point.
@@ -222,23 +466,23 @@ func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error)
 	}
 	total := len(strategies) * len(ns) * c.Runs
 	runs := make([]occRun, total)
-	engines := make(chan *Engine, 64)
+	queues := make(chan *occQueue, 64)
 	err := parallel(ctx, o, total, func(i int) {
 		si, rest := i/(len(ns)*c.Runs), i%(len(ns)*c.Runs)
 		ni, r := rest/c.Runs, rest%c.Runs
 		s := strategies[si]
 		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: c.schedule(brookerStrategies[s])}
 		p.Rand = pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1)
-		net := rand.New(pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2))
-		var e *Engine
+		net := pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2)
+		var q *occQueue
 		select {
-		case e = <-engines:
+		case q = <-queues:
 		default:
-			e = NewEngine(ns[ni])
+			q = new(occQueue)
 		}
-		runs[i] = runOCC(ns[ni], c.Delay, c.SD, p, net, e)
+		runs[i] = runOCC(ns[ni], c.Delay, c.SD, p, net, q)
 		select {
-		case engines <- e:
+		case queues <- q:
 		default:
 		}
 	})

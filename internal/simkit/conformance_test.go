@@ -2,9 +2,14 @@ package simkit
 
 import (
 	"context"
+	"errors"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
 )
@@ -43,4 +48,55 @@ func TestDriverConformance(t *testing.T) {
 			}
 		},
 	})
+}
+
+// TestDriverPlain: for a policy with no Budget, no Limiter and no hooks,
+// the driver's decide (Policy.Decide) and end (the Step) agree, draw for
+// draw, for every schedule the simulator's scenarios use.
+func TestDriverPlain(t *testing.T) {
+	schedules := []backoff.Schedule{
+		backoff.Constant(0),
+		backoff.Exponential{Base: 10 * time.Millisecond, Cap: 2 * time.Second},
+		backoff.Exponential{Base: 10 * time.Millisecond, Cap: 2 * time.Second, Jitter: backoff.Full},
+		backoff.Exponential{Base: 10 * time.Millisecond, Cap: 2 * time.Second, Jitter: backoff.Equal},
+		backoff.Decorrelated{Base: 5 * time.Millisecond, Cap: 2 * time.Second},
+	}
+	errs := []error{nil, ErrConflict, retry.Permanent(ErrConflict), errors.New("no class")}
+	for _, s := range schedules {
+		for _, max := range []int{3, math.MaxInt} {
+			a := driver{&retry.Policy{MaxAttempts: max, Schedule: s, Rand: pcg(5)}}
+			b := driver{&retry.Policy{MaxAttempts: max, Schedule: s, Rand: pcg(5)}}
+			if !a.plain() || !b.plain() {
+				t.Fatal("a policy with no Budget, Limiter or hooks is not plain")
+			}
+			var prev time.Duration
+			now := Epoch
+			for n := 1; n <= 200; n++ {
+				err := errs[n%len(errs)]
+				deadline := time.Time{}
+				if n%5 == 0 {
+					deadline = now.Add(time.Second)
+				}
+				got := a.decide(now, n%7+1, err, deadline, prev)
+				want := b.end(now, n%7+1, err, deadline, prev)
+				if got != want {
+					t.Fatalf("%#v attempt %d err %v: decide %+v, end %+v", s, n%7+1, err, got, want)
+				}
+				prev, now = got.Delay, now.Add(time.Millisecond)
+			}
+		}
+	}
+	bulkhead, err := limit.NewBulkhead(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*retry.Policy{
+		{Budget: &budget.TokenBucket{}},
+		{Limiter: bulkhead},
+		{Hooks: retry.Hooks{OnRetry: func(retry.Event) {}}},
+	} {
+		if (driver{p}).plain() {
+			t.Errorf("%+v is plain", p)
+		}
+	}
 }

@@ -54,9 +54,29 @@ func (d driver) againN(n int) retry.Reason {
 // end closes attempt number attempt, which ended at now with err, and
 // returns the policy's decision (the zero Decision for a success).
 func (d driver) end(now time.Time, attempt int, err error, deadline time.Time, prev time.Duration) retry.Decision {
-	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: attempt, Deadline: deadline, Prev: prev}}
+	// fields set one by one: a composite literal here is built in a
+	// temporary and copied, two passes over the Step per event
+	var s retry.Step
+	s.Policy = d.p
+	s.Delivery.Attempt, s.Delivery.Deadline, s.Delivery.Prev = attempt, deadline, prev
 	s.Resume()
 	return s.End(err, now)
+}
+
+// plain reports whether the policy's Step has nothing to do around its
+// decision: no Budget to tell the outcome, no Limiter slot to release and
+// no hooks to call. End is then Policy.Decide itself, which decide calls
+// without building a Step, and the decision shares nothing with other
+// requests but the policy's Rand (TestDriverPlain checks both).
+func (d driver) plain() bool {
+	h := &d.p.Hooks
+	return d.p.Budget == nil && d.p.Limiter == nil &&
+		h.OnAttempt == nil && h.OnRetry == nil && h.OnSuccess == nil && h.OnGiveUp == nil
+}
+
+// decide is end for a plain policy: the shipped Policy.Decide.
+func (d driver) decide(now time.Time, attempt int, err error, deadline time.Time, prev time.Duration) retry.Decision {
+	return d.p.Decide(attempt, err, now, deadline, prev)
 }
 
 // needsSendEvent reports whether a retry must start in an event of its own

@@ -1,6 +1,7 @@
 package simkit
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -161,5 +162,82 @@ func TestEngineTakenRoot(t *testing.T) {
 	}
 	if want := []time.Duration{2, 3, 4, 5, 9}; !slices.Equal(got, want) {
 		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+// TestNormal: the simulator's normal draws are math/rand/v2's NormFloat64
+// for the same source, number for number, over enough draws to pass
+// through every layer of the ziggurat, its wedges and its tail many times.
+func TestNormal(t *testing.T) {
+	src, ref := rand.NewPCG(7, 11), rand.New(rand.NewPCG(7, 11))
+	tails := 0
+	var x [1000]float64
+	for i := range 3_000_000 {
+		if i%len(x) == 0 {
+			normals(src, x[:])
+		}
+		got, want := x[i%len(x)], ref.NormFloat64()
+		if got != want {
+			t.Fatalf("draw %d: %v, want %v", i, got, want)
+		}
+		if math.Abs(got) > zigR {
+			tails++
+		}
+	}
+	if tails < 1000 { // P(|x| > 3.44) ≈ 5.8e-4: ~1700 expected
+		t.Fatalf("%d draws in the tail, want ~1700", tails)
+	}
+}
+
+// TestOCCQueueOrder: brooker2015's queue yields its writes in (time,
+// client) order, as a sort of the same writes does, while writes are added
+// during the run, also when its time range is small enough that base moves
+// up many times, and with many ties.
+func TestOCCQueueOrder(t *testing.T) {
+	for _, atBits := range []uint{0, 12} {
+		for _, n := range []int{1, 2, 5, 190, 1000} {
+			r := rand.New(rand.NewPCG(uint64(n), uint64(atBits)))
+			var q occQueue
+			q.reset(n)
+			if atBits > 0 {
+				q.atBits = atBits
+			}
+			type rec struct {
+				at time.Duration
+				id int32
+			}
+			pending := map[int32]time.Duration{}
+			var now time.Duration
+			for id := range int32(n) {
+				at := time.Duration(r.IntN(50))
+				q.push(at, id)
+				pending[id] = at
+			}
+			for steps := 0; len(pending) > 0; steps++ {
+				want := rec{-1, -1}
+				for id, at := range pending {
+					if want.id < 0 || at < want.at || at == want.at && id < want.id {
+						want = rec{at, id}
+					}
+				}
+				at, id, ok := q.next()
+				if !ok || (rec{at, id}) != want {
+					t.Fatalf("atBits %d n %d step %d: next %v %d %v, want %v", atBits, n, steps, at, id, ok, want)
+				}
+				now = at
+				delete(pending, id)
+				if steps < 20*n && r.IntN(4) != 0 { // a follow-up, often tied
+					next := now + time.Duration(r.IntN(3000))
+					q.push(next, id)
+					pending[id] = next
+				}
+			}
+			if _, _, ok := q.next(); ok {
+				t.Fatalf("atBits %d n %d: an entry left", atBits, n)
+			}
+			if atBits > 0 && q.base == 0 {
+				t.Fatalf("n %d: base never moved", n)
+			}
+		}
 	}
 }
