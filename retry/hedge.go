@@ -161,12 +161,68 @@ func (h *Hedge) Do(ctx context.Context, p *Policy, fn func(context.Context) erro
 	if h.maxInFlight() == 1 || p.maxAttempts() == 1 {
 		return Do(ctx, p, fn)
 	}
-	r := &hedgeRun{h: h, p: p, fn: fn, delay: h.CurrentDelay()}
+	r := newHedgeRun()
+	r.h, r.p, r.fn, r.delay = h, p, fn, h.CurrentDelay()
 	r.s.Policy = p
-	r.hctx, r.cancel = context.WithCancel(ctx)
-	defer r.cancel()
+	r.hctx = r.newCtx(ctx)
+	defer r.finish()
 	return r.first(ctx)
 }
+
+// hedgeRuns keeps the state of calls that ended without starting a
+// goroutine, with their timers, for the next call. Runs inside a
+// testing/synctest bubble neither take from it nor give back: their timer
+// runs on the bubble's clock, one from outside would not.
+var hedgeRuns sync.Pool
+
+func newHedgeRun() *hedgeRun {
+	bubbled := inBubble()
+	if !bubbled {
+		if r, ok := hedgeRuns.Get().(*hedgeRun); ok {
+			r.reuse = true
+			return r
+		}
+	}
+	r := &hedgeRun{reuse: !bubbled}
+	r.timer = time.AfterFunc(time.Hour, r.fire)
+	r.timer.Stop()
+	return r
+}
+
+// finish ends the call: its attempts' context is canceled, and the state
+// goes back to the pool when nothing else can hold it (the timer was
+// stopped before it fired and no attempt ran on a goroutine).
+func (r *hedgeRun) finish() {
+	r.hctx.cancel(context.Canceled)
+	if !r.reuse || !r.idle {
+		return
+	}
+	*r = hedgeRun{timer: r.timer, ctxs: r.ctxs}
+	hedgeRuns.Put(r)
+}
+
+// inBubble reports whether the caller runs in a testing/synctest bubble,
+// the one place where time.Now has no monotonic clock reading.
+func inBubble() bool {
+	t := time.Now()
+	return t == t.Round(0)
+}
+
+// newCtx returns a fresh attempts' context under parent, taken from the
+// run's block of them: contexts are never reused (the work may keep the
+// one it was given), but a block of hedgeCtxBlock is one allocation.
+func (r *hedgeRun) newCtx(parent context.Context) *hedgeCtx {
+	if len(r.ctxs) == 0 {
+		r.ctxs = make([]hedgeCtx, hedgeCtxBlock)
+	}
+	c := &r.ctxs[0]
+	r.ctxs[0].parent = parent
+	r.ctxs = r.ctxs[1:]
+	return c
+}
+
+// hedgeCtxBlock is how many attempts' contexts one allocation makes.
+const hedgeCtxBlock = 32
 
 // hedgeRun is one call of Hedge.Do. Its coordinator — the caller's
 // goroutine, or the goroutine of the hedge timer once it fired — alone
@@ -178,10 +234,12 @@ type hedgeRun struct {
 	fn    func(context.Context) error
 	delay time.Duration
 
-	hctx   context.Context // every attempt's parent: canceled when the call stops
-	cancel context.CancelFunc
-	timer  *time.Timer    // the first hedge's timer (AfterFunc)
-	ready  sync.WaitGroup // the timer's goroutine made the channels below
+	hctx  *hedgeCtx      // every attempt's parent: canceled when the call stops
+	ctxs  []hedgeCtx     // fresh contexts for the next calls (newCtx)
+	timer *time.Timer    // the first hedge's timer (AfterFunc r.fire), reused
+	ready sync.WaitGroup // the timer's goroutine made the channels below
+	reuse bool           // the run was made outside a synctest bubble: it may be pooled
+	idle  bool           // no goroutine can hold the run: finish may pool it
 
 	s        Step // the call's ledger (Delivery) and its give-up
 	a1       hedgeAttempt
@@ -228,7 +286,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	r.s.Delivery = a.s.Delivery
 	r.inflight = 1
 	r.ready.Add(1)
-	r.timer = time.AfterFunc(r.delay, r.fire)
+	r.timer.Reset(r.delay)
 	actx := a.s.Context()
 	returned := false
 	defer func() {
@@ -237,6 +295,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		}
 		v := recover() // fn panicked on the caller's goroutine
 		if r.timer.Stop() {
+			r.ready.Done()
 			a.s.Abort()
 			panic(v)
 		}
@@ -256,14 +315,17 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		}
 		return out.err
 	}
+	r.ready.Done()
 	r.inflight = 0
 	now = r.nowAfter(err)
 	dec := a.s.End(err, now)
 	if err == nil {
 		r.observe(now)
+		r.idle = true
 		return nil
 	}
 	if !dec.Retry {
+		r.idle = true
 		return a.s.Err()
 	}
 	// A retry, as Do would make it; hedging goes on from there.
@@ -496,7 +558,7 @@ func (r *hedgeRun) giveUp(reason Reason) {
 // canceled.
 func (r *hedgeRun) stop() {
 	r.stopped = true
-	r.cancel()
+	r.hctx.cancel(context.Canceled)
 }
 
 // drop ends a loser that returned after the call stopped: its slot is
@@ -505,6 +567,111 @@ func (r *hedgeRun) stop() {
 func (r *hedgeRun) drop(a *hedgeAttempt) {
 	a.s.served = true
 	a.s.Release()
+}
+
+// hedgeCtx is the context of a call's attempts: its parent's values and
+// deadline, done when the parent is or when the call stops. It is
+// context.WithCancel without its allocations: its Done channel is made
+// only when asked for, the parent is watched (context.AfterFunc) only
+// from then on, and a canceled hedgeCtx with no channel is only a flag.
+// Its AfterFunc method lets contexts derived from it (context.WithCancel,
+// WithTimeout, AfterFunc) wait without a goroutine of their own.
+// context.Cause of it is its parent's cause.
+type hedgeCtx struct {
+	parent context.Context
+	ended  atomic.Bool // err is set
+	mu     sync.Mutex
+	err    error
+	done   chan struct{}        // made by Done, closed at the end
+	stop   func() bool          // stops watching parent
+	afters map[*hedgeAfter]bool // AfterFunc's functions not yet run or stopped
+}
+
+type hedgeAfter struct{ f func() }
+
+func (c *hedgeCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *hedgeCtx) Value(key any) any           { return c.parent.Value(key) }
+func (c *hedgeCtx) String() string              { return "retry.Hedge attempt context" }
+
+func (c *hedgeCtx) Err() error {
+	if c.ended.Load() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	}
+	if err := c.parent.Err(); err != nil {
+		return c.cancel(err)
+	}
+	return nil
+}
+
+func (c *hedgeCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		switch {
+		case c.err != nil:
+			close(c.done)
+		case c.parent.Done() != nil:
+			parent := c.parent
+			c.stop = context.AfterFunc(parent, func() { c.cancel(parent.Err()) })
+		}
+	}
+	return c.done
+}
+
+// AfterFunc arranges to call f in its own goroutine once c is done, as
+// context.AfterFunc does; the context package uses it for contexts
+// derived from c.
+func (c *hedgeCtx) AfterFunc(f func()) func() bool {
+	c.Done() // watch the parent
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	a := &hedgeAfter{f: f}
+	if c.afters == nil {
+		c.afters = map[*hedgeAfter]bool{}
+	}
+	c.afters[a] = true
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.afters[a] {
+			return false
+		}
+		delete(c.afters, a)
+		return true
+	}
+}
+
+// cancel ends c with err unless it has ended already, and returns the
+// error it ended with.
+func (c *hedgeCtx) cancel(err error) error {
+	c.mu.Lock()
+	if c.err != nil {
+		err = c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.err = err
+	c.ended.Store(true)
+	if c.done != nil {
+		close(c.done)
+	}
+	stop, afters := c.stop, c.afters
+	c.stop, c.afters = nil, nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	for a := range afters {
+		go a.f()
+	}
+	return err
 }
 
 // latencyHist is a lock-free log-linear histogram of durations: 16
