@@ -80,6 +80,13 @@ type Config struct {
 	// is not used (Config.MaxAttempts is the default of new jobs) and
 	// Policy.Timeout must be 0 (Config.Deadline is the default deadline).
 	Policy *retry.Policy
+	// Trace, if set, carries the trace context from the enqueuer to the
+	// handler: EnqueueMany (and NewRowsContext) store ctx's trace context
+	// with each job it creates (Job.Trace) and every attempt's handler runs
+	// with it restored into its context, so what the handler traces joins
+	// the enqueuer's trace however much later it runs. contrib/otel's
+	// Propagator is one. nil stores and restores nothing.
+	Trace retry.Propagator
 }
 
 // withDefaults fills defaults and checks every field.

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Requeue", testRequeue},
 		{"Redrive", testRedrive},
 		{"NamedQueues", testNamedQueues},
+		{"TraceContext", testTrace},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
