@@ -236,14 +236,8 @@ func (s *Store) migrate(ctx context.Context) error {
 		if v > 0 && v < 3 {
 			// Version 3 adds named queues: a queue column (existing jobs
 			// are in the default queue) and the indexes that lead with it.
-			var has int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = 'queue'`).Scan(&has); err != nil {
+			if err := addColumn(ctx, tx, "queue", `TEXT NOT NULL DEFAULT 'default'`); err != nil {
 				return err
-			}
-			if has == 0 {
-				if _, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default'`); err != nil {
-					return err
-				}
 			}
 			if _, err := tx.ExecContext(ctx, `DROP INDEX IF EXISTS stagger_jobs_due; DROP INDEX IF EXISTS stagger_jobs_state`); err != nil {
 				return err
@@ -252,19 +246,24 @@ func (s *Store) migrate(ctx context.Context) error {
 		if v > 0 && v < 5 {
 			// Version 5 adds the enqueuer's trace context (Job.Trace):
 			// existing jobs have none.
-			var has int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = 'trace'`).Scan(&has); err != nil {
+			if err := addColumn(ctx, tx, "trace", `TEXT NOT NULL DEFAULT ''`); err != nil {
 				return err
-			}
-			if has == 0 {
-				if _, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN trace TEXT NOT NULL DEFAULT ''`); err != nil {
-					return err
-				}
 			}
 		}
 		_, err := tx.ExecContext(ctx, schema)
 		return err
 	})
+}
+
+// addColumn adds the column name of type def to stagger_jobs unless it is
+// there.
+func addColumn(ctx context.Context, tx *sql.Tx, name, def string) error {
+	var has int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = ?`, name).Scan(&has); err != nil || has > 0 {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN `+name+` `+def)
+	return err
 }
 
 // Close closes the database.
