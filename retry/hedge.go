@@ -142,9 +142,16 @@ func (h *Hedge) minSamples() uint64 {
 // what hedging leaves is the quantile of the attempts themselves.
 //
 // The first attempt runs on the caller's goroutine; a call that succeeds
-// before its delay starts no goroutine. The delay and the waits between
-// attempts run on the runtime's timers (testing/synctest makes them
-// virtual); Policy.Clock gives the time decisions read.
+// before its delay starts no goroutine and allocates nothing of its own
+// (its state and hedge timer are reused from a pool; its attempts' context
+// comes from a block of fresh ones, a block of 32 per allocation, never
+// reused). The delay and the waits between attempts run on the runtime's
+// timers (testing/synctest makes them virtual); Policy.Clock gives the
+// time decisions read.
+//
+// The attempts' context has ctx's values and deadline; it is done when ctx
+// is, when the call stops (a winner, a give-up) and when Do returns. It is
+// not made by context.WithCancel, so context.Cause of it is ctx's cause.
 func (h *Hedge) Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if p == nil {
 		p = &defaultPolicy
@@ -237,7 +244,7 @@ type hedgeRun struct {
 	hctx  *hedgeCtx      // every attempt's parent: canceled when the call stops
 	ctxs  []hedgeCtx     // fresh contexts for the next calls (newCtx)
 	timer *time.Timer    // the first hedge's timer (AfterFunc r.fire), reused
-	ready sync.WaitGroup // the timer's goroutine made the channels below
+	shared sync.Once     // makes results and final for the timer's goroutine and the caller
 	reuse bool           // the run was made outside a synctest bubble: it may be pooled
 	idle  bool           // no goroutine can hold the run: finish may pool it
 
@@ -285,7 +292,6 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	r.start = now
 	r.s.Delivery = a.s.Delivery
 	r.inflight = 1
-	r.ready.Add(1)
 	r.timer.Reset(r.delay)
 	actx := a.s.Context()
 	returned := false
@@ -295,11 +301,10 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		}
 		v := recover() // fn panicked on the caller's goroutine
 		if r.timer.Stop() {
-			r.ready.Done()
 			a.s.Abort()
 			panic(v)
 		}
-		r.ready.Wait()
+		r.share()
 		r.results <- hedgeResult{a: a, panic: v}
 		panic((<-r.final).panic)
 	}()
@@ -307,7 +312,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	returned = true
 	if !r.timer.Stop() {
 		// The timer fired: its goroutine coordinates; hand it the result.
-		r.ready.Wait()
+		r.share()
 		r.results <- hedgeResult{a: a, err: err, ok: true}
 		out := <-r.final
 		if out.panic != nil {
@@ -315,7 +320,6 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		}
 		return out.err
 	}
-	r.ready.Done()
 	r.inflight = 0
 	now = r.nowAfter(err)
 	dec := a.s.End(err, now)
@@ -342,11 +346,18 @@ func (r *hedgeRun) first(ctx context.Context) error {
 // fire is the first hedge's timer: its goroutine becomes the coordinator,
 // and the next attempt is due at once.
 func (r *hedgeRun) fire() {
-	r.results = make(chan hedgeResult, r.maxAttempts())
-	r.final = make(chan hedgeOutcome, 1)
-	r.ready.Done()
+	r.share()
 	err := r.coordinate()
 	r.final <- hedgeOutcome{err: err, panic: r.panicked}
+}
+
+// share makes the channels through which the caller's first attempt and
+// the timer's goroutine talk, for whichever of them comes first.
+func (r *hedgeRun) share() {
+	r.shared.Do(func() {
+		r.results = make(chan hedgeResult, r.maxAttempts())
+		r.final = make(chan hedgeOutcome, 1)
+	})
 }
 
 func (r *hedgeRun) now(ctx context.Context) time.Time {
@@ -365,7 +376,7 @@ func (r *hedgeRun) nowAfter(err error) time.Time {
 
 // observe records the call's latency for the Quantile.
 func (r *hedgeRun) observe(now time.Time) {
-	if !r.retried {
+	if r.h.Quantile > 0 && !r.retried {
 		r.h.Observe(now.Sub(r.start))
 	}
 }
