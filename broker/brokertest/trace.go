@@ -77,10 +77,10 @@ func (r *TraceRecorder) Check(want int) error {
 	return nil
 }
 
-// Setup is the Setup of a trace test named name: rec's handler, the
-// suite's Policy and Tiers.
+// Setup is the Setup of a trace test named name: the recorder's handler,
+// the suite's Policy and Tiers, Trace.
 func (r *TraceRecorder) Setup(name string) Setup {
-	return Setup{Name: name, Handler: r.Handler, Policy: Policy(), Tiers: Tiers}
+	return Setup{Name: name, Handler: r.Handler, Policy: Policy(), Tiers: Tiers, Trace: Trace{}}
 }
 
 // CheckDeadLetter fails t unless every attempt of the message (Policy's

@@ -12,26 +12,32 @@ import (
 	"github.com/staggerhq/stagger/broker/brokertest"
 )
 
+// PublishTraced implements brokertest.TracePublisher.
+func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
+	m := nats.NewMsg(p.subject)
+	m.Data = payload
+	m.Header.Set(broker.HeaderTraceParent, traceparent)
+	m.Header.Set(broker.HeaderTraceState, tracestate)
+	_, err := p.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+	return err
+}
+
 // TestTraceTravels: a message's traceparent and tracestate reach the
 // handler of every delivery (NakWithDelay redelivers the message itself)
-// and are copied onto the dead letter.
+// and are copied onto the dead letter. (TestRedrive checks a redrive
+// keeps them.)
 func TestTraceTravels(t *testing.T) {
 	rec := brokertest.NewTraceRecorder()
-	p := start(t, rec.Setup(uniqueName(t)), func(o *Options) { o.Trace = brokertest.Trace{} })
+	p := start(t, rec.Setup(uniqueName(t)), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m := nats.NewMsg(p.subject)
-	m.Data = []byte("x")
-	m.Header.Set(broker.HeaderTraceParent, brokertest.TraceParent)
-	m.Header.Set(broker.HeaderTraceState, brokertest.TraceState)
-	if _, err := p.js.PublishMsg(ctx, m, jetstream.WithMsgID("t")); err != nil {
+	if err := p.PublishTraced(ctx, "t", []byte("x"), brokertest.TraceParent, brokertest.TraceState); err != nil {
 		t.Fatal(err)
 	}
-	var dl jetstream.Msg
 	select {
-	case dl = <-p.dlq:
+	case dl := <-p.dlq:
+		rec.CheckDeadLetter(t, func(k string) (string, bool) { v := dl.Headers().Get(k); return v, v != "" })
 	case <-ctx.Done():
 		t.Fatal("no dead letter")
 	}
-	rec.CheckDeadLetter(t, func(k string) (string, bool) { v := dl.Headers().Get(k); return v, v != "" })
 }

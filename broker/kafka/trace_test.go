@@ -11,27 +11,30 @@ import (
 	"github.com/staggerhq/stagger/broker/brokertest"
 )
 
+// PublishTraced implements brokertest.TracePublisher.
+func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
+	return p.cl.ProduceSync(ctx, &kgo.Record{Topic: p.topics.Main, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
+		{Key: broker.HeaderID, Value: []byte(id)},
+		{Key: broker.HeaderTraceParent, Value: []byte(traceparent)},
+		{Key: broker.HeaderTraceState, Value: []byte(tracestate)},
+	}}).FirstErr()
+}
+
 // TestTraceTravels: a record's traceparent and tracestate reach the
 // handler of every attempt (the original and each retry topic's forward)
-// and stay on the dead letter.
+// and stay on the dead letter. (TestRedrive checks a redrive keeps them.)
 func TestTraceTravels(t *testing.T) {
 	rec := brokertest.NewTraceRecorder()
-	p := start(t, rec.Setup("trace"), func(o *Options) { o.Trace = brokertest.Trace{} })
+	p := start(t, rec.Setup("trace"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := &kgo.Record{Topic: p.topics.Main, Key: []byte("t"), Value: []byte("x"), Headers: []kgo.RecordHeader{
-		{Key: broker.HeaderID, Value: []byte("t")},
-		{Key: broker.HeaderTraceParent, Value: []byte(brokertest.TraceParent)},
-		{Key: broker.HeaderTraceState, Value: []byte(brokertest.TraceState)},
-	}}
-	if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+	if err := p.PublishTraced(ctx, "t", []byte("x"), brokertest.TraceParent, brokertest.TraceState); err != nil {
 		t.Fatal(err)
 	}
-	var dl *kgo.Record
 	select {
-	case dl = <-p.dlq:
+	case dl := <-p.dlq:
+		rec.CheckDeadLetter(t, headerGetter(dl))
 	case <-ctx.Done():
 		t.Fatal("no dead letter")
 	}
-	rec.CheckDeadLetter(t, headerGetter(dl))
 }

@@ -11,29 +11,34 @@ import (
 	"github.com/staggerhq/stagger/broker/brokertest"
 )
 
+// PublishTraced implements brokertest.TracePublisher.
+func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
+	wait, err := p.pub.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
+		MessageId: id, DeliveryMode: amqp.Persistent, Body: payload,
+		Headers: amqp.Table{broker.HeaderTraceParent: traceparent, broker.HeaderTraceState: tracestate},
+	})
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
+
 // TestTraceTravels: a message's traceparent and tracestate reach the
 // handler of every attempt (the original and each delay tier's
-// redelivery) and stay on the dead letter.
+// redelivery) and stay on the dead letter. (TestRedrive checks a redrive
+// keeps them.)
 func TestTraceTravels(t *testing.T) {
 	rec := brokertest.NewTraceRecorder()
-	p := start(t, rec.Setup(uniqueName(t)), func(o *Options) { o.Trace = brokertest.Trace{} })
+	p := start(t, rec.Setup(uniqueName(t)), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wait, err := p.pub.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
-		MessageId: "t", Body: []byte("x"),
-		Headers: amqp.Table{broker.HeaderTraceParent: brokertest.TraceParent, broker.HeaderTraceState: brokertest.TraceState},
-	})
-	if err == nil {
-		err = wait(ctx)
-	}
-	if err != nil {
+	if err := p.PublishTraced(ctx, "t", []byte("x"), brokertest.TraceParent, brokertest.TraceState); err != nil {
 		t.Fatal(err)
 	}
-	var dl amqp.Delivery
 	select {
-	case dl = <-p.dlq:
+	case dl := <-p.dlq:
+		rec.CheckDeadLetter(t, tableGet(dl.Headers))
 	case <-ctx.Done():
 		t.Fatal("no dead letter")
 	}
-	rec.CheckDeadLetter(t, tableGet(dl.Headers))
 }
