@@ -197,8 +197,9 @@ func newHedgeRun() *hedgeRun {
 }
 
 // finish ends the call: its attempts' context is canceled, and the state
-// goes back to the pool when nothing else can hold it (the timer was
-// stopped before it fired and no attempt ran on a goroutine).
+// goes back to the pool when nothing else can hold it: the call returned
+// (no panic), so the timer was stopped before it fired or its goroutine
+// handed over its outcome, and every attempt's goroutine sent its result.
 func (r *hedgeRun) finish() {
 	r.hctx.cancel(context.Canceled)
 	if !r.reuse || !r.idle {
@@ -246,7 +247,7 @@ type hedgeRun struct {
 	timer *time.Timer    // the first hedge's timer (AfterFunc r.fire), reused
 	shared sync.Once     // makes results and final for the timer's goroutine and the caller
 	reuse bool           // the run was made outside a synctest bubble: it may be pooled
-	idle  bool           // no goroutine can hold the run: finish may pool it
+	idle  bool           // the call returned and no goroutine holds the run: finish may pool it
 
 	s        Step // the call's ledger (Delivery) and its give-up
 	a1       hedgeAttempt
@@ -318,6 +319,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		if out.panic != nil {
 			panic(out.panic)
 		}
+		r.idle = true // the timer's goroutine sent its last and every attempt's returned
 		return out.err
 	}
 	r.inflight = 0
@@ -340,7 +342,12 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	}
 	r.next = now.Add(dec.Delay)
 	r.results = make(chan hedgeResult, r.maxAttempts())
-	return r.coordinate()
+	err = r.coordinate()
+	if r.panicked != nil {
+		panic(r.panicked) // an attempt on a goroutine of its own panicked
+	}
+	r.idle = true // every attempt's goroutine sent its last
+	return err
 }
 
 // fire is the first hedge's timer: its goroutine becomes the coordinator,

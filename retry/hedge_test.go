@@ -534,6 +534,29 @@ func TestHedgePanicGoesOn(t *testing.T) {
 	})
 }
 
+// TestHedgePanicAfterRetry: an attempt of the retry the first attempt's
+// failure decided runs on a goroutine of its own; its panic reaches the
+// caller.
+func TestHedgePanicAfterRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &Hedge{Delay: 10 * ms}
+		var calls atomic.Int32
+		got := func() (v any) {
+			defer func() { v = recover() }()
+			h.Do(context.Background(), &Policy{MaxAttempts: 3, Schedule: backoff.Constant(ms)}, func(ctx context.Context) error {
+				if calls.Add(1) == 1 {
+					return errFlaky // before the delay: a retry, 1ms later
+				}
+				panic("boom")
+			})
+			return nil
+		}()
+		if got != "boom" || calls.Load() != 2 {
+			t.Errorf("recovered %v after %d calls, want boom after 2", got, calls.Load())
+		}
+	})
+}
+
 // TestHedgeRace: many goroutines share one Hedge (learning), one Budget and
 // one Limiter; every call ends, no slot leaks, the limiter's bound holds
 // and each call fires exactly one of OnSuccess and OnGiveUp.
