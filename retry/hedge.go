@@ -242,12 +242,12 @@ type hedgeRun struct {
 	fn    func(context.Context) error
 	delay time.Duration
 
-	hctx  *hedgeCtx      // every attempt's parent: canceled when the call stops
-	ctxs  []hedgeCtx     // fresh contexts for the next calls (newCtx)
-	timer *time.Timer    // the first hedge's timer (AfterFunc r.fire), reused
-	shared sync.Once     // makes results and final for the timer's goroutine and the caller
-	reuse bool           // the run was made outside a synctest bubble: it may be pooled
-	idle  bool           // the call returned and no goroutine holds the run: finish may pool it
+	hctx   *hedgeCtx   // every attempt's parent: canceled when the call stops
+	ctxs   []hedgeCtx  // fresh contexts for the next calls (newCtx)
+	timer  *time.Timer // the first hedge's timer (AfterFunc r.fire), reused
+	shared sync.Once   // makes results and final for the timer's goroutine and the caller
+	reuse  bool        // the run was made outside a synctest bubble: it may be pooled
+	idle   bool        // the call returned and no goroutine holds the run: finish may pool it
 
 	s        Step // the call's ledger (Delivery) and its give-up
 	a1       hedgeAttempt
