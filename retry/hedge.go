@@ -176,10 +176,12 @@ func (h *Hedge) Do(ctx context.Context, p *Policy, fn func(context.Context) erro
 	return r.first(ctx)
 }
 
-// hedgeRuns keeps the state of calls that ended without starting a
-// goroutine, with their timers, for the next call. Runs inside a
-// testing/synctest bubble neither take from it nor give back: their timer
-// runs on the bubble's clock, one from outside would not.
+// hedgeRuns keeps the state of calls that returned, with their timers and
+// what is left of their block of contexts, for the next call. Runs inside
+// a testing/synctest bubble neither take from it nor give back: their
+// timer runs on the bubble's clock, one from outside would not. A pooled
+// run's block keeps the parents of the contexts it handed out reachable
+// until the block is used up or the pool dropped at a collection.
 var hedgeRuns sync.Pool
 
 func newHedgeRun() *hedgeRun {
