@@ -97,3 +97,21 @@ func (r *TraceRecorder) CheckDeadLetter(t *testing.T, get func(key string) (stri
 		}
 	}
 }
+
+// CheckTraceTravels publishes one message with TraceParent and TraceState
+// through p, to a consumer built from r.Setup whose handler always fails,
+// waits for its dead letter (next returns a getter of the dead letter's
+// headers) and checks it with CheckDeadLetter.
+func (r *TraceRecorder) CheckTraceTravels(t *testing.T, p TracePublisher, next func(context.Context) (func(key string) (string, bool), error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := p.PublishTraced(ctx, "t", []byte("x"), TraceParent, TraceState); err != nil {
+		t.Fatal(err)
+	}
+	get, err := next(ctx)
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	r.CheckDeadLetter(t, get)
+}

@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,15 +28,12 @@ func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte,
 func TestTraceTravels(t *testing.T) {
 	rec := brokertest.NewTraceRecorder()
 	p := start(t, rec.Setup(uniqueName(t)), nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := p.PublishTraced(ctx, "t", []byte("x"), brokertest.TraceParent, brokertest.TraceState); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case dl := <-p.dlq:
-		rec.CheckDeadLetter(t, func(k string) (string, bool) { v := dl.Headers().Get(k); return v, v != "" })
-	case <-ctx.Done():
-		t.Fatal("no dead letter")
-	}
+	rec.CheckTraceTravels(t, p, func(ctx context.Context) (func(string) (string, bool), error) {
+		select {
+		case dl := <-p.dlq:
+			return func(k string) (string, bool) { v := dl.Headers().Get(k); return v, v != "" }, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
 }

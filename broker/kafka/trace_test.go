@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -26,15 +25,12 @@ func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte,
 func TestTraceTravels(t *testing.T) {
 	rec := brokertest.NewTraceRecorder()
 	p := start(t, rec.Setup("trace"), nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := p.PublishTraced(ctx, "t", []byte("x"), brokertest.TraceParent, brokertest.TraceState); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case dl := <-p.dlq:
-		rec.CheckDeadLetter(t, headerGetter(dl))
-	case <-ctx.Done():
-		t.Fatal("no dead letter")
-	}
+	rec.CheckTraceTravels(t, p, func(ctx context.Context) (func(string) (string, bool), error) {
+		select {
+		case dl := <-p.dlq:
+			return headerGetter(dl), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
 }

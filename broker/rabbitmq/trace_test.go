@@ -3,7 +3,6 @@ package rabbitmq
 import (
 	"context"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -30,15 +29,12 @@ func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte,
 func TestTraceTravels(t *testing.T) {
 	rec := brokertest.NewTraceRecorder()
 	p := start(t, rec.Setup(uniqueName(t)), nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := p.PublishTraced(ctx, "t", []byte("x"), brokertest.TraceParent, brokertest.TraceState); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case dl := <-p.dlq:
-		rec.CheckDeadLetter(t, tableGet(dl.Headers))
-	case <-ctx.Done():
-		t.Fatal("no dead letter")
-	}
+	rec.CheckTraceTravels(t, p, func(ctx context.Context) (func(string) (string, bool), error) {
+		select {
+		case dl := <-p.dlq:
+			return tableGet(dl.Headers), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
 }
