@@ -94,6 +94,13 @@ type Config struct {
 	// rows. nil means the system clock. Every worker of one store should
 	// read the same time.
 	Now func() int64
+	// Trace, if set, carries the trace context from the enqueuer to the
+	// handler: EnqueueMany (and NewRowsContext) store ctx's trace context
+	// with each job it creates (Job.Trace) and every attempt's handler runs
+	// with it restored into its context, so what the handler traces joins
+	// the enqueuer's trace however much later it runs. contrib/otel's
+	// Propagator is one. nil stores and restores nothing.
+	Trace retry.Propagator
 }
 
 // withDefaults fills defaults and checks every field. The returned

@@ -103,7 +103,7 @@ func (q *Queue) Enqueue(ctx context.Context, j NewJob) (Job, bool, error) {
 // EnqueueMany validates every job and then stores them in one transaction:
 // if any job is invalid nothing is written. Results are in input order.
 func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error) {
-	rows, err := q.NewRows(js)
+	rows, err := q.NewRowsContext(ctx, js)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -121,6 +121,16 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 // inside a caller's own transaction (the EnqueueTx of queue/sqlite and
 // queue/postgres).
 func (q *Queue) NewRows(js []NewJob) ([]Job, error) {
+	return q.NewRowsContext(context.Background(), js)
+}
+
+// NewRowsContext is NewRows for jobs enqueued by code running in ctx: with
+// Config.Trace set, each row carries ctx's trace context (Job.Trace).
+func (q *Queue) NewRowsContext(ctx context.Context, js []NewJob) ([]Job, error) {
+	var trace string
+	if q.cfg.Trace != nil {
+		trace = encodeTrace(q.cfg.Trace.Inject(ctx))
+	}
 	now := q.now()
 	rows := make([]Job, len(js))
 	for i, j := range js {
@@ -131,6 +141,7 @@ func (q *Queue) NewRows(js []NewJob) ([]Job, error) {
 			}
 			return nil, err
 		}
+		row.Trace = trace
 		rows[i] = row
 	}
 	return rows, nil

@@ -61,6 +61,8 @@ type Setup struct {
 	Tiers broker.Tiers
 	// Inbox, if not nil, must wrap the handler keyed by message ID.
 	Inbox queue.Inbox
+	// Trace, if not nil, must be the consumer's Options.Trace.
+	Trace retry.Propagator
 	// Crash asks the pipeline to crash once after it forwarded a message
 	// (to a delay tier or the DLQ, confirmed by the broker) and before the
 	// broker learned the original was acknowledged, and to let a fresh

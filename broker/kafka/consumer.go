@@ -47,6 +47,9 @@ type Options struct {
 	Policy *retry.Policy
 	// Inbox, if set, wraps Handler keyed by the message ID.
 	Inbox queue.Inbox
+	// Trace, if set, runs each handler in the trace context the record
+	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
+	Trace retry.Propagator
 	// Transactional makes each poll's forwards and its offset commit one
 	// transaction (GroupTransactSession), with TransactionalID plus the
 	// stage's suffix as transactional IDs.
@@ -124,7 +127,7 @@ func NewConsumer(opts Options) (*Consumer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{opts: opts, log: log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "kafka", Now: opts.Now}}, nil
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "kafka", Now: opts.Now, Trace: opts.Trace}}, nil
 }
 
 func (c *Consumer) now() time.Time {
@@ -596,7 +599,11 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 		if id == "" {
 			id = co.String()
 		}
-		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
+		pctx := ctx
+		if c.proc.Trace != nil {
+			pctx = c.proc.WithTrace(ctx, headerGetter(r))
+		}
+		o = c.proc.ProcessAt(pctx, id, r.Value, st, start)
 		if broker.Interrupted(ctx, o) {
 			return nil, time.Time{}, true
 		}

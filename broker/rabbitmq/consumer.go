@@ -48,6 +48,9 @@ type Options struct {
 	// message whose effect was applied is acknowledged without running the
 	// handler again. Messages without a MessageId bypass it.
 	Inbox queue.Inbox
+	// Trace, if set, runs each handler in the trace context the message
+	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
+	Trace retry.Propagator
 	// Prefetch is the channel's QoS: unacknowledged deliveries at once
 	// (0: DefaultPrefetch).
 	Prefetch int
@@ -120,7 +123,7 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	return &Consumer{
 		opts: opts,
 		log:  log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "rabbitmq", Now: opts.Now},
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "rabbitmq", Now: opts.Now, Trace: opts.Trace},
 	}, nil
 }
 
@@ -290,6 +293,15 @@ func (s *session) fail(err error) {
 	}
 }
 
+// withTrace is ctx with the delivery's trace context, when Options.Trace
+// is set.
+func (c *Consumer) withTrace(ctx context.Context, d *amqp.Delivery) context.Context {
+	if c.proc.Trace == nil {
+		return ctx
+	}
+	return c.proc.WithTrace(ctx, tableGet(d.Headers))
+}
+
 // handle processes one delivery. A success is acknowledged at once. A
 // forward (retry or dead letter) is published, and a goroutine acknowledges
 // the original once RabbitMQ confirmed the copy, so the handler goroutine
@@ -302,7 +314,7 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 	if err != nil {
 		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	} else {
-		o = c.proc.Process(ctx, d.MessageId, d.Body, st)
+		o = c.proc.Process(c.withTrace(ctx, d), d.MessageId, d.Body, st)
 	}
 	if broker.Interrupted(ctx, o) {
 		// Shutting down, and the failure is the cancellation itself. Not

@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Requeue", testRequeue},
 		{"Redrive", testRedrive},
 		{"NamedQueues", testNamedQueues},
+		{"TraceContext", testTrace},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
