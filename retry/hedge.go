@@ -12,12 +12,12 @@ import (
 
 // Defaults used for zero fields of a Hedge.
 const (
-	// DefaultMaxInFlight is the number of attempts a Hedge lets run at
+	// defaultHedgeInFlight is the number of attempts a Hedge lets run at
 	// once, the first included: one hedge.
-	DefaultMaxInFlight = 2
-	// DefaultMinSamples is the number of successes a Hedge observes before
+	defaultHedgeInFlight = 2
+	// defaultMinSamples is the number of successes a Hedge observes before
 	// its Quantile replaces its fixed Delay.
-	DefaultMinSamples = 100
+	defaultMinSamples = 100
 	// hedgeWindow is the number of observations after which the latency
 	// histogram halves its counts, so the quantile follows the last one to
 	// two thousand successes rather than the whole past.
@@ -53,10 +53,10 @@ type Hedge struct {
 	// & Barroso suggest). 0 means always Delay.
 	Quantile float64
 	// MinSamples is the number of successes to observe before Quantile
-	// replaces Delay; 0 means DefaultMinSamples. At most 1024.
+	// replaces Delay; 0 means 100. At most 1024.
 	MinSamples int
 	// MaxInFlight bounds the attempts of one call running at once, the
-	// first included; 0 means DefaultMaxInFlight. 1 turns hedging off.
+	// first included; 0 means 2 (one hedge). 1 turns hedging off.
 	MaxInFlight int
 
 	hist latencyHist
@@ -70,9 +70,9 @@ func (h *Hedge) Validate() error {
 	case math.IsNaN(h.Quantile) || h.Quantile < 0 || h.Quantile >= 1:
 		return fmt.Errorf("%w: Hedge.Quantile must be in [0, 1) (0 means always Delay), got %v", ErrInvalid, h.Quantile)
 	case h.MinSamples < 0 || h.MinSamples > hedgeWindow/2:
-		return fmt.Errorf("%w: Hedge.MinSamples must be in [0, %d] (0 means %d), got %d", ErrInvalid, hedgeWindow/2, DefaultMinSamples, h.MinSamples)
+		return fmt.Errorf("%w: Hedge.MinSamples must be in [0, %d] (0 means %d), got %d", ErrInvalid, hedgeWindow/2, defaultMinSamples, h.MinSamples)
 	case h.MaxInFlight < 0:
-		return fmt.Errorf("%w: Hedge.MaxInFlight must be >= 0 (0 means %d), got %d", ErrInvalid, DefaultMaxInFlight, h.MaxInFlight)
+		return fmt.Errorf("%w: Hedge.MaxInFlight must be >= 0 (0 means %d), got %d", ErrInvalid, defaultHedgeInFlight, h.MaxInFlight)
 	}
 	return nil
 }
@@ -100,14 +100,14 @@ func (h *Hedge) Observe(d time.Duration) {
 
 func (h *Hedge) maxInFlight() int {
 	if h.MaxInFlight == 0 {
-		return DefaultMaxInFlight
+		return defaultHedgeInFlight
 	}
 	return h.MaxInFlight
 }
 
 func (h *Hedge) minSamples() uint64 {
 	if h.MinSamples == 0 {
-		return DefaultMinSamples
+		return defaultMinSamples
 	}
 	return uint64(h.MinSamples)
 }
