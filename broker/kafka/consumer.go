@@ -565,7 +565,7 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 	)
 	switch {
 	case sc.state != nil:
-		st, co, err = parseState(sc.state)
+		st, co, err = parseState(sc.state, c.opts.Topics.Main)
 	case sc.legacy:
 		// The nine-header form of earlier versions: a record in flight
 		// across an upgrade.
@@ -664,13 +664,27 @@ func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dea
 	if dead {
 		n = 12
 	}
-	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+n)}
+	size := 96 + 2*len(co.topic) + len(st.Error) + len(st.Reason)
+	var (
+		out *kgo.Record
+		buf []byte
+	)
+	if !dead && len(r.Headers)+n <= len(retryRecord{}.headers) && size <= len(retryRecord{}.buf) {
+		// A retry of a record with few headers: the record, its headers
+		// and their values in one allocation.
+		rr := new(retryRecord)
+		out, buf = &rr.rec, rr.buf[:0]
+		out.Headers = rr.headers[:0]
+	} else {
+		out = &kgo.Record{Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+n)}
+		buf = make([]byte, 0, size)
+	}
+	out.Topic, out.Key, out.Value = topic, r.Key, r.Value
 	for _, h := range r.Headers {
 		if !isOwnHeader(h.Key) { // a forward rewrites them
 			out.Headers = append(out.Headers, h)
 		}
 	}
-	buf := make([]byte, 0, 96+2*len(co.topic)+len(st.Error)+len(st.Reason))
 	add := func(k string, start int) {
 		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: buf[start:len(buf):len(buf)]})
 	}
@@ -701,6 +715,14 @@ func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dea
 	st.Origin = co.String()
 	st.EncodeBytes(buf, func(k string, v []byte) { out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: v}) })
 	return out
+}
+
+// retryRecord is a forward to a retry topic with room for its headers and
+// their values: one allocation instead of three per retry.
+type retryRecord struct {
+	rec     kgo.Record
+	headers [4]kgo.RecordHeader
+	buf     [160]byte
 }
 
 // ParseDeadLetter decodes a record read from the DLQ topic.
