@@ -277,7 +277,8 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 		paused *pauser
 	)
 	if s.retry {
-		paused = &pauser{topic: s.topic, due: map[int32]time.Time{}}
+		paused = &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
+		defer paused.w.Stop()
 	} else {
 		work = make(chan polled, maxPollsInFlight)
 		done := make(chan struct{})
@@ -350,6 +351,9 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 				break
 			}
 			out, due, kept := c.handle(ctx, r, b.at, paused != nil)
+			if !due.IsZero() && c.waitDue(sctx, paused, due) {
+				out, due, kept = c.handle(ctx, r, b.at, true)
+			}
 			if kept {
 				break // shutting down: neither committed nor forwarded
 			}
@@ -374,6 +378,25 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 	t.seal(b.poll)
 }
 
+// waitDue waits for due when it is at most p.maxWait away and reports
+// whether it waited to the end (false: too far away, or ctx ended). A record due that
+// soon is waited for, not paused: a pause sets the partition's fetch
+// offset back, so its records are fetched and decoded again, and a
+// resumed partition joins the next fetch only after the one in flight
+// returns (up to the stage's fetch wait, maxWait, late anyway). Waiting
+// holds up the stage's other partitions by at most maxWait, the lateness a
+// pause allows too.
+func (c *Consumer) waitDue(ctx context.Context, p *pauser, due time.Time) bool {
+	d := due.Sub(c.now())
+	switch {
+	case d > p.maxWait:
+		return false
+	case d <= 0:
+		return true
+	}
+	return p.w.Wait(ctx, nil, d) == nil
+}
+
 // pollContext is the context of a poll: ctx, with a wall-clock deadline at
 // the earliest due time of p's paused partitions, if any, so that the
 // stage resumes them on time when no record comes.
@@ -390,6 +413,8 @@ type pauser struct {
 	topic   string
 	due     map[int32]time.Time // partition → when its head record is due
 	rewinds map[int32]kgo.EpochOffset
+	maxWait time.Duration // a head record due within it is waited for (waitDue)
+	w       wait.Waiter
 }
 
 func (p *pauser) earliest() (time.Time, bool) {
@@ -473,7 +498,8 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		sess.CloseAllowingRebalance()
 	}()
 
-	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}}
+	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
+	defer paused.w.Stop()
 	for {
 		pctx, cancel := c.pollContext(ctx, paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
@@ -504,7 +530,11 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 					out *kgo.Record
 					due time.Time
 				)
-				if out, due, kept = c.handle(ctx, r, now, true); kept {
+				out, due, kept = c.handle(ctx, r, now, true)
+				if !due.IsZero() && c.waitDue(ctx, paused, due) {
+					out, due, kept = c.handle(ctx, r, now, true)
+				}
+				if kept {
 					return
 				}
 				if !due.IsZero() {
