@@ -12,8 +12,9 @@ import (
 )
 
 // Headers of our own next to broker's: the message's original exchange and
-// routing key, kept across wait queues (the delivery's own fields then name
-// the main exchange again).
+// routing key (the delivery's own fields name the main exchange again after
+// a wait queue), on dead letters. A wait-queue forward carries them in its
+// compact state instead (see appendFields), unless one has a newline.
 const (
 	HeaderExchange   = "x-stagger-exchange"    // the exchange the message was first delivered from
 	HeaderRoutingKey = "x-stagger-routing-key" // the routing key it was first delivered with
