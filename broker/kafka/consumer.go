@@ -378,18 +378,23 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 	t.seal(b.poll)
 }
 
-// waitDue waits for due when it is at most p.maxWait away and reports
-// whether it waited to the end (false: too far away, or ctx ended). A record due that
-// soon is waited for, not paused: a pause sets the partition's fetch
-// offset back, so its records are fetched and decoded again, and a
-// resumed partition joins the next fetch only after the one in flight
-// returns (up to the stage's fetch wait, maxWait, late anyway). Waiting
-// holds up the stage's other partitions by at most maxWait, the lateness a
-// pause allows too.
+// waitInPlace bounds how long a retry stage waits for a record in place
+// (waitDue) instead of pausing its partition: the stage's other partitions
+// wait that long at most.
+const waitInPlace = 10 * time.Millisecond
+
+// waitDue waits for due when it is at most min(p.maxWait, waitInPlace)
+// away and reports whether it waited to the end (false: too far away, or
+// ctx ended). A record due that soon is waited for, not paused: a pause
+// sets the partition's fetch offset back, so its records are fetched and
+// decoded again, and a resumed partition joins the next fetch only after
+// the one in flight returns (up to the stage's fetch wait, maxWait). A
+// short tier's records come a fraction of a millisecond before they are
+// due, batch after batch.
 func (c *Consumer) waitDue(ctx context.Context, p *pauser, due time.Time) bool {
 	d := due.Sub(c.now())
 	switch {
-	case d > p.maxWait:
+	case d > min(p.maxWait, waitInPlace):
 		return false
 	case d <= 0:
 		return true
