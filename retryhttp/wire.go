@@ -186,10 +186,18 @@ type wireCtx struct {
 	trace *httptrace.ClientTrace
 	own   bool
 
-	mu    sync.Mutex
-	done  chan struct{}
-	err   error
-	after map[*func()]struct{}
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+	after    []afterEntry // AfterFunc's registrations, in afterBuf while they fit
+	afterBuf [1]afterEntry
+	nextID   uint64
+}
+
+// afterEntry is one AfterFunc registration of a wireCtx.
+type afterEntry struct {
+	id uint64
+	f  func()
 }
 
 func (w *wireCtx) Value(key any) any {
@@ -235,18 +243,27 @@ func (w *wireCtx) AfterFunc(f func()) (stop func() bool) {
 		go f()
 		return func() bool { return false }
 	}
+	w.nextID++
+	id := w.nextID
 	if w.after == nil {
-		w.after = make(map[*func()]struct{})
+		w.after = w.afterBuf[:0]
 	}
-	key := &f
-	w.after[key] = struct{}{}
-	return func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		_, ok := w.after[key]
-		delete(w.after, key)
-		return ok
+	w.after = append(w.after, afterEntry{id: id, f: f})
+	return func() bool { return w.stopAfter(id) }
+}
+
+// stopAfter drops the AfterFunc registration id; it reports whether it was
+// still there (its function had not been started).
+func (w *wireCtx) stopAfter(id uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, e := range w.after {
+		if e.id == id {
+			w.after = append(w.after[:i], w.after[i+1:]...)
+			return true
+		}
 	}
+	return false
 }
 
 // cancel ends an own wireCtx with context.Canceled.
@@ -260,8 +277,8 @@ func (w *wireCtx) cancel() {
 	if w.done != nil {
 		close(w.done)
 	}
-	for f := range w.after {
-		go (*f)()
+	for _, e := range w.after {
+		go e.f()
 	}
 	w.after = nil
 }
