@@ -110,7 +110,7 @@ func TestRetryDelayErrors(t *testing.T) {
 	}
 }
 
-func TestSeed000Schedules(t *testing.T) {
+func TestOutageSchedules(t *testing.T) {
 	// "Retry immediately": 0 before attempt 1 (the loop never waits before
 	// the first attempt), 20ms before every later one.
 	imm := Constant(20 * ms)

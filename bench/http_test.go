@@ -25,7 +25,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
 )
@@ -69,10 +69,10 @@ func retryablehttpClient(base http.RoundTripper) httpClient {
 			c := newRetryablehttp(base)
 			c.RequestLogHook = func(_ retryablehttp.Logger, r *http.Request, n int) {
 				attempts.Add(1)
-				r.Header.Set(lab.HeaderAttempt, fmt.Sprint(n+1)) // for the gateway's log
+				r.Header.Set(labkit.HeaderAttempt, fmt.Sprint(n+1)) // for the gateway's log
 			}
 			req, _ := retryablehttp.NewRequestWithContext(ctx, method, url, strings.NewReader("{}"))
-			req.Header.Set(lab.HeaderRequestID, id)
+			req.Header.Set(labkit.HeaderRequestID, id)
 			resp, err := c.Do(req)
 			if err != nil {
 				return false, int(attempts.Load())
@@ -108,7 +108,7 @@ func staggerJitter(name string, base http.RoundTripper, j backoff.Jitter, b func
 			}
 			client := &http.Client{Transport: retryhttp.New(base, p)}
 			req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader("{}"))
-			req.Header.Set(lab.HeaderRequestID, id)
+			req.Header.Set(labkit.HeaderRequestID, id)
 			resp, err := client.Do(req)
 			if err != nil {
 				return false, int(attempts.Load())
@@ -129,10 +129,10 @@ type outageRow struct {
 
 // runOutage lets callers start together against a gateway that is down for
 // the first outage of its timeline, and returns what the gateway counted.
-func runOutage(t *testing.T, c httpClient, f lab.Faults, callers int, method string) outageRow {
+func runOutage(t *testing.T, c httpClient, f labkit.Faults, callers int, method string) outageRow {
 	t.Helper()
 	start := time.Now().Add(50 * time.Millisecond)
-	g, err := lab.NewGateway(f, start)
+	g, err := labkit.NewGateway(f, start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func runOutage(t *testing.T, c httpClient, f lab.Faults, callers int, method str
 	if err := g.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s := g.Recorder().Stats(lab.DefaultWindow)
+	s := g.Recorder().Stats(labkit.DefaultWindow)
 	return outageRow{client: c.name, method: method, attempts: s.Total, clientAttempts: int(clientAttempts.Load()),
 		peak: s.Peak, served: int(served.Load()), callers: callers, lastAccepted: s.LastAccepted}
 }
@@ -181,18 +181,18 @@ func TestHTTPOutage(t *testing.T) {
 	const callers = 20
 	scenarios := []struct {
 		name   string
-		faults lab.Faults
+		faults labkit.Faults
 	}{
-		{"down 700ms, latency 20ms", lab.Outage(700*time.Millisecond, 20*time.Millisecond)},
-		{"down 700ms, latency 20ms, then at most 4 in flight", func() lab.Faults {
+		{"down 700ms, latency 20ms", labkit.Outage(700*time.Millisecond, 20*time.Millisecond)},
+		{"down 700ms, latency 20ms, then at most 4 in flight", func() labkit.Faults {
 			// The recovering dependency has little room: attempts that
 			// arrive together beyond 4 in flight are refused at once.
-			f := lab.Outage(700*time.Millisecond, 20*time.Millisecond)
+			f := labkit.Outage(700*time.Millisecond, 20*time.Millisecond)
 			f.Capacity = 4
 			return f
 		}()},
-		{"down 700ms, latency 20ms, Retry-After: 1", func() lab.Faults {
-			f := lab.Outage(700*time.Millisecond, 20*time.Millisecond)
+		{"down 700ms, latency 20ms, Retry-After: 1", func() labkit.Faults {
+			f := labkit.Outage(700*time.Millisecond, 20*time.Millisecond)
 			f.RetryAfter = time.Second
 			return f
 		}()},
@@ -248,7 +248,7 @@ func TestHTTPOutage(t *testing.T) {
 // BenchmarkHTTPSuccess is one successful GET over loopback through each
 // library, configured as above.
 func BenchmarkHTTPSuccess(b *testing.B) {
-	g, err := lab.NewGateway(lab.Faults{}, time.Now())
+	g, err := labkit.NewGateway(labkit.Faults{}, time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func BenchmarkHTTPSuccess(b *testing.B) {
 	// retryhttp's cost of making an ID is in its BenchmarkOverhead.
 	newReq := func() *http.Request {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		req.Header[lab.HeaderRequestID] = []string{"bench"}
+		req.Header[labkit.HeaderRequestID] = []string{"bench"}
 		return req
 	}
 	for _, c := range []struct {

@@ -73,6 +73,15 @@ const (
 	HeaderID = "x-stagger-id"
 )
 
+// The W3C Trace Context headers (W3C Recommendation "Trace Context"), as a
+// producer's tracing writes them: not stagger's own, so every adapter copies
+// them unchanged onto each retry, dead letter and redrive of a message, and
+// Processor.WithTrace reads them for the handler.
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
+
 // MaxErrorLen bounds the error text copied into HeaderError.
 const MaxErrorLen = 1024
 

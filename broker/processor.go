@@ -90,6 +90,27 @@ type Processor struct {
 	Source string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Trace, if set, restores the trace context a message carries
+	// (HeaderTraceParent, HeaderTraceState) into its handler's context
+	// (WithTrace), so what the handler traces joins the producer's trace
+	// on every delivery, a retry delivered much later included.
+	// contrib/otel's Propagator is one.
+	Trace retry.Propagator
+}
+
+// WithTrace returns ctx with the trace context of a message whose headers
+// get reads, through Trace: ctx itself when Trace is nil or the message
+// carries no traceparent. An adapter passes the result to Process.
+func (p *Processor) WithTrace(ctx context.Context, get func(key string) (string, bool)) context.Context {
+	if p.Trace == nil {
+		return ctx
+	}
+	parent, _ := get(HeaderTraceParent)
+	if parent == "" {
+		return ctx
+	}
+	state, _ := get(HeaderTraceState)
+	return p.Trace.Extract(ctx, parent, state)
 }
 
 func (p *Processor) now() time.Time {

@@ -1,28 +1,25 @@
-// Package lab measures what a retry policy does to the service that receives
+// Package lab counts what a retry policy does to the service that receives
 // the retries.
 //
 // Every retry library explains what the caller does. The lab stands on the
-// other side: a real HTTP [Gateway] on 127.0.0.1 with a scripted fault
-// timeline ([Faults]: down from t0 to t1, response latency, a concurrency
-// cap, a slow phase, flapping) counts every attempt that arrives — total,
-// accepted, rejected, and the peak number of attempts inside any window of
-// 200 ms (sliding; the width is configurable) — because a gateway that is
-// briefly down does not care that you tried again, it cares how many callers
-// tried again at the same instant.
+// other side, because a service that is briefly down does not care that you
+// tried again, it cares how many callers tried again at the same instant.
+// This package is the part of the lab a program uses:
 //
-// A [Scenario] starts N callers, each one logical request retried with a real
-// [retry.Policy] (the shipped backoff, budget and limit code, never a copy)
-// until it is accepted or the policy gives up, and records every attempt on
-// both sides: once by the caller and once by the gateway. The two counts must
-// agree exactly; [Result.Agree] says whether they did.
+//   - [Recorder] counts attempts as they arrive — by outcome, by logical
+//     request and attempt number, and the peak inside any sliding window of
+//     200 ms (or another width) — in a test, a staging service or a
+//     consumer. [Recorder.Handler] does it for an [http.Handler], from the
+//     Stagger-Request-Id and Stagger-Attempt headers that retryhttp sends.
+//   - [WindowedRecorder] counts the same way in a process that runs for
+//     days, with bounded memory.
+//   - [Run] runs the lab's experiment from Go — callers retrying against a
+//     real HTTP gateway on 127.0.0.1 that is down for a while, once per
+//     strategy, every attempt counted on both sides — and
+//     [Result.WriteReport] writes its HTML report.
 //
-// The receiving-side counter is [Recorder]: it knows nothing of HTTP, so any
-// component that sees attempts arrive counts them with the same code. The
-// lab gateway keeps every attempt with it; the counting proxy, which runs
-// for days, uses [WindowedRecorder], whose memory is bounded by windows.
-//
-// Strategies are named as on the command line — immediate, constant, expo,
-// expo-full, expo-equal, decorrelated, each optionally followed by +budget,
-// +bulkhead, +breaker and +rate — and [ParseStrategy] turns a name into the
-// real schedule, budget, circuit breaker and limiters.
+// The `stagger lab` command (docs/lab.md) runs the same experiment with every
+// knob as a flag: fault timelines, capacity caps, budgets, bulkheads and
+// more. Those knobs, the gateway and the fault timeline are the command's,
+// not this package's: they change with the command.
 package lab

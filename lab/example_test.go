@@ -3,107 +3,100 @@ package lab_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/staggerhq/stagger/lab"
 )
 
-// Run one lab experiment programmatically: 4 callers against a real
-// loopback gateway that is down for 300 ms, retrying with exponential
-// backoff and full jitter. The counts depend on real timing, so this prints
-// only what holds on every run.
-func ExampleScenario_Run() {
-	s := lab.Scenario{
-		Callers: 4,
-		Faults:  lab.Outage(300*time.Millisecond, 5*time.Millisecond),
-		Ramp:    20 * time.Millisecond, // callers start 5 ms apart
-		Seed:    1,                     // the same seed draws the same waits
-	}
-	st, err := lab.ParseStrategy("expo-full", lab.StrategyOptions{Base: 60 * time.Millisecond})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	r, err := s.Run(context.Background(), st)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	// r.WriteLog(os.Stdout, true) would print the per-attempt log with the
-	// counts (r.Gateway.Total, .Accepted, .Peak), and lab.WriteReportFile
-	// the HTML report. Here: what holds on every run.
-	refusedInOutage := true
-	for _, a := range r.Attempts { // each joined with its gateway record
-		if (a.Arrived < 300*time.Millisecond) != (a.Outcome == lab.Down) {
-			refusedInOutage = false
-		}
-	}
-	fmt.Println("callers accepted:", r.CallersAccepted())
-	fmt.Println("caller and gateway counts agree:", r.Agree(), r.Gateway.Total == len(r.Attempts))
-	fmt.Println("down exactly during the outage:", refusedInOutage)
-	fmt.Println("jitter check:", r.CheckJitter())
-	// Output:
-	// callers accepted: 4
-	// caller and gateway counts agree: true true
-	// down exactly during the outage: true
-	// jitter check: <nil>
-}
-
-// A Recorder counts attempts on the receiving side of anything — here fed
-// by hand with known arrival times.
+// Count the attempts that reach a service: two logical requests, the first
+// retried twice after refusals.
 func ExampleRecorder() {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	rec := lab.NewRecorder(start)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	rec.Record(at(12), "order-1", 1, lab.Down)
-	rec.Record(at(20), "order-2", 1, lab.Down)
-	rec.Record(at(58), "order-1", 2, lab.Down)
-	rec.Record(at(150), "order-2", 2, lab.Busy)
-	rec.Record(at(230), "order-1", 3, lab.Accepted)
-	rec.Record(at(420), "order-2", 3, lab.Accepted)
+	rec.Record(at(0), "order-1", 1, lab.Down)
+	rec.Record(at(10), "order-2", 1, lab.Accepted)
+	rec.Record(at(60), "order-1", 2, lab.Down)
+	rec.Record(at(500), "order-1", 3, lab.Accepted)
 
-	s := rec.Stats(200 * time.Millisecond)
+	s := rec.Stats(lab.DefaultWindow)
 	fmt.Printf("%d attempts, %d accepted, %d rejected\n", s.Total, s.Accepted, s.Rejected)
-	fmt.Printf("peak %d in one 200ms window, from %v\n", s.Peak, s.PeakAt)
-	fmt.Printf("%d requests, %.1f attempts each, at most %d\n", s.Requests, s.AttemptsPerRequest(), s.MaxAttempts)
+	fmt.Printf("peak %d in 200ms from %v\n", s.Peak, s.PeakAt)
+	fmt.Printf("%.1f attempts per request, at most %d\n", s.AttemptsPerRequest(), s.MaxAttempts)
 	for _, b := range s.Timeline {
-		fmt.Printf("window %v: %d accepted, %d rejected\n", b.Start, b.Accepted, b.Rejected)
+		fmt.Printf("%v: %d accepted, %d down\n", b.Start, b.Accepted, b.Down)
 	}
 	// Output:
-	// 6 attempts, 2 accepted, 4 rejected
-	// peak 4 in one 200ms window, from 12ms
-	// 2 requests, 3.0 attempts each, at most 3
-	// window 0s: 0 accepted, 4 rejected
-	// window 200ms: 1 accepted, 0 rejected
-	// window 400ms: 1 accepted, 0 rejected
+	// 4 attempts, 2 accepted, 2 rejected
+	// peak 3 in 200ms from 0s
+	// 2.0 attempts per request, at most 3
+	// 0s: 1 accepted, 2 down
+	// 200ms: 0 accepted, 0 down
+	// 400ms: 1 accepted, 0 down
 }
 
-// Strategy names map to the real backoff schedules.
-func ExampleParseStrategy() {
-	for _, name := range []string{"immediate", "expo-full", "expo+budget+bulkhead"} {
-		st, err := lab.ParseStrategy(name, lab.StrategyOptions{})
-		if err != nil {
-			fmt.Println(err)
-			continue
+// Count every request a handler serves: the request ID and attempt number
+// come from the headers retryhttp sends, the outcome from the answer.
+func ExampleRecorder_Handler() {
+	rec := lab.NewRecorder(time.Now())
+	calls := 0
+	h := rec.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		fmt.Printf("%s: %s, schedule %#v, budget %v, bulkhead %d\n",
-			st.Name, st.Title, st.Schedule, st.NewBudget != nil, st.Bulkhead)
+	}))
+	for attempt := range 2 {
+		req := httptest.NewRequest("POST", "/orders", nil)
+		req.Header.Set(lab.HeaderRequestID, "order-1")
+		req.Header.Set(lab.HeaderAttempt, fmt.Sprint(attempt+1))
+		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
-	_, err := lab.ParseStrategy("retry-harder", lab.StrategyOptions{})
-	fmt.Println(err)
+	s := rec.Stats(0)
+	fmt.Printf("%d attempts of %d request: %d accepted, %d failed\n", s.Total, s.Requests, s.Accepted, s.Failed)
 	// Output:
-	// immediate: RETRY IMMEDIATELY, schedule 20000000, budget false, bulkhead 0
-	// expo-full: EXPONENTIAL + JITTER, schedule backoff.Exponential{Base:60000000, Multiplier:0, Cap:0, Jitter:0x1, Unit:1000000}, budget false, bulkhead 0
-	// expo+budget+bulkhead: EXPONENTIAL + BUDGET + BULKHEAD, schedule backoff.Exponential{Base:60000000, Multiplier:0, Cap:0, Jitter:0x0, Unit:1000000}, budget true, bulkhead 2
-	// lab: invalid configuration: unknown strategy "retry-harder" (want one of immediate, constant, expo, expo-full, expo-equal, decorrelated, optionally followed by +budget, +bulkhead, +breaker, +rate or +hedge)
+	// 2 attempts of 1 request: 1 accepted, 1 failed
 }
 
-// SlidingPeak counts the densest window anywhere, not on a grid: these
-// arrivals straddle the 200 ms boundary, so fixed windows see 2 + 2, a
-// sliding one sees 4.
-func ExampleSlidingPeak() {
-	ms := time.Millisecond
-	peak, at := lab.SlidingPeak([]time.Duration{150 * ms, 190 * ms, 210 * ms, 250 * ms}, 200*ms)
-	fmt.Println(peak, at)
-	// Output: 4 150ms
+// A long-running counter keeps an hour of 200 ms windows and a bounded
+// number of request IDs.
+func ExampleWindowedRecorder() {
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rec, err := lab.NewWindowedRecorder(start, lab.WindowedConfig{Horizon: time.Hour})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i := range 10 {
+		rec.Record(start.Add(time.Duration(i)*30*time.Millisecond), fmt.Sprint("req-", i%5), i/5+1, lab.Accepted)
+	}
+	s := rec.Stats(false)
+	fmt.Printf("%d attempts, %d requests, peak %d\n", s.Total, s.Requests, s.Peak)
+	// Output:
+	// 10 attempts, 5 requests, peak 7
+}
+
+// Run the lab's experiment from Go: two callers against a gateway down for
+// 100 ms, retrying with exponential backoff and full jitter.
+func ExampleRun() {
+	res, err := lab.Run(context.Background(), lab.Options{
+		Callers:    2,
+		Strategies: []string{"expo-full"},
+		Outage:     100 * time.Millisecond,
+		Latency:    time.Millisecond,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range res.Strategies {
+		fmt.Printf("%s: %d of %d callers accepted, %d attempts accepted\n",
+			s.Strategy, s.Accepted, s.Callers, s.Gateway.Accepted)
+	}
+	fmt.Println("checks:", res.Check())
+	// Output:
+	// expo-full: 2 of 2 callers accepted, 2 attempts accepted
+	// checks: <nil>
 }

@@ -92,7 +92,7 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 	a.mu.Lock()
 	a.cancel, a.actx = cancel, actx
 	a.mu.Unlock()
-	herr := call(retry.WithDelivery(actx, s.Delivery), h, j.Payload)
+	herr := call(retry.WithDelivery(q.withTrace(actx, j.Trace), s.Delivery), h, j.Payload)
 	leaseLost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	a.mu.Lock()
 	a.cancel, a.actx = nil, nil
@@ -150,6 +150,16 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		o.State, o.AvailableAt = Pending, addMs(t1, ceilMs(q.policy.Schedule.Delay(j.Attempts, 0, q.policy.Rand)))
 	}
 	a.out, a.rec = o, true
+}
+
+// withTrace restores the enqueuer's trace context (Job.Trace) into the
+// handler's context.
+func (q *Queue) withTrace(ctx context.Context, trace string) context.Context {
+	if q.cfg.Trace == nil || trace == "" {
+		return ctx
+	}
+	parent, state := decodeTrace(trace)
+	return q.cfg.Trace.Extract(ctx, parent, state)
 }
 
 // call runs h, turning a panic into an error of no class.

@@ -15,8 +15,10 @@
 //     (claim, run the handler outside any transaction, decide, record), the
 //     clock (absolute Unix milliseconds, read before and after the handler),
 //     operator actions (Dead, Requeue) and Stats.
-//   - Worker runs a handler continuously: claims sized to idle handlers
-//     (and, for short handlers, to those they start within a commit),
+//   - Worker runs handlers continuously, on one queue (NewWorker) or
+//     several of one store, each with its own handler, Policy, Limits and
+//     concurrency (NewMultiWorker): claims sized to idle handlers (and, for
+//     short handlers, to those they start within a commit),
 //     outcomes committed with the next claim, wake-ups, jittered polling,
 //     lease heartbeats, per-attempt timeouts, a sweep, graceful shutdown.
 //   - Inbox is the receiver's side: the effect of a message ID applied once

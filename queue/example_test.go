@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/retry"
@@ -20,8 +22,11 @@ func Example() {
 	ctx := context.Background()
 	clock := queuetest.NewClock(queuetest.Start)
 	q, err := queue.New(queue.NewMemoryStore(), queue.Config{
-		Base: 100 * time.Millisecond, Cap: time.Second,
-		Now: clock.Now, Rand: queuetest.FixedRatio(0.5),
+		Policy: &retry.Policy{
+			Schedule: backoff.Ratio{Base: 100 * time.Millisecond, Cap: time.Second},
+			Rand:     queuetest.FixedRatio(0.5),
+		},
+		Now: clock.Now,
 	})
 	if err != nil {
 		panic(err)
@@ -61,7 +66,7 @@ func Example() {
 // retried, and one of which is malformed and goes dead at once. The ratio
 // is fixed at 0, so a retry is due at once and the example runs in a moment.
 func ExampleWorker() {
-	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Rand: queuetest.FixedRatio(0)})
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Policy: &retry.Policy{Rand: queuetest.FixedRatio(0)}})
 	if err != nil {
 		panic(err)
 	}
@@ -114,6 +119,53 @@ func ExampleWorker() {
 	// order-1: done, attempts 1
 	// order-2: done, attempts 2, last error: warehouse: 503
 	// order-3: dead, attempts 1, permanent, last error: malformed order
+}
+
+// One Worker serves two queues of one store, each with its own Policy,
+// handler and concurrency: webhooks get more attempts and more handlers
+// than orders, and a backlog of one cannot hold up the other.
+func ExampleNewMultiWorker() {
+	store := queue.NewMemoryStore()
+	orders, err := queue.New(store, queue.Config{Queue: "orders"})
+	if err != nil {
+		panic(err)
+	}
+	webhooks, err := queue.New(store, queue.Config{Queue: "webhooks", Policy: &retry.Policy{MaxAttempts: 20}})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 3 {
+		orders.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("order-%d", i)})
+		webhooks.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("hook-%d", i)})
+	}
+	var left atomic.Int32
+	left.Store(6)
+	handle := func(context.Context, []byte) error {
+		if left.Add(-1) == 0 {
+			cancel() // every job is done: stop the worker
+		}
+		return nil
+	}
+	w, err := queue.NewMultiWorker(queue.WorkerConfig{},
+		queue.Serve{Queue: orders, Handler: handle, Concurrency: 1},
+		queue.Serve{Queue: webhooks, Handler: handle, Concurrency: 8},
+	)
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+	for _, q := range []*queue.Queue{orders, webhooks} {
+		st, _ := q.Stats(context.Background())
+		j, _ := q.Get(context.Background(), map[string]string{"orders": "order-0", "webhooks": "hook-0"}[q.Config().Queue])
+		fmt.Printf("%s: done %d, a job's max attempts %d\n", q.Config().Queue, st.Done, j.MaxAttempts)
+	}
+	// Output:
+	// orders: done 3, a job's max attempts 10
+	// webhooks: done 3, a job's max attempts 20
 }
 
 // A handler that waits for something outside the queue snoozes instead of

@@ -68,6 +68,12 @@ type Job struct {
 	LeaseUntil int64
 	// CreatedAt, UpdatedAt and FinishedAt (done or dead; 0 otherwise).
 	CreatedAt, UpdatedAt, FinishedAt int64
+	// Trace is the trace context of the code that enqueued the job, as
+	// Config.Trace injected it: the W3C traceparent, then a newline and
+	// the tracestate when there is one; "" when none. Every attempt's
+	// handler runs in that trace (Config.Trace extracts it at the claim).
+	// Stores keep it as opaque text.
+	Trace string
 }
 
 // DefaultQueue is the queue of jobs enqueued without one.
@@ -87,6 +93,11 @@ const (
 	MaxMaxAttempts = 1_000_000
 	// MaxPayloadLimit is the largest Config.MaxPayload.
 	MaxPayloadLimit = 64 << 20
+	// MaxTraceLen is the longest Job.Trace in bytes: a traceparent (55
+	// bytes in version 00) and the 512 bytes of tracestate the W3C Trace
+	// Context recommendation asks to propagate, with room to spare. A
+	// longer tracestate is dropped, the traceparent kept.
+	MaxTraceLen = 1024
 )
 
 // ValidateID reports whether id is a usable job ID: 1 to MaxIDLen bytes of
@@ -120,6 +131,35 @@ func ValidateQueue(name string) error {
 		}
 	}
 	return nil
+}
+
+// encodeTrace makes the Job.Trace of an injected trace context: "" when
+// the traceparent is empty or not one line of printable ASCII (a broken
+// propagator must not fail an enqueue), the tracestate dropped when it is
+// not or makes the whole longer than MaxTraceLen.
+func encodeTrace(parent, state string) string {
+	if parent == "" || !printable(parent) || len(parent) > MaxTraceLen {
+		return ""
+	}
+	if state == "" || !printable(state) || len(parent)+1+len(state) > MaxTraceLen {
+		return parent
+	}
+	return parent + "\n" + state
+}
+
+// decodeTrace splits a Job.Trace into traceparent and tracestate.
+func decodeTrace(t string) (parent, state string) {
+	parent, state, _ = strings.Cut(t, "\n")
+	return parent, state
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // truncateError makes an error message storable: invalid UTF-8 and NUL

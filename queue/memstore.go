@@ -296,17 +296,33 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 
 // Stats implements Store.
 func (m *MemoryStore) Stats(ctx context.Context, queue string, now int64) (Stats, error) {
+	all, err := m.countStats(ctx, now, &queue)
+	s := all[queue]
+	s.Now = now
+	return s, err
+}
+
+// StatsByQueue implements StatsByQueuer.
+func (m *MemoryStore) StatsByQueue(ctx context.Context, now int64) (map[string]Stats, error) {
+	return m.countStats(ctx, now, nil)
+}
+
+// countStats counts the jobs of the named queue (nil: of every queue).
+func (m *MemoryStore) countStats(ctx context.Context, now int64, queue *string) (map[string]Stats, error) {
 	if err := ctx.Err(); err != nil {
-		return Stats{}, err
+		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{Now: now}
+	out := map[string]Stats{}
 	for _, j := range m.jobs {
-		if j.Queue != queue {
+		if queue != nil && j.Queue != *queue {
 			continue
 		}
+		s := out[j.Queue]
+		s.Now = now
 		s.Add(j.State, j.DeadReason, j.AvailableAt <= now, buriable(j, now), 1, j.AvailableAt)
+		out[j.Queue] = s
 	}
-	return s, nil
+	return out, nil
 }

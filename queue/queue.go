@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -18,7 +17,7 @@ type Queue struct {
 	store    Store
 	cfg      Config
 	now      func() int64
-	policy   retry.Policy // the jobs' retry rules (Config.Policy with the queue's schedule)
+	policy   retry.Policy // the jobs' retry rules: Config.Policy, the rows' attempts and deadlines governing
 	leaseMs  int64
 	recordTO time.Duration
 
@@ -49,20 +48,12 @@ func New(store Store, cfg Config) (*Queue, error) {
 	if q.now == nil {
 		q.now = systemNow
 	}
-	if cfg.Policy != nil {
-		q.policy = *cfg.Policy
-	}
-	if q.policy.Schedule == nil {
-		q.policy.Schedule = backoff.Ratio{Base: cfg.Base, Cap: cfg.Cap}
-	}
-	if q.policy.MaxAfter == 0 {
-		q.policy.MaxAfter = backoff.MaxDelay // a job waits as long as asked, up to its deadline
-	}
-	if q.policy.AttemptTimeout == 0 {
-		q.policy.AttemptTimeout = cfg.AttemptTimeout
-	}
-	if cfg.Rand != nil {
-		q.policy.Rand = &lockedSource{src: cfg.Rand}
+	// The rows govern every job: its max_attempts and deadline go in the
+	// Step's Delivery, so the Policy's defaults of new jobs stay out.
+	q.policy = *cfg.Policy
+	q.policy.MaxAttempts, q.policy.Timeout = 0, 0
+	if q.policy.Rand != nil {
+		q.policy.Rand = &lockedSource{src: q.policy.Rand}
 	}
 	return q, nil
 }
@@ -86,11 +77,11 @@ type NewJob struct {
 	// Payload is at most Config.MaxPayload bytes.
 	Payload []byte
 	// MaxAttempts is the attempt budget, 1 to MaxMaxAttempts; 0 means
-	// Config.MaxAttempts.
+	// Config.Policy.MaxAttempts (DefaultJobMaxAttempts when that is 0).
 	MaxAttempts int
 	// Deadline is the absolute Unix time in milliseconds by which an
 	// attempt must have started; it must be later than now. 0 means now +
-	// Config.Deadline.
+	// Config.Policy.Timeout (DefaultJobTimeout when that is 0).
 	Deadline int64
 	// AvailableAt delays the first attempt (Unix ms, before Deadline);
 	// 0 means now.
@@ -112,7 +103,7 @@ func (q *Queue) Enqueue(ctx context.Context, j NewJob) (Job, bool, error) {
 // EnqueueMany validates every job and then stores them in one transaction:
 // if any job is invalid nothing is written. Results are in input order.
 func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error) {
-	rows, err := q.NewRows(js)
+	rows, err := q.NewRowsContext(ctx, js)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -130,6 +121,16 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 // inside a caller's own transaction (the EnqueueTx of queue/sqlite and
 // queue/postgres).
 func (q *Queue) NewRows(js []NewJob) ([]Job, error) {
+	return q.NewRowsContext(context.Background(), js)
+}
+
+// NewRowsContext is NewRows for jobs enqueued by code running in ctx: with
+// Config.Trace set, each row carries ctx's trace context (Job.Trace).
+func (q *Queue) NewRowsContext(ctx context.Context, js []NewJob) ([]Job, error) {
+	var trace string
+	if q.cfg.Trace != nil {
+		trace = encodeTrace(q.cfg.Trace.Inject(ctx))
+	}
 	now := q.now()
 	rows := make([]Job, len(js))
 	for i, j := range js {
@@ -140,6 +141,7 @@ func (q *Queue) NewRows(js []NewJob) ([]Job, error) {
 			}
 			return nil, err
 		}
+		row.Trace = trace
 		rows[i] = row
 	}
 	return rows, nil
@@ -175,14 +177,14 @@ func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 	maxA := j.MaxAttempts
 	switch {
 	case maxA == 0:
-		maxA = q.cfg.MaxAttempts
+		maxA = q.cfg.Policy.MaxAttempts
 	case maxA < 0 || maxA > MaxMaxAttempts:
 		return Job{}, fmt.Errorf("%w: max_attempts must be in [1, %d], got %d", ErrInvalid, MaxMaxAttempts, maxA)
 	}
 	dl := j.Deadline
 	switch {
 	case dl == 0:
-		dl = addMs(now, ceilMs(q.cfg.Deadline))
+		dl = addMs(now, ceilMs(q.cfg.Policy.Timeout))
 	case dl <= now:
 		return Job{}, fmt.Errorf("%w: deadline (%d ms) must be later than now (%d ms)", ErrInvalid, dl, now)
 	case dl > MaxTime:
@@ -321,6 +323,21 @@ func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int6
 // Stats counts the jobs by state now.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	return q.store.Stats(ctx, q.cfg.Queue, q.now())
+}
+
+// ErrNoStatsByQueue: the store cannot count every queue at once (it is not
+// a StatsByQueuer).
+var ErrNoStatsByQueue = errors.New("queue: the store does not implement StatsByQueuer")
+
+// StatsByQueue counts the jobs of every queue of the store now, by queue
+// name (a queue that holds no job is absent). It returns ErrNoStatsByQueue
+// when the store is not a StatsByQueuer.
+func (q *Queue) StatsByQueue(ctx context.Context) (map[string]Stats, error) {
+	sq, ok := q.store.(StatsByQueuer)
+	if !ok {
+		return nil, ErrNoStatsByQueue
+	}
+	return sq.StatsByQueue(ctx, q.now())
 }
 
 // signal wakes this process's idle workers.

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,14 +34,16 @@ var ErrShutdownTimeout = errors.New("queue: worker: handlers still running or ou
 // WorkerConfig configures a Worker; zero fields take their defaults.
 type WorkerConfig struct {
 	// Concurrency is how many handlers run at once (1 to
-	// MaxConcurrency). Default 1.
+	// MaxConcurrency), per queue: with NewMultiWorker it is the default of
+	// each Serve's own. Default 1.
 	Concurrency int
 	// BatchSize caps how many jobs one claim transaction takes (1 to
 	// MaxBatchSize). A claim takes a job for each idle handler and, when
 	// handlers are short next to a claim's commit, a few more that wait in
 	// the worker for the next free handler (see loopState.prefetch): at
 	// most as many as the handlers can start, on average, within one
-	// commit. Default: 4×Concurrency, at least 64, at most MaxBatchSize.
+	// commit. Default: 4×Concurrency, at least 64, at most MaxBatchSize
+	// (with NewMultiWorker: the default of each Serve's own).
 	BatchSize int
 	// PollInterval is the mean wait of an idle loop before it looks for
 	// due jobs again; each wait is drawn uniformly from [0.5, 1.5)×, so
@@ -62,8 +65,10 @@ type WorkerConfig struct {
 	// Result.Err) instead.
 	OnError func(error)
 	// OnResult, when set, receives every attempt's end once its outcome is
-	// committed (or known lost), from the worker's committing goroutine:
-	// it should return quickly, since the next commit waits for it.
+	// committed (or known lost), from the committing goroutine of the
+	// job's queue (Result.Job.Queue), one call at a time across the queues
+	// of the Worker: it should return quickly, since the next commit waits
+	// for it.
 	OnResult func(Result)
 	// RetainDone and RetainDead are how long done and dead jobs are kept
 	// after they finished; each maintenance pass (every SweepInterval)
@@ -160,8 +165,9 @@ func setDefault[T comparable](p *T, v T) {
 	}
 }
 
-// Worker runs a handler on a queue's jobs until its context is done:
-// Concurrency handlers fed by one loop that, each turn, claims as many due
+// Worker runs handlers on the jobs of one or more queues of one store until
+// its context is done. Each queue it serves has its own handler, Policy,
+// Limits and Concurrency handlers, fed by a loop of its own that, each turn, claims as many due
 // jobs as there are idle handlers (up to BatchSize) — plus, when handlers
 // are short next to a commit, the few they will start within about one
 // commit (prefetch) — and commits the outcomes of the handlers that
@@ -173,12 +179,42 @@ func setDefault[T comparable](p *T, v T) {
 // that it claims a job for each of them (see loopState.linger). Idle, it
 // wakes on enqueues in this process and store notifications (Notifier) or
 // polls at a jittered interval. It keeps long handlers' leases alive, bounds each
-// attempt (Config.AttemptTimeout), sweeps jobs that can never run again,
-// and shuts down gracefully.
+// attempt (Config.Policy.AttemptTimeout), and shuts down gracefully. A busy
+// queue cannot starve another: its handlers are its own. The queues share
+// the store (its connection pool), one subscription to its notifications,
+// one maintenance loop (burying and retention cover every queue of the
+// store) and one shutdown.
 type Worker struct {
-	q   *Queue
-	h   retry.Handler
-	cfg WorkerConfig
+	lanes []*lane
+	cfg   WorkerConfig
+	resMu sync.Mutex // one OnResult call at a time
+}
+
+// lane is one queue a Worker serves.
+type lane struct {
+	w           *Worker
+	q           *Queue
+	h           retry.Handler
+	concurrency int
+	batch       int
+}
+
+// Serve is one queue a Worker serves (NewMultiWorker): its Queue, whose
+// Config holds the queue's name, Policy, lease and Limits, the handler of
+// its jobs, and how many of them run at once.
+type Serve struct {
+	// Queue is the queue to serve; every Serve of a Worker names another
+	// queue of the same store.
+	Queue *Queue
+	// Handler runs this queue's jobs.
+	Handler retry.Handler
+	// Concurrency is how many of this queue's handlers run at once (1 to
+	// MaxConcurrency); 0 means WorkerConfig.Concurrency.
+	Concurrency int
+	// BatchSize caps this queue's claims (1 to MaxBatchSize); 0 means
+	// WorkerConfig.BatchSize, or else the default (4×Concurrency, 64 to
+	// MaxBatchSize).
+	BatchSize int
 }
 
 // NewWorker returns a Worker running h on q's jobs.
@@ -193,7 +229,64 @@ func NewWorker(q *Queue, h retry.Handler, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{q: q, h: h, cfg: cfg}, nil
+	w := &Worker{cfg: cfg}
+	w.lanes = []*lane{{w: w, q: q, h: h, concurrency: cfg.Concurrency, batch: cfg.BatchSize}}
+	return w, nil
+}
+
+// NewMultiWorker returns one Worker serving several queues of one store,
+// each with its own handler, Policy, Limits and handlers (see Serve), like
+// River's Queues or asynq's: cfg's polling, sweep, retention, grace and
+// callbacks are shared, its Concurrency and BatchSize are the defaults of
+// each Serve's. Every Queue must be on the same store and name another
+// queue.
+func NewMultiWorker(cfg WorkerConfig, serves ...Serve) (*Worker, error) {
+	if len(serves) == 0 {
+		return nil, fmt.Errorf("%w: a Worker needs at least one queue to serve", ErrInvalid)
+	}
+	lanes := make([]*lane, len(serves))
+	seen := make(map[string]bool, len(serves))
+	for i, sv := range serves {
+		if sv.Queue == nil {
+			return nil, fmt.Errorf("%w: Serve %d: Queue must not be nil", ErrInvalid, i+1)
+		}
+		name := sv.Queue.cfg.Queue
+		switch {
+		case sv.Handler == nil:
+			return nil, fmt.Errorf("%w: queue %q: nil handler", ErrInvalid, name)
+		case seen[name]:
+			return nil, fmt.Errorf("%w: queue %q is served twice", ErrInvalid, name)
+		case !sameStore(sv.Queue.store, serves[0].Queue.store):
+			return nil, fmt.Errorf("%w: queue %q is on another store than queue %q: one Worker serves one store", ErrInvalid, name, serves[0].Queue.cfg.Queue)
+		}
+		seen[name] = true
+		lc := WorkerConfig{Concurrency: cmp.Or(sv.Concurrency, cfg.Concurrency), BatchSize: cmp.Or(sv.BatchSize, cfg.BatchSize)}
+		lc, err := lc.withDefaults()
+		if err != nil {
+			return nil, fmt.Errorf("queue %q: %w", name, err)
+		}
+		lanes[i] = &lane{q: sv.Queue, h: sv.Handler, concurrency: lc.Concurrency, batch: lc.BatchSize}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, lanes: lanes}
+	for _, l := range lanes {
+		l.w = w
+	}
+	return w, nil
+}
+
+// sameStore reports whether a and b are one store (false for values that
+// cannot be compared).
+func sameStore(a, b Store) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }
 
 // Run processes jobs until ctx is done, then shuts down: it stops claiming,
@@ -210,8 +303,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	rec, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 
+	q := w.lanes[0].q // the store and the clock of maintenance
 	var bg sync.WaitGroup
-	if n, ok := w.q.store.(Notifier); ok {
+	if n, ok := q.store.(Notifier); ok {
 		wake, cancel := n.Subscribe()
 		defer cancel()
 		bg.Add(1)
@@ -225,7 +319,9 @@ func (w *Worker) Run(ctx context.Context) error {
 					if !ok {
 						return
 					}
-					w.q.signal()
+					for _, l := range w.lanes {
+						l.q.signal()
+					}
 				}
 			}
 		}()
@@ -237,9 +333,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 
 	loopDone := make(chan struct{})
+	var loops sync.WaitGroup
+	for _, l := range w.lanes {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			l.loop(ctx, hctx, rec)
+		}()
+	}
 	go func() {
-		defer close(loopDone)
-		w.loop(ctx, hctx, rec)
+		loops.Wait()
+		close(loopDone)
 	}()
 	<-ctx.Done()
 	bg.Wait()
@@ -261,7 +365,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// loop is the worker's one committer. Each turn it commits the outcomes of
+// loop is the one committer of a queue the worker serves. Each turn it commits the outcomes of
 // the handlers that finished and claims jobs for the idle handlers (up to
 // BatchSize) — in one transaction when the store is a RecordClaimer — and
 // starts a goroutine per claimed job. So a busy worker pays about one
@@ -269,13 +373,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // done it stops claiming and returns once every running handler's outcome
 // is committed, or as soon as rec ends (Run gave up): outcomes are
 // committed with rec, which outlives ctx.
-func (w *Worker) loop(ctx, hctx, rec context.Context) {
-	q := w.q
-	st := &loopState{finished: make(chan *attempt, w.cfg.Concurrency)}
+func (l *lane) loop(ctx, hctx, rec context.Context) {
+	q, w := l.q, l.w
+	st := &loopState{finished: make(chan *attempt, l.concurrency)}
 	_, merged := q.store.(RecordClaimer)
 	var async *committer
-	if !merged || w.cfg.BatchSize >= splitTurn {
-		async = &committer{w: w, in: make(chan []*attempt, w.cfg.Concurrency), done: make(chan struct{})}
+	if !merged || l.batch >= splitTurn {
+		async = &committer{l: l, in: make(chan []*attempt, l.concurrency), done: make(chan struct{})}
 		go async.run(rec)
 		defer func() {
 			close(async.in)
@@ -290,18 +394,18 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 			runtime.Gosched() // let handlers that are about to finish report first
 		}
 		st.drain()
-		w.dispatch(hctx, st)
+		l.dispatch(hctx, st)
 		stopping := ctx.Err() != nil
 		if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
 			return
 		}
 		n := 0
 		if !stopping && len(st.buf) == 0 {
-			if st.busy < w.cfg.Concurrency {
+			if st.busy < l.concurrency {
 				st.linger(ctx)
 			}
-			idle := w.cfg.Concurrency - st.busy
-			n = min(idle+st.prefetch(w.cfg.Concurrency, w.q), w.cfg.BatchSize)
+			idle := l.concurrency - st.busy
+			n = min(idle+st.prefetch(l.concurrency, q), l.batch)
 		}
 		if n == 0 && (len(st.queued) == 0 || len(st.buf) > 0) {
 			// Every handler is busy (or shutting down), or prefetched jobs
@@ -335,7 +439,7 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 		}
 		wake := q.waitChan() // before the claim, so no enqueue is missed
 		start := time.Now()
-		jobs, t0, settled, err := w.commit(ctx, rec, st.queued, n)
+		jobs, t0, settled, err := l.commit(ctx, rec, st.queued, n)
 		if settled {
 			st.queued = nil
 		}
@@ -357,7 +461,7 @@ func (w *Worker) loop(ctx, hctx, rec context.Context) {
 			st.claimed(start, len(jobs))
 		}
 		st.buf, st.bufT0, st.bufAt = jobs, t0, time.Now()
-		w.dispatch(hctx, st)
+		l.dispatch(hctx, st)
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
 			// jittered poll, a handler to finish, or the shutdown (which
@@ -382,15 +486,15 @@ const splitTurn = 256
 // on a lease about to run out, and the worker stops prefetching until
 // prefetchAfter handlers finished again. Once Run cancels the handlers,
 // the jobs left are released the same way.
-func (w *Worker) dispatch(hctx context.Context, st *loopState) {
-	for len(st.buf) > 0 && st.busy < w.cfg.Concurrency {
+func (l *lane) dispatch(hctx context.Context, st *loopState) {
+	for len(st.buf) > 0 && st.busy < l.concurrency {
 		j := st.buf[0]
 		st.buf = st.buf[1:]
 		st.busy++
-		a := w.q.newAttempt(j, st.bufT0)
+		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
 		ctx := hctx
-		if time.Since(st.bufAt) > w.q.cfg.Lease/4 {
+		if time.Since(st.bufAt) > l.q.cfg.Lease/4 {
 			c, cancel := context.WithCancel(hctx)
 			cancel()
 			ctx, a.stale = c, true
@@ -398,7 +502,7 @@ func (w *Worker) dispatch(hctx context.Context, st *loopState) {
 		}
 		go func() {
 			began := time.Now()
-			a.run(ctx, w.h)
+			a.run(ctx, l.h)
 			a.took = time.Since(began)
 			st.finished <- a
 		}()
@@ -412,7 +516,7 @@ func (w *Worker) dispatch(hctx context.Context, st *loopState) {
 // commit is retried after a jittered pause: outcomes are dropped only when
 // Run gives up (their leases keep the jobs meanwhile).
 type committer struct {
-	w    *Worker
+	l    *lane
 	in   chan []*attempt
 	done chan struct{}
 }
@@ -420,7 +524,7 @@ type committer struct {
 // run commits with rec and returns when in is closed or rec ends.
 func (c *committer) run(rec context.Context) {
 	defer close(c.done)
-	w := c.w
+	l, w := c.l, c.l.w
 	for first := range c.in {
 		queued := first
 	gather:
@@ -437,8 +541,8 @@ func (c *committer) run(rec context.Context) {
 		}
 		outs := outcomesOf(queued)
 		for len(outs) > 0 {
-			rctx, cancel := context.WithTimeout(rec, w.q.recordTO)
-			err := w.q.store.Record(rctx, outs)
+			rctx, cancel := context.WithTimeout(rec, l.q.recordTO)
+			err := l.q.store.Record(rctx, outs)
 			cancel()
 			if err == nil {
 				break
@@ -455,7 +559,7 @@ func (c *committer) run(rec context.Context) {
 				return
 			}
 		}
-		w.settle(queued, outs)
+		l.settle(queued, outs)
 	}
 }
 
@@ -587,8 +691,8 @@ func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) {
 // outlives ctx) and claims up to n jobs, in one transaction when the store
 // allows it. It returns the claimed jobs, their claim time, and whether the
 // queued outcomes were committed.
-func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]Job, int64, bool, error) {
-	q := w.q
+func (l *lane) commit(ctx, rec context.Context, queued []*attempt, n int) ([]Job, int64, bool, error) {
+	q := l.q
 	outs := outcomesOf(queued)
 	t0 := q.now()
 	leaseUntil := addMs(t0, q.leaseMs)
@@ -599,7 +703,7 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]J
 		if err != nil {
 			return nil, t0, false, fmt.Errorf("queue: recording outcomes and claiming: %w", err)
 		}
-		w.settle(queued, outs)
+		l.settle(queued, outs)
 		return jobs, t0, true, nil
 	}
 	if len(outs) > 0 {
@@ -610,7 +714,7 @@ func (w *Worker) commit(ctx, rec context.Context, queued []*attempt, n int) ([]J
 			return nil, t0, false, fmt.Errorf("queue: recording outcomes: %w", err)
 		}
 	}
-	w.settle(queued, outs)
+	l.settle(queued, outs)
 	if n == 0 {
 		return nil, t0, true, nil
 	}
@@ -637,7 +741,8 @@ func outcomesOf(queued []*attempt) []Outcome {
 }
 
 // settle takes the committed outcomes on their attempts and reports errors.
-func (w *Worker) settle(queued []*attempt, outs []Outcome) {
+func (l *lane) settle(queued []*attempt, outs []Outcome) {
+	w := l.w
 	k := 0
 	for _, a := range queued {
 		recorded := false
@@ -647,7 +752,9 @@ func (w *Worker) settle(queued []*attempt, outs []Outcome) {
 			k++
 		}
 		if w.cfg.OnResult != nil {
+			w.resMu.Lock()
 			w.cfg.OnResult(Result{Job: a.job, Recorded: recorded, Err: a.err, Took: a.took, Snoozed: a.snoozed})
+			w.resMu.Unlock()
 		} else if a.err != nil && !errors.Is(a.err, context.Canceled) {
 			w.report(fmt.Errorf("queue: job %q attempt %d: %w", a.job.ID, a.job.Attempts, a.err))
 		}
@@ -676,17 +783,19 @@ func (w *Worker) sweep(ctx context.Context) {
 
 // maintain is one maintenance pass: bury the jobs that can never run
 // again, then delete the done and dead jobs past their retention.
+// Both cover every queue of the store, so one pass serves all the queues.
 func (w *Worker) maintain(ctx context.Context) {
 	var m Maintenance
 	var err error
-	if m.Buried, err = w.q.Sweep(ctx); err != nil && ctx.Err() == nil {
+	q := w.lanes[0].q
+	if m.Buried, err = q.Sweep(ctx); err != nil && ctx.Err() == nil {
 		w.report(fmt.Errorf("queue: sweep: %w", err))
 	}
-	if p, ok := w.q.store.(Purger); ok {
-		if m.PurgedDone, err = w.q.purgeRounds(ctx, p, Done, w.cfg.RetainDone, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
+	if p, ok := q.store.(Purger); ok {
+		if m.PurgedDone, err = q.purgeRounds(ctx, p, Done, w.cfg.RetainDone, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
 			w.report(fmt.Errorf("queue: purging done jobs: %w", err))
 		}
-		if m.PurgedDead, err = w.q.purgeRounds(ctx, p, Dead, w.cfg.RetainDead, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
+		if m.PurgedDead, err = q.purgeRounds(ctx, p, Dead, w.cfg.RetainDead, w.cfg.PurgeBatch); err != nil && ctx.Err() == nil {
 			w.report(fmt.Errorf("queue: purging dead jobs: %w", err))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/retry"
@@ -57,7 +58,7 @@ func TestWorkerProcessesEverything(t *testing.T) { eachStoreKind(t, testWorkerPr
 
 func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueueOn(t, newStore(), queue.Config{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond})
+		q := newQueueOn(t, newStore(), queue.Config{Policy: &retry.Policy{Schedule: backoff.Ratio{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond}}})
 		const n = 200
 		var jobs []queue.NewJob
 		for i := range n {
@@ -121,7 +122,7 @@ func testWorkerProcessesEverything(t *testing.T, newStore func() queue.Store) {
 
 func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
 		ctx := context.Background()
 		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "long", MaxAttempts: 3}); err != nil {
 			t.Fatal(err)
@@ -148,7 +149,7 @@ func TestHeartbeatKeepsLongHandlersLeased(t *testing.T) {
 // and another worker takes the job.
 func TestHungHandlerLosesItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Second})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Second}, Lease: 300 * time.Millisecond})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "hung", MaxAttempts: 3})
 		release := make(chan struct{})
@@ -180,7 +181,7 @@ func TestHungHandlerLosesItsLease(t *testing.T) {
 
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{Lease: 300 * time.Millisecond, AttemptTimeout: time.Hour})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "x", MaxAttempts: 3})
 		var cause error
@@ -205,7 +206,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 
 func TestAttemptTimeoutIsRetryable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{AttemptTimeout: 50 * time.Millisecond, Base: time.Second, Cap: time.Second, Rand: queuetest.FixedRatio(0.5)})
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{Schedule: backoff.Ratio{Base: time.Second, Cap: time.Second}, AttemptTimeout: 50 * time.Millisecond, Rand: queuetest.FixedRatio(0.5)}})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "slow", MaxAttempts: 3})
 		start := virtualNow()
@@ -223,7 +224,7 @@ func TestShutdownGrace(t *testing.T) { eachStoreKind(t, testShutdownGrace) }
 
 func testShutdownGrace(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		q := newQueueOn(t, newStore(), queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: time.Minute})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "finishes", MaxAttempts: 3})
 		q.Enqueue(ctx, queue.NewJob{ID: "canceled", MaxAttempts: 3})
@@ -267,7 +268,7 @@ func TestShutdownTimeoutLeavesLeased(t *testing.T) { eachStoreKind(t, testShutdo
 
 func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q := newQueueOn(t, newStore(), queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+		q := newQueueOn(t, newStore(), queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: time.Minute})
 		ctx := context.Background()
 		q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
 		release := make(chan struct{})
@@ -642,7 +643,7 @@ func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
 				if merged {
 					s = closableMerged{cs}
 				}
-				q := newQueueOn(t, s, queue.Config{AttemptTimeout: time.Hour, Lease: time.Minute})
+				q := newQueueOn(t, s, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: time.Minute})
 				ctx := context.Background()
 				q.Enqueue(ctx, queue.NewJob{ID: "stubborn", MaxAttempts: 3})
 				release := make(chan struct{})
@@ -785,4 +786,76 @@ func TestWorkerBigTurnsRecordBesideClaims(t *testing.T) {
 			t.Fatalf("no claim asked for 256 jobs or more: %v", sc.limits)
 		}
 	})
+}
+
+func TestMultiWorkerNoStarvation(t *testing.T) { eachStoreKind(t, testMultiWorkerNoStarvation) }
+
+// A queue whose handlers all block does not hold up another queue of the
+// same Worker, on either commit path; shutdown then releases the blocked
+// jobs.
+func testMultiWorkerNoStarvation(t *testing.T, newStore func() queue.Store) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore()
+		slow := newQueueOn(t, s, queue.Config{Queue: "slow"})
+		fast := newQueueOn(t, s, queue.Config{Queue: "fast"})
+		ctx := context.Background()
+		for i := range 20 {
+			for _, q := range []*queue.Queue{slow, fast} {
+				if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("%s%02d", q.Config().Queue, i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		block := func(ctx context.Context, _ []byte) error { <-ctx.Done(); return ctx.Err() }
+		var fastRan atomic.Int64
+		quick := func(context.Context, []byte) error { fastRan.Add(1); time.Sleep(time.Millisecond); return nil }
+		w, err := queue.NewMultiWorker(queue.WorkerConfig{Concurrency: 2, Grace: time.Second},
+			queue.Serve{Queue: slow, Handler: block},
+			queue.Serve{Queue: fast, Handler: quick, Concurrency: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- w.Run(rctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if st, _ := fast.Stats(ctx); st.Done != 20 || fastRan.Load() != 20 {
+			t.Fatalf("fast queue beside a blocked one: %+v, %d calls", st, fastRan.Load())
+		}
+		if st, _ := slow.Stats(ctx); st.Leased != 2 || st.PendingDue != 18 {
+			t.Fatalf("slow queue: %+v, want its 2 handlers' jobs leased", st)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if st, _ := slow.Stats(ctx); st.Leased != 0 || st.PendingDue != 20 {
+			t.Fatalf("slow queue after shutdown: %+v, want every job released", st)
+		}
+	})
+}
+
+func TestMultiWorkerValidation(t *testing.T) {
+	s := queue.NewMemoryStore()
+	a := newQueueOn(t, s, queue.Config{Queue: "a"})
+	b := newQueueOn(t, s, queue.Config{Queue: "b"})
+	other := newQueueOn(t, queue.NewMemoryStore(), queue.Config{Queue: "c"})
+	h := func(context.Context, []byte) error { return nil }
+	for want, serves := range map[string][]queue.Serve{
+		"at least one queue":                                          nil,
+		"Serve 2: Queue must not":                                     {{Queue: a, Handler: h}, {Handler: h}},
+		`queue "b": nil handler`:                                      {{Queue: a, Handler: h}, {Queue: b}},
+		`queue "a" is served twice`:                                   {{Queue: a, Handler: h}, {Queue: a, Handler: h}},
+		`queue "c" is on another store`:                               {{Queue: a, Handler: h}, {Queue: other, Handler: h}},
+		`queue "b": queue: invalid: Concurrency must be in [1, 1024]`: {{Queue: a, Handler: h}, {Queue: b, Handler: h, Concurrency: -1}},
+		`queue "a": queue: invalid: BatchSize`:                        {{Queue: a, Handler: h, BatchSize: queue.MaxBatchSize + 1}},
+	} {
+		if _, err := queue.NewMultiWorker(queue.WorkerConfig{}, serves...); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewMultiWorker(%d serves) = %v, want an error with %q", len(serves), err, want)
+		}
+	}
+	if _, err := queue.NewMultiWorker(queue.WorkerConfig{Concurrency: 3}, queue.Serve{Queue: a, Handler: h}, queue.Serve{Queue: b, Handler: h, Concurrency: 5}); err != nil {
+		t.Fatal(err)
+	}
 }

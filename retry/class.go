@@ -30,11 +30,9 @@ func (c Class) String() string {
 	return "unknown"
 }
 
-// Classed is implemented by errors that know their own class. Adapters can
-// implement it on their error types instead of wrapping; after is the
-// dependency's requested minimum wait (Retry-After, pushback), 0 when none.
-type Classed interface {
-	error
+// classed is what Classify looks for in an error tree: an error that knows
+// its own class (see Classify).
+type classed interface {
 	RetryClass() (c Class, after time.Duration)
 }
 
@@ -82,14 +80,23 @@ func After(err error, d time.Duration) error {
 
 // Classify returns the class of err and its requested minimum wait. It walks
 // the error tree (Unwrap() error and Unwrap() []error) depth-first and the
-// first error implementing [Classed] decides, so the outermost mark wins:
+// first error that knows its own class decides, so the outermost mark wins:
 // Permanent(Retryable(e)) is permanent. It does not allocate.
+//
+// An error knows its own class when it has the method
+//
+//	RetryClass() (c Class, after time.Duration)
+//
+// where after is the dependency's requested minimum wait (Retry-After,
+// pushback), 0 when none. Permanent, Retryable and After return such
+// errors; adapters implement the method on their own error types instead
+// of wrapping (retryhttp.StatusError does).
 func Classify(err error) (Class, time.Duration) {
 	if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no interface lookup
 		return c.class, c.after
 	}
 	for depth := 0; err != nil && depth < 64; depth++ {
-		if c, ok := err.(Classed); ok {
+		if c, ok := err.(classed); ok {
 			return c.RetryClass()
 		}
 		switch u := err.(type) {

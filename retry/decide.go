@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
 	"github.com/staggerhq/stagger/limit"
 )
@@ -152,14 +153,16 @@ func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev ti
 	return p.decideN(attempt, p.maxAttempts(), class, after, now, deadline, prev)
 }
 
-// decideD is decideN for the ledger d (its attempt, deadline and previous
-// delay), without copying them.
-func (p *Policy) decideD(d *Delivery, maxAttempts int, class Class, after time.Duration, now time.Time) Decision {
-	return p.decideN(d.Attempt, maxAttempts, class, after, now, d.Deadline, d.Prev)
-}
-
 // decideN is Decide after classification, with maxAttempts attempts allowed.
 func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Duration, now, deadline time.Time, prev time.Duration) Decision {
+	d := Delivery{Attempt: attempt, Deadline: deadline, Prev: prev}
+	return p.decideD(&d, maxAttempts, class, after, &now)
+}
+
+// decideD is Decide after classification for the ledger d (its attempt,
+// deadline and previous delay), with maxAttempts attempts allowed. The
+// ledger and now are passed by reference: the retry path copies neither.
+func (p *Policy) decideD(d *Delivery, maxAttempts int, class Class, after time.Duration, now *time.Time) Decision {
 	switch class {
 	case ClassPermanent:
 		return Decision{Reason: PermanentError}
@@ -167,10 +170,18 @@ func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Durat
 	default:
 		return Decision{Reason: UnknownError}
 	}
-	if attempt >= maxAttempts {
+	if d.Attempt >= maxAttempts {
 		return Decision{Reason: Exhausted}
 	}
-	delay := p.schedule().Delay(attempt, prev, p.Rand)
+	var delay time.Duration
+	switch sc := p.schedule().(type) { // the stock schedules without a dynamic call
+	case backoff.Constant:
+		delay = sc.Delay(d.Attempt, d.Prev, p.Rand)
+	case backoff.Exponential:
+		delay = sc.Delay(d.Attempt, d.Prev, p.Rand)
+	default:
+		delay = sc.Delay(d.Attempt, d.Prev, p.Rand)
+	}
 	if after > 0 {
 		if m := p.maxAfter(); after > m {
 			if !p.ClampAfter {
@@ -180,10 +191,10 @@ func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Durat
 		}
 		delay = max(delay, after)
 	}
-	if !deadline.IsZero() && !now.Add(delay).Before(deadline) {
+	if !d.Deadline.IsZero() && !now.Add(delay).Before(d.Deadline) {
 		return Decision{Reason: Deadline}
 	}
-	if p.Budget != nil && !p.Budget.Retry(now) {
+	if p.Budget != nil && !p.Budget.Retry(*now) {
 		return Decision{Reason: p.refused()}
 	}
 	return Decision{Retry: true, Delay: delay}

@@ -46,14 +46,16 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 			p.Hooks.success(1)
 			return nil
 		}
-		s := Step{Policy: p, Delivery: Delivery{Attempt: 1}, ctx: ctx}
+		var s Step // set field by field: a composite literal is built apart and copied
+		s.Policy, s.Delivery.Attempt, s.ctx, s.folded = p, 1, ctx, true
 		if dl, ok := ctx.Deadline(); ok {
-			s.Delivery.Deadline = dl // as Begin would have folded it
+			s.Delivery.Deadline, s.dline = dl, dl // as Begin would have folded it
 		}
-		return s.loop(ctx, fn, nil, nil, err)
+		return s.loop(ctx, fn, err)
 	}
-	s := Step{Policy: p}
-	return s.loop(ctx, fn, nil, nil, nil)
+	var s Step
+	s.Policy = p
+	return s.loop(ctx, fn, nil)
 }
 
 // DoValue is Do for functions that return a value: it returns the value of
@@ -80,50 +82,53 @@ func (p *Policy) now() time.Time {
 }
 
 // loop is the in-process driver: the Step per attempt, with real waits on
-// one reused timer. It runs fn, or h on payload with the Delivery in the
-// attempt's context. A non-nil first is the error of the first attempt,
+// one reused timer. A non-nil first is the error of the first attempt,
 // which Do already made (the Step holds its Begin).
-func (s *Step) loop(ctx context.Context, fn func(context.Context) error, h Handler, payload []byte, first error) error {
+func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first error) error {
 	p := s.policy()
-	var w wait.Waiter
-	defer func() {
-		w.Stop()
-		s.Abort() // fn panicked: free its slot before the panic goes on
-	}()
+	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
+	defer s.Abort()             // fn panicked: free its slot before the panic goes on
+	s.quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
+	err := first
 	for {
 		var now time.Time
-		err := first
 		if first == nil {
-			if s.Delivery.Attempt == 0 && s.NeedsNow(ctx) || s.needsNow() {
+			if s.needsNow() || s.Delivery.Attempt == 0 && s.NeedsNow(ctx) {
 				now = p.now()
 			}
 			if s.Begin(ctx, now) != NoReason {
-				return s.Err()
+				return s.leave(&w, s.Err())
 			}
-			actx := s.Context()
-			if h != nil {
-				err = h(WithDelivery(actx, s.Delivery), payload)
-			} else {
-				err = fn(actx)
+			err = fn(s.Context())
+			if p.Budget != nil || err != nil && s.needsNow() {
+				now = p.now()
 			}
 		}
 		first = nil
-		if p.Budget != nil || err != nil && s.needsNow() {
-			now = p.now()
-		}
 		dec := s.End(err, now)
 		if err == nil {
-			return nil
+			return s.leave(&w, nil)
 		}
 		if !dec.Retry {
-			return s.Err()
+			return s.leave(&w, s.Err())
 		}
 		if dec.Delay > 0 {
+			s.waited = true
 			if werr := w.Wait(ctx, p.Clock, dec.Delay); werr != nil {
 				s.ctxErr = werr
 				s.stop(ctxReason(werr))
-				return s.Err()
+				return s.leave(&w, s.Err())
 			}
 		}
 	}
+}
+
+// leave ends loop with err: it stops the wait's timer and drops loop's
+// word for its context, so that s may go on under another driver.
+func (s *Step) leave(w *wait.Waiter, err error) error {
+	if s.waited {
+		w.Stop()
+	}
+	s.quiet, s.waited = false, false
+	return err
 }

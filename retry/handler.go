@@ -110,5 +110,7 @@ func Run(ctx context.Context, p *Policy, id string, payload []byte, h Handler) e
 		return errNilFunc
 	}
 	s := Step{Policy: p, Delivery: Delivery{ID: id, MaxAttempts: p.maxAttempts(), Source: "retry"}}
-	return s.loop(ctx, nil, h, payload, nil)
+	return s.loop(ctx, func(actx context.Context) error {
+		return h(WithDelivery(actx, s.Delivery), payload)
+	}, nil)
 }

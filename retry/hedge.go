@@ -12,12 +12,12 @@ import (
 
 // Defaults used for zero fields of a Hedge.
 const (
-	// DefaultMaxInFlight is the number of attempts a Hedge lets run at
+	// defaultHedgeInFlight is the number of attempts a Hedge lets run at
 	// once, the first included: one hedge.
-	DefaultMaxInFlight = 2
-	// DefaultMinSamples is the number of successes a Hedge observes before
+	defaultHedgeInFlight = 2
+	// defaultMinSamples is the number of successes a Hedge observes before
 	// its Quantile replaces its fixed Delay.
-	DefaultMinSamples = 100
+	defaultMinSamples = 100
 	// hedgeWindow is the number of observations after which the latency
 	// histogram halves its counts, so the quantile follows the last one to
 	// two thousand successes rather than the whole past.
@@ -53,10 +53,10 @@ type Hedge struct {
 	// & Barroso suggest). 0 means always Delay.
 	Quantile float64
 	// MinSamples is the number of successes to observe before Quantile
-	// replaces Delay; 0 means DefaultMinSamples. At most 1024.
+	// replaces Delay; 0 means 100. At most 1024.
 	MinSamples int
 	// MaxInFlight bounds the attempts of one call running at once, the
-	// first included; 0 means DefaultMaxInFlight. 1 turns hedging off.
+	// first included; 0 means 2 (one hedge). 1 turns hedging off.
 	MaxInFlight int
 
 	hist latencyHist
@@ -70,9 +70,9 @@ func (h *Hedge) Validate() error {
 	case math.IsNaN(h.Quantile) || h.Quantile < 0 || h.Quantile >= 1:
 		return fmt.Errorf("%w: Hedge.Quantile must be in [0, 1) (0 means always Delay), got %v", ErrInvalid, h.Quantile)
 	case h.MinSamples < 0 || h.MinSamples > hedgeWindow/2:
-		return fmt.Errorf("%w: Hedge.MinSamples must be in [0, %d] (0 means %d), got %d", ErrInvalid, hedgeWindow/2, DefaultMinSamples, h.MinSamples)
+		return fmt.Errorf("%w: Hedge.MinSamples must be in [0, %d] (0 means %d), got %d", ErrInvalid, hedgeWindow/2, defaultMinSamples, h.MinSamples)
 	case h.MaxInFlight < 0:
-		return fmt.Errorf("%w: Hedge.MaxInFlight must be >= 0 (0 means %d), got %d", ErrInvalid, DefaultMaxInFlight, h.MaxInFlight)
+		return fmt.Errorf("%w: Hedge.MaxInFlight must be >= 0 (0 means %d), got %d", ErrInvalid, defaultHedgeInFlight, h.MaxInFlight)
 	}
 	return nil
 }
@@ -100,14 +100,14 @@ func (h *Hedge) Observe(d time.Duration) {
 
 func (h *Hedge) maxInFlight() int {
 	if h.MaxInFlight == 0 {
-		return DefaultMaxInFlight
+		return defaultHedgeInFlight
 	}
 	return h.MaxInFlight
 }
 
 func (h *Hedge) minSamples() uint64 {
 	if h.MinSamples == 0 {
-		return DefaultMinSamples
+		return defaultMinSamples
 	}
 	return uint64(h.MinSamples)
 }
@@ -142,9 +142,16 @@ func (h *Hedge) minSamples() uint64 {
 // what hedging leaves is the quantile of the attempts themselves.
 //
 // The first attempt runs on the caller's goroutine; a call that succeeds
-// before its delay starts no goroutine. The delay and the waits between
-// attempts run on the runtime's timers (testing/synctest makes them
-// virtual); Policy.Clock gives the time decisions read.
+// before its delay starts no goroutine and allocates nothing of its own
+// (its state and hedge timer are reused from a pool; its attempts' context
+// comes from a block of fresh ones, a block of 32 per allocation, never
+// reused). The delay and the waits between attempts run on the runtime's
+// timers (testing/synctest makes them virtual); Policy.Clock gives the
+// time decisions read.
+//
+// The attempts' context has ctx's values and deadline; it is done when ctx
+// is, when the call stops (a winner, a give-up) and when Do returns. It is
+// not made by context.WithCancel, so context.Cause of it is ctx's cause.
 func (h *Hedge) Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 	if p == nil {
 		p = &defaultPolicy
@@ -161,12 +168,71 @@ func (h *Hedge) Do(ctx context.Context, p *Policy, fn func(context.Context) erro
 	if h.maxInFlight() == 1 || p.maxAttempts() == 1 {
 		return Do(ctx, p, fn)
 	}
-	r := &hedgeRun{h: h, p: p, fn: fn, delay: h.CurrentDelay()}
+	r := newHedgeRun()
+	r.h, r.p, r.fn, r.delay = h, p, fn, h.CurrentDelay()
 	r.s.Policy = p
-	r.hctx, r.cancel = context.WithCancel(ctx)
-	defer r.cancel()
+	r.hctx = r.newCtx(ctx)
+	defer r.finish()
 	return r.first(ctx)
 }
+
+// hedgeRuns keeps the state of calls that returned, with their timers and
+// what is left of their block of contexts, for the next call. Runs inside
+// a testing/synctest bubble neither take from it nor give back: their
+// timer runs on the bubble's clock, one from outside would not. A pooled
+// run's block keeps the parents of the contexts it handed out reachable
+// until the block is used up or the pool dropped at a collection.
+var hedgeRuns sync.Pool
+
+func newHedgeRun() *hedgeRun {
+	bubbled := inBubble()
+	if !bubbled {
+		if r, ok := hedgeRuns.Get().(*hedgeRun); ok {
+			r.reuse = true
+			return r
+		}
+	}
+	r := &hedgeRun{reuse: !bubbled}
+	r.timer = time.AfterFunc(time.Hour, r.fire)
+	r.timer.Stop()
+	return r
+}
+
+// finish ends the call: its attempts' context is canceled, and the state
+// goes back to the pool when nothing else can hold it: the call returned
+// (no panic), so the timer was stopped before it fired or its goroutine
+// handed over its outcome, and every attempt's goroutine sent its result.
+func (r *hedgeRun) finish() {
+	r.hctx.cancel(context.Canceled)
+	if !r.reuse || !r.idle {
+		return
+	}
+	*r = hedgeRun{timer: r.timer, ctxs: r.ctxs}
+	hedgeRuns.Put(r)
+}
+
+// inBubble reports whether the caller runs in a testing/synctest bubble,
+// the one place where time.Now has no monotonic clock reading.
+func inBubble() bool {
+	t := time.Now()
+	return t == t.Round(0)
+}
+
+// newCtx returns a fresh attempts' context under parent, taken from the
+// run's block of them: contexts are never reused (the work may keep the
+// one it was given), but a block of hedgeCtxBlock is one allocation.
+func (r *hedgeRun) newCtx(parent context.Context) *hedgeCtx {
+	if len(r.ctxs) == 0 {
+		r.ctxs = make([]hedgeCtx, hedgeCtxBlock)
+	}
+	c := &r.ctxs[0]
+	r.ctxs[0].parent = parent
+	r.ctxs = r.ctxs[1:]
+	return c
+}
+
+// hedgeCtxBlock is how many attempts' contexts one allocation makes.
+const hedgeCtxBlock = 32
 
 // hedgeRun is one call of Hedge.Do. Its coordinator — the caller's
 // goroutine, or the goroutine of the hedge timer once it fired — alone
@@ -178,10 +244,12 @@ type hedgeRun struct {
 	fn    func(context.Context) error
 	delay time.Duration
 
-	hctx   context.Context // every attempt's parent: canceled when the call stops
-	cancel context.CancelFunc
-	timer  *time.Timer    // the first hedge's timer (AfterFunc)
-	ready  sync.WaitGroup // the timer's goroutine made the channels below
+	hctx   *hedgeCtx   // every attempt's parent: canceled when the call stops
+	ctxs   []hedgeCtx  // fresh contexts for the next calls (newCtx)
+	timer  *time.Timer // the first hedge's timer (AfterFunc r.fire), reused
+	shared sync.Once   // makes results and final for the timer's goroutine and the caller
+	reuse  bool        // the run was made outside a synctest bubble: it may be pooled
+	idle   bool        // the call returned and no goroutine holds the run: finish may pool it
 
 	s        Step // the call's ledger (Delivery) and its give-up
 	a1       hedgeAttempt
@@ -227,8 +295,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	r.start = now
 	r.s.Delivery = a.s.Delivery
 	r.inflight = 1
-	r.ready.Add(1)
-	r.timer = time.AfterFunc(r.delay, r.fire)
+	r.timer.Reset(r.delay)
 	actx := a.s.Context()
 	returned := false
 	defer func() {
@@ -240,7 +307,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 			a.s.Abort()
 			panic(v)
 		}
-		r.ready.Wait()
+		r.share()
 		r.results <- hedgeResult{a: a, panic: v}
 		panic((<-r.final).panic)
 	}()
@@ -248,12 +315,13 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	returned = true
 	if !r.timer.Stop() {
 		// The timer fired: its goroutine coordinates; hand it the result.
-		r.ready.Wait()
+		r.share()
 		r.results <- hedgeResult{a: a, err: err, ok: true}
 		out := <-r.final
 		if out.panic != nil {
 			panic(out.panic)
 		}
+		r.idle = true // the timer's goroutine sent its last and every attempt's returned
 		return out.err
 	}
 	r.inflight = 0
@@ -261,9 +329,11 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	dec := a.s.End(err, now)
 	if err == nil {
 		r.observe(now)
+		r.idle = true
 		return nil
 	}
 	if !dec.Retry {
+		r.idle = true
 		return a.s.Err()
 	}
 	// A retry, as Do would make it; hedging goes on from there.
@@ -274,17 +344,29 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	}
 	r.next = now.Add(dec.Delay)
 	r.results = make(chan hedgeResult, r.maxAttempts())
-	return r.coordinate()
+	err = r.coordinate()
+	if r.panicked != nil {
+		panic(r.panicked) // an attempt on a goroutine of its own panicked
+	}
+	r.idle = true // every attempt's goroutine sent its last
+	return err
 }
 
 // fire is the first hedge's timer: its goroutine becomes the coordinator,
 // and the next attempt is due at once.
 func (r *hedgeRun) fire() {
-	r.results = make(chan hedgeResult, r.maxAttempts())
-	r.final = make(chan hedgeOutcome, 1)
-	r.ready.Done()
+	r.share()
 	err := r.coordinate()
 	r.final <- hedgeOutcome{err: err, panic: r.panicked}
+}
+
+// share makes the channels through which the caller's first attempt and
+// the timer's goroutine talk, for whichever of them comes first.
+func (r *hedgeRun) share() {
+	r.shared.Do(func() {
+		r.results = make(chan hedgeResult, r.maxAttempts())
+		r.final = make(chan hedgeOutcome, 1)
+	})
 }
 
 func (r *hedgeRun) now(ctx context.Context) time.Time {
@@ -303,7 +385,7 @@ func (r *hedgeRun) nowAfter(err error) time.Time {
 
 // observe records the call's latency for the Quantile.
 func (r *hedgeRun) observe(now time.Time) {
-	if !r.retried {
+	if r.h.Quantile > 0 && !r.retried {
 		r.h.Observe(now.Sub(r.start))
 	}
 }
@@ -496,7 +578,7 @@ func (r *hedgeRun) giveUp(reason Reason) {
 // canceled.
 func (r *hedgeRun) stop() {
 	r.stopped = true
-	r.cancel()
+	r.hctx.cancel(context.Canceled)
 }
 
 // drop ends a loser that returned after the call stopped: its slot is
@@ -505,6 +587,111 @@ func (r *hedgeRun) stop() {
 func (r *hedgeRun) drop(a *hedgeAttempt) {
 	a.s.served = true
 	a.s.Release()
+}
+
+// hedgeCtx is the context of a call's attempts: its parent's values and
+// deadline, done when the parent is or when the call stops. It is
+// context.WithCancel without its allocations: its Done channel is made
+// only when asked for, the parent is watched (context.AfterFunc) only
+// from then on, and a canceled hedgeCtx with no channel is only a flag.
+// Its AfterFunc method lets contexts derived from it (context.WithCancel,
+// WithTimeout, AfterFunc) wait without a goroutine of their own.
+// context.Cause of it is its parent's cause.
+type hedgeCtx struct {
+	parent context.Context
+	ended  atomic.Bool // err is set
+	mu     sync.Mutex
+	err    error
+	done   chan struct{}        // made by Done, closed at the end
+	stop   func() bool          // stops watching parent
+	afters map[*hedgeAfter]bool // AfterFunc's functions not yet run or stopped
+}
+
+type hedgeAfter struct{ f func() }
+
+func (c *hedgeCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *hedgeCtx) Value(key any) any           { return c.parent.Value(key) }
+func (c *hedgeCtx) String() string              { return "retry.Hedge attempt context" }
+
+func (c *hedgeCtx) Err() error {
+	if c.ended.Load() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	}
+	if err := c.parent.Err(); err != nil {
+		return c.cancel(err)
+	}
+	return nil
+}
+
+func (c *hedgeCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		switch {
+		case c.err != nil:
+			close(c.done)
+		case c.parent.Done() != nil:
+			parent := c.parent
+			c.stop = context.AfterFunc(parent, func() { c.cancel(parent.Err()) })
+		}
+	}
+	return c.done
+}
+
+// AfterFunc arranges to call f in its own goroutine once c is done, as
+// context.AfterFunc does; the context package uses it for contexts
+// derived from c.
+func (c *hedgeCtx) AfterFunc(f func()) func() bool {
+	c.Done() // watch the parent
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	a := &hedgeAfter{f: f}
+	if c.afters == nil {
+		c.afters = map[*hedgeAfter]bool{}
+	}
+	c.afters[a] = true
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.afters[a] {
+			return false
+		}
+		delete(c.afters, a)
+		return true
+	}
+}
+
+// cancel ends c with err unless it has ended already, and returns the
+// error it ended with.
+func (c *hedgeCtx) cancel(err error) error {
+	c.mu.Lock()
+	if c.err != nil {
+		err = c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.err = err
+	c.ended.Store(true)
+	if c.done != nil {
+		close(c.done)
+	}
+	stop, afters := c.stop, c.afters
+	c.stop, c.afters = nil, nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	for a := range afters {
+		go a.f()
+	}
+	return err
 }
 
 // latencyHist is a lock-free log-linear histogram of durations: 16

@@ -31,23 +31,23 @@ const (
 	DefaultMaxAfter = time.Minute
 )
 
-// DefaultSchedule is the schedule of a Policy without one: exponential from
-// 100ms, capped at 10s, with full jitter.
-var DefaultSchedule backoff.Schedule = backoff.Exponential{
+// defaultSchedule is the schedule of a Policy without one.
+var defaultSchedule backoff.Schedule = backoff.Exponential{
 	Base:   100 * time.Millisecond,
 	Cap:    10 * time.Second,
 	Jitter: backoff.Full,
 }
 
 // Policy says how to retry. The zero value is usable: 3 attempts,
-// DefaultSchedule, no timeouts, no budget, no limiter, pushback capped at one
+// exponential backoff from 100ms capped at 10s with full jitter, no timeouts, no budget, no limiter, pushback capped at one
 // minute, the real clock and the runtime's random generator. A Policy may be
 // shared by many goroutines; do not modify it while in use.
 type Policy struct {
 	// MaxAttempts counts attempts, the first one included (1 = never
 	// retry); 0 means DefaultMaxAttempts.
 	MaxAttempts int
-	// Schedule gives the wait after each failure; nil means DefaultSchedule.
+	// Schedule gives the wait after each failure; nil means
+	// backoff.Exponential{Base: 100ms, Cap: 10s, Jitter: backoff.Full}.
 	Schedule backoff.Schedule
 	// AttemptTimeout bounds each attempt; each attempt gets
 	// min(AttemptTimeout, time left before the deadline). 0: none.
@@ -93,7 +93,7 @@ func (p *Policy) maxAttempts() int {
 
 func (p *Policy) schedule() backoff.Schedule {
 	if p.Schedule == nil {
-		return DefaultSchedule
+		return defaultSchedule
 	}
 	return p.Schedule
 }

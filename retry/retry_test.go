@@ -465,16 +465,15 @@ type fakeTimer struct {
 	c    chan time.Time
 	at   time.Time
 	live bool
-	clk  *fakeClock
 }
 
 func (f *fakeClock) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
-func (f *fakeClock) NewTimer(d time.Duration) Timer {
+func (f *fakeClock) After(d time.Duration) <-chan time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := &fakeTimer{c: make(chan time.Time, 1), at: f.now.Add(d), live: true, clk: f}
+	t := &fakeTimer{c: make(chan time.Time, 1), at: f.now.Add(d), live: true}
 	f.timers = append(f.timers, t)
-	return t
+	return t.c
 }
 func (f *fakeClock) Advance(d time.Duration) {
 	f.mu.Lock()
@@ -487,22 +486,6 @@ func (f *fakeClock) Advance(d time.Duration) {
 		}
 	}
 }
-func (t *fakeTimer) C() <-chan time.Time { return t.c }
-func (t *fakeTimer) Reset(d time.Duration) bool {
-	t.clk.mu.Lock()
-	defer t.clk.mu.Unlock()
-	was := t.live
-	t.at, t.live = t.clk.now.Add(d), true
-	return was
-}
-func (t *fakeTimer) Stop() bool {
-	t.clk.mu.Lock()
-	defer t.clk.mu.Unlock()
-	was := t.live
-	t.live = false
-	return was
-}
-
 func TestDoInjectedClock(t *testing.T) {
 	clk := &fakeClock{now: epoch}
 	retried := make(chan time.Duration, 10)

@@ -65,6 +65,8 @@ type Step struct {
 	last   error              // the last attempt's error
 	ctxErr error              // the context's error when the context ended the work
 	folded bool               // the context's deadline (dline) is folded into Delivery
+	waited bool               // loop's timer is in use
+	quiet  bool               // set by loop: its ctx's Done is nil, so the ctx is never done and Err need not be asked
 	dline  time.Time
 }
 
@@ -113,20 +115,52 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	p := s.policy()
 	d := &s.Delivery
 	s.ctx, s.actx, s.cancel, s.bound, s.keep = ctx, nil, nil, 0, false
-	if ctx != nil {
+	if ctx != nil && !s.quiet {
 		if err := ctx.Err(); err != nil {
 			s.ctxErr = err
 			return s.stop(ctxReason(err))
 		}
-		if !s.folded || d.Attempt == 0 { // fold the context's deadline in once per unit of work
-			s.folded, s.dline = true, time.Time{}
-			if dl, ok := ctx.Deadline(); ok {
-				s.dline = dl
-				d.Deadline = earlier(d.Deadline, dl)
-			}
+	}
+	if ctx != nil && (!s.folded || d.Attempt == 0) { // once per unit of work
+		s.fold(ctx)
+	}
+	bound := p.AttemptTimeout
+	if p.Timeout > 0 || !d.Deadline.IsZero() {
+		var r Reason
+		if bound, r = s.deadline(p, now, bound); r != NoReason {
+			return r
 		}
 	}
-	ctxDeadline := s.dline
+	if p.Limiter != nil || d.Attempt == 0 && p.Budget != nil {
+		if r := s.admit(p, now); r != NoReason {
+			return r
+		}
+	}
+	s.bound = bound
+	if d.First.IsZero() {
+		d.First = now
+	}
+	d.Attempt++
+	p.Hooks.attempt(d.Attempt)
+	return NoReason
+}
+
+// fold folds ctx's deadline into the ledger's (Begin's first step of a
+// unit of work).
+func (s *Step) fold(ctx context.Context) {
+	s.folded, s.dline = true, time.Time{}
+	if dl, ok := ctx.Deadline(); ok {
+		s.dline = dl
+		s.Delivery.Deadline = earlier(s.Delivery.Deadline, dl)
+	}
+}
+
+// deadline is Begin's rule for the deadline: Policy.Timeout from the
+// first attempt folded into the ledger's deadline, and the attempt's bound
+// (AttemptTimeout, given as bound) cut to the time left. It returns the
+// bound, or Deadline (a give-up) when no time is left.
+func (s *Step) deadline(p *Policy, now time.Time, bound time.Duration) (time.Duration, Reason) {
+	d := &s.Delivery
 	if p.Timeout > 0 {
 		first := d.First
 		if first.IsZero() {
@@ -136,32 +170,32 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 			d.Deadline = earlier(d.Deadline, first.Add(p.Timeout))
 		}
 	}
-	bound := p.AttemptTimeout
 	if !d.Deadline.IsZero() {
 		left := d.Deadline.Sub(now)
 		if left <= 0 {
-			return s.stop(Deadline)
+			return 0, s.stop(Deadline)
 		}
-		if (bound == 0 || left < bound) && !d.Deadline.Equal(ctxDeadline) {
+		if (bound == 0 || left < bound) && !d.Deadline.Equal(s.dline) {
 			bound = left // ctx's own deadline needs no second timer
 		}
 	}
+	return bound, NoReason
+}
+
+// admit is Begin's admission: a Limiter slot, then for an original the
+// Budget's permission. It returns the refusal's reason, holding nothing,
+// or NoReason with the slot held.
+func (s *Step) admit(p *Policy, now time.Time) Reason {
 	if p.Limiter != nil && !p.Limiter.TryAcquire() {
 		return s.stop(Limited)
 	}
-	if d.Attempt == 0 && p.Budget != nil && !p.Budget.Request(now) {
+	if s.Delivery.Attempt == 0 && p.Budget != nil && !p.Budget.Request(now) {
 		if p.Limiter != nil {
 			p.Limiter.Release(true) // nothing was sent
 		}
 		return s.stop(p.refused())
 	}
 	s.held = p.Limiter != nil
-	s.bound = bound
-	if d.First.IsZero() {
-		d.First = now
-	}
-	d.Attempt++
-	p.Hooks.attempt(d.Attempt)
 	return NoReason
 }
 
@@ -184,6 +218,8 @@ func (s *Step) Context() context.Context {
 
 // bounded makes the attempt's bounded context (Context's slow path, apart
 // so that Context inlines).
+//
+//go:noinline
 func (s *Step) bounded() context.Context {
 	s.actx, s.cancel = context.WithTimeout(s.ctx, s.bound)
 	return s.actx
@@ -235,6 +271,13 @@ func (s *Step) Postpone() {
 // released as an overload sign and its context canceled. A driver defers
 // it around the attempt; after End (or Release) it does nothing.
 func (s *Step) Abort() {
+	if s.cancel != nil || s.held {
+		s.abort()
+	}
+}
+
+// abort is Abort's work, apart so that Abort inlines.
+func (s *Step) abort() {
 	if s.cancel != nil {
 		s.cancel()
 		s.cancel = nil
@@ -279,13 +322,17 @@ var errResent = errors.New("retry: re-sent at once on a new connection")
 func (s *Step) End(err error, now time.Time) Decision {
 	p := s.policy()
 	d := &s.Delivery
-	expired := err != nil && s.actx != nil && s.actx.Err() != nil && s.ctx.Err() == nil
+	expired := err != nil && s.actx != nil && s.actx.Err() != nil && (s.quiet || s.ctx.Err() == nil)
 	var (
 		class Class
 		after time.Duration
 	)
 	if err != nil {
-		class, after = p.classify(err)
+		if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
+			class, after = c.class, c.after
+		} else {
+			class, after = p.classify(err)
+		}
 		if class == ClassUnknown && expired {
 			class = ClassRetryable // the attempt's own timeout fired
 		}
@@ -304,14 +351,14 @@ func (s *Step) End(err error, now time.Time) Decision {
 		return Decision{}
 	}
 	s.last = err
-	if s.ctx != nil {
+	if s.ctx != nil && !s.quiet {
 		if cerr := s.ctx.Err(); cerr != nil && (errors.Is(err, cerr) || errors.Is(err, context.Cause(s.ctx))) {
 			s.ctxErr = cerr
 			s.stop(ctxReason(cerr))
 			return Decision{Reason: s.reason, Interrupted: true}
 		}
 	}
-	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
+	dec := p.decideD(d, s.maxAttempts(p), class, after, &now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
 		return dec
@@ -336,7 +383,7 @@ func (s *Step) Do(ctx context.Context, fn func(context.Context) error) error {
 	if fn == nil {
 		return errNilFunc
 	}
-	return s.loop(ctx, fn, nil, nil, nil)
+	return s.loop(ctx, fn, nil)
 }
 
 // Err returns the error a driver returns when the unit of work stopped

@@ -32,7 +32,7 @@ import (
 type Classifier func(req *http.Request, resp *http.Response, err error) error
 
 // StatusError is the error a classifier returns for a response it judges a
-// failure. It implements [retry.Classed], so the core reads its class
+// failure. Its RetryClass method gives [retry.Classify] its class
 // directly; After holds the response's Retry-After once the transport has
 // parsed it.
 type StatusError struct {
@@ -69,7 +69,7 @@ func (e *StatusError) Error() string {
 	return b.String()
 }
 
-// RetryClass implements [retry.Classed].
+// RetryClass reports the error's class to [retry.Classify].
 func (e *StatusError) RetryClass() (retry.Class, time.Duration) { return e.Class, e.After }
 
 // StatusClass is the default class of a response status: 1xx-3xx are not

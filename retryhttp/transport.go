@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -336,21 +335,24 @@ type call struct {
 	step     retry.Step
 	upstream int // the upstream owner's attempt number, 0 when none
 	waiter   wait.Waiter
-	bounded  bool        // the Step gave the attempt its own context
-	body     releaseBody // a delivered response's body, when it holds something
-	id       [1]string   // RequestIDHeader's value when the request carries none
-	tmo      [1]string   // the first attempt's TimeoutHeader value
-	started  time.Time   // the attempt's start (Begin's now)
+	bounded  bool         // the Step gave the attempt its own context
+	body     releaseBody  // a delivered response's body, when it holds something
+	id       [1]string    // RequestIDHeader's value when the request carries none
+	tmo      [1]string    // the first attempt's TimeoutHeader value
+	started  time.Time    // the attempt's start (Begin's now)
+	first    http.Request // the first attempt's request
 
 	// What reaches the wire, for a request net/http re-sends by itself
 	// (see wire.go); wire is false for the rest.
 	wire     bool
 	areq     *http.Request           // the attempt's request
 	cancel   context.CancelCauseFunc // cancels the attempt's context
-	trace    *httptrace.ClientTrace  // the attempt's hooks
-	ownTrace httptrace.ClientTrace   // the first attempt's, unless a caller's is composed in
+	hooks    *hooks                  // the attempt's trace
+	pooled   bool                    // hooks came from the pool, and wctx carries them
+	wctx     wireCtx                 // the first attempt's context with pooled hooks
+	wctxUsed bool                    // wctx serves an attempt already
+	wcur     *wireCtx                // the attempt's context with pooled hooks, if it has one
 	tries    int                     // GetConn calls in the attempt
-	wrote    atomic.Bool             // the current try wrote its headers
 	refused  bool                    // a re-send was refused: every later try fails
 }
 
@@ -409,7 +411,7 @@ func (c *call) roundTrip(req *http.Request) (*http.Response, error) {
 
 func (c *call) run() (*http.Response, error) {
 	s := &c.step
-	defer c.waiter.Stop()
+	defer c.done()
 	for {
 		var now time.Time
 		if s.NeedsNow(c.ctx) {
@@ -480,6 +482,12 @@ func (c *call) run() (*http.Response, error) {
 			_ = c.waiter.Wait(c.ctx, s.Policy.Clock, dec.Delay)
 		}
 	}
+}
+
+// done ends run: the wait's timer and the pooled hooks go back.
+func (c *call) done() {
+	c.waiter.Stop()
+	c.putHooks()
 }
 
 // judge is the attempt's outcome in the core vocabulary: nil for a
@@ -560,7 +568,16 @@ func (c *call) markResponse(cerr error, class retry.Class, resp *http.Response) 
 // context, the ledger headers and a fresh body.
 func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	n := c.step.Delivery.Attempt
-	r := c.req.WithContext(ctx)
+	var r *http.Request
+	if n == 1 {
+		// The first attempt's copy lives in the call (WithContext inlines,
+		// so its own copy stays on the stack). A later attempt gets a copy
+		// of its own: net/http may still read the one before it.
+		c.first = *c.req.WithContext(ctx)
+		r = &c.first
+	} else {
+		r = c.req.WithContext(ctx)
+	}
 	h := make(http.Header, len(c.req.Header)+3)
 	for k, v := range c.req.Header {
 		h[k] = v
@@ -603,39 +620,60 @@ func (c *call) setTimeout(h http.Header, now time.Time) {
 
 // firstLedger sets the first attempt's RequestIDHeader and TimeoutHeader
 // in h. A request ID the call makes (16 random hex digits: unique, not
-// secret) and the time left share one string, and the header values live
-// in the call: the first attempt's ledger costs one allocation.
+// secret) is cut from a block of them, and the header values live in the
+// call: the first attempt's ledger costs no allocation without a deadline,
+// and one (the time left) with one.
 func (c *call) firstLedger(h http.Header) {
-	dl := c.step.Delivery.Deadline
-	if c.id[0] != "" || c.step.Delivery.ID != "" {
-		if c.id[0] != "" {
-			h[RequestIDHeader] = c.id[:]
-		}
-		if !dl.IsZero() {
-			c.tmo[0] = strconv.FormatInt(timeLeft(dl, c.started), 10)
-			h[TimeoutHeader] = c.tmo[:]
-		}
-		return
+	if c.id[0] == "" && c.step.Delivery.ID == "" {
+		c.id[0] = newRequestID()
+		c.step.Delivery.ID = c.id[0]
 	}
-	var b [16 + 20]byte
-	v := rand.Uint64()
-	const hex = "0123456789abcdef"
-	for i := range 16 {
-		b[i] = hex[v>>60]
-		v <<= 4
+	if c.id[0] != "" {
+		h[RequestIDHeader] = c.id[:]
 	}
-	buf := b[:16]
-	if !dl.IsZero() {
-		buf = strconv.AppendInt(buf, timeLeft(dl, c.started), 10)
-	}
-	both := string(buf)
-	c.id[0] = both[:16]
-	c.step.Delivery.ID = c.id[0]
-	h[RequestIDHeader] = c.id[:]
-	if !dl.IsZero() {
-		c.tmo[0] = both[16:]
+	if dl := c.step.Delivery.Deadline; !dl.IsZero() {
+		c.tmo[0] = strconv.FormatInt(timeLeft(dl, c.started), 10)
 		h[TimeoutHeader] = c.tmo[:]
 	}
+}
+
+// idBlock is a string of idsPerBlock request IDs of 16 random hex digits
+// each; next is the index of the next one to hand out.
+type idBlock struct {
+	s    string
+	next atomic.Int32
+}
+
+const idsPerBlock = 256
+
+var idBlocks atomic.Pointer[idBlock]
+
+// newRequestID returns a request ID of 16 random hex digits, cut from the
+// current block (a new block when it is used up): one allocation per
+// idsPerBlock IDs, not one per call.
+func newRequestID() string {
+	for {
+		b := idBlocks.Load()
+		if b != nil {
+			if i := int(b.next.Add(1)) - 1; i < idsPerBlock {
+				return b.s[16*i : 16*i+16]
+			}
+		}
+		idBlocks.CompareAndSwap(b, newIDBlock())
+	}
+}
+
+func newIDBlock() *idBlock {
+	const hex = "0123456789abcdef"
+	buf := make([]byte, 16*idsPerBlock)
+	for i := 0; i < len(buf); i += 16 {
+		v := rand.Uint64()
+		for j := range 16 {
+			buf[i+j] = hex[v>>60]
+			v <<= 4
+		}
+	}
+	return &idBlock{s: string(buf)}
 }
 
 // timeLeft is the TimeoutHeader value at now: whole milliseconds before

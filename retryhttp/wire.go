@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
@@ -65,27 +67,48 @@ func resent(req *http.Request) bool {
 
 // watch returns the attempt's context with the hooks that count its tries.
 // A refusal must be able to cancel it: a context the Step bounded is
-// canceled through the Step (Abort); any other gets a cancel of its own.
+// canceled through the Step (Abort); one whose parent is never done is a
+// wireCtx that cancels itself; any other gets a cancel of its own.
+//
+// Without a caller's trace the hooks come from a pool and the context
+// carries them itself (what httptrace.WithClientTrace would add as a value
+// of its own): counting the tries costs no allocation.
 func (c *call) watch(ctx context.Context) context.Context {
 	c.tries, c.refused = 0, false
-	c.wrote.Store(false)
+	if c.hooks == nil && traceKey != nil && httptrace.ContextClientTrace(c.ctx) == nil {
+		c.hooks = hooksPool.Get().(*hooks)
+		c.pooled = true
+	}
+	if c.pooled {
+		c.hooks.c = c
+		c.hooks.wrote.Store(false)
+		// Written only here and by a refusal, on this goroutine; net/http
+		// reads GotConn on it too (the write loop reads WroteHeaders).
+		c.hooks.trace.GotConn = nil
+		// The first attempt's context lives in the call; a later one gets
+		// its own, as net/http may still use the one before it.
+		w := &c.wctx
+		if c.wctxUsed {
+			w = new(wireCtx)
+		}
+		c.wctxUsed, c.wcur = true, w
+		w.Context, w.trace = ctx, &c.hooks.trace
+		if !c.bounded {
+			if ctx.Done() == nil {
+				w.own = true // never done but by a refusal: no cancel of its own to make
+			} else {
+				w.Context, c.cancel = context.WithCancelCause(ctx)
+			}
+		}
+		return w
+	}
 	if !c.bounded {
 		ctx, c.cancel = context.WithCancelCause(ctx)
 	}
-	switch {
-	case c.trace == nil && httptrace.ContextClientTrace(c.ctx) == nil:
-		c.ownTrace = httptrace.ClientTrace{GetConn: c.onGetConn, WroteHeaders: c.onWroteHeaders}
-		c.trace = &c.ownTrace
-	case c.trace == &c.ownTrace:
-		// Written only here and by a refusal, on this goroutine; net/http
-		// reads GotConn on it too (the write loop reads WroteHeaders).
-		c.ownTrace.GotConn = nil
-	default:
-		// WithClientTrace composes the caller's own trace into ours,
-		// changing the struct: each attempt gets a fresh one.
-		c.trace = &httptrace.ClientTrace{GetConn: c.onGetConn, WroteHeaders: c.onWroteHeaders}
-	}
-	return httptrace.WithClientTrace(ctx, c.trace)
+	// WithClientTrace composes the caller's own trace into ours, changing
+	// the struct: each attempt gets a fresh one.
+	c.hooks = newHooks(c)
+	return httptrace.WithClientTrace(ctx, &c.hooks.trace)
 }
 
 // endWire cancels the attempt's own context, if it has one.
@@ -96,15 +119,175 @@ func (c *call) endWire() {
 	}
 }
 
+// putHooks gives pooled hooks back when the call is over. A hooks value
+// may then still hear a late WroteHeaders of this call's last try (a write
+// loop that finished after the answer came); the next call that takes it
+// may then count one re-send more than it made, never one fewer.
+func (c *call) putHooks() {
+	if c.pooled {
+		c.hooks.c = nil
+		hooksPool.Put(c.hooks)
+		c.hooks, c.pooled = nil, false
+	}
+}
+
+// hooks is the ClientTrace that counts an attempt's tries. Its method
+// values allocate once per hooks value, so a pool of them serves the calls.
+type hooks struct {
+	trace httptrace.ClientTrace
+	c     *call       // the call whose attempt is in flight
+	wrote atomic.Bool // the current try wrote its headers
+}
+
+var hooksPool = sync.Pool{New: func() any { return newHooks(nil) }}
+
+func newHooks(c *call) *hooks {
+	h := &hooks{c: c}
+	h.trace = httptrace.ClientTrace{GetConn: h.onGetConn, WroteHeaders: h.onWroteHeaders}
+	return h
+}
+
 // onWroteHeaders runs on net/http's write loop when a try wrote its
 // request headers.
-func (c *call) onWroteHeaders() { c.wrote.Store(true) }
+func (h *hooks) onWroteHeaders() { h.wrote.Store(true) }
+
+// onGetConn runs when net/http starts a try (on the goroutine of
+// RoundTrip, while the call is in flight).
+func (h *hooks) onGetConn(hostPort string) { h.c.onGetConn(hostPort) }
+
+// traceKey is the key under which httptrace keeps a ClientTrace in a
+// context, read once from httptrace.ContextClientTrace (nil if it could
+// not be: the calls then use httptrace.WithClientTrace).
+var traceKey = func() any {
+	var p keyProbe
+	httptrace.ContextClientTrace(&p)
+	return p.key
+}()
+
+// keyProbe is a context that records the key it is asked for.
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(key any) any {
+	p.key = key
+	return nil
+}
+
+// wireCtx is an attempt's context with its hooks: its parent plus the
+// ClientTrace under traceKey, and — own — a cancel of its own for a parent
+// that is never done (Done nil). Such a parent registers nothing
+// anywhere, so the cancel is a flag, a channel made only when Done is
+// asked, and the callbacks of AfterFunc (how a context derived from this
+// one, such as net/http's, hears of the cancel without a goroutine).
+type wireCtx struct {
+	context.Context
+	trace *httptrace.ClientTrace
+	own   bool
+
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+	after    []afterEntry // AfterFunc's registrations, in afterBuf while they fit
+	afterBuf [1]afterEntry
+	nextID   uint64
+}
+
+// afterEntry is one AfterFunc registration of a wireCtx.
+type afterEntry struct {
+	id uint64
+	f  func()
+}
+
+func (w *wireCtx) Value(key any) any {
+	if key == traceKey {
+		return w.trace
+	}
+	return w.Context.Value(key)
+}
+
+func (w *wireCtx) Done() <-chan struct{} {
+	if !w.own {
+		return w.Context.Done()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done == nil {
+		w.done = make(chan struct{})
+		if w.err != nil {
+			close(w.done)
+		}
+	}
+	return w.done
+}
+
+func (w *wireCtx) Err() error {
+	if !w.own {
+		return w.Context.Err()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// AfterFunc arranges to call f in its own goroutine once w is canceled
+// (context.AfterFunc's contract); stop undoes it if f has not started.
+func (w *wireCtx) AfterFunc(f func()) (stop func() bool) {
+	if !w.own {
+		return context.AfterFunc(w.Context, f)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	w.nextID++
+	id := w.nextID
+	if w.after == nil {
+		w.after = w.afterBuf[:0]
+	}
+	w.after = append(w.after, afterEntry{id: id, f: f})
+	return func() bool { return w.stopAfter(id) }
+}
+
+// stopAfter drops the AfterFunc registration id; it reports whether it was
+// still there (its function had not been started).
+func (w *wireCtx) stopAfter(id uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, e := range w.after {
+		if e.id == id {
+			w.after = append(w.after[:i], w.after[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// cancel ends an own wireCtx with context.Canceled.
+func (w *wireCtx) cancel() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return
+	}
+	w.err = context.Canceled
+	if w.done != nil {
+		close(w.done)
+	}
+	for _, e := range w.after {
+		go e.f()
+	}
+	w.after = nil
+}
 
 // onGetConn runs when net/http starts a try of the attempt (on the
 // goroutine of RoundTrip).
 func (c *call) onGetConn(string) {
 	c.tries++
-	if c.tries == 1 || !c.wrote.Swap(false) || c.refused {
+	if c.tries == 1 || !c.hooks.wrote.Swap(false) || c.refused {
 		return // the attempt's first try, or one after a try that wrote nothing
 	}
 	var now time.Time
@@ -115,13 +298,15 @@ func (c *call) onGetConn(string) {
 		c.refused = true
 		if c.cancel != nil {
 			c.cancel(errResendRefused)
+		} else if c.wcur != nil && c.wcur.own {
+			c.wcur.cancel()
 		} else {
 			// The attempt ends here: its slot goes back as not served
 			// (its connection dropped), and its context is canceled.
 			c.step.Abort()
 		}
-		prev := c.trace.GotConn
-		c.trace.GotConn = func(info httptrace.GotConnInfo) {
+		prev := c.hooks.trace.GotConn
+		c.hooks.trace.GotConn = func(info httptrace.GotConnInfo) {
 			if prev != nil {
 				prev(info)
 			}

@@ -4,19 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
+	"strings"
 
 	"github.com/staggerhq/stagger/sim"
 )
 
-// Simulate the four-caller outage in virtual time: 4 callers against a gateway that is
-// down for 700 ms, retrying immediately (20 ms) or with exponential backoff
-// and full jitter, using the shipped retry.Policy and backoff schedules.
-// Options.Seed fixes every random draw, so the table is the same on every run.
-func ExampleOutageConfig() {
-	cfg := sim.DefaultOutage()
-	cfg.Log = 0 // no per-attempt lines
-	res, err := cfg.Run(context.Background(), sim.Options{Seed: 1})
+// Simulate the four-caller outage in virtual time: 4 callers against a
+// gateway that is down for 700 ms, retrying immediately (20 ms) or with
+// exponential backoff and full jitter, using the shipped retry.Policy and
+// backoff schedules. The seed fixes every random draw, so the table is the
+// same on every run.
+func ExampleRun() {
+	res, err := sim.Run(context.Background(), "outage", map[string]string{"log": "0"}, sim.Options{Seed: 1})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -31,54 +30,40 @@ func ExampleOutageConfig() {
 	// expo-full        4        22         4          12              18            1008              5.50
 }
 
-// List the scenarios of `stagger sim list`.
-func ExampleScenarios() {
-	for _, s := range sim.Scenarios() {
-		fmt.Println(s.Name)
+// Write a result's rows as CSV (WriteJSON and WriteReport work alike).
+func ExampleResult_WriteCSV() {
+	res, err := sim.Run(context.Background(), "outage",
+		map[string]string{"log": "0", "strategy": "expo-full", "callers": "8"}, sim.Options{Seed: 1})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := res.WriteCSV(os.Stdout); err != nil {
+		fmt.Println(err)
 	}
 	// Output:
-	// outage
-	// herd
-	// brooker2015
-	// budgets
-	// collapse
-	// layers
-	// littles-law
-	// metastable
-	// spiral
-	// backoff
-	// bimodal
-	// limits
-	// hedge
+	// strategy,callers,attempts,accepted,peak,distinct_waits,last_accept_ms,attempts_per_request
+	// expo-full,8,46,8,24,36,1569,5.75
 }
 
-// Drive a model with the engine: three requests arrive 10 ms apart and
-// each leaves 15 ms after it arrived. Events come out in time order, ties
-// in the order they were scheduled.
-func ExampleEngine() {
-	const arrive, leave = 0, 1
-	e := sim.NewEngine(8)
-	for i := range 3 {
-		e.At(time.Duration(i)*10*time.Millisecond, arrive, int32(i))
+// List the scenarios of `stagger sim list` and the parameters of one.
+func ExampleScenarios() {
+	var names []string
+	for _, s := range sim.Scenarios() {
+		names = append(names, s.Name)
 	}
-	for {
-		ev, ok := e.Next()
-		if !ok {
-			break
-		}
-		switch ev.Kind {
-		case arrive:
-			fmt.Println(e.Now(), "arrive", ev.ID)
-			e.After(15*time.Millisecond, leave, ev.ID)
-		case leave:
-			fmt.Println(e.Now(), "leave", ev.ID)
-		}
+	fmt.Println(strings.Join(names, " "))
+	for _, p := range sim.Scenarios()[0].Params {
+		fmt.Printf("--%s %s\n", p.Name, p.Default)
 	}
 	// Output:
-	// 0s arrive 0
-	// 10ms arrive 1
-	// 15ms leave 0
-	// 20ms arrive 2
-	// 25ms leave 1
-	// 35ms leave 2
+	// outage herd brooker2015 budgets collapse layers littles-law metastable spiral backoff bimodal limits hedge
+	// --callers 4
+	// --outage 700ms
+	// --rtt 26ms
+	// --window 200ms
+	// --wait 20ms
+	// --base 60ms
+	// --strategy immediate,expo-full
+	// --log 1
 }

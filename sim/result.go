@@ -1,34 +1,27 @@
 package sim
 
 import (
-	"bufio"
-	"encoding/csv"
-	"encoding/json"
-	"fmt"
 	"io"
-	"math"
-	"strconv"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/staggerhq/stagger/internal/simkit"
 )
 
-// Result is what a scenario run produces: a table (the rows printed, or
-// written as JSON or CSV), charts for the HTML report, and notes. Every
-// number in it is a pure function of the scenario's parameters and seed.
+// Result is what a scenario run produces: a table (printed, or written as
+// JSON or CSV), charts for the HTML report, and notes. Every number in it
+// is a pure function of the scenario's parameters and the seed.
 type Result struct {
 	Scenario string    // scenario name, e.g. "herd"
 	Title    string    // one line saying what was simulated
-	Settings []Setting // the parameters used, in order
+	Settings []Setting // every parameter's value, in order
 	Notes    []string  // findings and model statements printed under the table
 	Log      []string  // per-attempt lines (outage), printed after the notes; not in the report
-	Table    Table     // the rows, printed and written as JSON or CSV
+	Table    Table     // the rows
 	Charts   []Chart   // the charts of the HTML report, in order
-	Events   uint64    // engine events handled, summed over all runs
 }
 
 // Setting is one parameter value of a run.
 type Setting struct {
-	Name, Value string // the parameter's flag name and its value as printed
+	Name, Value string // the parameter's name and its value as printed
 }
 
 // Table is a result's rows. A cell is a string, an int, an int64 or a
@@ -45,8 +38,8 @@ type Column struct {
 	Prec  int    // digits after the point for float64 cells
 }
 
-// Chart is one chart of the report: lines (or bars) per series on shared
-// axes.
+// Chart is one chart of the report: lines (or stacked bars) per series on
+// shared axes.
 type Chart struct {
 	Title          string   // caption
 	XLabel, YLabel string   // axis titles
@@ -63,207 +56,77 @@ type Series struct {
 	Points []Point // Bars: X is the left edge of the bar
 }
 
-// Point is one (x, y) value.
-type Point struct {
-	X, Y float64 // in the chart's axis units
-}
+// Point is one (x, y) value, in the chart's axis units.
+type Point struct{ X, Y float64 }
 
-// Shade marks an x range, e.g. an outage.
+// Shade marks an X range, e.g. an outage.
 type Shade struct {
 	From, To float64 // X range in axis units, From <= To
 	Label    string  // e.g. "down"
 }
 
-// cell formats one cell; floats with the column's precision. NaN and ±Inf
-// are errors: a result must never print them.
-func (c Column) cell(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		return x, nil
-	case int:
-		return strconv.Itoa(x), nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return "", fmt.Errorf("sim: column %s has the non-finite value %v", c.Key, x)
-		}
-		s := strconv.FormatFloat(x, 'f', c.Prec, 64)
-		if strings.TrimLeft(s, "-0.") == "" { // no negative zero
-			s = strings.TrimPrefix(s, "-")
-		}
-		return s, nil
-	}
-	return "", fmt.Errorf("sim: column %s has a value of type %T", c.Key, v)
-}
-
-// Strings returns every cell as printed (floats with their column's
-// precision).
-func (t *Table) Strings() ([][]string, error) {
-	out := make([][]string, len(t.Rows))
-	for i, row := range t.Rows {
-		if len(row) != len(t.Columns) {
-			return nil, fmt.Errorf("sim: row %d has %d cells for %d columns", i, len(row), len(t.Columns))
-		}
-		out[i] = make([]string, len(row))
-		for j, v := range row {
-			s, err := t.Columns[j].cell(v)
-			if err != nil {
-				return nil, err
-			}
-			out[i][j] = s
-		}
-	}
-	return out, nil
-}
-
-// WriteText prints the title, the settings, the table with aligned columns
-// (text left, numbers right), the notes and the log, each block after a
-// blank line.
-func (r *Result) WriteText(w io.Writer) error {
-	cells, err := r.Table.Strings()
-	if err != nil {
-		return err
-	}
-	b := bufio.NewWriter(w)
-	fmt.Fprintf(b, "%s — %s\n", r.Scenario, r.Title)
-	if len(r.Settings) > 0 {
-		parts := make([]string, len(r.Settings))
-		for i, s := range r.Settings {
-			parts[i] = s.Name + "=" + s.Value
-		}
-		fmt.Fprintf(b, "  %s\n", strings.Join(parts, " "))
-	}
-	b.WriteByte('\n')
-	cols := r.Table.Columns
-	width := make([]int, len(cols))
-	numeric := make([]bool, len(cols))
-	for j, c := range cols {
-		width[j] = utf8.RuneCountInString(c.Title)
-		numeric[j] = true
-	}
-	for i, row := range cells {
-		for j, s := range row {
-			width[j] = max(width[j], utf8.RuneCountInString(s))
-			if _, ok := r.Table.Rows[i][j].(string); ok {
-				numeric[j] = false
-			}
-		}
-	}
-	line := func(row []string) {
-		for j, s := range row {
-			if j > 0 {
-				b.WriteString("  ")
-			}
-			pad := strings.Repeat(" ", width[j]-utf8.RuneCountInString(s))
-			if numeric[j] {
-				b.WriteString(pad + s)
-			} else if j == len(row)-1 {
-				b.WriteString(s)
-			} else {
-				b.WriteString(s + pad)
-			}
-		}
-		b.WriteByte('\n')
-	}
-	head := make([]string, len(cols))
-	for j, c := range cols {
-		head[j] = c.Title
-	}
-	line(head)
-	for _, row := range cells {
-		line(row)
-	}
-	for _, lines := range [][]string{r.Notes, r.Log} {
-		if len(lines) > 0 {
-			b.WriteByte('\n')
-		}
-		for _, n := range lines {
-			fmt.Fprintf(b, "%s\n", n)
-		}
-	}
-	return b.Flush()
-}
+// WriteText prints the title, the settings, the table with aligned columns,
+// the notes and the log, as `stagger sim` does.
+func (r *Result) WriteText(w io.Writer) error { return r.kit().WriteText(w) }
 
 // WriteCSV writes a header of column keys and one record per row.
-func (r *Result) WriteCSV(w io.Writer) error {
-	cells, err := r.Table.Strings()
-	if err != nil {
-		return err
-	}
-	cw := csv.NewWriter(w)
-	head := make([]string, len(r.Table.Columns))
-	for j, c := range r.Table.Columns {
-		head[j] = c.Key
-	}
-	if err := cw.Write(head); err != nil {
-		return err
-	}
-	if err := cw.WriteAll(cells); err != nil {
-		return err
-	}
-	return cw.Error()
-}
+func (r *Result) WriteCSV(w io.Writer) error { return r.kit().WriteCSV(w) }
 
 // WriteJSON writes one JSON object: {"scenario", "title", "settings",
-// "rows": [{column key: value, ...}, ...], "notes", "log"}, keys in column order,
-// numbers with their column's precision, newline-terminated.
-func (r *Result) WriteJSON(w io.Writer) error {
-	cells, err := r.Table.Strings()
-	if err != nil {
-		return err
-	}
-	var b strings.Builder
-	str := func(s string) {
-		q, _ := json.Marshal(s)
-		b.Write(q)
-	}
-	b.WriteString(`{"scenario":`)
-	str(r.Scenario)
-	b.WriteString(`,"title":`)
-	str(r.Title)
-	b.WriteString(`,"settings":{`)
-	for i, s := range r.Settings {
-		if i > 0 {
-			b.WriteByte(',')
+// "rows": [{column key: value, ...}, ...], "notes", "log"}, keys in column
+// order, numbers with their column's precision, newline-terminated — the
+// output of `stagger sim NAME --json`.
+func (r *Result) WriteJSON(w io.Writer) error { return r.kit().WriteJSON(w) }
+
+// WriteReport writes the result as a self-contained HTML page (inline SVG,
+// no scripts, no network): the notes, the table and the charts. subtitle is
+// printed under the title (for example how and when the run was made).
+func (r *Result) WriteReport(w io.Writer, subtitle string) error {
+	return simkit.WriteReport(w, r.kit(), subtitle)
+}
+
+// fromKit and kit convert between the public result and the
+// implementation's, whose types have the same fields (a test checks).
+func fromKit(k *simkit.Result) *Result {
+	r := &Result{Scenario: k.Scenario, Title: k.Title, Notes: k.Notes, Log: k.Log,
+		Table: Table{Rows: k.Table.Rows}}
+	r.Settings = convert(k.Settings, func(s simkit.Setting) Setting { return Setting(s) })
+	r.Table.Columns = convert(k.Table.Columns, func(c simkit.Column) Column { return Column(c) })
+	r.Charts = convert(k.Charts, func(c simkit.Chart) Chart {
+		return Chart{Title: c.Title, XLabel: c.XLabel, YLabel: c.YLabel, Bars: c.Bars, BarWidth: c.BarWidth, LogY: c.LogY,
+			Shades: convert(c.Shades, func(s simkit.Shade) Shade { return Shade(s) }),
+			Series: convert(c.Series, func(s simkit.Series) Series {
+				return Series{Name: s.Name, Points: convert(s.Points, func(p simkit.Point) Point { return Point(p) })}
+			}),
 		}
-		str(s.Name)
-		b.WriteByte(':')
-		str(s.Value)
-	}
-	b.WriteString(`},"rows":[`)
-	for i, row := range cells {
-		if i > 0 {
-			b.WriteByte(',')
+	})
+	return r
+}
+
+func (r *Result) kit() *simkit.Result {
+	k := &simkit.Result{Scenario: r.Scenario, Title: r.Title, Notes: r.Notes, Log: r.Log,
+		Table: simkit.Table{Rows: r.Table.Rows}}
+	k.Settings = convert(r.Settings, func(s Setting) simkit.Setting { return simkit.Setting(s) })
+	k.Table.Columns = convert(r.Table.Columns, func(c Column) simkit.Column { return simkit.Column(c) })
+	k.Charts = convert(r.Charts, func(c Chart) simkit.Chart {
+		return simkit.Chart{Title: c.Title, XLabel: c.XLabel, YLabel: c.YLabel, Bars: c.Bars, BarWidth: c.BarWidth, LogY: c.LogY,
+			Shades: convert(c.Shades, func(s Shade) simkit.Shade { return simkit.Shade(s) }),
+			Series: convert(c.Series, func(s Series) simkit.Series {
+				return simkit.Series{Name: s.Name, Points: convert(s.Points, func(p Point) simkit.Point { return simkit.Point(p) })}
+			}),
 		}
-		b.WriteByte('{')
-		for j, s := range row {
-			if j > 0 {
-				b.WriteByte(',')
-			}
-			str(r.Table.Columns[j].Key)
-			b.WriteByte(':')
-			if _, isStr := r.Table.Rows[i][j].(string); isStr {
-				str(s)
-			} else {
-				b.WriteString(s)
-			}
-		}
-		b.WriteByte('}')
+	})
+	return k
+}
+
+// convert maps f over s, keeping nil as nil.
+func convert[A, B any](s []A, f func(A) B) []B {
+	if s == nil {
+		return nil
 	}
-	for _, list := range []struct {
-		key   string
-		lines []string
-	}{{"notes", r.Notes}, {"log", r.Log}} {
-		b.WriteString(`],"` + list.key + `":[`)
-		for i, n := range list.lines {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			str(n)
-		}
+	out := make([]B, len(s))
+	for i, v := range s {
+		out[i] = f(v)
 	}
-	b.WriteString("]}\n")
-	_, err = io.WriteString(w, b.String())
-	return err
+	return out
 }

@@ -61,6 +61,8 @@ type Setup struct {
 	Tiers broker.Tiers
 	// Inbox, if not nil, must wrap the handler keyed by message ID.
 	Inbox queue.Inbox
+	// Trace, if not nil, must be the consumer's Options.Trace.
+	Trace retry.Propagator
 	// Crash asks the pipeline to crash once after it forwarded a message
 	// (to a delay tier or the DLQ, confirmed by the broker) and before the
 	// broker learned the original was acknowledged, and to let a fresh
@@ -559,23 +561,11 @@ func (c *countingInbox) duplicates(id string) int {
 type instantClock struct{}
 
 func (instantClock) Now() time.Time { return time.Now() }
-func (instantClock) NewTimer(time.Duration) retry.Timer {
-	tm := &instantTimer{c: make(chan time.Time, 1)}
-	tm.c <- time.Now()
-	return tm
+func (instantClock) After(time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	ch <- time.Now()
+	return ch
 }
-
-type instantTimer struct{ c chan time.Time }
-
-func (t *instantTimer) C() <-chan time.Time { return t.c }
-func (t *instantTimer) Reset(time.Duration) bool {
-	select {
-	case t.c <- time.Now():
-	default:
-	}
-	return false
-}
-func (t *instantTimer) Stop() bool { return false }
 
 // uniquePrefix names one Run's topology apart from every other run's.
 func uniquePrefix() string {

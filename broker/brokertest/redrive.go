@@ -26,6 +26,16 @@ type RedrivePipeline interface {
 	Settle(ctx context.Context) error
 }
 
+// TracePublisher is implemented by a pipeline that can publish a message
+// with a W3C trace context (the traceparent and tracestate headers).
+// RunRedrive then publishes one of its messages so, with Setup.Trace set,
+// and checks that every handler run of it, before and after the redrive,
+// ran in that trace context: the dead letter and its redrive kept the
+// headers.
+type TracePublisher interface {
+	PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error
+}
+
 // RedriveFactory builds a RedrivePipeline running s.Handler, as Factory.
 type RedriveFactory func(t *testing.T, s Setup) RedrivePipeline
 
@@ -44,25 +54,37 @@ func RunRedrive(t *testing.T, f RedriveFactory) {
 		broken atomic.Bool
 		mu     sync.Mutex
 		ok     = map[string]int{}
+		traces = map[string][]string{}
 	)
 	broken.Store(true)
 	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		v, _ := ctx.Value(traceKey{}).(traceVal)
+		mu.Lock()
+		traces[d.ID] = append(traces[d.ID], v.parent+" "+v.state)
+		mu.Unlock()
 		if broken.Load() {
 			return retry.Permanent(errors.New("dependency rejected it"))
 		}
-		d, _ := retry.DeliveryFrom(ctx)
 		mu.Lock()
 		ok[d.ID]++
 		mu.Unlock()
 		return nil
 	}
 	prefix := uniquePrefix()
-	p := f(t, Setup{Name: prefix + "-redrive", Handler: h, Policy: Policy(), Tiers: Tiers})
+	p := f(t, Setup{Name: prefix + "-redrive", Handler: h, Policy: Policy(), Tiers: Tiers, Trace: Trace{}})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	ids := []string{prefix + "-a", prefix + "-b", prefix + "-c"}
-	for _, id := range ids {
-		if err := p.Publish(ctx, id, []byte("x")); err != nil {
+	tp, traced := p.(TracePublisher)
+	for i, id := range ids {
+		var err error
+		if traced && i == 0 {
+			err = tp.PublishTraced(ctx, id, []byte("x"), TraceParent, TraceState)
+		} else {
+			err = p.Publish(ctx, id, []byte("x"))
+		}
+		if err != nil {
 			t.Fatalf("publish: %v", err)
 		}
 	}
@@ -112,6 +134,19 @@ func RunRedrive(t *testing.T, f RedriveFactory) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if traced {
+		want := TraceParent + " " + TraceState
+		for i, id := range ids {
+			for n, got := range traces[id] {
+				if (i == 0) != (got == want) {
+					t.Errorf("run %d of %s had trace context %q (published with one: %v)", n+1, id, got, i == 0)
+				}
+			}
+		}
+		if len(traces[ids[0]]) < 2 {
+			t.Errorf("%s ran %d times: want a run before and one after the redrive", ids[0], len(traces[ids[0]]))
+		}
+	}
 	for _, id := range ids {
 		lo, hi := 1, 1
 		if id == killed {

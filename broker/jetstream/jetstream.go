@@ -107,6 +107,9 @@ type Options struct {
 	Policy *retry.Policy
 	// Inbox, if set, wraps Handler keyed by the message ID.
 	Inbox queue.Inbox
+	// Trace, if set, runs each handler in the trace context the message
+	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
+	Trace retry.Propagator
 	// AckWait is how long a handler may run before the server redelivers
 	// the message (0: DefaultAckWait); Policy.AttemptTimeout, which ends
 	// the handler's context, must be below it. The consumer's BackOff for ack
@@ -263,7 +266,7 @@ func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Consumer{js: js, opts: opts, log: log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now}}
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now, Trace: opts.Trace}}
 	cfg := c.ConsumerConfig()
 	c.ackWaits = cfg.BackOff
 	if len(c.ackWaits) == 0 {
@@ -588,7 +591,12 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		actx, cancel = context.WithTimeout(ctx, c.attemptBound(md.delivered))
 		defer cancel()
 	}
-	o := c.proc.Process(actx, id, m.Data(), st)
+	pctx := actx
+	if c.proc.Trace != nil {
+		h := m.Headers()
+		pctx = c.proc.WithTrace(actx, func(k string) (string, bool) { v := h.Get(k); return v, v != "" })
+	}
+	o := c.proc.Process(pctx, id, m.Data(), st)
 	if broker.Interrupted(actx, o) {
 		// Shutting down, or the attempt outlived its ack wait: the server
 		// redelivers it (or, after the last delivery, dead-letters it

@@ -132,7 +132,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	createStream(t, js, s.Name)
-	opts := Options{Stream: s.Name, Consumer: "work", Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, AckWait: time.Second}
+	opts := Options{Stream: s.Name, Consumer: "work", Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, Trace: s.Trace, AckWait: time.Second}
 	if s.Crash || s.CrashAfterSuccess {
 		var once sync.Once
 		opts.afterHandle = func(success bool) (crash bool) {

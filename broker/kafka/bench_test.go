@@ -28,7 +28,7 @@ import (
 //     commits; kept for comparison with older numbers).
 //   - BenchmarkConsumer10PctTransient: the stagger Consumer with 10% of the
 //     records failing transiently once: forwarded to a 1 ms retry topic,
-//     paused until due, handled again by the retry stage.
+//     held until due, handled again by the retry stage.
 //   - BenchmarkConsumer0PctTransient: the Consumer's own overhead.
 //
 // Every loop polls at most DefaultMaxPollRecords and fetches at most

@@ -47,6 +47,9 @@ type Options struct {
 	Policy *retry.Policy
 	// Inbox, if set, wraps Handler keyed by the message ID.
 	Inbox queue.Inbox
+	// Trace, if set, runs each handler in the trace context the record
+	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
+	Trace retry.Propagator
 	// Transactional makes each poll's forwards and its offset commit one
 	// transaction (GroupTransactSession), with TransactionalID plus the
 	// stage's suffix as transactional IDs.
@@ -124,7 +127,7 @@ func NewConsumer(opts Options) (*Consumer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{opts: opts, log: log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "kafka", Now: opts.Now}}, nil
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "kafka", Now: opts.Now, Trace: opts.Trace}}, nil
 }
 
 func (c *Consumer) now() time.Time {
@@ -277,7 +280,8 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 		paused *pauser
 	)
 	if s.retry {
-		paused = &pauser{topic: s.topic, due: map[int32]time.Time{}}
+		paused = &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
+		defer paused.w.Stop()
 	} else {
 		work = make(chan polled, maxPollsInFlight)
 		done := make(chan struct{})
@@ -350,6 +354,9 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 				break
 			}
 			out, due, kept := c.handle(ctx, r, b.at, paused != nil)
+			if !due.IsZero() && c.waitDue(sctx, paused, due) {
+				out, due, kept = c.handle(ctx, r, b.at, true)
+			}
 			if kept {
 				break // shutting down: neither committed nor forwarded
 			}
@@ -374,6 +381,30 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 	t.seal(b.poll)
 }
 
+// waitInPlace bounds how long a retry stage waits for a record in place
+// (waitDue) instead of pausing its partition: the stage's other partitions
+// wait that long at most.
+const waitInPlace = 10 * time.Millisecond
+
+// waitDue waits for due when it is at most min(p.maxWait, waitInPlace)
+// away and reports whether it waited to the end (false: too far away, or
+// ctx ended). A record due that soon is waited for, not paused: a pause
+// sets the partition's fetch offset back, so its records are fetched and
+// decoded again, and a resumed partition joins the next fetch only after
+// the one in flight returns (up to the stage's fetch wait, maxWait). A
+// short tier's records come a fraction of a millisecond before they are
+// due, batch after batch.
+func (c *Consumer) waitDue(ctx context.Context, p *pauser, due time.Time) bool {
+	d := due.Sub(c.now())
+	switch {
+	case d > min(p.maxWait, waitInPlace):
+		return false
+	case d <= 0:
+		return true
+	}
+	return p.w.Wait(ctx, nil, d) == nil
+}
+
 // pollContext is the context of a poll: ctx, with a wall-clock deadline at
 // the earliest due time of p's paused partitions, if any, so that the
 // stage resumes them on time when no record comes.
@@ -390,6 +421,8 @@ type pauser struct {
 	topic   string
 	due     map[int32]time.Time // partition → when its head record is due
 	rewinds map[int32]kgo.EpochOffset
+	maxWait time.Duration // a head record due within it is waited for (waitDue)
+	w       wait.Waiter
 }
 
 func (p *pauser) earliest() (time.Time, bool) {
@@ -473,7 +506,8 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		sess.CloseAllowingRebalance()
 	}()
 
-	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}}
+	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
+	defer paused.w.Stop()
 	for {
 		pctx, cancel := c.pollContext(ctx, paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
@@ -504,7 +538,11 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 					out *kgo.Record
 					due time.Time
 				)
-				if out, due, kept = c.handle(ctx, r, now, true); kept {
+				out, due, kept = c.handle(ctx, r, now, true)
+				if !due.IsZero() && c.waitDue(ctx, paused, due) {
+					out, due, kept = c.handle(ctx, r, now, true)
+				}
+				if kept {
 					return
 				}
 				if !due.IsZero() {
@@ -565,7 +603,7 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 	)
 	switch {
 	case sc.state != nil:
-		st, co, err = parseState(sc.state)
+		st, co, err = parseState(sc.state, c.opts.Topics.Main)
 	case sc.legacy:
 		// The nine-header form of earlier versions: a record in flight
 		// across an upgrade.
@@ -596,7 +634,11 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, m
 		if id == "" {
 			id = co.String()
 		}
-		o = c.proc.ProcessAt(ctx, id, r.Value, st, start)
+		pctx := ctx
+		if c.proc.Trace != nil {
+			pctx = c.proc.WithTrace(ctx, headerGetter(r))
+		}
+		o = c.proc.ProcessAt(pctx, id, r.Value, st, start)
 		if broker.Interrupted(ctx, o) {
 			return nil, time.Time{}, true
 		}
@@ -664,13 +706,27 @@ func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dea
 	if dead {
 		n = 12
 	}
-	out := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+n)}
+	size := 96 + 2*len(co.topic) + len(st.Error) + len(st.Reason)
+	var (
+		out *kgo.Record
+		buf []byte
+	)
+	if !dead && len(r.Headers)+n <= len(retryRecord{}.headers) && size <= len(retryRecord{}.buf) {
+		// A retry of a record with few headers: the record, its headers
+		// and their values in one allocation.
+		rr := new(retryRecord)
+		out, buf = &rr.rec, rr.buf[:0]
+		out.Headers = rr.headers[:0]
+	} else {
+		out = &kgo.Record{Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+n)}
+		buf = make([]byte, 0, size)
+	}
+	out.Topic, out.Key, out.Value = topic, r.Key, r.Value
 	for _, h := range r.Headers {
 		if !isOwnHeader(h.Key) { // a forward rewrites them
 			out.Headers = append(out.Headers, h)
 		}
 	}
-	buf := make([]byte, 0, 96+2*len(co.topic)+len(st.Error)+len(st.Reason))
 	add := func(k string, start int) {
 		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: buf[start:len(buf):len(buf)]})
 	}
@@ -701,6 +757,14 @@ func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dea
 	st.Origin = co.String()
 	st.EncodeBytes(buf, func(k string, v []byte) { out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: v}) })
 	return out
+}
+
+// retryRecord is a forward to a retry topic with room for its headers and
+// their values: one allocation instead of three per retry.
+type retryRecord struct {
+	rec     kgo.Record
+	headers [4]kgo.RecordHeader
+	buf     [160]byte
 }
 
 // ParseDeadLetter decodes a record read from the DLQ topic.

@@ -123,7 +123,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	opts := Options{Brokers: addrs, Topics: topics, Group: s.Name, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox}
+	opts := Options{Brokers: addrs, Topics: topics, Group: s.Name, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, Trace: s.Trace}
 	var once atomic.Bool
 	if s.Crash {
 		opts.afterForward = func() bool { return once.CompareAndSwap(false, true) }

@@ -45,8 +45,10 @@ func appendState(buf []byte, st broker.State, c coords) []byte {
 }
 
 // parseState reads a HeaderState value; an error names the header and the
-// field that does not parse.
-func parseState(v []byte) (broker.State, coords, error) {
+// field that does not parse. The coordinates' topic is known (no copy)
+// when it is one of known, usually the main topic. The state's Origin is
+// left unset: only a dead letter writes it, from the coordinates.
+func parseState(v []byte, known ...string) (broker.State, coords, error) {
 	st, rest, err := broker.ParseCompact(v)
 	if err != nil {
 		return st, coords{}, err
@@ -66,8 +68,16 @@ func parseState(v []byte) (broker.State, coords, error) {
 	if len(rest) == 0 {
 		return st, coords{}, broker.CompactError(v, "topic")
 	}
-	c := coords{topic: string(rest), partition: int32(nums[0]), offset: nums[1]}
-	st.Origin = c.String()
+	c := coords{partition: int32(nums[0]), offset: nums[1]}
+	for _, k := range known {
+		if string(rest) == k {
+			c.topic = k
+			break
+		}
+	}
+	if c.topic == "" {
+		c.topic = string(rest)
+	}
 	return st, c, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -123,4 +124,36 @@ func TestTrackerKeepsOffsetsOfAFailedCommit(t *testing.T) {
 	if got, want := readyOffsets(tr), map[int32]int64{0: 20}; !maps.Equal(got, want) {
 		t.Fatalf("committable after forgetting partition 1: %v, want %v", got, want)
 	}
+}
+
+// TestWaitDue: a retry stage waits in place only for a record due within
+// min(fetch wait, waitInPlace), and never returns before its due time.
+func TestWaitDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Consumer{}
+		p := &pauser{maxWait: 500 * time.Millisecond}
+		defer p.w.Stop()
+		ctx := context.Background()
+		start := time.Now()
+		if c.waitDue(ctx, p, start.Add(waitInPlace+time.Millisecond)) || time.Since(start) != 0 {
+			t.Fatal("waited for a record due beyond waitInPlace: it must pause its partition")
+		}
+		if !c.waitDue(ctx, p, start.Add(-time.Second)) || time.Since(start) != 0 {
+			t.Fatal("a record already due was not handled at once")
+		}
+		due := start.Add(3 * time.Millisecond)
+		if !c.waitDue(ctx, p, due) || time.Now().Before(due) {
+			t.Fatalf("waitDue returned at %v, before the due time %v", time.Since(start), due.Sub(start))
+		}
+		p.maxWait = time.Millisecond // a stage whose fetch wait is shorter still
+		if c.waitDue(ctx, p, time.Now().Add(2*time.Millisecond)) {
+			t.Fatal("waited in place longer than the stage's fetch wait")
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		p.maxWait = time.Second
+		go func() { time.Sleep(time.Millisecond); cancel() }()
+		if c.waitDue(cctx, p, time.Now().Add(5*time.Millisecond)) {
+			t.Fatal("waitDue reported the due time reached after its context ended")
+		}
+	})
 }

@@ -121,8 +121,22 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 // header, and the original acked once the copy is confirmed. No wait queue,
 // no dead-lettering: the cheapest retry RabbitMQ offers, so the ceiling for
 // any delayed-retry topology.
-func BenchmarkRawRepublish10Pct(b *testing.B) {
+func BenchmarkRawRepublish10Pct(b *testing.B) { benchRawRetry(b, false) }
+
+// BenchmarkRawWaitQueue10Pct is the raw client doing the delayed retry the
+// Consumer does, without a library: each failure is republished the same
+// way but into the topology's 1 ms wait queue, whose TTL dead-letters it
+// back to the main queue; then the original is acked. The same broker work
+// per retry as the Consumer's (a persistent confirmed publish, the expiry
+// and the dead-letter hop), with one header of its own.
+func BenchmarkRawWaitQueue10Pct(b *testing.B) { benchRawRetry(b, true) }
+
+func benchRawRetry(b *testing.B, viaWaitQueue bool) {
 	conn, topo := benchSetup(b)
+	target := topo.Queue
+	if viaWaitQueue {
+		target = topo.TierQueue(0)
+	}
 	pub, err := conn.Channel()
 	if err != nil {
 		b.Fatal(err)
@@ -153,7 +167,7 @@ func BenchmarkRawRepublish10Pct(b *testing.B) {
 			}
 			break
 		}
-		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", topo.Queue, true, false, amqp.Publishing{
+		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", target, true, false, amqp.Publishing{
 			Headers: amqp.Table{"x-raw-attempt": int32(2)}, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body})
 		if err != nil {
 			b.Fatal(err)

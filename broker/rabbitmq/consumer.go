@@ -48,6 +48,9 @@ type Options struct {
 	// message whose effect was applied is acknowledged without running the
 	// handler again. Messages without a MessageId bypass it.
 	Inbox queue.Inbox
+	// Trace, if set, runs each handler in the trace context the message
+	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
+	Trace retry.Propagator
 	// Prefetch is the channel's QoS: unacknowledged deliveries at once
 	// (0: DefaultPrefetch).
 	Prefetch int
@@ -120,7 +123,7 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	return &Consumer{
 		opts: opts,
 		log:  log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "rabbitmq", Now: opts.Now},
+		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "rabbitmq", Now: opts.Now, Trace: opts.Trace},
 	}, nil
 }
 
@@ -290,6 +293,15 @@ func (s *session) fail(err error) {
 	}
 }
 
+// withTrace is ctx with the delivery's trace context, when Options.Trace
+// is set.
+func (c *Consumer) withTrace(ctx context.Context, d *amqp.Delivery) context.Context {
+	if c.proc.Trace == nil {
+		return ctx
+	}
+	return c.proc.WithTrace(ctx, tableGet(d.Headers))
+}
+
 // handle processes one delivery. A success is acknowledged at once. A
 // forward (retry or dead letter) is published, and a goroutine acknowledges
 // the original once RabbitMQ confirmed the copy, so the handler goroutine
@@ -298,11 +310,11 @@ func (s *session) fail(err error) {
 // session must end so that RabbitMQ requeues it.
 func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) error {
 	var o broker.Outcome
-	st, err := stateOf(d)
+	st, from, err := readState(d)
 	if err != nil {
 		o = broker.Outcome{Action: broker.Dead, State: broker.State{Reason: broker.ReasonMalformed, Error: err.Error()}}
 	} else {
-		o = c.proc.Process(ctx, d.MessageId, d.Body, st)
+		o = c.proc.Process(c.withTrace(ctx, d), d.MessageId, d.Body, st)
 	}
 	if broker.Interrupted(ctx, o) {
 		// Shutting down, and the failure is the cancellation itself. Not
@@ -321,7 +333,7 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 	case broker.Dead:
 		q = c.opts.Topology.DLQ
 	}
-	wait, err := c.forward(ctx, s.conf, d, q, o.State)
+	wait, err := c.forward(ctx, s.conf, d, from, q, o.State)
 	if err != nil {
 		return err
 	}
@@ -337,7 +349,7 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
 			st := o.State
 			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", broker.ErrorText(err)
-			if wait, err = c.forward(wctx, s.conf, d, c.opts.Topology.DLQ, st); err == nil {
+			if wait, err = c.forward(wctx, s.conf, d, from, c.opts.Topology.DLQ, st); err == nil {
 				err = wait(wctx)
 			}
 		}
@@ -356,24 +368,23 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 
 // forward publishes a copy of d with state st to queue q (through the
 // default exchange, mandatory, in confirm mode) and returns the wait for its
-// confirm.
-func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, q string, st broker.State) (func(context.Context) error, error) {
-	// The first forward records where the message came from; later ones
-	// carry that on.
-	_, later := d.Headers[HeaderExchange]
-	if st.Origin == "" {
-		if later {
-			st.Origin = fmt.Sprintf("%v/%v", d.Headers[HeaderExchange], d.Headers[HeaderRoutingKey])
-		} else {
-			st.Origin = d.Exchange + "/" + d.RoutingKey
+// confirm. from is where d was first delivered from: a wait queue's copy
+// carries it in its compact state, a dead letter in HeaderExchange and
+// HeaderRoutingKey and as its origin.
+func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, from route, q string, st broker.State) (func(context.Context) error, error) {
+	tag := conf.nextTag()
+	var h amqp.Table
+	if q != c.opts.Topology.DLQ {
+		h = waitHeaders(d.Headers, st, from, tag)
+	} else {
+		if st.Origin == "" {
+			st.Origin = from.exchange + "/" + from.key
 		}
+		h = forwardHeaders(d.Headers, st)
+		h[HeaderExchange], h[HeaderRoutingKey] = from.exchange, from.key
+		h[headerPublishTag] = tag
 	}
-	h := forwardHeaders(d.Headers, st, q != c.opts.Topology.DLQ)
-	if !later {
-		h[HeaderExchange] = d.Exchange
-		h[HeaderRoutingKey] = d.RoutingKey
-	}
-	return conf.publish(ctx, "", q, republishing(d, h))
+	return conf.send(ctx, "", q, republishing(d, h), tag)
 }
 
 // republishing is d's body and properties with headers h.

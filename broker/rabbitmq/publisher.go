@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -33,7 +34,7 @@ const returnsBuffer = 1024
 type confirmer struct {
 	mu       sync.Mutex // publish order = delivery tag order
 	ch       *amqp.Channel
-	seq      uint64
+	seq      atomic.Uint64 // the last publish tag
 	rmu      sync.Mutex
 	returns  chan amqp.Return
 	returned map[string]amqp.Return
@@ -68,11 +69,22 @@ func (c *confirmer) publish(ctx context.Context, exchange, key string, msg amqp.
 	for k, v := range msg.Headers {
 		h[k] = v
 	}
-	c.mu.Lock()
-	c.seq++
-	tag := strconv.FormatUint(c.seq, 10)
+	tag := c.nextTag()
 	h[headerPublishTag] = tag
 	msg.Headers = h
+	return c.send(ctx, exchange, key, msg, tag)
+}
+
+// nextTag is a new publish tag: unique among the confirmer's publishes.
+func (c *confirmer) nextTag() string {
+	return strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// send is publish for a message whose headers already carry tag (from
+// nextTag), in headerPublishTag or in its compact state (returnTag reads
+// both), and that the confirmer may keep.
+func (c *confirmer) send(ctx context.Context, exchange, key string, msg amqp.Publishing, tag string) (wait func(context.Context) error, err error) {
+	c.mu.Lock()
 	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	c.mu.Unlock()
 	if err != nil {
@@ -119,7 +131,7 @@ func (c *confirmer) drainLocked() {
 	for drained := false; !drained; {
 		select {
 		case r := <-c.returns:
-			t, ok := r.Headers[headerPublishTag].(string)
+			t, ok := returnTag(r.Headers)
 			if !ok {
 				continue
 			}

@@ -194,7 +194,7 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	}
 	tcp := &tcpTracker{}
 	opts := Options{
-		URL: amqpURL(), Topology: topo, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox,
+		URL: amqpURL(), Topology: topo, Handler: s.Handler, Policy: s.Policy, Inbox: s.Inbox, Trace: s.Trace,
 		Dial: tcp.dial, Reconnect: backoff.Constant(50 * time.Millisecond),
 	}
 	var once sync.Once

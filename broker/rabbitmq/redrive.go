@@ -116,7 +116,7 @@ func (m *redriveMsg) Destination() string {
 // attempts) also drops the first forward's exchange and routing key, so
 // the message is as new.
 func (m *redriveMsg) Republish(ctx context.Context, st broker.State) error {
-	h := forwardHeaders(m.d.Headers, st, false)
+	h := forwardHeaders(m.d.Headers, st)
 	if st.Attempts == 0 {
 		delete(h, HeaderExchange)
 		delete(h, HeaderRoutingKey)

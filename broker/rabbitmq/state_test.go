@@ -18,23 +18,53 @@ import (
 func TestForwardHeadersCompact(t *testing.T) {
 	st := broker.State{Attempts: 2, Prev: time.Second, Due: time.UnixMilli(5000), FirstAttempt: time.UnixMilli(1000),
 		FirstFailure: time.UnixMilli(1100), Error: "busy\nline 2", Origin: "orders/orders"}
-	in := amqp.Table{"trace": "t", broker.HeaderAttempt: "1", "x-death": []any{}, HeaderExchange: "orders"}
-	h := forwardHeaders(in, st, true)
-	if len(h) != 3 || h["trace"] != "t" || h[HeaderExchange] != "orders" || h[broker.HeaderState] == nil {
-		t.Fatalf("wait-queue headers %v: want trace, %s and %s only", h, HeaderExchange, broker.HeaderState)
+	in := amqp.Table{"trace": "t", broker.HeaderAttempt: "1", "x-death": []any{}, HeaderExchange: "orders", headerPublishTag: "9"}
+	for _, r := range []route{{"orders", "eu new"}, {"", "q"}, {"a b", " "}} {
+		h := waitHeaders(in, st, r, "17")
+		if len(h) != 2 || h["trace"] != "t" || h[broker.HeaderState] == nil {
+			t.Fatalf("wait-queue headers %v: want trace and %s only", h, broker.HeaderState)
+		}
+		got, from, err := readState(&amqp.Delivery{Headers: h, Exchange: "main", RoutingKey: "k"})
+		want := st
+		want.Origin = "" // a dead letter writes it from the route
+		if err != nil || got != want || from != r {
+			t.Fatalf("%v: compact state read back %+v %+v, %v; want %+v", r, got, from, err, want)
+		}
+		if tag, ok := returnTag(h); !ok || tag != "17" {
+			t.Fatalf("%v: publish tag %q %v, want 17", r, tag, ok)
+		}
 	}
-	got, err := stateOf(&amqp.Delivery{Headers: h})
-	want := st
-	want.Origin = "" // recomputed from the exchange and routing key headers
-	if err != nil || got != want {
-		t.Fatalf("compact state read back %+v, %v; want %+v", got, err, want)
+	// A route with a newline stays in the separate headers.
+	r := route{"orders", "line\nbreak"}
+	h := waitHeaders(in, st, r, "18")
+	if len(h) != 4 || h[HeaderExchange] != "orders" || h[HeaderRoutingKey] != "line\nbreak" {
+		t.Fatalf("wait-queue headers %v: want the route in %s, %s", h, HeaderExchange, HeaderRoutingKey)
 	}
-	dl := forwardHeaders(h, broker.State{Attempts: 3, Reason: "exhausted", Error: "e"}, false)
+	if _, from, err := readState(&amqp.Delivery{Headers: h}); err != nil || from != r {
+		t.Fatalf("route read back %+v, %v; want %+v", from, err, r)
+	}
+	if tag, ok := returnTag(h); !ok || tag != "18" {
+		t.Fatalf("publish tag %q %v, want 18", tag, ok)
+	}
+	// A first delivery's route is its own.
+	if _, from, err := readState(&amqp.Delivery{Exchange: "main", RoutingKey: "k"}); err != nil || from != (route{"main", "k"}) {
+		t.Fatalf("first delivery's route %+v, %v", from, err)
+	}
+	dl := forwardHeaders(h, broker.State{Attempts: 3, Reason: "exhausted", Error: "e"})
 	if _, has := dl[broker.HeaderState]; has {
 		t.Errorf("a dead letter carries %s: %v", broker.HeaderState, dl)
 	}
 	if d, err := ParseDeadLetter(amqp.Delivery{Headers: dl}); err != nil || d.Attempts != 3 || d.Reason != "exhausted" {
 		t.Errorf("dead letter %+v, %v", d, err)
+	}
+	// The compact state of earlier versions: no adapter fields, the route
+	// in the separate headers.
+	old := amqp.Table{broker.HeaderState: "1 1 0 0 0 0", HeaderExchange: "x", HeaderRoutingKey: "y", headerPublishTag: "3"}
+	if st, from, err := readState(&amqp.Delivery{Headers: old}); err != nil || st.Attempts != 1 || from != (route{"x", "y"}) {
+		t.Fatalf("earlier compact state read back %+v %+v, %v", st, from, err)
+	}
+	if tag, ok := returnTag(old); !ok || tag != "3" {
+		t.Fatalf("earlier publish tag %q %v, want 3", tag, ok)
 	}
 	if _, err := stateOf(&amqp.Delivery{Headers: amqp.Table{broker.HeaderState: "1 x"}}); err == nil {
 		t.Error("a malformed state header read without an error")

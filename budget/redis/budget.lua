@@ -1,4 +1,4 @@
--- The seed-003 shared retry budget: one atomic step.
+-- The shared retry budget: one atomic step.
 -- KEYS[1]  the reserve (an integer number of credits)
 -- ARGV[1]  max        the reserve's cap
 -- ARGV[2]  cost       credits spent by one retry

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/simkit"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
-	"github.com/staggerhq/stagger/sim"
 )
 
 // helpCommands is every command line that has a --help of its own.
@@ -40,7 +40,7 @@ func helpCommands() [][]string {
 	}
 	cmds = append(cmds, []string{"broker", "redrive"})
 	cmds = append(cmds, []string{"sim", "list"})
-	for _, s := range sim.Scenarios() {
+	for _, s := range simkit.Scenarios() {
 		cmds = append(cmds, []string{"sim", s.Name})
 	}
 	return cmds

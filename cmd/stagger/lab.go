@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/staggerhq/stagger/budget"
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 )
 
 func init() {
@@ -30,12 +30,12 @@ const defaultReport = "stagger-lab.html"
 
 // labConfig is the parsed command line of `stagger lab`.
 type labConfig struct {
-	scenario   lab.Scenario
-	strategies []lab.Strategy
+	scenario   labkit.Scenario
+	strategies []labkit.Strategy
 	json       bool
 	quiet      bool
 	report     string // "" for none
-	reportOpts lab.ReportOptions
+	reportOpts labkit.ReportOptions
 	args       []string
 }
 
@@ -44,19 +44,19 @@ type labConfig struct {
 func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	var (
 		callers        = 4
-		maxAttempts    = lab.DefaultMaxAttempts
-		bulkhead       = lab.DefaultBulkhead
+		maxAttempts    = labkit.DefaultCallerAttempts
+		bulkhead       = labkit.DefaultBulkhead
 		capacity       = 0
-		budgetInitial  = int(lab.DefaultBudgetInitial)
-		outage         = lab.FourCallerDown
+		budgetInitial  = int(labkit.DefaultBudgetInitial)
+		outage         = labkit.FourCallerDown
 		latency        time.Duration
 		autoLatency    = true
-		window         = lab.DefaultWindow
-		ramp           = lab.FourCallerRamp
-		base           = lab.DefaultBase
+		window         = labkit.DefaultWindow
+		ramp           = labkit.FourCallerRamp
+		base           = labkit.DefaultBase
 		capDelay       time.Duration
 		attemptTimeout time.Duration
-		hedge                 = lab.DefaultHedge
+		hedge                 = labkit.DefaultHedge
 		seed           uint64 = 1
 		names                 = []string{"immediate", "expo-full"}
 		asJSON, quiet  bool
@@ -64,13 +64,13 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		reportAxes     = "shared"
 	)
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
-	fs.Var(intValue{&callers, 1, lab.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
+	fs.Var(intValue{&callers, 1, labkit.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
 	fs.Var(durationValue{p: &outage, max: 10 * time.Minute}, "outage", "how long the gateway is down (503) from the start; 0 for no outage")
 	fs.Var(latencyValue{d: &latency, auto: &autoLatency, max: time.Minute}, "latency",
 		"how long the gateway takes to answer; auto: measure what this machine adds to a cycle and make up a 26.2ms round trip, so that immediate makes 64 attempts with a peak of 18")
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the timeline's buckets")
 	fs.Var(&listValue{p: &names, check: checkStrategyName}, "strategy",
-		"strategy to run; repeat the flag or separate names with commas: "+strings.Join(lab.StrategyNames, ", ")+
+		"strategy to run; repeat the flag or separate names with commas: "+strings.Join(labkit.StrategyNames, ", ")+
 			", each optionally followed by any of +budget, +bulkhead, +breaker and +rate")
 	fs.Var(uintValue{&seed}, "seed", "seed of the jitter: the same seed draws the same waits")
 	fs.Var(intValue{&maxAttempts, 1, 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
@@ -82,8 +82,8 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(durationValue{p: &base, positive: true, max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
 	fs.Var(durationValue{p: &capDelay, max: time.Hour}, "cap", "largest window of expo* and decorrelated; 0 for none")
 	fs.Var(intValue{&budgetInitial, 0, budget.DefaultMax}, "budget-initial", "credits the +budget token bucket holds at the start (+1 per request, a retry costs 10, at most 200; 0 starts empty)")
-	fs.Var(intValue{&bulkhead, 1, lab.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
-	fs.Var(intValue{&capacity, 0, lab.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
+	fs.Var(intValue{&bulkhead, 1, labkit.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
+	fs.Var(intValue{&capacity, 0, labkit.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
 	fs.Var(durationValue{p: &attemptTimeout, max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
 	fs.Var(durationValue{p: &hedge, positive: true, max: time.Hour}, "hedge", "+hedge: how long an attempt runs without an answer before a second one is sent")
 
@@ -111,7 +111,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		}
 	}
 
-	opt := lab.StrategyOptions{
+	opt := labkit.StrategyOptions{
 		Base: base, Cap: capDelay, Bulkhead: bulkhead, Hedge: hedge,
 		NewBudget: func() budget.Budget {
 			return &budget.TokenBucket{Initial: int64(budgetInitial), Empty: budgetInitial == 0}
@@ -121,22 +121,22 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		return usageErr("--report-axes %q: want shared or per-chart", reportAxes)
 	}
 	cfg := &labConfig{json: asJSON, quiet: quiet, report: report, args: args,
-		reportOpts: lab.ReportOptions{PerChartAxes: reportAxes == "per-chart"}}
+		reportOpts: labkit.ReportOptions{PerChartAxes: reportAxes == "per-chart"}}
 	seen := map[string]bool{}
 	for _, n := range names {
 		if seen[n] {
 			return usageErr("--strategy: %q is given twice", n)
 		}
 		seen[n] = true
-		st, err := lab.ParseStrategy(n, opt)
+		st, err := labkit.ParseStrategy(n, opt)
 		if err != nil {
 			return usageErr("--strategy %s: %v", n, err)
 		}
 		cfg.strategies = append(cfg.strategies, st)
 	}
-	f := lab.Outage(outage, latency)
+	f := labkit.Outage(outage, latency)
 	f.Capacity = capacity
-	cfg.scenario = lab.Scenario{
+	cfg.scenario = labkit.Scenario{
 		Callers:        callers,
 		Faults:         f,
 		Window:         window,
@@ -146,7 +146,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		Seed:           seed,
 	}
 	if autoLatency {
-		cfg.scenario.RoundTrip = lab.FourCallerRoundTrip
+		cfg.scenario.RoundTrip = labkit.FourCallerRoundTrip
 	}
 	if err := cfg.scenario.Validate(); err != nil { // the flags' own checks make this unreachable
 		return usageErr("%v", err)
@@ -155,9 +155,9 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 }
 
 func checkStrategyName(name string) error {
-	_, err := lab.ParseStrategy(name, lab.StrategyOptions{})
+	_, err := labkit.ParseStrategy(name, labkit.StrategyOptions{})
 	if err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), lab.ErrInvalid.Error()+": "))
+		return errors.New(strings.TrimPrefix(err.Error(), labkit.ErrInvalid.Error()+": "))
 	}
 	return nil
 }
@@ -185,7 +185,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	results := make([]*lab.Result, 0, len(cfg.strategies))
+	results := make([]*labkit.Result, 0, len(cfg.strategies))
 	for _, st := range cfg.strategies {
 		r, err := cfg.scenario.Run(ctx, st)
 		if err != nil {
@@ -217,7 +217,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // labVerdict applies the built-in checks: the jitter check and
 // the agreement of the two counts.
-func labVerdict(stderr io.Writer, results []*lab.Result) int {
+func labVerdict(stderr io.Writer, results []*labkit.Result) int {
 	code := exitOK
 	for _, r := range results {
 		if err := r.CheckJitter(); err != nil {
@@ -236,7 +236,7 @@ func labVerdict(stderr io.Writer, results []*lab.Result) int {
 	return code
 }
 
-func describeScenario(s lab.Scenario) string {
+func describeScenario(s labkit.Scenario) string {
 	down := "never down"
 	if len(s.Faults.Down) > 0 {
 		down = fmt.Sprintf("down for the first %v", s.Faults.Down[0].To)
@@ -253,7 +253,7 @@ func describeScenario(s lab.Scenario) string {
 		s.Callers, s.Ramp, down, lat, extra, s.Window, s.Seed)
 }
 
-func writeLabText(w io.Writer, cfg *labConfig, results []*lab.Result) {
+func writeLabText(w io.Writer, cfg *labConfig, results []*labkit.Result) {
 	fmt.Fprintf(w, "stagger lab: %s\n\n", describeScenario(cfg.scenario))
 	for _, r := range results {
 		_ = r.WriteLog(w, !cfg.quiet)
@@ -264,34 +264,34 @@ func writeLabText(w io.Writer, cfg *labConfig, results []*lab.Result) {
 
 // writeLabTable prints the strategies side by side: labels on the left,
 // one right-aligned column per strategy.
-func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
+func writeLabTable(w io.Writer, s labkit.Scenario, results []*labkit.Result) {
 	var rows [][]string
-	row := func(label string, cell func(*lab.Result) string) {
+	row := func(label string, cell func(*labkit.Result) string) {
 		r := []string{label}
 		for _, res := range results {
 			r = append(r, cell(res))
 		}
 		rows = append(rows, r)
 	}
-	row("", func(r *lab.Result) string { return r.Strategy.Name })
-	row("attempts received", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Total) })
-	row("accepted", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Accepted) })
-	row("rejected", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Rejected) })
-	row(fmt.Sprintf("peak per %v window", s.Window), func(r *lab.Result) string { return fmt.Sprint(r.Gateway.Peak) })
-	row("time to last acceptance", func(r *lab.Result) string {
+	row("", func(r *labkit.Result) string { return r.Strategy.Name })
+	row("attempts received", func(r *labkit.Result) string { return fmt.Sprint(r.Gateway.Total) })
+	row("accepted", func(r *labkit.Result) string { return fmt.Sprint(r.Gateway.Accepted) })
+	row("rejected", func(r *labkit.Result) string { return fmt.Sprint(r.Gateway.Rejected) })
+	row(fmt.Sprintf("peak per %v window", s.Window), func(r *labkit.Result) string { return fmt.Sprint(r.Gateway.Peak) })
+	row("time to last acceptance", func(r *labkit.Result) string {
 		if r.Gateway.Accepted == 0 {
 			return "-"
 		}
 		return fmt.Sprintf("%dms", r.Gateway.LastAccepted/time.Millisecond)
 	})
-	row("attempts per logical request", func(r *lab.Result) string {
+	row("attempts per logical request", func(r *labkit.Result) string {
 		return fmt.Sprintf("%.1f", r.Gateway.AttemptsPerRequest())
 	})
-	row("most attempts by one request", func(r *lab.Result) string { return fmt.Sprint(r.Gateway.MaxAttempts) })
-	row("callers accepted", func(r *lab.Result) string {
+	row("most attempts by one request", func(r *labkit.Result) string { return fmt.Sprint(r.Gateway.MaxAttempts) })
+	row("callers accepted", func(r *labkit.Result) string {
 		return fmt.Sprintf("%d/%d", r.CallersAccepted(), len(r.Callers))
 	})
-	row("callers gave up", func(r *lab.Result) string {
+	row("callers gave up", func(r *labkit.Result) string {
 		gu := r.GaveUp()
 		if len(gu) == 0 {
 			return "0"
@@ -303,19 +303,19 @@ func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
 		slices.Sort(parts)
 		return strings.Join(parts, ", ")
 	})
-	row("distinct waits", func(r *lab.Result) string { return fmt.Sprint(r.DistinctWaits()) })
-	row("gateway latency", func(r *lab.Result) string {
+	row("distinct waits", func(r *labkit.Result) string { return fmt.Sprint(r.DistinctWaits()) })
+	row("gateway latency", func(r *labkit.Result) string {
 		return fmt.Sprintf("%.1fms", float64(r.Latency)/float64(time.Millisecond))
 	})
 	if s.RoundTrip > 0 {
-		row("overhead per cycle, measured before", func(r *lab.Result) string {
+		row("overhead per cycle, measured before", func(r *labkit.Result) string {
 			return fmt.Sprintf("%.1fms", float64(r.Overhead)/float64(time.Millisecond))
 		})
 	}
-	row("overhead per cycle, observed", func(r *lab.Result) string {
+	row("overhead per cycle, observed", func(r *labkit.Result) string {
 		return fmt.Sprintf("%.1fms", float64(r.ObservedOverhead())/float64(time.Millisecond))
 	})
-	row("caller/gateway counts agree", func(r *lab.Result) string {
+	row("caller/gateway counts agree", func(r *labkit.Result) string {
 		if r.Agree() {
 			return "yes"
 		}
@@ -344,27 +344,27 @@ func writeLabTable(w io.Writer, s lab.Scenario, results []*lab.Result) {
 
 // writeLabReport writes the HTML report; the subtitle records how the run
 // was made.
-func writeLabReport(cfg *labConfig, results []*lab.Result) error {
+func writeLabReport(cfg *labConfig, results []*labkit.Result) error {
 	cmdline := strings.TrimSpace("stagger lab " + strings.Join(cfg.args, " "))
 	sub := cmdline + " — " + time.Now().Format("2006-01-02 15:04:05 MST")
-	return lab.WriteReportFileWith(cfg.report, sub, results, cfg.reportOpts)
+	return labkit.WriteReportFileWith(cfg.report, sub, results, cfg.reportOpts)
 }
 
 // labJSON is the object `stagger lab --json` prints.
 type labJSON struct {
-	WindowMS    int64         `json:"window_ms"`
-	Callers     int           `json:"callers"`
-	OutageMS    int64         `json:"outage_ms"`
-	LatencyMS   float64       `json:"latency_ms"`
-	RoundTripMS float64       `json:"round_trip_ms"`
-	RampMS      int64         `json:"ramp_ms"`
-	Capacity    int           `json:"capacity"`
-	MaxAttempts int           `json:"max_attempts"`
-	Seed        uint64        `json:"seed"`
-	Strategies  []lab.Summary `json:"strategies"`
+	WindowMS    int64            `json:"window_ms"`
+	Callers     int              `json:"callers"`
+	OutageMS    int64            `json:"outage_ms"`
+	LatencyMS   float64          `json:"latency_ms"`
+	RoundTripMS float64          `json:"round_trip_ms"`
+	RampMS      int64            `json:"ramp_ms"`
+	Capacity    int              `json:"capacity"`
+	MaxAttempts int              `json:"max_attempts"`
+	Seed        uint64           `json:"seed"`
+	Strategies  []labkit.Summary `json:"strategies"`
 }
 
-func writeLabJSON(w io.Writer, cfg *labConfig, results []*lab.Result) error {
+func writeLabJSON(w io.Writer, cfg *labConfig, results []*labkit.Result) error {
 	s := cfg.scenario
 	out := labJSON{
 		WindowMS:    int64(s.Window / time.Millisecond),
@@ -375,7 +375,7 @@ func writeLabJSON(w io.Writer, cfg *labConfig, results []*lab.Result) error {
 		Capacity:    s.Faults.Capacity,
 		MaxAttempts: s.MaxAttempts,
 		Seed:        s.Seed,
-		Strategies:  make([]lab.Summary, len(results)),
+		Strategies:  make([]labkit.Summary, len(results)),
 	}
 	if len(s.Faults.Down) > 0 {
 		out.OutageMS = int64(s.Faults.Down[0].To / time.Millisecond)

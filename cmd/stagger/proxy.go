@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/internal/report"
-	"github.com/staggerhq/stagger/lab"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -74,12 +74,12 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		listen   = defaultProxyListen
 		upstream string
 		faults   []string
-		window   = lab.DefaultWindow
-		horizon  = lab.DefaultHorizon
-		maxReqs  = lab.DefaultMaxRequests
+		window   = labkit.DefaultWindow
+		horizon  = labkit.DefaultHorizon
+		maxReqs  = labkit.DefaultMaxRequests
 		rep      = defaultProxyReport
 		duration time.Duration
-		idHeader = lab.HeaderRequestID
+		idHeader = labkit.HeaderRequestID
 		groupBy  string
 		maxBody  = defaultMaxBody
 		quiet    bool
@@ -95,12 +95,12 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		" (times since the proxy started, durations with a unit)")
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
 	fs.Var(durationValue{p: &horizon, positive: true, max: 30 * 24 * time.Hour}, "horizon",
-		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", lab.MaxWindows))
+		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", labkit.MaxWindows))
 	fs.Var(intValue{&maxReqs, 1, 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
 	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
 	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
-	fs.StringVar(&idHeader, "id-header", lab.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
-	fs.StringVar(&groupBy, "group-by", "header:"+lab.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
+	fs.StringVar(&idHeader, "id-header", labkit.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
+	fs.StringVar(&groupBy, "group-by", "header:"+labkit.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
 		"or method+path+client (method, request target and client IP: for a run with one client that sends each request once)")
 	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
 	fs.Var(durationValue{p: &rht, positive: true, max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
@@ -128,15 +128,15 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return usageErr("--listen %q: want host:port, such as %s", listen, defaultProxyListen)
 	}
-	if horizon < window || horizon/window > lab.MaxWindows {
-		return usageErr("--horizon %v: want between the --window (%v) and %d windows (%v)", horizon, window, lab.MaxWindows, window*lab.MaxWindows)
+	if horizon < window || horizon/window > labkit.MaxWindows {
+		return usageErr("--horizon %v: want between the --window (%v) and %d windows (%v)", horizon, window, labkit.MaxWindows, window*labkit.MaxWindows)
 	}
 	sched, err := parseFaults(faults)
 	if err != nil {
 		return usageErr("%v", err)
 	}
 	if !validHeaderName(idHeader) {
-		return usageErr("--id-header %q: want a header name such as %s", idHeader, lab.HeaderRequestID)
+		return usageErr("--id-header %q: want a header name such as %s", idHeader, labkit.HeaderRequestID)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -268,7 +268,7 @@ func quoteArgs(args []string) []string {
 type proxy struct {
 	cfg      *proxyConfig
 	start    time.Time
-	rec      *lab.WindowedRecorder
+	rec      *labkit.WindowedRecorder
 	rp       *httputil.ReverseProxy
 	inflight atomic.Int64
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
@@ -280,7 +280,7 @@ type proxy struct {
 
 // newProxy returns the handler for cfg, which parseProxy has checked.
 func newProxy(cfg *proxyConfig, start time.Time) *proxy {
-	rec, err := lab.NewWindowedRecorder(start, lab.WindowedConfig{Window: cfg.window, Horizon: cfg.horizon, MaxRequests: cfg.maxReqs})
+	rec, err := labkit.NewWindowedRecorder(start, labkit.WindowedConfig{Window: cfg.window, Horizon: cfg.horizon, MaxRequests: cfg.maxReqs})
 	if err != nil {
 		panic("stagger proxy: " + err.Error()) // parseProxy checked the same rules
 	}
@@ -298,8 +298,8 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 			IdleConnTimeout:     90 * time.Second,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if sw, ok := w.(*statusWriter); ok {
-				sw.upstreamErr = true
+			if sw, ok := w.(*labkit.StatusWriter); ok {
+				sw.UpstreamErr = true
 			}
 			http.Error(w, "stagger proxy: upstream: "+err.Error(), http.StatusBadGateway)
 		},
@@ -322,41 +322,6 @@ func (p *proxy) server() *http.Server {
 	}
 }
 
-// statusWriter remembers the status the proxy answered with and whether
-// writing to the client failed.
-type statusWriter struct {
-	http.ResponseWriter
-	status      int
-	upstreamErr bool
-	writeErr    bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	if err != nil {
-		w.writeErr = true
-	}
-	return n, err
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == statsPath {
 		p.serveStats(w, r)
@@ -374,15 +339,15 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := p.cfg.faults
 
 	if f.isDropped(t) {
-		p.rec.Finish(pend, id, attempt, lab.Dropped)
+		p.rec.Finish(pend, id, attempt, labkit.Dropped)
 		panic(http.ErrAbortHandler) // the server closes the connection: no answer at all
 	}
 	// The lab gateway's decision, on the lab's timeline.
 	o, lat := f.Decide(t, int(p.inflight.Add(1)-1))
-	if o == lab.Busy {
+	if o == labkit.Busy {
 		p.inflight.Add(-1)
-		p.refuse(w, lab.Busy)
-		p.rec.Finish(pend, id, attempt, lab.Busy)
+		p.refuse(w, labkit.Busy)
+		p.rec.Finish(pend, id, attempt, labkit.Busy)
 		return
 	}
 	defer p.inflight.Add(-1)
@@ -392,18 +357,18 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-timer.C:
 		case <-r.Context().Done():
 			timer.Stop()
-			p.rec.Finish(pend, id, attempt, lab.Abandoned) // the client gave up first
+			p.rec.Finish(pend, id, attempt, labkit.Abandoned) // the client gave up first
 			return
 		}
 	}
-	if o == lab.Down {
-		p.refuse(w, lab.Down)
-		p.rec.Finish(pend, id, attempt, lab.Down)
+	if o == labkit.Down {
+		p.refuse(w, labkit.Down)
+		p.rec.Finish(pend, id, attempt, labkit.Down)
 		return
 	}
 	if r.ContentLength > p.cfg.maxBody {
 		http.Error(w, "stagger proxy: request body too large", http.StatusRequestEntityTooLarge)
-		p.rec.Finish(pend, id, attempt, lab.Failed)
+		p.rec.Finish(pend, id, attempt, labkit.Failed)
 		return
 	}
 	if r.Body != nil {
@@ -416,39 +381,19 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// forward sends r upstream and says what became of it: Abandoned when the
-// client went away before it had the whole answer (the upstream may have
-// served it), Failed when the upstream did not answer or answered 5xx. A
-// panic of the reverse proxy (http.ErrAbortHandler when copying the answer
-// failed) is returned as abort, for the caller to re-raise once counted.
-func (p *proxy) forward(w http.ResponseWriter, r *http.Request) (o lab.Outcome, abort any) {
-	sw := &statusWriter{ResponseWriter: w}
-	gone := func() bool { return sw.writeErr || r.Context().Err() != nil }
-	defer func() {
-		if v := recover(); v != nil {
-			o, abort = lab.Failed, v
-			if gone() {
-				o = lab.Abandoned
-			}
-		}
-	}()
-	p.rp.ServeHTTP(sw, r)
-	switch {
-	case (sw.upstreamErr || sw.writeErr) && gone():
-		return lab.Abandoned, nil
-	case sw.upstreamErr || sw.status >= 500:
-		return lab.Failed, nil
-	}
-	return lab.Accepted, nil
+// forward sends r upstream and says what became of it, as
+// labkit.ServeAttempt does.
+func (p *proxy) forward(w http.ResponseWriter, r *http.Request) (o labkit.Outcome, abort any) {
+	return labkit.ServeAttempt(p.rp, w, r)
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).
-func (p *proxy) refuse(w http.ResponseWriter, o lab.Outcome) {
+func (p *proxy) refuse(w http.ResponseWriter, o labkit.Outcome) {
 	h := w.Header()
 	if v := p.cfg.faults.retryAfterValue(); v != "" {
 		h.Set("Retry-After", v)
 	}
-	h.Set(lab.HeaderOutcome, o.String())
+	h.Set(labkit.HeaderOutcome, o.String())
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	io.WriteString(w, "stagger proxy: "+o.String()+"\n")
@@ -570,7 +515,7 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 
 // reportPage is the final report: the same page as the lab's, for what
 // arrived through the proxy.
-func (p *proxy) reportPage(subtitle string, s lab.Stats) report.Page {
+func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 	w := p.cfg.window
 	f := p.cfg.faults
 	var shades []report.Shade
@@ -643,7 +588,7 @@ type perRequestCells struct {
 	requests, accepted, perRequest, most string
 }
 
-func (p *proxy) perRequest(s lab.Stats) perRequestCells {
+func (p *proxy) perRequest(s labkit.Stats) perRequestCells {
 	if s.Total > 0 && s.Unidentified == s.Total {
 		return perRequestCells{false, "n/a", "n/a", "n/a", "n/a"}
 	}
@@ -652,12 +597,12 @@ func (p *proxy) perRequest(s lab.Stats) perRequestCells {
 }
 
 // numbered reports whether any attempt carried a Stagger-Attempt.
-func (p *proxy) numbered(s lab.Stats) bool {
+func (p *proxy) numbered(s labkit.Stats) bool {
 	return s.Total == 0 || p.byAttempt[0].Load() < int64(s.Total)
 }
 
 // summaryLine is the line printed on exit.
-func (p *proxy) summaryLine(s lab.Stats) string {
+func (p *proxy) summaryLine(s labkit.Stats) string {
 	g := p.perRequest(s)
 	line := fmt.Sprintf("stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; ",
 		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, p.cfg.window)
@@ -676,20 +621,20 @@ const maxChartBars = 600
 var outcomeSeries = []struct {
 	name  string
 	color report.Color
-	count func(lab.Bucket) int
+	count func(labkit.Bucket) int
 }{
-	{"accepted", report.Blue, func(b lab.Bucket) int { return b.Accepted }},
-	{"down", report.Vermillion, func(b lab.Bucket) int { return b.Down }},
-	{"busy", report.Orange, func(b lab.Bucket) int { return b.Busy }},
-	{"dropped", report.Purple, func(b lab.Bucket) int { return b.Dropped }},
-	{"failed", report.Grey, func(b lab.Bucket) int { return b.Failed }},
-	{"abandoned", report.Yellow, func(b lab.Bucket) int { return b.Abandoned }},
+	{"accepted", report.Blue, func(b labkit.Bucket) int { return b.Accepted }},
+	{"down", report.Vermillion, func(b labkit.Bucket) int { return b.Down }},
+	{"busy", report.Orange, func(b labkit.Bucket) int { return b.Busy }},
+	{"dropped", report.Purple, func(b labkit.Bucket) int { return b.Dropped }},
+	{"failed", report.Grey, func(b labkit.Bucket) int { return b.Failed }},
+	{"abandoned", report.Yellow, func(b labkit.Bucket) int { return b.Abandoned }},
 }
 
 // timelineChart is the report's full-width chart of the kept windows: one
 // series per outcome that occurred (accepted always), bars of the mean per
 // window when there are more than maxChartBars windows, the peak marked.
-func (p *proxy) timelineChart(s lab.Stats, shades []report.Shade) (report.Chart, []string) {
+func (p *proxy) timelineChart(s labkit.Stats, shades []report.Shade) (report.Chart, []string) {
 	w := p.cfg.window
 	tl := s.Timeline
 	k := max(1, (len(tl)+maxChartBars-1)/maxChartBars) // windows per bar

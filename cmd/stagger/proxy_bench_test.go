@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 )
 
 // BenchmarkProxyStats answers /_stagger/stats (JSON, no timeline) after
@@ -26,7 +26,7 @@ func BenchmarkProxyStats(b *testing.B) {
 			buf := make([]byte, 0, 32)
 			for i := range n {
 				buf = strconv.AppendInt(append(buf[:0], "req-"...), int64(i%ids), 10)
-				p.rec.Record(p.start.Add(time.Duration(i)*time.Millisecond), string(buf), 0, lab.Accepted)
+				p.rec.Record(p.start.Add(time.Duration(i)*time.Millisecond), string(buf), 0, labkit.Accepted)
 			}
 			req := httptest.NewRequest("GET", statsPath, nil)
 			b.ReportAllocs()
@@ -58,7 +58,7 @@ func BenchmarkProxyCount(b *testing.B) {
 		reqs := make([]*http.Request, 1024)
 		for i := range reqs {
 			reqs[i] = httptest.NewRequest("GET", "/x", nil)
-			reqs[i].Header.Set(lab.HeaderRequestID, strconv.Itoa(i))
+			reqs[i].Header.Set(labkit.HeaderRequestID, strconv.Itoa(i))
 		}
 		w := discardWriter{h: http.Header{}}
 		i := 0

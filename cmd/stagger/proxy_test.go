@@ -24,8 +24,8 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/internal/report"
-	"github.com/staggerhq/stagger/lab"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
 )
@@ -94,7 +94,7 @@ func TestProxyForwardsAndCounts(t *testing.T) {
 	_, base := startProxy(t, up)
 	for i := range 3 {
 		req, _ := http.NewRequest("GET", base+"/orders/7", nil)
-		req.Header.Set(lab.HeaderRequestID, fmt.Sprintf("r%d", i%2))
+		req.Header.Set(labkit.HeaderRequestID, fmt.Sprintf("r%d", i%2))
 		req.Header.Set(retryhttp.AttemptHeader, fmt.Sprint(i/2+1))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -192,8 +192,8 @@ func TestProxyCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 503 || resp.Header.Get(lab.HeaderOutcome) != "busy" || resp.Header.Get("Retry-After") != "1" {
-		t.Errorf("third attempt: %d outcome %q, want 503 busy", resp.StatusCode, resp.Header.Get(lab.HeaderOutcome))
+	if resp.StatusCode != 503 || resp.Header.Get(labkit.HeaderOutcome) != "busy" || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("third attempt: %d outcome %q, want 503 busy", resp.StatusCode, resp.Header.Get(labkit.HeaderOutcome))
 	}
 	if s := getStats(t, base); s.InFlight != 2 || s.Busy != 1 {
 		t.Errorf("in flight %d, busy %d; want 2, 1", s.InFlight, s.Busy)
@@ -449,7 +449,7 @@ func TestCurlRetriesThroughProxy(t *testing.T) {
 			// -o to a real file: curl truncates its output before a retry,
 			// which fails on /dev/null and ends the retries.
 			body := filepath.Join(t.TempDir(), "body")
-			args := append([]string{"-s", "-o", body, "-H", lab.HeaderRequestID + ": curl-1", "--max-time", "20"}, c.args...)
+			args := append([]string{"-s", "-o", body, "-H", labkit.HeaderRequestID + ": curl-1", "--max-time", "20"}, c.args...)
 			exec.Command(curl, append(args, base+"/")...).Run() // the exit code is curl's verdict, not ours
 			s := getStats(t, base)
 			if s.Total != c.attempts || s.Requests != 1 || s.MaxAttempts != c.attempts {
@@ -475,7 +475,7 @@ func TestRetryablehttpThroughProxy(t *testing.T) {
 	c.Logger = nil
 	for i := range 2 {
 		req, _ := retryablehttp.NewRequest("GET", base+"/", nil)
-		req.Header.Set(lab.HeaderRequestID, fmt.Sprintf("rh-%d", i))
+		req.Header.Set(labkit.HeaderRequestID, fmt.Sprintf("rh-%d", i))
 		_, err := c.Do(req)
 		if err == nil || !strings.Contains(err.Error(), "giving up after 4 attempt(s)") {
 			t.Errorf("err = %v, want go-retryablehttp to give up after 4 attempts", err)
@@ -509,7 +509,7 @@ func TestStaggerTransportThroughProxy(t *testing.T) {
 	_, base := startProxy(t, up, "down 1h at 0s")
 	client := &http.Client{Transport: retryhttp.New(nil, &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)})}
 	req, _ := http.NewRequest("GET", base+"/", nil)
-	req.Header.Set(lab.HeaderRequestID, "st-1")
+	req.Header.Set(labkit.HeaderRequestID, "st-1")
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 )
 
 // The fault grammar of `stagger proxy --fault`: the lab gateway's timeline
-// (lab.Faults) plus dropped connections. A flag value holds one or more
+// (labkit.Faults) plus dropped connections. A flag value holds one or more
 // clauses separated by ';'; the flag may be repeated. Times are measured
 // from the proxy's start; every duration is a Go duration with a unit
 // (700ms, 2s, 1m30s).
@@ -35,10 +35,10 @@ const maxFaultClauses = 1000
 const maxCap = 1_000_000
 
 // faultSchedule is a parsed --fault list: the lab's timeline, decided by
-// lab.Faults.Decide as the lab gateway does, and the proxy's own drops.
+// labkit.Faults.Decide as the lab gateway does, and the proxy's own drops.
 type faultSchedule struct {
-	lab.Faults
-	drop    []lab.Span
+	labkit.Faults
+	drop    []labkit.Span
 	clauses []string // normalized, for the report
 }
 
@@ -71,22 +71,22 @@ func parseFaults(values []string) (*faultSchedule, error) {
 }
 
 // span parses "D at T" (words d, "at", t) into [T, T+D).
-func span(d, at, t string) (lab.Span, error) {
+func span(d, at, t string) (labkit.Span, error) {
 	if at != "at" {
-		return lab.Span{}, fmt.Errorf("got %q where \"at\" belongs", at)
+		return labkit.Span{}, fmt.Errorf("got %q where \"at\" belongs", at)
 	}
 	dur, err := faultDuration("duration", d, true)
 	if err != nil {
-		return lab.Span{}, err
+		return labkit.Span{}, err
 	}
 	from, err := faultDuration("time", t, false)
 	if err != nil {
-		return lab.Span{}, err
+		return labkit.Span{}, err
 	}
 	if from+dur > maxFaultTime {
-		return lab.Span{}, fmt.Errorf("the span ends at %v, past the limit of %v", from+dur, maxFaultTime)
+		return labkit.Span{}, fmt.Errorf("the span ends at %v, past the limit of %v", from+dur, maxFaultTime)
 	}
-	return lab.Span{From: from, To: from + dur}, nil
+	return labkit.Span{From: from, To: from + dur}, nil
 }
 
 func (s *faultSchedule) add(clause string) error {
@@ -156,9 +156,9 @@ func (s *faultSchedule) add(clause string) error {
 			return err
 		}
 		if f[0] == "slow" {
-			s.Slow = append(s.Slow, lab.Slow{Span: sp, Extra: d})
+			s.Slow = append(s.Slow, labkit.Slow{Span: sp, Extra: d})
 		} else {
-			s.Flap = append(s.Flap, lab.Flap{Span: sp, Down: d, Up: up})
+			s.Flap = append(s.Flap, labkit.Flap{Span: sp, Down: d, Up: up})
 		}
 	case "cap":
 		if err := form("cap N", 2); err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -15,18 +15,18 @@ func TestParseFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := lab.Faults{
-		Down:       []lab.Span{{From: 2 * time.Second, To: 2700 * time.Millisecond}, {From: 10 * time.Second, To: 11 * time.Second}},
+	want := labkit.Faults{
+		Down:       []labkit.Span{{From: 2 * time.Second, To: 2700 * time.Millisecond}, {From: 10 * time.Second, To: 11 * time.Second}},
 		Latency:    20 * time.Millisecond,
 		Capacity:   8,
-		Slow:       []lab.Slow{{Span: lab.Span{From: time.Second, To: 3 * time.Second}, Extra: 300 * time.Millisecond}},
-		Flap:       []lab.Flap{{Span: lab.Span{From: 20 * time.Second, To: 21 * time.Second}, Down: 100 * time.Millisecond, Up: 200 * time.Millisecond}},
+		Slow:       []labkit.Slow{{Span: labkit.Span{From: time.Second, To: 3 * time.Second}, Extra: 300 * time.Millisecond}},
+		Flap:       []labkit.Flap{{Span: labkit.Span{From: 20 * time.Second, To: 21 * time.Second}, Down: 100 * time.Millisecond, Up: 200 * time.Millisecond}},
 		RetryAfter: 1500 * time.Millisecond,
 	}
 	if got := s.Faults; !equalFaults(got, want) {
 		t.Errorf("faults\n got %+v\nwant %+v", got, want)
 	}
-	if len(s.drop) != 1 || s.drop[0] != (lab.Span{From: 5 * time.Second, To: 6 * time.Second}) {
+	if len(s.drop) != 1 || s.drop[0] != (labkit.Span{From: 5 * time.Second, To: 6 * time.Second}) {
 		t.Errorf("drop = %v", s.drop)
 	}
 	if s.retryAfterValue() != "2" || s.end() != 21*time.Second {
@@ -34,25 +34,25 @@ func TestParseFaults(t *testing.T) {
 	}
 	for _, c := range []struct {
 		at   time.Duration
-		o    lab.Outcome
+		o    labkit.Outcome
 		drop bool
 		lat  time.Duration
 	}{
-		{0, lab.Accepted, false, 20 * time.Millisecond},
-		{2 * time.Second, lab.Down, false, 170 * time.Millisecond}, // halfway through the slow phase
-		{2699 * time.Millisecond, lab.Down, false, 20*time.Millisecond + 254850*time.Microsecond},
-		{2700 * time.Millisecond, lab.Accepted, false, 20*time.Millisecond + 255*time.Millisecond},
-		{3 * time.Second, lab.Accepted, false, 20 * time.Millisecond},
-		{5500 * time.Millisecond, lab.Accepted, true, 20 * time.Millisecond},
-		{20050 * time.Millisecond, lab.Down, false, 20 * time.Millisecond},
-		{20150 * time.Millisecond, lab.Accepted, false, 20 * time.Millisecond},
+		{0, labkit.Accepted, false, 20 * time.Millisecond},
+		{2 * time.Second, labkit.Down, false, 170 * time.Millisecond}, // halfway through the slow phase
+		{2699 * time.Millisecond, labkit.Down, false, 20*time.Millisecond + 254850*time.Microsecond},
+		{2700 * time.Millisecond, labkit.Accepted, false, 20*time.Millisecond + 255*time.Millisecond},
+		{3 * time.Second, labkit.Accepted, false, 20 * time.Millisecond},
+		{5500 * time.Millisecond, labkit.Accepted, true, 20 * time.Millisecond},
+		{20050 * time.Millisecond, labkit.Down, false, 20 * time.Millisecond},
+		{20150 * time.Millisecond, labkit.Accepted, false, 20 * time.Millisecond},
 	} {
 		o, lat := s.Decide(c.at, 0)
 		if o != c.o || lat != c.lat || s.isDropped(c.at) != c.drop {
 			t.Errorf("at %v: %v after %v, dropped %v; want %v after %v, %v", c.at, o, lat, s.isDropped(c.at), c.o, c.lat, c.drop)
 		}
 	}
-	if o, lat := s.Decide(0, 8); o != lab.Busy || lat != 0 {
+	if o, lat := s.Decide(0, 8); o != labkit.Busy || lat != 0 {
 		t.Errorf("at the cap: %v after %v, want busy at once", o, lat)
 	}
 	if len(s.clauses) != 8 || s.clauses[4] != "cap 8" {
@@ -64,7 +64,7 @@ func TestParseFaults(t *testing.T) {
 	}
 }
 
-func equalFaults(a, b lab.Faults) bool {
+func equalFaults(a, b labkit.Faults) bool {
 	eq := func(x, y any) bool { return strings.TrimSpace(sprint(x)) == strings.TrimSpace(sprint(y)) }
 	return eq(a, b)
 }

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -32,7 +32,7 @@ func parseGrouping(v string) (grouping, error) {
 	case strings.HasPrefix(v, "header:"):
 		name := strings.TrimPrefix(v, "header:")
 		if !validHeaderName(name) {
-			return grouping{}, fmt.Errorf("--group-by %q: want header:NAME with a header name, such as header:%s", v, lab.HeaderRequestID)
+			return grouping{}, fmt.Errorf("--group-by %q: want header:NAME with a header name, such as header:%s", v, labkit.HeaderRequestID)
 		}
 		return grouping{header: http.CanonicalHeaderKey(name)}, nil
 	}
@@ -67,7 +67,7 @@ func (g grouping) key(r *http.Request) string {
 		target = r.URL.RequestURI()
 	}
 	k := r.Method + " " + client + " " + target
-	if len(k) > lab.MaxIDLen {
+	if len(k) > labkit.MaxIDLen {
 		k = r.Method + " " + client + " #" + strconv.FormatUint(maphash.String(groupSeed, target), 16)
 	}
 	return k

@@ -15,9 +15,9 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/internal/report/browser"
-	"github.com/staggerhq/stagger/lab"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -189,16 +189,16 @@ func TestProxyReportInBrowser(t *testing.T) {
 	ms := time.Millisecond
 	for i := range 200 {
 		at := time.Duration(i*25) * ms
-		o := lab.Accepted
+		o := labkit.Accepted
 		switch {
 		case at >= time.Second && at < 2*time.Second:
-			o = lab.Down
+			o = labkit.Down
 		case at >= 3*time.Second && at < 4*time.Second:
-			o = lab.Dropped
+			o = labkit.Dropped
 		case i%9 == 0:
-			o = lab.Busy
+			o = labkit.Busy
 		case i%13 == 0:
-			o = lab.Abandoned
+			o = labkit.Abandoned
 		}
 		p.rec.Record(p.start.Add(at), fmt.Sprint("r", i/2), 0, o)
 	}

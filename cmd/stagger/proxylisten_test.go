@@ -15,7 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/staggerhq/stagger/lab"
+	"github.com/staggerhq/stagger/internal/labkit"
 )
 
 // serveProxy runs the proxy as runProxy does — its http.Server behind the
@@ -194,7 +194,7 @@ func TestProxyAbandoned(t *testing.T) {
 			}
 			p, addr, _ := serveProxy(t, up, flags...)
 			conn := dial(t, addr)
-			io.WriteString(conn, "GET / HTTP/1.1\r\nHost: proxy\r\n"+lab.HeaderRequestID+": r1\r\n\r\n")
+			io.WriteString(conn, "GET / HTTP/1.1\r\nHost: proxy\r\n"+labkit.HeaderRequestID+": r1\r\n\r\n")
 			switch {
 			case c.readHeaders:
 				if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {

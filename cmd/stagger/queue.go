@@ -10,13 +10,15 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
+	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -73,7 +75,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 type queueFlags struct {
 	fs         *flag.FlagSet
 	db         string
-	queueName  string // --queue: one name, or several (comma-separated) for work
+	queues     queueNames // --queue: one name, or several for work and stats
 	sqliteSync string
 	jsonOut    bool
 	// queue settings
@@ -95,9 +97,9 @@ const (
 func newQueueFlags(name string, does int) *queueFlags {
 	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError),
 		sqliteSync: "FULL", maxPayload: queue.DefaultMaxPayload,
-		base: queue.DefaultBase, cap: queue.DefaultCap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
+		base: defaultRatio.Base, cap: defaultRatio.Cap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
 	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
-	f.fs.StringVar(&f.queueName, "queue", queue.DefaultQueue, "the named queue")
+	f.fs.Var(&f.queues, "queue", "the named queue (default \"default\"); work and stats take several: a,b or the flag repeated")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	if does&queueWrites != 0 {
 		f.fs.StringVar(&f.sqliteSync, "sqlite-sync", "FULL", "SQLite synchronous mode: FULL (fsync per commit) or NORMAL (survives a killed process, not a power loss)")
@@ -106,8 +108,8 @@ func newQueueFlags(name string, does int) *queueFlags {
 		f.fs.IntVar(&f.maxPayload, "max-payload", queue.DefaultMaxPayload, "largest payload in bytes")
 	}
 	if does&queueRuns != 0 {
-		f.fs.DurationVar(&f.base, "base", queue.DefaultBase, "retry delay base: the window after the first failure")
-		f.fs.DurationVar(&f.cap, "cap", queue.DefaultCap, "retry delay cap: the largest window")
+		f.fs.DurationVar(&f.base, "base", defaultRatio.Base, "retry delay base: the window after the first failure")
+		f.fs.DurationVar(&f.cap, "cap", defaultRatio.Cap, "retry delay cap: the largest window")
 		f.fs.DurationVar(&f.lease, "lease", queue.DefaultLease, "how long a claim holds a job (extended while the handler runs)")
 		f.fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-attempt handler timeout")
 		f.fs.IntVar(&f.limits.MaxInFlight, "max-in-flight", 0, "most jobs of the queue leased at once across every worker process and host, enforced by the store (0: no limit)")
@@ -117,10 +119,14 @@ func newQueueFlags(name string, does int) *queueFlags {
 	return f
 }
 
+// defaultRatio is the queue's default schedule, whose Base and Cap are the
+// defaults of --base and --cap.
+var defaultRatio = queue.DefaultSchedule.(backoff.Ratio)
+
 // queuePlaceholders name the values of the queue subcommands' flags in
 // --help.
 var queuePlaceholders = map[string]string{
-	"db": "FILE|URL", "sqlite-sync": "FULL|NORMAL", "http": "URL", "exec": "COMMAND", "retry-status": "LIST",
+	"db": "FILE|URL", "queue": "NAME", "sqlite-sync": "FULL|NORMAL", "http": "URL", "exec": "COMMAND", "retry-status": "LIST",
 	"content-type": "TYPE", "id": "ID", "payload": "TEXT", "payload-file": "FILE", "deadline": "D|TIME", "after": "ID",
 }
 
@@ -159,18 +165,53 @@ func (f *queueFlags) check() error {
 	if err := intFlag("--max-payload", f.maxPayload, 1, queue.MaxPayloadLimit); err != nil {
 		return err
 	}
-	for _, name := range strings.Split(f.queueName, ",") {
+	for _, name := range f.queues.names {
 		if err := queue.ValidateQueue(name); err != nil {
 			return fmt.Errorf("--queue: %w", err)
 		}
 	}
-	if strings.Contains(f.queueName, ",") && f.fs.Name() != "stagger queue work" {
-		return fmt.Errorf("--queue: one queue name (only work serves several), got %q", f.queueName)
+	if seen := map[string]bool{}; len(f.queues.names) > 1 {
+		if n := f.fs.Name(); n != "stagger queue work" && n != "stagger queue stats" {
+			return fmt.Errorf("--queue: one queue name (only work and stats take several), got %q", strings.Join(f.queues.names, ","))
+		}
+		for _, name := range f.queues.names {
+			if seen[name] {
+				return fmt.Errorf("--queue: %q is given twice", name)
+			}
+			seen[name] = true
+		}
 	}
 	if s := strings.ToUpper(f.sqliteSync); s != "FULL" && s != "NORMAL" {
 		return fmt.Errorf("--sqlite-sync must be FULL or NORMAL, got %q", f.sqliteSync)
 	}
 	return nil
+}
+
+// queueNames is the --queue flag: names separated by commas, the flag
+// given once or more (--queue a,b or --queue a --queue b).
+type queueNames struct{ names []string }
+
+func (q *queueNames) String() string { return strings.Join(q.names, ",") }
+
+func (q *queueNames) Set(v string) error {
+	q.names = append(q.names, strings.Split(v, ",")...)
+	return nil
+}
+
+// first is the first name given, or the default queue.
+func (q *queueNames) first() string {
+	if len(q.names) == 0 {
+		return queue.DefaultQueue
+	}
+	return q.names[0]
+}
+
+// list is the names given, or the default queue.
+func (q *queueNames) list() []string {
+	if len(q.names) == 0 {
+		return []string{queue.DefaultQueue}
+	}
+	return q.names
 }
 
 func durationFlag(name string, v, min time.Duration) error {
@@ -204,7 +245,7 @@ func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) 
 		}
 		return nil, nil, exitFail
 	}
-	q, err := f.newQueue(s, strings.Split(f.queueName, ",")[0])
+	q, err := f.newQueue(s, f.queues.first())
 	if err != nil {
 		closeFn()
 		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
@@ -219,8 +260,8 @@ func (f *queueFlags) newQueue(s queue.Store, name string) (*queue.Queue, error) 
 		return nil, fmt.Errorf("--max-in-flight, --rate, --burst: %w", err)
 	}
 	return queue.New(s, queue.Config{
-		Base: f.base, Cap: f.cap, Lease: f.lease, AttemptTimeout: f.timeout, MaxPayload: f.maxPayload, Queue: name,
-		Limits: f.limits,
+		Policy: &retry.Policy{Schedule: backoff.Ratio{Base: f.base, Cap: f.cap}, AttemptTimeout: f.timeout},
+		Lease:  f.lease, MaxPayload: f.maxPayload, Queue: name, Limits: f.limits,
 	})
 }
 
@@ -243,7 +284,7 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		`with "id", "payload", "max_attempts", "deadline")`)
 	f.fs.StringVar(&payload, "payload", "", "payload")
 	f.fs.StringVar(&payloadFile, "payload-file", "", "read the payload from this file")
-	f.fs.IntVar(&maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "attempt budget (the first attempt included)")
+	f.fs.IntVar(&maxAttempts, "max-attempts", queue.DefaultJobMaxAttempts, "attempt budget (the first attempt included)")
 	f.fs.StringVar(&deadline, "deadline", "24h", "last time an attempt may start: a duration from now (1h) or an RFC 3339 time")
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
@@ -509,9 +550,9 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer closeFn()
 	wl := &workLog{log: logger, db: f.db, start: time.Now()}
-	// One Worker per named queue, each with --concurrency handlers.
-	names := strings.Split(f.queueName, ",")
-	var workers []*queue.Worker
+	// One Worker for every named queue, each with --concurrency handlers.
+	names := f.queues.list()
+	serves := make([]queue.Serve, len(names))
 	for i, name := range names {
 		qi := q
 		if i > 0 {
@@ -519,33 +560,23 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				return usageError(stderr, f.fs.Name(), "%v", err)
 			}
 		}
-		w, err := queue.NewWorker(qi, h, queue.WorkerConfig{
-			Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
-			RetainDone: keepDone, RetainDead: keepDead,
-			OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
-		})
-		if err != nil {
-			return usageError(stderr, f.fs.Name(), "%v", err)
-		}
-		workers = append(workers, w)
+		serves[i] = queue.Serve{Queue: qi, Handler: h}
 	}
-	logger.Info("working on", "db", redactDSN(f.db), "queues", f.queueName, "handlers", concurrency)
+	w, err := queue.NewMultiWorker(queue.WorkerConfig{
+		Concurrency: concurrency, BatchSize: batch, PollInterval: poll, SweepInterval: sweep, Grace: grace,
+		RetainDone: keepDone, RetainDead: keepDead,
+		OnError: wl.failure, OnResult: wl.result, OnMaintenance: wl.maintenance,
+	}, serves...)
+	if err != nil {
+		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
+	logger.Info("working on", "db", redactDSN(f.db), "queues", strings.Join(names, ","), "handlers", concurrency)
 	if progress > 0 {
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go wl.progress(pctx, progress)
 	}
-	errs := make([]error, len(workers))
-	var wg sync.WaitGroup
-	for i, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.Run(ctx)
-		}()
-	}
-	wg.Wait()
-	err = errors.Join(errs...)
+	err = w.Run(ctx)
 	wl.summary(err)
 	if err != nil {
 		return exitFail
@@ -572,6 +603,9 @@ type statsJSON struct {
 	OldestPendingAgeMs int64 `json:"oldest_pending_age_ms"`
 }
 
+// queueStats prints the counts of every queue of the store (the default
+// queue always among them), or of the queues --queue names: one row (one
+// JSON line) per queue, in name order.
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f := newQueueFlags("stats", queueReads)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
@@ -582,27 +616,49 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	defer closeFn()
-	st, err := q.Stats(ctx)
+	all, err := q.StatsByQueue(ctx)
 	if err != nil {
 		return f.fail(stderr, err)
 	}
-	var out statsJSON
-	out.Queue = f.queueName
+	names := f.queues.names
+	if len(names) == 0 {
+		if _, ok := all[queue.DefaultQueue]; !ok {
+			all[queue.DefaultQueue] = queue.Stats{Now: q.Now()}
+		}
+		for name := range all {
+			names = append(names, name)
+		}
+	}
+	names = slices.Sorted(slices.Values(names))
+	rows := make([]statsJSON, len(names))
+	for i, name := range names {
+		rows[i] = toStatsJSON(name, all[name])
+	}
+	if f.jsonOut {
+		for _, r := range rows {
+			writeJSON(stdout, r)
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "queue\tpending\tdue\tscheduled\tleased\texpired\tdying\tdone\tdead\toldest due waiting")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", r.Queue, r.Pending, r.PendingDue, r.PendingScheduled,
+			r.Leased, r.LeasedExpired, r.DueToDie, r.Done, r.Dead.Exhausted+r.Dead.Deadline+r.Dead.Permanent,
+			time.Duration(r.OldestPendingAgeMs)*time.Millisecond)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// toStatsJSON is the row of one queue.
+func toStatsJSON(name string, st queue.Stats) statsJSON {
+	out := statsJSON{Queue: name}
 	out.Pending, out.PendingDue, out.PendingScheduled = st.Pending(), st.PendingDue, st.PendingScheduled
 	out.Leased, out.LeasedExpired, out.Done = st.Leased, st.LeasedExpired, st.Done
 	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent
 	out.DueToDie, out.OldestPendingAgeMs = st.DueToDie, st.OldestPendingAge()
-	if f.jsonOut {
-		writeJSON(stdout, out)
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "pending  %d (due %d, scheduled %d; oldest due waiting %v)\n", out.Pending, out.PendingDue, out.PendingScheduled,
-		time.Duration(out.OldestPendingAgeMs)*time.Millisecond)
-	fmt.Fprintf(stdout, "leased   %d (lease expired %d)\n", out.Leased, out.LeasedExpired)
-	fmt.Fprintf(stdout, "dying    %d (deadline passed or attempts spent: buried by the next sweep)\n", out.DueToDie)
-	fmt.Fprintf(stdout, "done     %d\n", out.Done)
-	fmt.Fprintf(stdout, "dead     %d (exhausted %d, deadline %d, permanent %d)\n", st.Dead(), out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent)
-	return exitOK
+	return out
 }
 
 // ---- dead ----

@@ -237,6 +237,22 @@ func TestQueueNamedQueues(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `"queue":"mail","pending":2,`) {
 		t.Fatalf("mail stats: %d %q", code, out)
 	}
+	// The overview: every queue of the store, one row or JSON line each;
+	// --queue narrows it, and names a queue without jobs too.
+	code, out, _ = cli(t, "", "stats", "--db", db)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 3 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "queue pending due scheduled leased expired dying done dead oldest due waiting") ||
+		strings.Fields(lines[1])[0] != "default" || strings.Fields(lines[2])[0] != "mail" || strings.Fields(lines[2])[2] != "2" {
+		t.Fatalf("stats overview: %d\n%s", code, out)
+	}
+	code, out, _ = cli(t, "", "stats", "--db", db, "--json")
+	if code != exitOK || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"queue":"default","pending":1,`) || !strings.Contains(out, `"queue":"mail","pending":2,`) {
+		t.Fatalf("stats --json overview: %d %q", code, out)
+	}
+	code, out, _ = cli(t, "", "stats", "--db", db, "--json", "--queue", "mail", "--queue", "idle")
+	if code != exitOK || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"queue":"idle","pending":0,`) || strings.Contains(out, `"default"`) {
+		t.Fatalf("stats --queue mail --queue idle: %d %q", code, out)
+	}
 	if code, out, e := cli(t, "", "run-once", "--db", db, "--exec", "exit 65"); code != exitOK || !strings.HasPrefix(out, "d1:") {
 		t.Fatalf("run-once on the default queue: %d %q %q", code, out, e)
 	}
@@ -250,7 +266,7 @@ func TestQueueNamedQueues(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"queue", "work", "--db", db, "--queue", "mail,default", "--poll", "10ms", "--exec", "true"}, &syncBuffer{}, &stderr)
+		done <- run(ctx, []string{"queue", "work", "--db", db, "--queue", "mail", "--queue", "default", "--poll", "10ms", "--exec", "true"}, &syncBuffer{}, &stderr)
 	}()
 	for deadline := time.Now().Add(20 * time.Second); strings.Count(stderr.String(), "msg=done") < 2; {
 		if time.Now().After(deadline) {
@@ -263,7 +279,9 @@ func TestQueueNamedQueues(t *testing.T) {
 		t.Fatalf("work: exit %d\n%s", code, stderr.String())
 	}
 	for _, args := range [][]string{
-		{"stats", "--db", db, "--queue", "a,b"},
+		{"dead", "--db", db, "--queue", "a,b"},
+		{"show", "--db", db, "--id", "m1", "--queue", "a", "--queue", "b"},
+		{"stats", "--db", db, "--queue", "mail,mail"},
 		{"stats", "--db", db, "--queue", "has space"},
 		{"enqueue", "--db", db, "--id", "x", "--queue", ""},
 	} {

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/staggerhq/stagger/sim"
+	"github.com/staggerhq/stagger/internal/simkit"
 )
 
 func init() {
@@ -30,7 +30,7 @@ func simUsage(w io.Writer) {
 }
 
 func simList(w io.Writer) {
-	for _, s := range sim.Scenarios() {
+	for _, s := range simkit.Scenarios() {
 		fmt.Fprintf(w, "  %-12s %s\n", s.Name, s.Summary)
 	}
 }
@@ -56,7 +56,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		simList(stdout)
 		return exitOK
 	}
-	sc, ok := sim.Lookup(args[0])
+	sc, ok := simkit.Lookup(args[0])
 	if !ok {
 		fmt.Fprintf(stderr, "stagger sim: unknown scenario %q\n\n", args[0])
 		simUsage(stderr)
@@ -75,7 +75,7 @@ type simFlags struct {
 	quiet    bool
 }
 
-func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, stderr io.Writer) int {
+func runScenario(ctx context.Context, sc simkit.Scenario, args []string, stdout, stderr io.Writer) int {
 	cfg := sc.New()
 	fs := flag.NewFlagSet("stagger sim "+sc.Name, flag.ContinueOnError)
 	var f simFlags
@@ -108,7 +108,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 		}
 	}
 
-	opts := sim.Options{Seed: f.seed, Parallel: f.parallel}
+	opts := simkit.Options{Seed: f.seed, Parallel: f.parallel}
 	var prog *progress
 	if !f.quiet && isTerminal(stderr) {
 		prog = &progress{w: stderr, name: sc.Name, start: time.Now()}
@@ -118,7 +118,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 	res, err := cfg.Run(ctx, opts)
 	prog.finish()
 	if err != nil {
-		if errors.Is(err, sim.ErrInvalid) { // flags that are fine alone but not together
+		if errors.Is(err, simkit.ErrInvalid) { // flags that are fine alone but not together
 			return usageError(stderr, fs.Name(), "%v", err)
 		}
 		fmt.Fprintf(stderr, "stagger sim %s: %v\n", sc.Name, err)
@@ -146,7 +146,7 @@ func runScenario(ctx context.Context, sc sim.Scenario, args []string, stdout, st
 		if len(args) > 0 {
 			cmdline += " " + strings.Join(args, " ")
 		}
-		if err := writeSimReport(f.report, res, cmdline); err != nil {
+		if err := simkit.WriteReportFile(f.report, res, cmdline); err != nil {
 			fmt.Fprintf(stderr, "stagger sim %s: --report: %v\n", sc.Name, err)
 			return exitFail
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/staggerhq/stagger/sim"
+	"github.com/staggerhq/stagger/internal/simkit"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -26,7 +26,7 @@ func TestSimList(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	all := sim.Scenarios()
+	all := simkit.Scenarios()
 	for _, s := range all {
 		if !strings.Contains(out, "  "+s.Name+" ") {
 			t.Errorf("list lacks %s:\n%s", s.Name, out)

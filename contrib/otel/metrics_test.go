@@ -283,23 +283,11 @@ func newFakeClock() *fakeClock {
 }
 
 func (c *fakeClock) Now() time.Time { return time.Unix(0, c.now.Load()) }
-func (c *fakeClock) NewTimer(d time.Duration) retry.Timer {
-	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
-	t.Reset(d)
-	return t
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	ch <- time.Unix(0, c.now.Add(int64(d)))
+	return ch
 }
-
-type fakeTimer struct {
-	c  *fakeClock
-	ch chan time.Time
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.ch }
-func (t *fakeTimer) Reset(d time.Duration) bool {
-	t.ch <- time.Unix(0, t.c.now.Add(int64(d)))
-	return false
-}
-func (t *fakeTimer) Stop() bool { return false }
 
 func BenchmarkHooks(b *testing.B) {
 	reader := sdkmetric.NewManualReader()

@@ -8,24 +8,16 @@ import (
 	"time"
 )
 
-// Timer is the part of *time.Timer a wait uses (retry.Timer).
-type Timer interface {
-	C() <-chan time.Time
-	Reset(d time.Duration) bool
-	Stop() bool
-}
-
-// Clock makes timers; retry.Clock is one.
+// Clock makes waits; retry.Clock is one.
 type Clock interface {
-	NewTimer(d time.Duration) Timer
+	After(d time.Duration) <-chan time.Time
 }
 
-// Waiter sleeps with one timer reused across the waits of a loop, on a
-// Clock (nil: the runtime's timers). The zero value is ready to use; call
-// Stop when the loop ends.
+// Waiter sleeps with one runtime timer reused across the waits of a loop,
+// or on a Clock. The zero value is ready to use; call Stop when the loop
+// ends.
 type Waiter struct {
-	timer  *time.Timer
-	ctimer Timer
+	timer *time.Timer
 }
 
 // Wait sleeps d on clk and returns nil, or ctx's error as soon as ctx ends.
@@ -39,12 +31,7 @@ func (w *Waiter) Wait(ctx context.Context, clk Clock, d time.Duration) error {
 		}
 		c = w.timer.C
 	} else {
-		if w.ctimer == nil {
-			w.ctimer = clk.NewTimer(d)
-		} else {
-			w.ctimer.Reset(d)
-		}
-		c = w.ctimer.C()
+		c = clk.After(d)
 	}
 	select {
 	case <-c:
@@ -58,8 +45,5 @@ func (w *Waiter) Wait(ctx context.Context, clk Clock, d time.Duration) error {
 func (w *Waiter) Stop() {
 	if w.timer != nil {
 		w.timer.Stop()
-	}
-	if w.ctimer != nil {
-		w.ctimer.Stop()
 	}
 }

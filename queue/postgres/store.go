@@ -97,6 +97,8 @@ type Store struct {
 	limitsT string
 	channel string // LISTEN/NOTIFY channel
 	inbox   *Inbox
+	// readCols are the columns Get and List read: cols, or colsNoTrace.
+	readCols string
 
 	lmu     sync.Mutex
 	subs    map[chan struct{}]struct{}
@@ -148,7 +150,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	s := &Store{
 		pool: pool, opts: opts, jobs: prefix + "stagger_jobs", inboxT: prefix + "stagger_inbox", limitsT: prefix + "stagger_limits",
-		channel: channel, subs: map[chan struct{}]struct{}{},
+		channel: channel, subs: map[chan struct{}]struct{}{}, readCols: cols,
 	}
 	s.inbox = &Inbox{s: s}
 	s.vac.init()
@@ -166,6 +168,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		}
 		if !found {
 			return nil, fmt.Errorf("postgres: the queue table %s predates named queues: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", s.jobs)
+		}
+		if found, err := hasColumn(ctx, pool, s.jobs, "trace"); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		} else if !found {
+			s.readCols = colsNoTrace // a table of before the trace column: read it as empty
 		}
 		return s, nil
 	}
@@ -200,7 +207,8 @@ func (s *Store) migrate(ctx context.Context) error {
 				created_at   bigint NOT NULL,
 				updated_at   bigint NOT NULL,
 				finished_at  bigint NOT NULL DEFAULT 0,
-				queue        text NOT NULL DEFAULT 'default')`,
+				queue        text NOT NULL DEFAULT 'default',
+				trace        text NOT NULL DEFAULT '')`,
 		)
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
@@ -212,13 +220,19 @@ func (s *Store) migrate(ctx context.Context) error {
 		// column (its jobs are in the default queue) and the indexes that
 		// lead with it. Checked first, so that a worker's start does not
 		// take the table's exclusive lock when there is nothing to do.
-		var hasQueue bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-			WHERE attrelid = $1::regclass AND attname = 'queue' AND NOT attisdropped)`, s.jobs).Scan(&hasQueue); err != nil {
-			return err
-		}
-		if !hasQueue {
-			stmts = append(stmts, `ALTER TABLE `+s.jobs+` ADD COLUMN queue text NOT NULL DEFAULT 'default'`)
+		for _, c := range [...]struct{ name, def string }{
+			{"queue", `text NOT NULL DEFAULT 'default'`},
+			// The enqueuer's trace context (Job.Trace) came later still:
+			// older jobs have none.
+			{"trace", `text NOT NULL DEFAULT ''`},
+		} {
+			has, err := hasColumn(ctx, tx, s.jobs, c.name)
+			if err != nil {
+				return err
+			}
+			if !has {
+				stmts = append(stmts, `ALTER TABLE `+s.jobs+` ADD COLUMN IF NOT EXISTS `+c.name+` `+c.def)
+			}
 		}
 		stmts = append(stmts,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
@@ -258,6 +272,16 @@ func (s *Store) migrate(ctx context.Context) error {
 	})
 }
 
+// hasColumn reports whether the table has the column.
+func hasColumn(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, table, column string) (bool, error) {
+	var has bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped)`, table, column).Scan(&has)
+	return has, err
+}
+
 // Close stops the notification listener and, for a store made by Open,
 // closes the pool.
 func (s *Store) Close() {
@@ -282,7 +306,11 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Inbox returns the store's durable inbox.
 func (s *Store) Inbox() queue.Inbox { return s.inbox }
 
-const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue`
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue, trace`
+
+// colsNoTrace is cols for a read-only store on a table older than the
+// trace column.
+var colsNoTrace = strings.Replace(cols, ", trace", ", ''::text", 1)
 
 func prefixed(p string) string {
 	parts := strings.Split(cols, ", ")
@@ -298,7 +326,7 @@ func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
 	dst := []any{&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
-		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue}
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue, &j.Trace}
 	err := row.Scan(append(dst, extra...)...)
 	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
 	if j.Payload == nil {
@@ -330,7 +358,7 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 		maxA                                        = make([]int32, n)
 		avail, dl, created, updated, finished, leas = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		attempts                                    = make([]int32, n)
-		states, reasons, lastErr, queues            = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		states, reasons, lastErr, queues, traces    = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	)
 	for i, j := range jobs {
 		ids[i], payloads[i], attempts[i], maxA[i] = j.ID, j.Payload, int32(j.Attempts), int32(j.MaxAttempts)
@@ -339,6 +367,7 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 		}
 		avail[i], dl[i], states[i], reasons[i], lastErr[i] = j.AvailableAt, j.Deadline, string(j.State), string(j.DeadReason), j.LastError
 		leas[i], created[i], updated[i], finished[i] = j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt
+		traces[i] = j.Trace
 		if queues[i] = j.Queue; j.Queue == "" {
 			queues[i] = queue.DefaultQueue
 		}
@@ -347,9 +376,9 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 	err := func() error {
 		rows, err := tx.Query(ctx, `INSERT INTO `+s.jobs+` (`+cols+`)
 			SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::int[], $5::bigint[], $6::bigint[], $7::text[],
-				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[])
+				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[], $15::text[])
 			ON CONFLICT (id) DO NOTHING RETURNING id`,
-			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished, queues)
+			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished, queues, traces)
 		if err != nil {
 			return err
 		}
@@ -412,7 +441,7 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 // claimable, and the workers notified, once tx commits. Nothing is written
 // when a job is invalid; after any error the caller should roll back.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, jobs ...queue.NewJob) ([]queue.Inserted, error) {
-	rows, err := q.NewRows(jobs)
+	rows, err := q.NewRowsContext(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -797,7 +826,7 @@ func (s *Store) CountFinished(ctx context.Context, state queue.State, before int
 
 // Get implements queue.Store.
 func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
-	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE id = $1`, id))
+	j, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return queue.Job{}, queue.ErrNotFound
 	}
@@ -806,7 +835,7 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
 		string(state), after, limit, name)
 	if err != nil {
 		return nil, err
@@ -851,25 +880,28 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
-	st := queue.Stats{Now: now}
-	rows, err := s.pool.Query(ctx, `SELECT state, dead_reason, available_at <= $1,
-		(state = 'pending' OR (state = 'leased' AND available_at <= $1)) AND (attempts >= max_attempts OR deadline <= $1),
-		count(*), min(available_at)
-		FROM `+s.jobs+` WHERE queue = $2 GROUP BY 1, 2, 3, 4`, now, name)
+	all, err := s.countStats(ctx, now, name)
+	return queue.QueueStats(all, name, now), err
+}
+
+// StatsByQueue implements queue.StatsByQueuer: one GROUP BY over every
+// queue.
+func (s *Store) StatsByQueue(ctx context.Context, now int64) (map[string]queue.Stats, error) {
+	return s.countStats(ctx, now, "")
+}
+
+// countStats counts the jobs of the named queue ("": of every queue).
+func (s *Store) countStats(ctx context.Context, now int64, name string) (map[string]queue.Stats, error) {
+	args := []any{now}
+	if name != "" {
+		args = append(args, name)
+	}
+	rows, err := s.pool.Query(ctx, queue.StatsSQL(s.jobs, "$", name != ""), args...)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var state, reason string
-		var due, dying bool
-		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
-			return st, err
-		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
-	}
-	return st, rows.Err()
+	return queue.ScanStats(rows, now)
 }
 
 // Subscribe implements queue.Notifier: wake-ups from LISTEN on the store's

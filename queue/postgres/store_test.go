@@ -297,16 +297,60 @@ func TestEnqueueTxWithBusinessRow(t *testing.T) {
 
 var errRollback = errors.New("roll back")
 
+// tempSchema returns the name of a schema dropped when t ends.
+func tempSchema(t *testing.T) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	p := sharedPool(t)
+	t.Cleanup(func() { p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
+	return schema
+}
+
+// TestMigratesTableBeforeTrace: a table made before the trace column is
+// read by a read-only store as it is (its jobs without a trace) and
+// migrated by New; its jobs stay claimable.
+func TestMigratesTableBeforeTrace(t *testing.T) {
+	p, schema := sharedPool(t), tempSchema(t)
+	ctx := context.Background()
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := queue.New(s, queue.Config{})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := p.Exec(ctx, `ALTER TABLE "`+schema+`".stagger_jobs DROP COLUMN trace`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := postgres.New(ctx, p, postgres.Options{Schema: schema, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := r.Get(ctx, "old"); err != nil || j.Trace != "" {
+		t.Fatalf("read-only Get on the old table: %+v %v", j, err)
+	}
+	if js, err := r.List(ctx, queue.DefaultQueue, queue.Pending, "", 10); err != nil || len(js) != 1 {
+		t.Fatalf("read-only List on the old table: %v %v", js, err)
+	}
+	if s, err = postgres.New(ctx, p, postgres.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now().UnixMilli()
+	if got, err := s.Claim(ctx, queue.DefaultQueue, now+1000, now+60000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Trace != "" {
+		t.Fatalf("claim after migration: %+v %v", got, err)
+	}
+}
+
 // TestMigratesTableBeforeNamedQueues: a table made before named queues
 // (no queue column, the old due and state indexes) is migrated by New:
 // its jobs are in the default queue and claimable, the old indexes gone.
 func TestMigratesTableBeforeNamedQueues(t *testing.T) {
-	p := sharedPool(t)
+	p, schema := sharedPool(t), tempSchema(t)
 	ctx := context.Background()
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "stagger_t_" + hex.EncodeToString(b)
-	t.Cleanup(func() { p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
 	for _, q := range []string{
 		`CREATE SCHEMA "` + schema + `"`,
 		`CREATE TABLE "` + schema + `".stagger_jobs (id text PRIMARY KEY, payload bytea NOT NULL, attempts integer NOT NULL,

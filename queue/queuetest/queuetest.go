@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
@@ -70,10 +71,13 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Requeue", testRequeue},
 		{"Redrive", testRedrive},
 		{"NamedQueues", testNamedQueues},
+		{"TraceContext", testTrace},
 		{"DeadList", testDeadList},
 		{"Stats", testStats},
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
+		{"WorkerQueues", testWorkerQueues},
+		{"StatsByQueue", testStatsByQueue},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,8 +101,8 @@ func newEnv(t *testing.T, s queue.Store, mod func(*queue.Config)) *env {
 	t.Helper()
 	clock := NewClock(Start)
 	cfg := queue.Config{
-		Base: 100 * time.Millisecond, Cap: time.Second, Lease: 30 * time.Second,
-		Now: clock.Now, Rand: FixedRatio(0.5),
+		Policy: &retry.Policy{Schedule: backoff.Ratio{Base: 100 * time.Millisecond, Cap: time.Second}, Rand: FixedRatio(0.5)},
+		Lease:  30 * time.Second, Now: clock.Now,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -952,9 +956,10 @@ func testEnqueueIdempotent(t *testing.T, s queue.Store) {
 	if g := e.get("order-1"); g.Attempts != 1 || g.Deadline != Start+60000 {
 		t.Fatalf("stored job reset: %+v", g)
 	}
-	// Defaults: max attempts and deadline from Config.
+	// Defaults: max attempts and deadline from the queue's defaults (the
+	// Policy leaves them 0).
 	j := e.enqueue(queue.NewJob{ID: "dflt"})
-	if j.MaxAttempts != queue.DefaultMaxAttempts || j.Deadline != e.clock.Now()+queue.DefaultDeadline.Milliseconds() || j.AvailableAt != e.clock.Now() {
+	if j.MaxAttempts != queue.DefaultJobMaxAttempts || j.Deadline != e.clock.Now()+queue.DefaultJobTimeout.Milliseconds() || j.AvailableAt != e.clock.Now() {
 		t.Fatalf("defaults: %+v", j)
 	}
 }
@@ -994,19 +999,28 @@ func testEnqueueValidation(t *testing.T, s queue.Store) {
 	}
 	// Config validation names the field.
 	for field, cfg := range map[string]queue.Config{
-		"Base":           {Base: -1},
-		"Cap (":          {Base: time.Second, Cap: time.Millisecond},
-		"Lease":          {Lease: time.Millisecond},
-		"AttemptTimeout": {AttemptTimeout: -time.Second},
-		"MaxPayload":     {MaxPayload: queue.MaxPayloadLimit + 1},
-		"MaxAttempts":    {MaxAttempts: -2},
-		"Deadline":       {Deadline: queue.MaxDuration + 1},
+		"Policy: retry: invalid policy: Schedule: backoff: invalid argument: Ratio.Base": {Policy: &retry.Policy{Schedule: backoff.Ratio{Base: -1, Cap: time.Second}}},
+		"Ratio.Cap (":                 {Policy: &retry.Policy{Schedule: backoff.Ratio{Base: time.Second, Cap: time.Millisecond}}},
+		"Lease":                       {Lease: time.Millisecond},
+		"Policy.AttemptTimeout":       {Policy: &retry.Policy{AttemptTimeout: -time.Second}},
+		"MaxPayload":                  {MaxPayload: queue.MaxPayloadLimit + 1},
+		"Policy.MaxAttempts must be":  {Policy: &retry.Policy{MaxAttempts: -2}},
+		"Policy.MaxAttempts must be ": {Policy: &retry.Policy{MaxAttempts: queue.MaxMaxAttempts + 1}},
+		"Policy.Timeout":              {Policy: &retry.Policy{Timeout: queue.MaxDuration + 1}},
+		"Policy.Clock must be nil":    {Policy: &retry.Policy{Clock: fixedClock{}}},
 	} {
 		if _, err := queue.New(s, cfg); !errors.Is(err, queue.ErrInvalid) || !bytes.Contains([]byte(err.Error()), []byte(field)) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", cfg, err, field)
 		}
 	}
 }
+
+// fixedClock is a retry.Clock, which a queue refuses (its clock is
+// Config.Now).
+type fixedClock struct{}
+
+func (fixedClock) Now() time.Time                       { return time.UnixMilli(Start) }
+func (fixedClock) After(time.Duration) <-chan time.Time { return nil }
 
 func testNothingDue(t *testing.T, s queue.Store) {
 	e := newEnv(t, s, nil)
@@ -1073,7 +1087,9 @@ func testRetryDelay(t *testing.T, s queue.Store) {
 		{time.Second, 1, []int64{99, 199, 399, 799, 999}}, // the largest ratio below 1
 		{time.Second, 0.25, []int64{25, 50, 100, 200, 250}},
 	} {
-		e := newEnv(t, s, func(c *queue.Config) { c.Cap, c.Rand = tc.cap, tc.ratio })
+		e := newEnv(t, s, func(c *queue.Config) {
+			c.Policy.Schedule, c.Policy.Rand = backoff.Ratio{Base: 100 * time.Millisecond, Cap: tc.cap}, tc.ratio
+		})
 		id := fmt.Sprintf("r-%v-%v", tc.cap, tc.ratio)
 		e.enqueue(queue.NewJob{ID: id, MaxAttempts: 100})
 		for n, want := range tc.want {
@@ -1101,7 +1117,7 @@ func testRetryDelay(t *testing.T, s queue.Store) {
 }
 
 func testAfter(t *testing.T, s queue.Store) {
-	e := newEnv(t, s, func(c *queue.Config) { c.Rand = FixedRatio(0) })
+	e := newEnv(t, s, func(c *queue.Config) { c.Policy.Rand = FixedRatio(0) })
 	e.enqueue(queue.NewJob{ID: "a", MaxAttempts: 10, Deadline: Start + 3600_000})
 	j := e.runOnce(fail(retry.After(errBoom, 2*time.Second)))
 	expect(t, "After(2s)", *j, queue.Pending, 1, Start+2000, "")
@@ -1109,7 +1125,7 @@ func testAfter(t *testing.T, s queue.Store) {
 	j = e.runOnce(fail(retry.After(errBoom, 1500*time.Microsecond)))
 	expect(t, "After(1.5ms) rounds up", *j, queue.Pending, 2, Start+2002, "")
 	// After smaller than the schedule's delay does not shorten it.
-	e2 := newEnv(t, s, func(c *queue.Config) { c.Rand = FixedRatio(0.5) })
+	e2 := newEnv(t, s, func(c *queue.Config) { c.Policy.Rand = FixedRatio(0.5) })
 	e2.enqueue(queue.NewJob{ID: "b", MaxAttempts: 10})
 	j = e2.runOnce(fail(retry.After(errBoom, 10*time.Millisecond)))
 	expect(t, "After below the delay", *j, queue.Pending, 1, Start+50, "")
@@ -1667,12 +1683,15 @@ func Driver(name string, open func() (queue.Store, func(), error)) drivertest.Dr
 			jp := *p
 			timeout, maxAttempts := jp.Timeout, jp.MaxAttempts
 			jp.Timeout, jp.MaxAttempts = 0, 0
+			if jp.AttemptTimeout == 0 { // retry.Do's none; a queue's default is a minute
+				jp.AttemptTimeout = time.Hour
+			}
 			s, closeStore, err := open()
 			if err != nil {
 				panic(err)
 			}
 			defer closeStore()
-			q, err := queue.New(s, queue.Config{Policy: &jp, Lease: time.Hour, AttemptTimeout: time.Hour})
+			q, err := queue.New(s, queue.Config{Policy: &jp, Lease: time.Hour})
 			if err != nil {
 				panic(err)
 			}

@@ -56,7 +56,7 @@ func testTxRollback(t *testing.T, s queue.Store, enqueueTx EnqueueTx) {
 func testTxCommit(t *testing.T, s queue.Store, enqueueTx EnqueueTx) {
 	e := newEnv(t, s, nil)
 	res, err := enqueueTx(e.ctx, e.q, true, queue.NewJob{ID: "c", Payload: []byte("hello"), MaxAttempts: 3})
-	if err != nil || len(res) != 1 || !res[0].Created || res[0].Job.State != queue.Pending || res[0].Job.Deadline != Start+int64(e.q.Config().Deadline.Milliseconds()) {
+	if err != nil || len(res) != 1 || !res[0].Created || res[0].Job.State != queue.Pending || res[0].Job.Deadline != Start+int64(e.q.Config().Policy.Timeout.Milliseconds()) {
 		t.Fatalf("EnqueueTx = %+v, %v", res, err)
 	}
 	var got string

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/queuetest"
 	"github.com/staggerhq/stagger/queue/sqlite"
@@ -23,7 +24,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "jobs.db")
 	clock := queuetest.NewClock(queuetest.Start)
-	cfg := queue.Config{Base: 100 * time.Millisecond, Cap: time.Second, Now: clock.Now, Rand: queuetest.FixedRatio(0.5)}
+	cfg := queue.Config{Policy: &retry.Policy{Schedule: backoff.Ratio{Base: 100 * time.Millisecond, Cap: time.Second}, Rand: queuetest.FixedRatio(0.5)}, Now: clock.Now}
 
 	store, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {

@@ -57,6 +57,8 @@ type Store struct {
 	inbox *Inbox
 	// Statements prepared once on the writer connection.
 	insert, claimSel, claimOne, record, extend *sql.Stmt
+	// readCols are the columns Get and List read: cols, or colsNoTrace.
+	readCols string
 	// idle is set when a claim found nothing: the next claim first looks
 	// with a reader, so idle pollers (of many processes) do not take the
 	// write lock.
@@ -69,10 +71,11 @@ var _ queue.RecordClaimer = (*Store)(nil)
 var _ queue.Purger = (*Store)(nil)
 var _ queue.LimitedClaimer = (*Store)(nil)
 
-const schemaVersion = 4
+const schemaVersion = 5
 
 // readableVersion is the oldest schema a read-only open reads (version 4
-// only adds the limits table, which reads do not use).
+// only adds the limits table, which reads do not use; version 5 the trace
+// column, which reads of an older file take as empty).
 const readableVersion = 3
 
 const schema = `
@@ -90,7 +93,8 @@ CREATE TABLE IF NOT EXISTS stagger_jobs (
 	created_at   INTEGER NOT NULL,
 	updated_at   INTEGER NOT NULL,
 	finished_at  INTEGER NOT NULL DEFAULT 0,
-	queue        TEXT NOT NULL DEFAULT 'default'
+	queue        TEXT NOT NULL DEFAULT 'default',
+	trace        TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON stagger_jobs (queue, available_at, id) WHERE state IN ('pending', 'leased');
 CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON stagger_jobs (queue, state, id);
@@ -107,7 +111,7 @@ CREATE TABLE IF NOT EXISTS stagger_limits (
 	tokens REAL NOT NULL,
 	at     INTEGER NOT NULL
 );
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -212,7 +216,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	if v > schemaVersion {
 		return fmt.Errorf("schema version %d is newer than this build's %d", v, schemaVersion)
 	}
+	s.readCols = cols
 	if s.opts.ReadOnly {
+		if v < 5 {
+			s.readCols = colsNoTrace
+		}
 		switch {
 		case v == 0:
 			return errors.New("not a queue database: it holds no queue schema (read-only: nothing was created)")
@@ -228,22 +236,34 @@ func (s *Store) migrate(ctx context.Context) error {
 		if v > 0 && v < 3 {
 			// Version 3 adds named queues: a queue column (existing jobs
 			// are in the default queue) and the indexes that lead with it.
-			var has int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = 'queue'`).Scan(&has); err != nil {
+			if err := addColumn(ctx, tx, "queue", `TEXT NOT NULL DEFAULT 'default'`); err != nil {
 				return err
 			}
-			if has == 0 {
-				if _, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default'`); err != nil {
-					return err
-				}
-			}
 			if _, err := tx.ExecContext(ctx, `DROP INDEX IF EXISTS stagger_jobs_due; DROP INDEX IF EXISTS stagger_jobs_state`); err != nil {
+				return err
+			}
+		}
+		if v > 0 && v < 5 {
+			// Version 5 adds the enqueuer's trace context (Job.Trace):
+			// existing jobs have none.
+			if err := addColumn(ctx, tx, "trace", `TEXT NOT NULL DEFAULT ''`); err != nil {
 				return err
 			}
 		}
 		_, err := tx.ExecContext(ctx, schema)
 		return err
 	})
+}
+
+// addColumn adds the column name of type def to stagger_jobs unless it is
+// there.
+func addColumn(ctx context.Context, tx *sql.Tx, name, def string) error {
+	var has int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('stagger_jobs') WHERE name = ?`, name).Scan(&has); err != nil || has > 0 {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE stagger_jobs ADD COLUMN `+name+` `+def)
+	return err
 }
 
 // Close closes the database.
@@ -253,7 +273,7 @@ func (s *Store) Close() error {
 }
 
 const (
-	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
+	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
 	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_ready
 		WHERE queue = ?3 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
 		ORDER BY available_at, id LIMIT ?2`
@@ -271,6 +291,11 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.insert, insertSQL}, {&s.claimSel, claimSelSQL}, {&s.claimOne, claimUpd + `= ?3`},
 		{&s.record, recordSQL}, {&s.extend, extendSQL},
 	} {
+		if s.readCols != cols && (p.dst == &s.insert || p.dst == &s.claimSel) {
+			// A read-only open of a file older than version 5: these name
+			// the trace column it lacks, and their transactions fail (tx).
+			continue
+		}
 		st, err := s.w.PrepareContext(ctx, p.q)
 		if err != nil {
 			return err
@@ -295,8 +320,13 @@ func (s *Store) DB() *sql.DB { return s.w }
 // Inbox returns the store's durable inbox.
 func (s *Store) Inbox() queue.Inbox { return s.inbox }
 
+var errReadOnly = errors.New("sqlite: the store was opened read-only (Options.ReadOnly)")
+
 // tx runs fn in an immediate write transaction.
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	if s.opts.ReadOnly {
+		return errReadOnly
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -308,7 +338,10 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue`
+const cols = `id, payload, attempts, max_attempts, available_at, deadline, state, dead_reason, last_error, lease_until, created_at, updated_at, finished_at, queue, trace`
+
+// colsNoTrace is cols for a read-only open of a file older than version 5.
+var colsNoTrace = strings.Replace(cols, ", trace", ", ''", 1)
 
 type scanner interface{ Scan(...any) error }
 
@@ -316,7 +349,7 @@ func scan(r scanner) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
 	err := r.Scan(&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.AvailableAt, &j.Deadline,
-		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue)
+		&state, &reason, &j.LastError, &j.LeaseUntil, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt, &j.Queue, &j.Trace)
 	j.State, j.DeadReason = queue.State(state), queue.DeadReason(reason)
 	if j.Payload == nil {
 		j.Payload = []byte{}
@@ -347,7 +380,7 @@ func (s *Store) Insert(ctx context.Context, jobs []queue.Job) ([]queue.Inserted,
 // poll, or at once when the caller calls q.Wake after the commit. Nothing
 // is written when a job is invalid, and the caller should roll back.
 func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, jobs ...queue.NewJob) ([]queue.Inserted, error) {
-	rows, err := q.NewRows(jobs)
+	rows, err := q.NewRowsContext(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +402,7 @@ func insertTx(ctx context.Context, tx *sql.Tx, exec func(context.Context, ...any
 			j.Queue = queue.DefaultQueue
 		}
 		res, err := exec(ctx, j.ID, p, j.Attempts, j.MaxAttempts, j.AvailableAt, j.Deadline,
-			string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt, j.Queue)
+			string(j.State), string(j.DeadReason), j.LastError, j.LeaseUntil, j.CreatedAt, j.UpdatedAt, j.FinishedAt, j.Queue, j.Trace)
 		if err != nil {
 			return nil, err
 		}
@@ -634,7 +667,7 @@ func (s *Store) CountFinished(ctx context.Context, state queue.State, before int
 
 // Get implements queue.Store.
 func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
-	j, err := scan(s.r.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, id))
+	j, err := scan(s.r.QueryRowContext(ctx, `SELECT `+s.readCols+` FROM stagger_jobs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return queue.Job{}, queue.ErrNotFound
 	}
@@ -646,7 +679,7 @@ func (s *Store) List(ctx context.Context, name string, state queue.State, after 
 	if limit < 1 {
 		return nil, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
+	rows, err := s.r.QueryContext(ctx, `SELECT `+s.readCols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
 		name, string(state), after, limit)
 	if err != nil {
 		return nil, err
@@ -690,23 +723,26 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
-	st := queue.Stats{Now: now}
-	rows, err := s.r.QueryContext(ctx, `SELECT state, dead_reason, available_at <= ?1,
-		(state = 'pending' OR (state = 'leased' AND available_at <= ?1)) AND (attempts >= max_attempts OR deadline <= ?1),
-		COUNT(*), MIN(available_at)
-		FROM stagger_jobs WHERE queue = ?2 GROUP BY 1, 2, 3, 4`, now, name)
+	all, err := s.countStats(ctx, now, name)
+	return queue.QueueStats(all, name, now), err
+}
+
+// StatsByQueue implements queue.StatsByQueuer: one GROUP BY over every
+// queue.
+func (s *Store) StatsByQueue(ctx context.Context, now int64) (map[string]queue.Stats, error) {
+	return s.countStats(ctx, now, "")
+}
+
+// countStats counts the jobs of the named queue ("": of every queue).
+func (s *Store) countStats(ctx context.Context, now int64, name string) (map[string]queue.Stats, error) {
+	args := []any{now}
+	if name != "" {
+		args = append(args, name)
+	}
+	rows, err := s.r.QueryContext(ctx, queue.StatsSQL("stagger_jobs", "?", name != ""), args...)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var state, reason string
-		var due, dying bool
-		var n, oldest int64
-		if err := rows.Scan(&state, &reason, &due, &dying, &n, &oldest); err != nil {
-			return st, err
-		}
-		st.Add(queue.State(state), queue.DeadReason(reason), due, dying, n, oldest)
-	}
-	return st, rows.Err()
+	return queue.ScanStats(rows, now)
 }

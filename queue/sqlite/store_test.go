@@ -248,7 +248,7 @@ func TestMigratesVersion1(t *testing.T) {
 	var v, idx int
 	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
 	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name IN ('stagger_jobs_finished', 'stagger_jobs_ready', 'stagger_jobs_by_state', 'stagger_limits')`).Scan(&idx)
-	if v != 4 || idx != 4 {
+	if v != 5 || idx != 4 {
 		t.Fatalf("after migration: user_version %d, %d of the 3 new indexes and the limits table", v, idx)
 	}
 	j, err := s.Get(ctx, "old")
@@ -266,6 +266,61 @@ func TestMigratesVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+}
+
+// TestMigratesVersion4: a file of version 4 (no trace column) is read
+// by a read-only open as it is, its jobs without a trace, and migrated by
+// a writing open; its jobs keep running.
+func TestMigratesVersion4(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := queue.New(s, queue.Config{})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ALTER TABLE stagger_jobs DROP COLUMN trace; PRAGMA user_version = 4`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := r.Get(ctx, "old"); err != nil || j.Trace != "" {
+		t.Fatalf("read-only Get of a version-4 file: %+v %v", j, err)
+	}
+	if js, err := r.List(ctx, queue.DefaultQueue, queue.Pending, "", 10); err != nil || len(js) != 1 {
+		t.Fatalf("read-only List of a version-4 file: %v %v", js, err)
+	}
+	if _, err := r.Insert(ctx, []queue.Job{{ID: "b", State: queue.Pending, MaxAttempts: 1, Deadline: queue.MaxTime}}); err == nil {
+		t.Fatal("a read-only store inserted a job")
+	}
+	if _, err := r.Claim(ctx, queue.DefaultQueue, 1, 2, 1); err == nil {
+		t.Fatal("a read-only store claimed a job")
+	}
+	r.Close()
+	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v int
+	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	if v != 5 {
+		t.Fatalf("after migration: user_version %d", v)
+	}
+	if got, err := s.Claim(ctx, queue.DefaultQueue, time.Now().UnixMilli()+1000, time.Now().UnixMilli()+60000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Trace != "" {
+		t.Fatalf("claim after migration: %v %v", got, err)
+	}
 }
 
 // sqliteEnqueueTx is queuetest's EnqueueTx on a transaction of s.DB().

@@ -1,0 +1,39 @@
+package jetstream
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
+)
+
+// PublishTraced implements brokertest.TracePublisher.
+func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
+	m := nats.NewMsg(p.subject)
+	m.Data = payload
+	m.Header.Set(broker.HeaderTraceParent, traceparent)
+	m.Header.Set(broker.HeaderTraceState, tracestate)
+	_, err := p.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+	return err
+}
+
+// TestTraceTravels: a message's traceparent and tracestate reach the
+// handler of every delivery (NakWithDelay redelivers the message itself)
+// and are copied onto the dead letter. (TestRedrive checks a redrive
+// keeps them.)
+func TestTraceTravels(t *testing.T) {
+	rec := brokertest.NewTraceRecorder()
+	p := start(t, rec.Setup(uniqueName(t)), nil)
+	rec.CheckTraceTravels(t, p, func(ctx context.Context) (func(string) (string, bool), error) {
+		select {
+		case dl := <-p.dlq:
+			return func(k string) (string, bool) { v := dl.Headers().Get(k); return v, v != "" }, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+}

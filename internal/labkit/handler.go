@@ -1,0 +1,107 @@
+package labkit
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Identify returns the logical request ID and the attempt number an
+// attempt's headers carry (HeaderRequestID, HeaderAttempt): "" and 0 when
+// absent, 0 for an attempt number that is not a positive whole number.
+func Identify(h http.Header) (id string, attempt int) {
+	// Direct map access: the constants are already in canonical form.
+	if v := h[HeaderRequestID]; len(v) > 0 {
+		id = v[0]
+	}
+	if v := h[HeaderAttempt]; len(v) > 0 {
+		if n, err := strconv.Atoi(v[0]); err == nil && n > 0 {
+			attempt = n
+		}
+	}
+	return id, attempt
+}
+
+// StatusWriter remembers the status a handler answered with and whether
+// writing to the client failed. UpstreamErr is for a proxy's error handler
+// to say that the upstream did not answer.
+type StatusWriter struct {
+	http.ResponseWriter
+	Status      int
+	WriteErr    bool
+	UpstreamErr bool
+}
+
+// WriteHeader records the first status and passes it on.
+func (w *StatusWriter) WriteHeader(code int) {
+	if w.Status == 0 {
+		w.Status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write records an implicit 200 and a failed write.
+func (w *StatusWriter) Write(b []byte) (int, error) {
+	if w.Status == 0 {
+		w.Status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.WriteErr = true
+	}
+	return n, err
+}
+
+// Flush flushes the underlying writer if it can.
+func (w *StatusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ServeAttempt serves r with next and says what became of the attempt:
+// Abandoned when the client went away before it had the whole answer (next
+// may have served it), Failed when next (or its upstream) did not answer or
+// answered 5xx, Accepted otherwise. A panic of next (http.ErrAbortHandler
+// when copying an answer failed) is returned as abort, for the caller to
+// re-raise once the attempt is counted.
+func ServeAttempt(next http.Handler, w http.ResponseWriter, r *http.Request) (o Outcome, abort any) {
+	sw := &StatusWriter{ResponseWriter: w}
+	gone := func() bool { return sw.WriteErr || r.Context().Err() != nil }
+	defer func() {
+		if v := recover(); v != nil {
+			o, abort = Failed, v
+			if gone() {
+				o = Abandoned
+			}
+		}
+	}()
+	next.ServeHTTP(sw, r)
+	switch {
+	case (sw.UpstreamErr || sw.WriteErr) && gone():
+		return Abandoned, nil
+	case sw.UpstreamErr || sw.Status >= 500:
+		return Failed, nil
+	}
+	return Accepted, nil
+}
+
+// CountingHandler counts every request next serves as one attempt: arrive
+// is called when the request arrives (at now()) and the function it returns
+// once the outcome is known (ServeAttempt), with the request's ID and
+// attempt number (Identify). A panic of next is re-raised after counting.
+func CountingHandler(next http.Handler, now func() time.Time,
+	arrive func(at time.Time) func(id string, attempt int, o Outcome)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		done := arrive(now())
+		id, attempt := Identify(r.Header)
+		o, abort := ServeAttempt(next, w, r)
+		done(id, attempt, o)
+		if abort != nil {
+			panic(abort)
+		}
+	})
+}

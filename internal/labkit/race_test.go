@@ -1,0 +1,5 @@
+//go:build race
+
+package labkit
+
+const raceEnabled = true

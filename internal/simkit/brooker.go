@@ -1,0 +1,529 @@
+package simkit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Brooker2015Config is the optimistic-concurrency experiment of Marc
+// Brooker's "Exponential Backoff And Jitter" (AWS Architecture Blog,
+// 2015): N clients each update one shared row once; an update reads the
+// row, then writes it conditionally, and the write fails if another write
+// landed since the read. A failed client backs off and tries again (read
+// and write) until its write lands.
+//
+// The model: an attempt is four network hops, each an independent
+// |Normal(Delay, SD)|: request to the read, the read's answer, the write
+// request, the write's answer. The read happens when its request reaches
+// the row, the write when its request does; the write succeeds iff no
+// write succeeded after the read (a write at the very instant of the read
+// counts as seen by it). Writes reaching the row at the same instant are
+// applied in schedule order. The client decides (retry.Policy.Decide) when
+// the write's answer reaches it.
+//
+// With SD = 0 every surviving client moves in lockstep: round k is N−k+1
+// attempts, of which one wins, so the calls are N(N+1)/2; round k takes
+// 4·Delay, and the k-th wait is the schedule's b(k), so the last client
+// finishes at 4·Delay·N + Σ_{k=1}^{N−1} b(k) for a deterministic schedule.
+//
+// The defaults follow the blog's simulator (aws-samples/
+// aws-arch-backoff-simulator, backoff_simulator.py): hops of
+// |Normal(10 ms, 2 ms)|, base 5 ms, cap 2 s, N = 10…190 step 10, 100 runs
+// per point, and calls counted as writes. That simulator increments its
+// attempt counter before it computes the wait, so its k-th wait is drawn
+// from the window min(cap, base·2^k): the first retry's window is 2·base.
+// With Counter "paper" (the default) expo, full and equal run
+// backoff.Exponential with Base 2·base (min(cap, 2·base·2^(k−1)) is the
+// same window), so at SD = 0 expo finishes at
+// 40 ms·N + Σ_{k=1}^{N−1} min(2 s, 5 ms·2^k); with Counter "stagger" they
+// run backoff.Exponential's own convention, whose first window is base.
+// Decorrelated starts from sleep = base in both (backoff.Decorrelated
+// raises a zero prev to Base).
+type Brooker2015Config struct {
+	NFrom, NTo, NStep int           // client counts N swept: NFrom, NFrom+NStep, … up to NTo
+	Runs              int           // runs per N and strategy, averaged
+	Delay, SD         time.Duration // one network hop: |Normal(Delay, SD)|
+	Base, Cap         time.Duration // backoff base and cap of every strategy but "none"; Cap >= Base
+	Strategies        []string      // of "none", "expo", "full", "equal", "decorrelated"; run in that order
+	Counter           string        // "paper": the k-th window is min(cap, base·2^k); "stagger": min(cap, base·2^(k−1))
+}
+
+var brookerCounters = []string{"paper", "stagger"}
+
+var brookerStrategies = []string{"none", "expo", "full", "equal", "decorrelated"}
+
+// DefaultBrooker2015 returns the blog's numbers: N = 10…190 step 10, 100
+// runs per point, hops of |Normal(10 ms, 2 ms)|, base 5 ms, cap 2 s.
+func DefaultBrooker2015() Brooker2015Config {
+	return Brooker2015Config{NFrom: 10, NTo: 190, NStep: 10, Runs: 100,
+		Delay: 10 * time.Millisecond, SD: 2 * time.Millisecond, Base: 5 * time.Millisecond, Cap: 2 * time.Second,
+		Strategies: brookerStrategies, Counter: "paper"}
+}
+
+// Params returns the scenario's parameters.
+func (c *Brooker2015Config) Params() []*Param {
+	return []*Param{
+		intParam(&c.NFrom, "n-from", "smallest number of clients", 1, 100_000),
+		intParam(&c.NTo, "n-to", "largest number of clients", 1, 100_000),
+		intParam(&c.NStep, "n-step", "step between client counts", 1, 100_000),
+		intParam(&c.Runs, "runs", "runs per point (averaged)", 1, 1_000_000),
+		durParam(&c.Delay, "delay", "mean of one network hop", 0, time.Minute),
+		durParam(&c.SD, "sd", "standard deviation of one network hop", 0, time.Minute),
+		durParam(&c.Base, "base", "backoff base", time.Nanosecond, time.Hour),
+		durParam(&c.Cap, "cap", "backoff cap", time.Nanosecond, 24*time.Hour),
+		listParam(&c.Strategies, "strategy", "backoff strategies", brookerStrategies),
+		choiceParam(&c.Counter, "counter", "attempt counter of expo, full and equal: paper (the k-th window is min(cap, base·2^k), as the blog's simulator) or stagger (backoff.Exponential: min(cap, base·2^(k−1)))", brookerCounters),
+	}
+}
+
+func (c *Brooker2015Config) validate() error {
+	if err := checkParams(c.Params()); err != nil {
+		return err
+	}
+	switch {
+	case c.NTo < c.NFrom:
+		return invalid("n-to", "must be >= n-from (%d), got %d", c.NFrom, c.NTo)
+	case c.Cap < c.Base:
+		return invalid("cap", "must be >= base (%v), got %v", c.Base, c.Cap)
+	case c.Delay == 0 && c.SD == 0:
+		return invalid("delay", "must be > 0 when sd is 0: with instant hops every read and write coincide")
+	}
+	points := (c.NTo-c.NFrom)/c.NStep + 1
+	if work := float64(points) * float64(c.Runs) * float64(len(c.Strategies)) * float64(c.NTo) * float64(c.NTo); work > 1e10 {
+		return invalid("runs", "the sweep is too large: points × runs × strategies × n-to² = %.3g > 1e10 (the default is 3.4e8)", work)
+	}
+	return nil
+}
+
+// schedule returns the schedule of a strategy. With Counter "paper" the
+// exponential strategies start from the window 2·base (capped), which is
+// the blog simulator's min(cap, base·2^k) for the k-th wait.
+func (c *Brooker2015Config) schedule(name string) backoff.Schedule {
+	first := c.Base
+	if c.Counter != "stagger" {
+		first = min(c.Cap, 2*c.Base)
+	}
+	switch name {
+	case "none":
+		return backoff.Constant(0)
+	case "expo":
+		return backoff.Exponential{Base: first, Cap: c.Cap}
+	case "full":
+		return backoff.Exponential{Base: first, Cap: c.Cap, Jitter: backoff.Full}
+	case "equal":
+		return backoff.Exponential{Base: first, Cap: c.Cap, Jitter: backoff.Equal}
+	}
+	return backoff.Decorrelated{Base: c.Base, Cap: c.Cap}
+}
+
+// occRun is one run's outcome.
+type occRun struct {
+	calls      int64
+	completion time.Duration
+	events     uint64 // the model's events: writes, answers and waits that ended
+}
+
+type occClient struct {
+	attempt int32
+	prev    time.Duration // the previous wait
+	read    time.Duration // when the current attempt's read reaches the row
+}
+
+// runOCC simulates n clients updating one row with policy p, which must be
+// plain (driver.plain: no Budget, no Limiter, no hooks; its Rand set); net
+// draws the hop delays and q is the event queue, reused from run to run.
+//
+// A plain policy's decision shares nothing with the other clients but the
+// policy's Rand, so a write's answer is handled in the write's event: the
+// answer's arrival is drawn there and the client decides for that instant
+// (the same attempt, error and time as an event at the arrival would
+// give). The queue holds one event per client, the next write of its
+// attempt in flight, and handles one per attempt; the answers still count
+// as events.
+func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.PCG, q *occQueue) occRun {
+	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
+		net:      occNet{src: net, delay: delay, mean: float64(delay), sd: float64(sd)},
+		needsNow: (&retry.Step{Policy: p}).NeedsNow(nil)}
+	if !m.d.plain() {
+		panic("sim: runOCC needs a policy with no Budget, Limiter or hooks")
+	}
+	q.reset(n)
+	for id := range m.cs {
+		m.attempt(int32(id), 0)
+	}
+	last := time.Duration(math.MinInt64) // when the last successful write landed
+	for {
+		now, id, ok := q.next()
+		if !ok {
+			break
+		}
+		m.res.calls++
+		c := &m.cs[id]
+		won := last <= c.read
+		if won {
+			last = now
+		}
+		m.answer(id, won, now+m.net.hop())
+	}
+	m.res.events = 2 * uint64(m.res.calls) // a write and its answer
+	return m.res
+}
+
+// occModel is one run of runOCC.
+type occModel struct {
+	q        *occQueue
+	d        driver
+	cs       []occClient
+	net      occNet
+	needsNow bool // the decisions read their now (else they get the zero time)
+	res      occRun
+}
+
+// attempt starts client id's next attempt at virtual time at: the read's
+// request, the read's answer and the write's request are three hops.
+func (m *occModel) attempt(id int32, at time.Duration) {
+	c := &m.cs[id]
+	c.attempt++
+	read, write := m.net.hops3()
+	c.read = at + read
+	m.q.push(at+write, id)
+}
+
+// answer: the answer to client id's write (won: it landed) reaches the
+// client at now, and the client decides.
+func (m *occModel) answer(id int32, won bool, now time.Duration) {
+	c := &m.cs[id]
+	var err error
+	if !won {
+		err = ErrConflict
+	}
+	var t time.Time
+	if m.needsNow {
+		t = Epoch.Add(now)
+	}
+	dec := m.d.decide(t, int(c.attempt), err, time.Time{}, c.prev)
+	if err == nil || !dec.Retry {
+		m.res.completion = max(m.res.completion, now)
+		return
+	}
+	c.prev = dec.Delay
+	m.attempt(id, now+dec.Delay)
+}
+
+// occQueue is runOCC's event queue: the pending writes, one per client at
+// most, earliest first; writes at the same instant come out in client
+// order. It is Engine's 4-ary heap (see Engine.down for the sifts) cut
+// down to this model: an entry is one uint64, (at − base)<<idBits | id, so
+// a compare is one subtraction and a move one word, and keys are unique.
+//
+// base is a time at or before every pending write. When a write lies
+// 2^atBits ns or more past base, base moves up to now, the time of the
+// write taken last, which every pending write is at or after (a rare O(n)
+// pass: with 190 clients 2^56 ns of virtual time). From now a write is at
+// most one wait and four hops ahead: at most 24 h + 4·(1 min + 15·1 min)
+// with the scenario's limits on cap, delay and sd (a |Normal| draw of the
+// ziggurat is below 15 sd), under the 2^47 ns (39 h) left for at with
+// 100,000 clients.
+type occQueue struct {
+	q      []uint64
+	base   time.Duration // the time of a key's at bits 0
+	now    time.Duration // the time of the entry next returned last
+	idBits uint
+	atBits uint // 64 − idBits (fewer in tests, to exercise rebase)
+	taken  bool // q[0] is the entry next returned last, still in place
+}
+
+// occFree marks the slots past the last entry: larger than any key, so a
+// node's four child slots can be compared without knowing how many hold
+// entries.
+const occFree = ^uint64(0)
+
+func (h *occQueue) reset(n int) {
+	if cap(h.q) < n+4 {
+		h.q = make([]uint64, 0, n+4)
+	}
+	all := h.q[:cap(h.q)]
+	for i := range all {
+		all[i] = occFree
+	}
+	h.q, h.taken, h.base, h.now = h.q[:0], false, 0, 0
+	h.idBits = uint(bits.Len(uint(max(n, 1) - 1)))
+	h.atBits = 64 - h.idBits
+}
+
+// push adds client id's write at time at (not before now). After next it
+// replaces the entry next returned, with one sift.
+func (h *occQueue) push(at time.Duration, id int32) {
+	off := uint64(at - h.base)
+	if off>>h.atBits != 0 {
+		h.rebase()
+		if off = uint64(at - h.base); off>>h.atBits != 0 {
+			panic(fmt.Sprintf("sim: a write %v ahead of now, beyond the queue's range", at-h.now))
+		}
+	}
+	k := off<<h.idBits | uint64(id)
+	if h.taken {
+		h.taken = false
+		h.down(k)
+		return
+	}
+	h.q = append(h.q, k)
+	occUp(h.q, len(h.q)-1, k)
+}
+
+// rebase moves base up to now. Every key is at or after now, so each
+// drops by the same amount and the order stays.
+func (h *occQueue) rebase() {
+	d := uint64(h.now-h.base) << h.idBits
+	for i := range h.q {
+		h.q[i] -= d
+	}
+	h.base = h.now
+}
+
+// next returns the earliest write; ok is false when none is pending.
+func (h *occQueue) next() (at time.Duration, id int32, ok bool) {
+	if h.taken {
+		h.taken = false
+		n := len(h.q) - 1
+		last := h.q[n]
+		h.q[n] = occFree
+		h.q = h.q[:n]
+		if n > 0 {
+			h.down(last)
+		}
+	}
+	if len(h.q) == 0 {
+		return 0, 0, false
+	}
+	h.taken = true
+	k := h.q[0]
+	h.now = h.base + time.Duration(k>>h.idBits)
+	return h.now, int32(k & (1<<h.idBits - 1)), true
+}
+
+// occUp places k at the hole i or above it, moving larger parents down.
+func occUp(q []uint64, i int, k uint64) {
+	for ; i > 0 && k < q[(i-1)>>2]; i = (i - 1) >> 2 {
+		q[i] = q[(i-1)>>2]
+	}
+	q[i] = k
+}
+
+// down places k in the root's place: the hole walks down to a leaf
+// through the least children, then k sifts up from there (Engine.down).
+// The slots past the last entry are occFree, so every node with a child
+// has four child slots to compare, without a branch.
+func (h *occQueue) down(k uint64) {
+	q := h.q
+	all := q[:cap(q)]
+	i := 0
+	for c := 1; c < len(q); c = i<<2 + 1 {
+		ch := all[c : c+4 : c+4]
+		// the least of four: a borrow is a compare's 0 or 1
+		_, b0 := bits.Sub64(ch[1], ch[0], 0)
+		_, b1 := bits.Sub64(ch[3], ch[2], 0)
+		m0, m1 := b0, 2+b1
+		_, b := bits.Sub64(ch[m1&3], ch[m0&3], 0)
+		m := (m0 ^ (m0^m1)&-b) & 3
+		q[i] = ch[m]
+		i = c + int(m)
+	}
+	occUp(q, i, k)
+}
+
+// occNet draws network hops: |Normal(mean, sd)|, or exactly delay when sd
+// is 0.
+type occNet struct {
+	src      *rand.PCG
+	delay    time.Duration
+	mean, sd float64
+}
+
+func (h *occNet) hop() time.Duration {
+	if h.sd == 0 {
+		return h.delay
+	}
+	var x [1]float64
+	normals(h.src, x[:])
+	return h.scale(x[0])
+}
+
+// hops3 draws the first three hops of an attempt, in order, and returns
+// the first (the read's request) and the sum of all three (when the write
+// request arrives, from the attempt's start): one call for three draws.
+func (h *occNet) hops3() (read, write time.Duration) {
+	if h.sd == 0 {
+		return h.delay, 3 * h.delay
+	}
+	var x [3]float64
+	normals(h.src, x[:])
+	read = h.scale(x[0])
+	return read, read + h.scale(x[1]) + h.scale(x[2])
+}
+
+// scale turns a standard normal draw into a hop.
+func (h *occNet) scale(x float64) time.Duration {
+	return time.Duration(math.Abs(h.mean + h.sd*x))
+}
+
+// normals fills xs with standard normal draws: math/rand/v2's
+// Rand.NormFloat64, one after another, on a concrete *rand.PCG. It is the
+// same ziggurat (Marsaglia and Tsang, "The Ziggurat Method for Generating
+// Random Variables", 2000; 128 layers) on the same tables, so it yields
+// the same numbers for the same source, but the generator inlines instead
+// of being called through the Source interface (TestNormal).
+func normals(src *rand.PCG, xs []float64) {
+	for k := range xs {
+		u := src.Uint64()
+		j := int32(u) // possibly negative
+		i := u >> 32 & 0x7f
+		x := float64(j) * float64(zigW[i])
+		// |j| < k[i] in 99% of the draws; |j| without a branch on its sign
+		if uint32((j^j>>31)-j>>31) >= zigK[i] {
+			x = normalSlow(src, j, i, x)
+		}
+		xs[k] = x
+	}
+}
+
+// normalSlow is the rest of NormFloat64's loop, from a draw that fell in
+// the base strip's tail (i = 0) or in a wedge between two layers.
+func normalSlow(src *rand.PCG, j int32, i uint64, x float64) float64 {
+	float := func() float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
+	for {
+		if i == 0 {
+			for {
+				x = -math.Log(float()) * (1.0 / zigR)
+				y := -math.Log(float())
+				if y+y >= x*x {
+					break
+				}
+			}
+			if j > 0 {
+				return zigR + x
+			}
+			return -zigR - x
+		}
+		if zigF[i]+float32(float())*(zigF[i-1]-zigF[i]) < float32(math.Exp(-.5*x*x)) {
+			return x
+		}
+		u := src.Uint64()
+		j = int32(u)
+		i = u >> 32 & 0x7f
+		x = float64(j) * float64(zigW[i])
+		if uint32((j^j>>31)-j>>31) < zigK[i] {
+			return x
+		}
+	}
+}
+
+// zigR is the start of the ziggurat's tail; zigV is the area of each of
+// its 128 layers.
+const (
+	zigR = 3.442619855899
+	zigV = 9.91256303526217e-3
+)
+
+// The ziggurat's tables, built as Marsaglia and Tsang's zigset builds
+// them (these are the values of math/rand/v2's kn, wn and fn, bit for
+// bit; TestNormal compares the draws).
+var zigK, zigW, zigF = zigTables()
+
+func zigTables() (k [128]uint32, w, f [128]float32) {
+	const m1 = 1 << 31
+	dn, tn := zigR, zigR
+	q := zigV / math.Exp(-.5*dn*dn)
+	k[0] = uint32(dn / q * m1)
+	w[0], w[127] = float32(q/m1), float32(dn/m1)
+	f[0], f[127] = 1, float32(math.Exp(-.5*dn*dn))
+	for i := 126; i >= 1; i-- {
+		dn = math.Sqrt(-2 * math.Log(zigV/dn+math.Exp(-.5*dn*dn)))
+		k[i+1] = uint32(dn / tn * m1)
+		tn = dn
+		f[i] = float32(math.Exp(-.5 * dn * dn))
+		w[i] = float32(dn / m1)
+	}
+	return k, w, f
+}
+
+// Run sweeps N for each strategy, averaging Runs runs per point.
+func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	strategies := selected(brookerStrategies, c.Strategies)
+	var ns []int
+	for n := c.NFrom; n <= c.NTo; n += c.NStep {
+		ns = append(ns, n)
+	}
+	total := len(strategies) * len(ns) * c.Runs
+	runs := make([]occRun, total)
+	queues := make(chan *occQueue, 64)
+	err := parallel(ctx, o, total, func(i int) {
+		si, rest := i/(len(ns)*c.Runs), i%(len(ns)*c.Runs)
+		ni, r := rest/c.Runs, rest%c.Runs
+		s := strategies[si]
+		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: c.schedule(brookerStrategies[s])}
+		p.Rand = pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1)
+		net := pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2)
+		var q *occQueue
+		select {
+		case q = <-queues:
+		default:
+			q = new(occQueue)
+		}
+		runs[i] = runOCC(ns[ni], c.Delay, c.SD, p, net, q)
+		select {
+		case queues <- q:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{
+		Scenario: "brooker2015",
+		Title:    fmt.Sprintf("N clients update one row with optimistic concurrency; mean of %d runs per point", c.Runs),
+		Settings: settings(c.Params(), o),
+		Table: Table{Columns: []Column{
+			{Key: "strategy", Title: "strategy"},
+			{Key: "clients", Title: "clients"},
+			{Key: "calls", Title: "calls", Prec: 1},
+			{Key: "calls_per_client", Title: "calls/client", Prec: 2},
+			{Key: "completion_ms", Title: "completion ms", Prec: 1},
+		}},
+	}
+	callsChart := Chart{Title: "calls vs clients", XLabel: "clients (N)", YLabel: "calls (mean)"}
+	timeChart := Chart{Title: "completion time vs clients", XLabel: "clients (N)", YLabel: "completion (ms, mean, log scale)", LogY: true}
+	for si, s := range strategies {
+		name := brookerStrategies[s]
+		cs, ts := Series{Name: name}, Series{Name: name}
+		for ni, n := range ns {
+			var calls int64
+			var done time.Duration
+			for r := range c.Runs {
+				run := runs[(si*len(ns)+ni)*c.Runs+r]
+				calls += run.calls
+				done += run.completion
+				res.Events += run.events
+			}
+			mc := float64(calls) / float64(c.Runs)
+			mt := float64(done) / float64(c.Runs) / float64(time.Millisecond)
+			res.Table.Rows = append(res.Table.Rows, []any{name, n, mc, mc / float64(n), mt})
+			cs.Points = append(cs.Points, Point{float64(n), mc})
+			ts.Points = append(ts.Points, Point{float64(n), mt})
+		}
+		callsChart.Series = append(callsChart.Series, cs)
+		timeChart.Series = append(timeChart.Series, ts)
+	}
+	res.Charts = []Chart{callsChart, timeChart}
+	return res, nil
+}

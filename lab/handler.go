@@ -1,0 +1,36 @@
+package lab
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/staggerhq/stagger/internal/labkit"
+)
+
+// Headers by which a sender identifies its attempts. The request ID names
+// the logical request; the attempt header counts from 1 (retryhttp sends
+// it).
+const (
+	HeaderRequestID = "Stagger-Request-Id"
+	HeaderAttempt   = "Stagger-Attempt"
+)
+
+// Handler returns next with every request counted in r as one attempt: it
+// arrives when the request does and is attributed to the request's
+// HeaderRequestID and HeaderAttempt. Its outcome is Accepted, Failed when
+// next answered 5xx or panicked (the panic goes on once counted), or
+// Abandoned when the client went away before it had the whole answer.
+func (r *Recorder) Handler(next http.Handler) http.Handler {
+	return labkit.CountingHandler(next, time.Now, func(at time.Time) func(string, int, labkit.Outcome) {
+		return func(id string, attempt int, o labkit.Outcome) { r.r.Record(at, id, attempt, o) }
+	})
+}
+
+// Handler is [Recorder.Handler] for a WindowedRecorder: the attempt counts
+// toward the peak from its arrival, even while next is still serving it.
+func (r *WindowedRecorder) Handler(next http.Handler) http.Handler {
+	return labkit.CountingHandler(next, time.Now, func(at time.Time) func(string, int, labkit.Outcome) {
+		p := r.r.Arrive(at)
+		return func(id string, attempt int, o labkit.Outcome) { r.r.Finish(p, id, attempt, o) }
+	})
+}

@@ -1,0 +1,217 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/internal/labkit"
+)
+
+// The public types mirror the implementation's field for field; a field
+// added there and not here would be lost silently by statsOf.
+func TestTypesMirrorTheImplementation(t *testing.T) {
+	for _, p := range []struct{ pub, kit any }{
+		{Stats{}, labkit.Stats{}},
+		{Bucket{}, labkit.Bucket{}},
+		{WindowedConfig{}, labkit.WindowedConfig{}},
+	} {
+		pt, kt := reflect.TypeOf(p.pub), reflect.TypeOf(p.kit)
+		if pt.NumField() != kt.NumField() {
+			t.Fatalf("%v has %d fields, %v %d", pt, pt.NumField(), kt, kt.NumField())
+		}
+		for i := range pt.NumField() {
+			if pf, kf := pt.Field(i), kt.Field(i); pf.Name != kf.Name {
+				t.Errorf("%v field %d is %s, %v's %s", pt, i, pf.Name, kt, kf.Name)
+			}
+		}
+	}
+	// The constants are written out for the documentation; they must be
+	// the implementation's.
+	for o, k := range map[Outcome]labkit.Outcome{Accepted: labkit.Accepted, Down: labkit.Down, Busy: labkit.Busy,
+		Failed: labkit.Failed, Dropped: labkit.Dropped, Abandoned: labkit.Abandoned} {
+		if labkit.Outcome(o) != k || o.String() != k.String() {
+			t.Errorf("outcome %d (%v) is not %d (%v)", o, o, k, k)
+		}
+	}
+	if HeaderRequestID != labkit.HeaderRequestID || HeaderAttempt != labkit.HeaderAttempt || DefaultWindow != labkit.DefaultWindow {
+		t.Errorf("constants differ from the implementation's")
+	}
+}
+
+// statsOf copies every field: each gets a distinct value and must come back.
+func TestStatsOfCopiesEveryField(t *testing.T) {
+	var k labkit.Stats
+	kv := reflect.ValueOf(&k).Elem()
+	for i := range kv.NumField() {
+		f := kv.Field(i)
+		switch f.Kind() {
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]labkit.Bucket{{Start: 7, Accepted: 1, Rejected: 2, Down: 3, Busy: 4, Failed: 5, Dropped: 6, Abandoned: 8}}))
+		default:
+			t.Fatalf("field %s: kind %v not covered", kv.Type().Field(i).Name, f.Kind())
+		}
+	}
+	s := statsOf(k)
+	sv := reflect.ValueOf(s)
+	for i := range sv.NumField() {
+		name := sv.Type().Field(i).Name
+		if name == "Timeline" {
+			if len(s.Timeline) != 1 || s.Timeline[0] != (Bucket{7, 1, 2, 3, 4, 5, 6, 8}) {
+				t.Errorf("Timeline = %+v", s.Timeline)
+			}
+			continue
+		}
+		if got := sv.Field(i).Int(); got != int64(i+1) {
+			t.Errorf("%s = %d, want %d", name, got, i+1)
+		}
+	}
+	if got, want := s.AttemptsPerRequest(), k.AttemptsPerRequest(); got != want {
+		t.Errorf("AttemptsPerRequest = %v, want %v", got, want)
+	}
+}
+
+func TestHandlerOutcomes(t *testing.T) {
+	cases := []struct {
+		name  string
+		serve http.HandlerFunc
+		gone  bool // the client went away before the answer
+		want  Outcome
+	}{
+		{"ok", func(w http.ResponseWriter, r *http.Request) {}, false, Accepted},
+		{"4xx is served", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, false, Accepted},
+		{"5xx", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }, false, Failed},
+		{"panic", func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }, false, Failed},
+		{"client gone", func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }, true, Abandoned},
+	}
+	for _, c := range cases {
+		start := time.Now()
+		rec := NewRecorder(start)
+		wrec, err := NewWindowedRecorder(start, WindowedConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []http.Handler{rec.Handler(c.serve), wrec.Handler(c.serve)} {
+			req := httptest.NewRequest("GET", "/", nil)
+			req.Header.Set(HeaderRequestID, "order-1")
+			req.Header.Set(HeaderAttempt, "2")
+			if c.gone {
+				ctx, cancel := context.WithCancel(req.Context())
+				cancel()
+				req = req.WithContext(ctx)
+			}
+			func() {
+				defer func() {
+					// A handler's panic goes on once the attempt is counted.
+					if v := recover(); v != http.ErrAbortHandler && c.want != Accepted && c.name != "5xx" {
+						t.Errorf("%s: recovered %v, want http.ErrAbortHandler", c.name, v)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), req)
+			}()
+		}
+		for _, s := range []Stats{rec.Stats(0), wrec.Stats(true)} {
+			if s.Total != 1 || s.Requests != 1 || s.MaxAttempts != 1 || s.Unidentified != 0 {
+				t.Errorf("%s: total %d, requests %d, max attempts %d, unidentified %d", c.name, s.Total, s.Requests, s.MaxAttempts, s.Unidentified)
+			}
+			got := map[Outcome]int{Accepted: s.Accepted, Failed: s.Failed, Abandoned: s.Abandoned, Down: s.Down, Busy: s.Busy}
+			if got[c.want] != 1 {
+				t.Errorf("%s: counted %v, want one %v", c.name, got, c.want)
+			}
+		}
+	}
+}
+
+func TestRunRejectsBadOptions(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Callers: -1}, "Callers must be in [1, 10000], got -1"},
+		{Options{Callers: 10001}, "Callers must be in [1, 10000]"},
+		{Options{Strategies: []string{"expo-full", "sometimes"}}, `Strategies[1] "sometimes"`},
+		{Options{Latency: -time.Millisecond}, "Latency must be >= 0"},
+		{Options{Window: -time.Millisecond}, "Window must be > 0"},
+	} {
+		_, err := Run(context.Background(), c.o)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want ErrInvalid with %q", c.o, err, c.want)
+		}
+	}
+}
+
+func TestRunAndReport(t *testing.T) {
+	res, err := Run(context.Background(), Options{Callers: 3, Strategies: []string{"immediate", "expo-full+budget"},
+		Outage: 60 * time.Millisecond, Latency: time.Millisecond, Window: 50 * time.Millisecond, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Strategies) != 2 || res.Strategies[1].Strategy != "expo-full+budget" {
+		t.Fatalf("strategies %+v", res.Strategies)
+	}
+	for _, s := range res.Strategies {
+		g := s.Gateway
+		if s.Callers != 3 || s.Accepted != 3 || g.Accepted != 3 || g.Requests != 3 || g.Window != 50*time.Millisecond {
+			t.Errorf("%s: callers %d/%d, gateway %+v", s.Strategy, s.Accepted, s.Callers, g)
+		}
+		if g.Down == 0 || g.Total != g.Accepted+g.Down {
+			t.Errorf("%s: no attempt refused during the outage: %+v", s.Strategy, g)
+		}
+		if len(s.Mismatches) != 0 || len(s.GaveUp) != 0 {
+			t.Errorf("%s: mismatches %v, gave up %v", s.Strategy, s.Mismatches, s.GaveUp)
+		}
+	}
+	if err := res.Check(); err != nil {
+		t.Error(err)
+	}
+	var b bytes.Buffer
+	if err := res.WriteReport(&b, "test run"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<html", "test run", `data-title=`, "expo-full+budget"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// Check reports a disagreement of the two sides, naming the strategy.
+func TestCheckNamesTheStrategy(t *testing.T) {
+	r := &Result{runs: []*labkit.Result{{Strategy: labkit.Strategy{Name: "expo"}, Mismatches: []string{"caller 1 attempt 2: not received"}}}}
+	err := r.Check()
+	if err == nil || !strings.Contains(err.Error(), "expo: callers and gateway disagree: caller 1 attempt 2") {
+		t.Errorf("Check = %v", err)
+	}
+}
+
+// The zero Options are `stagger lab` with no flags; each field changes
+// only its part of the scenario.
+func TestOptionsScenario(t *testing.T) {
+	sc, sts, err := Options{}.scenario()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sc, labkit.FourCallerOutage()) || len(sts) != 2 || sts[0].Name != "immediate" || sts[1].Name != "expo-full" {
+		t.Errorf("zero Options: %+v, %d strategies", sc, len(sts))
+	}
+	sc, _, err = Options{Callers: 9, Outage: -1, Latency: 3 * time.Millisecond, Window: time.Second, Seed: 5}.scenario()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Callers != 9 || len(sc.Faults.Down) != 0 || sc.Faults.Latency != 3*time.Millisecond || sc.RoundTrip != 0 ||
+		sc.Window != time.Second || sc.Seed != 5 {
+		t.Errorf("scenario %+v", sc)
+	}
+	sc, _, _ = Options{Outage: 2 * time.Second}.scenario()
+	if len(sc.Faults.Down) != 1 || sc.Faults.Down[0] != (labkit.Span{From: 0, To: 2 * time.Second}) || sc.RoundTrip == 0 {
+		t.Errorf("outage 2s: %+v", sc)
+	}
+}

@@ -1,5 +1,0 @@
-//go:build race
-
-package lab
-
-const raceEnabled = true
