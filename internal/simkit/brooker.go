@@ -150,7 +150,7 @@ type occClient struct {
 func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.PCG, q *occQueue) occRun {
 	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
 		net:      occNet{src: net, delay: delay, mean: float64(delay), sd: float64(sd)},
-		needsNow: (&retry.Step{Policy: p}).NeedsNow(nil)}
+		needsNow: (&retry.Step{Policy: p}).NeedsNow(context.Background())}
 	if !m.d.plain() {
 		panic("sim: runOCC needs a policy with no Budget, Limiter or hooks")
 	}
