@@ -149,7 +149,7 @@ type occClient struct {
 // as events.
 func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.PCG, q *occQueue) occRun {
 	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
-		net:      occNet{src: net, delay: delay, mean: float64(delay), sd: float64(sd)},
+		net:      newOCCNet(net, delay, sd),
 		needsNow: (&retry.Step{Policy: p}).NeedsNow(nil)}
 	if !m.d.plain() {
 		panic("sim: runOCC needs a policy with no Budget, Limiter or hooks")
@@ -191,9 +191,8 @@ type occModel struct {
 func (m *occModel) attempt(id int32, at time.Duration) {
 	c := &m.cs[id]
 	c.attempt++
-	read, write := m.net.hops3()
-	c.read = at + read
-	m.q.push(at+write, id)
+	c.read = at + m.net.hop()
+	m.q.push(c.read+m.net.hop()+m.net.hop(), id)
 }
 
 // answer: the answer to client id's write (won: it landed) reaches the
@@ -340,38 +339,46 @@ func (h *occQueue) down(k uint64) {
 }
 
 // occNet draws network hops: |Normal(mean, sd)|, or exactly delay when sd
-// is 0.
+// is 0. It draws them in batches, in order, so the loop that draws them
+// runs many draws at once and a hop costs a load; the hops of a run are
+// the same as drawn one at a time (those left in the batch at the end of
+// the run are never used).
 type occNet struct {
+	buf      [64]time.Duration
+	i        int // the next hop in buf; len(buf): buf is used up
 	src      *rand.PCG
 	delay    time.Duration
 	mean, sd float64
+	x        [64]float64
+}
+
+func newOCCNet(src *rand.PCG, delay, sd time.Duration) occNet {
+	h := occNet{src: src, delay: delay, mean: float64(delay), sd: float64(sd)}
+	h.i = len(h.buf)
+	return h
 }
 
 func (h *occNet) hop() time.Duration {
-	if h.sd == 0 {
-		return h.delay
+	if h.i == len(h.buf) {
+		h.fill()
 	}
-	var x [1]float64
-	normals(h.src, x[:])
-	return h.scale(x[0])
+	h.i++
+	return h.buf[(h.i-1)&(len(h.buf)-1)]
 }
 
-// hops3 draws the first three hops of an attempt, in order, and returns
-// the first (the read's request) and the sum of all three (when the write
-// request arrives, from the attempt's start): one call for three draws.
-func (h *occNet) hops3() (read, write time.Duration) {
+// fill draws the next batch of hops.
+func (h *occNet) fill() {
+	h.i = 0
 	if h.sd == 0 {
-		return h.delay, 3 * h.delay
+		for k := range h.buf {
+			h.buf[k] = h.delay
+		}
+		return
 	}
-	var x [3]float64
-	normals(h.src, x[:])
-	read = h.scale(x[0])
-	return read, read + h.scale(x[1]) + h.scale(x[2])
-}
-
-// scale turns a standard normal draw into a hop.
-func (h *occNet) scale(x float64) time.Duration {
-	return time.Duration(math.Abs(h.mean + h.sd*x))
+	normals(h.src, h.x[:])
+	for k, x := range h.x {
+		h.buf[k] = time.Duration(math.Abs(h.mean + h.sd*x))
+	}
 }
 
 // normals fills xs with standard normal draws: math/rand/v2's
