@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -138,7 +137,7 @@ type occClient struct {
 
 // runOCC simulates n clients updating one row with policy p, which must be
 // plain (driver.plain: no Budget, no Limiter, no hooks; its Rand set); net
-// draws the hop delays and q is the event queue, reused from run to run.
+// seeds the hop delays and q is the event queue, reused from run to run.
 //
 // A plain policy's decision shares nothing with the other clients but the
 // policy's Rand, so a write's answer is handled in the write's event: the
@@ -147,7 +146,7 @@ type occClient struct {
 // give). The queue holds one event per client, the next write of its
 // attempt in flight, and handles one per attempt; the answers still count
 // as events.
-func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.PCG, q *occQueue) occRun {
+func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net occRand, q *occQueue) occRun {
 	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
 		net:      newOCCNet(net, delay, sd),
 		needsNow: (&retry.Step{Policy: p}).NeedsNow(nil)}
@@ -346,13 +345,13 @@ func (h *occQueue) down(k uint64) {
 type occNet struct {
 	buf      [64]time.Duration
 	i        int // the next hop in buf; len(buf): buf is used up
-	src      *rand.PCG
+	src      occRand
 	delay    time.Duration
 	mean, sd float64
 	x        [64]float64
 }
 
-func newOCCNet(src *rand.PCG, delay, sd time.Duration) occNet {
+func newOCCNet(src occRand, delay, sd time.Duration) occNet {
 	h := occNet{src: src, delay: delay, mean: float64(delay), sd: float64(sd)}
 	h.i = len(h.buf)
 	return h
@@ -375,36 +374,51 @@ func (h *occNet) fill() {
 		}
 		return
 	}
-	normals(h.src, h.x[:])
+	h.src.normals(h.x[:])
 	for k, x := range h.x {
 		h.buf[k] = time.Duration(math.Abs(h.mean + h.sd*x))
 	}
 }
 
-// normals fills xs with standard normal draws: math/rand/v2's
-// Rand.NormFloat64, one after another, on a concrete *rand.PCG. It is the
-// same ziggurat (Marsaglia and Tsang, "The Ziggurat Method for Generating
-// Random Variables", 2000; 128 layers) on the same tables, so it yields
-// the same numbers for the same source, but the generator inlines instead
-// of being called through the Source interface (TestNormal).
-func normals(src *rand.PCG, xs []float64) {
+// occRand is the generator of the hops: wyrand (Wang Yi's wyhash
+// generator, the one Go's runtime uses for its own random numbers), a
+// 64-bit counter mixed by one 64×64→128-bit multiplication. The hops take
+// four draws an attempt; PCG's three multiplications per draw made them
+// the largest cost of the scenario.
+type occRand uint64
+
+func (r *occRand) Uint64() uint64 {
+	*r += 0xa0761d6478bd642f
+	hi, lo := bits.Mul64(uint64(*r), uint64(*r)^0xe7037ed1a0b428db)
+	return hi ^ lo
+}
+
+// normals fills xs with standard normal draws from r: the ziggurat of
+// math/rand/v2's Rand.NormFloat64 (Marsaglia and Tsang, "The Ziggurat
+// Method for Generating Random Variables", 2000; 128 layers) on the same
+// tables, so it yields the numbers NormFloat64 yields on the same source
+// (TestNormal), without a call through the Source interface per number.
+func (r *occRand) normals(xs []float64) {
+	g := *r // in a register through the loop
 	for k := range xs {
-		u := src.Uint64()
+		u := g.Uint64()
 		j := int32(u) // possibly negative
 		i := u >> 32 & 0x7f
 		x := float64(j) * float64(zigW[i])
 		// |j| < k[i] in 99% of the draws; |j| without a branch on its sign
 		if uint32((j^j>>31)-j>>31) >= zigK[i] {
-			x = normalSlow(src, j, i, x)
+			x, g = normalSlow(g, j, i, x)
 		}
 		xs[k] = x
 	}
+	*r = g
 }
 
 // normalSlow is the rest of NormFloat64's loop, from a draw that fell in
-// the base strip's tail (i = 0) or in a wedge between two layers.
-func normalSlow(src *rand.PCG, j int32, i uint64, x float64) float64 {
-	float := func() float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
+// the base strip's tail (i = 0) or in a wedge between two layers; it
+// returns the draw and the generator after it.
+func normalSlow(g occRand, j int32, i uint64, x float64) (float64, occRand) {
+	float := func() float64 { return float64(g.Uint64()<<11>>11) / (1 << 53) }
 	for {
 		if i == 0 {
 			for {
@@ -415,19 +429,19 @@ func normalSlow(src *rand.PCG, j int32, i uint64, x float64) float64 {
 				}
 			}
 			if j > 0 {
-				return zigR + x
+				return zigR + x, g
 			}
-			return -zigR - x
+			return -zigR - x, g
 		}
 		if zigF[i]+float32(float())*(zigF[i-1]-zigF[i]) < float32(math.Exp(-.5*x*x)) {
-			return x
+			return x, g
 		}
-		u := src.Uint64()
+		u := g.Uint64()
 		j = int32(u)
 		i = u >> 32 & 0x7f
 		x = float64(j) * float64(zigW[i])
 		if uint32((j^j>>31)-j>>31) < zigK[i] {
-			return x
+			return x, g
 		}
 	}
 }
@@ -480,7 +494,7 @@ func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error)
 		s := strategies[si]
 		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: c.schedule(brookerStrategies[s])}
 		p.Rand = pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1)
-		net := pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2)
+		net := occRand(mix(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2))
 		var q *occQueue
 		select {
 		case q = <-queues:
