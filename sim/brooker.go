@@ -215,49 +215,57 @@ func (m *occModel) answer(id int32, won bool, now time.Duration) {
 	m.attempt(id, now+dec.Delay)
 }
 
-// occQueue is runOCC's event queue: the pending writes, one per client at
-// most, earliest first; writes at the same instant come out in client
-// order. It is Engine's 4-ary heap (see Engine.down for the sifts) cut
-// down to this model: an entry is one uint64, (at − base)<<idBits | id, so
-// a compare is one subtraction and a move one word, and keys are unique.
+// occQueue is runOCC's event queue: the pending writes, at most one per
+// client, earliest first; writes at the same instant come out in client
+// order. Since each client has at most one, the queue is a tournament
+// (winner) tree with a fixed leaf per client: a node holds the least key
+// below it and the root the next write. Changing a client's write walks
+// from its leaf to the root, one load and one min per level, a loop of
+// fixed length per run without a data-dependent branch (a 4-ary heap's
+// sifts were a quarter of the sweep, most of it mispredicted loop exits).
 //
-// base is a time at or before every pending write. When a write lies
-// 2^atBits ns or more past base, base moves up to now, the time of the
-// write taken last, which every pending write is at or after (a rare O(n)
-// pass: with 190 clients 2^56 ns of virtual time). From now a write is at
-// most one wait and four hops ahead: at most 24 h + 4·(1 min + 15·1 min)
-// with the scenario's limits on cap, delay and sd (a |Normal| draw of the
-// ziggurat is below 15 sd), under the 2^47 ns (39 h) left for at with
-// 100,000 clients.
+// A key is one uint64, (at − base)<<idBits | id, so keys are unique, a
+// compare is one instruction and the root names its client. base is a
+// time at or before every pending write. When a write lies 2^atBits ns or
+// more past base, base moves up to now, the time of the write taken last,
+// which every pending write is at or after (a rare pass over the tree:
+// with 190 clients, every 2^56 ns of virtual time). From now a write is
+// at most one wait and four hops ahead: at most 24 h + 4·(1 min + 15·1
+// min) with the scenario's limits on cap, delay and sd (a |Normal| draw
+// of the ziggurat is below 15 sd), under the 2^47 ns (39 h) left for at
+// with 100,000 clients.
 type occQueue struct {
-	q      []uint64
-	base   time.Duration // the time of a key's at bits 0
-	now    time.Duration // the time of the entry next returned last
+	t      []uint64 // t[1] the root; t[p+id] client id's leaf; occFree: none
+	p      int      // the number of leaves, a power of 2
+	base   time.Duration
+	now    time.Duration // the time of the write next returned last
 	idBits uint
 	atBits uint // 64 − idBits (fewer in tests, to exercise rebase)
-	taken  bool // q[0] is the entry next returned last, still in place
+	taken  int  // the client whose write next returned last, or −1
 }
 
-// occFree marks the slots past the last entry: larger than any key, so a
-// node's four child slots can be compared without knowing how many hold
-// entries.
+// occFree is the key of a leaf with no write: larger than any key.
 const occFree = ^uint64(0)
 
 func (h *occQueue) reset(n int) {
-	if cap(h.q) < n+4 {
-		h.q = make([]uint64, 0, n+4)
+	h.p = 1
+	for h.p < n {
+		h.p <<= 1
 	}
-	all := h.q[:cap(h.q)]
-	for i := range all {
-		all[i] = occFree
+	if cap(h.t) < 2*h.p {
+		h.t = make([]uint64, 2*h.p)
 	}
-	h.q, h.taken, h.base, h.now = h.q[:0], false, 0, 0
-	h.idBits = uint(bits.Len(uint(max(n, 1) - 1)))
+	h.t = h.t[:2*h.p]
+	for i := range h.t {
+		h.t[i] = occFree
+	}
+	h.base, h.now, h.taken = 0, 0, -1
+	h.idBits = uint(bits.Len(uint(h.p - 1)))
 	h.atBits = 64 - h.idBits
 }
 
-// push adds client id's write at time at (not before now). After next it
-// replaces the entry next returned, with one sift.
+// push sets client id's write to time at (not before now), replacing the
+// one next returned for it.
 func (h *occQueue) push(at time.Duration, id int32) {
 	off := uint64(at - h.base)
 	if off>>h.atBits != 0 {
@@ -266,75 +274,51 @@ func (h *occQueue) push(at time.Duration, id int32) {
 			panic(fmt.Sprintf("sim: a write %v ahead of now, beyond the queue's range", at-h.now))
 		}
 	}
-	k := off<<h.idBits | uint64(id)
-	if h.taken {
-		h.taken = false
-		h.down(k)
-		return
+	if int(id) == h.taken {
+		h.taken = -1
 	}
-	h.q = append(h.q, k)
-	occUp(h.q, len(h.q)-1, k)
+	h.set(int(id), off<<h.idBits|uint64(id))
+}
+
+// set gives client id the key k and updates the nodes above its leaf.
+func (h *occQueue) set(id int, k uint64) {
+	t := h.t
+	i := h.p + id
+	t[i] = k
+	for i > 1 {
+		k = min(k, t[i^1])
+		i >>= 1
+		t[i] = k
+	}
 }
 
 // rebase moves base up to now. Every key is at or after now, so each
 // drops by the same amount and the order stays.
 func (h *occQueue) rebase() {
 	d := uint64(h.now-h.base) << h.idBits
-	for i := range h.q {
-		h.q[i] -= d
+	for i, k := range h.t {
+		if k != occFree {
+			h.t[i] = k - d
+		}
 	}
 	h.base = h.now
 }
 
-// next returns the earliest write; ok is false when none is pending.
+// next returns the earliest write (the one it returned before is gone
+// unless push replaced it); ok is false when none is pending.
 func (h *occQueue) next() (at time.Duration, id int32, ok bool) {
-	if h.taken {
-		h.taken = false
-		n := len(h.q) - 1
-		last := h.q[n]
-		h.q[n] = occFree
-		h.q = h.q[:n]
-		if n > 0 {
-			h.down(last)
-		}
+	if h.taken >= 0 {
+		h.set(h.taken, occFree)
+		h.taken = -1
 	}
-	if len(h.q) == 0 {
+	k := h.t[1]
+	if k == occFree {
 		return 0, 0, false
 	}
-	h.taken = true
-	k := h.q[0]
 	h.now = h.base + time.Duration(k>>h.idBits)
-	return h.now, int32(k & (1<<h.idBits - 1)), true
-}
-
-// occUp places k at the hole i or above it, moving larger parents down.
-func occUp(q []uint64, i int, k uint64) {
-	for ; i > 0 && k < q[(i-1)>>2]; i = (i - 1) >> 2 {
-		q[i] = q[(i-1)>>2]
-	}
-	q[i] = k
-}
-
-// down places k in the root's place: the hole walks down to a leaf
-// through the least children, then k sifts up from there (Engine.down).
-// The slots past the last entry are occFree, so every node with a child
-// has four child slots to compare, without a branch.
-func (h *occQueue) down(k uint64) {
-	q := h.q
-	all := q[:cap(q)]
-	i := 0
-	for c := 1; c < len(q); c = i<<2 + 1 {
-		ch := all[c : c+4 : c+4]
-		// the least of four: a borrow is a compare's 0 or 1
-		_, b0 := bits.Sub64(ch[1], ch[0], 0)
-		_, b1 := bits.Sub64(ch[3], ch[2], 0)
-		m0, m1 := b0, 2+b1
-		_, b := bits.Sub64(ch[m1&3], ch[m0&3], 0)
-		m := (m0 ^ (m0^m1)&-b) & 3
-		q[i] = ch[m]
-		i = c + int(m)
-	}
-	occUp(q, i, k)
+	id = int32(k & (1<<h.idBits - 1))
+	h.taken = int(id)
+	return h.now, id, true
 }
 
 // occNet draws network hops: |Normal(mean, sd)|, or exactly delay when sd
