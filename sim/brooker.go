@@ -364,11 +364,12 @@ func (h *occNet) fill() {
 	}
 }
 
-// occRand is the generator of the hops: wyrand (Wang Yi's wyhash
-// generator, the one Go's runtime uses for its own random numbers), a
-// 64-bit counter mixed by one 64×64→128-bit multiplication. The hops take
-// four draws an attempt; PCG's three multiplications per draw made them
-// the largest cost of the scenario.
+// occRand is the generator of the hops and of the policies' jitter (it
+// is a rand.Source): wyrand (Wang Yi's wyhash generator, the one Go's
+// runtime uses for its own random numbers), a 64-bit counter mixed by one
+// 64×64→128-bit multiplication. The hops take four draws an attempt;
+// PCG's three multiplications per draw made them the largest cost of the
+// scenario.
 type occRand uint64
 
 func (r *occRand) Uint64() uint64 {
@@ -477,7 +478,8 @@ func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error)
 		ni, r := rest/c.Runs, rest%c.Runs
 		s := strategies[si]
 		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: c.schedule(brookerStrategies[s])}
-		p.Rand = pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1)
+		jitter := occRand(mix(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1))
+		p.Rand = &jitter
 		net := occRand(mix(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2))
 		var q *occQueue
 		select {
