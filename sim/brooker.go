@@ -24,7 +24,7 @@ import (
 // the row, the write when its request does; the write succeeds iff no
 // write succeeded after the read (a write at the very instant of the read
 // counts as seen by it). Writes reaching the row at the same instant are
-// applied in schedule order. The client decides (retry.Policy.Decide) when
+// applied in client order. The client decides (retry.Policy.Decide) when
 // the write's answer reaches it.
 //
 // With SD = 0 every surviving client moves in lockstep: round k is N−k+1
