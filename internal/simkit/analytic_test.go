@@ -28,7 +28,7 @@ func TestOCCZeroVariance(t *testing.T) {
 	for name, s := range schedules {
 		for _, n := range []int{1, 2, 3, 10, 57, 190} {
 			p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: s, Rand: pcg(1)}
-			got := runOCC(n, d, 0, p, pcg(2), q)
+			got := runOCC(n, d, 0, p, occRand(2), q)
 			wantCalls := int64(n * (n + 1) / 2)
 			want := occCompletion(n, d, s)
 			if got.calls != wantCalls || got.completion != want {

@@ -33,7 +33,7 @@ func BenchmarkOCC(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: backoff.Constant(0), Rand: pcg(1, uint64(i))}
-		events += runOCC(100, 10*time.Millisecond, 2*time.Millisecond, p, pcg(2, uint64(i)), q).events
+		events += runOCC(100, 10*time.Millisecond, 2*time.Millisecond, p, occRand(mix(2, uint64(i))), q).events
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
@@ -25,7 +24,7 @@ import (
 // the row, the write when its request does; the write succeeds iff no
 // write succeeded after the read (a write at the very instant of the read
 // counts as seen by it). Writes reaching the row at the same instant are
-// applied in schedule order. The client decides (retry.Policy.Decide) when
+// applied in client order. The client decides (retry.Policy.Decide) when
 // the write's answer reaches it.
 //
 // With SD = 0 every surviving client moves in lockstep: round k is N−k+1
@@ -138,7 +137,7 @@ type occClient struct {
 
 // runOCC simulates n clients updating one row with policy p, which must be
 // plain (driver.plain: no Budget, no Limiter, no hooks; its Rand set); net
-// draws the hop delays and q is the event queue, reused from run to run.
+// seeds the hop delays and q is the event queue, reused from run to run.
 //
 // A plain policy's decision shares nothing with the other clients but the
 // policy's Rand, so a write's answer is handled in the write's event: the
@@ -147,9 +146,9 @@ type occClient struct {
 // give). The queue holds one event per client, the next write of its
 // attempt in flight, and handles one per attempt; the answers still count
 // as events.
-func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net *rand.PCG, q *occQueue) occRun {
+func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net occRand, q *occQueue) occRun {
 	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
-		net:      occNet{src: net, delay: delay, mean: float64(delay), sd: float64(sd)},
+		net:      newOCCNet(net, delay, sd),
 		needsNow: (&retry.Step{Policy: p}).NeedsNow(context.Background())}
 	if !m.d.plain() {
 		panic("sim: runOCC needs a policy with no Budget, Limiter or hooks")
@@ -191,9 +190,8 @@ type occModel struct {
 func (m *occModel) attempt(id int32, at time.Duration) {
 	c := &m.cs[id]
 	c.attempt++
-	read, write := m.net.hops3()
-	c.read = at + read
-	m.q.push(at+write, id)
+	c.read = at + m.net.hop()
+	m.q.push(c.read+m.net.hop()+m.net.hop(), id)
 }
 
 // answer: the answer to client id's write (won: it landed) reaches the
@@ -217,49 +215,57 @@ func (m *occModel) answer(id int32, won bool, now time.Duration) {
 	m.attempt(id, now+dec.Delay)
 }
 
-// occQueue is runOCC's event queue: the pending writes, one per client at
-// most, earliest first; writes at the same instant come out in client
-// order. It is Engine's 4-ary heap (see Engine.down for the sifts) cut
-// down to this model: an entry is one uint64, (at − base)<<idBits | id, so
-// a compare is one subtraction and a move one word, and keys are unique.
+// occQueue is runOCC's event queue: the pending writes, at most one per
+// client, earliest first; writes at the same instant come out in client
+// order. Since each client has at most one, the queue is a tournament
+// (winner) tree with a fixed leaf per client: a node holds the least key
+// below it and the root the next write. Changing a client's write walks
+// from its leaf to the root, one load and one min per level, a loop of
+// fixed length per run without a data-dependent branch (a 4-ary heap's
+// sifts were a quarter of the sweep, most of it mispredicted loop exits).
 //
-// base is a time at or before every pending write. When a write lies
-// 2^atBits ns or more past base, base moves up to now, the time of the
-// write taken last, which every pending write is at or after (a rare O(n)
-// pass: with 190 clients 2^56 ns of virtual time). From now a write is at
-// most one wait and four hops ahead: at most 24 h + 4·(1 min + 15·1 min)
-// with the scenario's limits on cap, delay and sd (a |Normal| draw of the
-// ziggurat is below 15 sd), under the 2^47 ns (39 h) left for at with
-// 100,000 clients.
+// A key is one uint64, (at − base)<<idBits | id, so keys are unique, a
+// compare is one instruction and the root names its client. base is a
+// time at or before every pending write. When a write lies 2^atBits ns or
+// more past base, base moves up to now, the time of the write taken last,
+// which every pending write is at or after (a rare pass over the tree:
+// with 190 clients, every 2^56 ns of virtual time). From now a write is
+// at most one wait and four hops ahead: at most 24 h + 4·(1 min + 15·1
+// min) with the scenario's limits on cap, delay and sd (a |Normal| draw
+// of the ziggurat is below 15 sd), under the 2^47 ns (39 h) left for at
+// with 100,000 clients.
 type occQueue struct {
-	q      []uint64
-	base   time.Duration // the time of a key's at bits 0
-	now    time.Duration // the time of the entry next returned last
+	t      []uint64 // t[1] the root; t[p+id] client id's leaf; occFree: none
+	p      int      // the number of leaves, a power of 2
+	base   time.Duration
+	now    time.Duration // the time of the write next returned last
 	idBits uint
 	atBits uint // 64 − idBits (fewer in tests, to exercise rebase)
-	taken  bool // q[0] is the entry next returned last, still in place
+	taken  int  // the client whose write next returned last, or −1
 }
 
-// occFree marks the slots past the last entry: larger than any key, so a
-// node's four child slots can be compared without knowing how many hold
-// entries.
+// occFree is the key of a leaf with no write: larger than any key.
 const occFree = ^uint64(0)
 
 func (h *occQueue) reset(n int) {
-	if cap(h.q) < n+4 {
-		h.q = make([]uint64, 0, n+4)
+	h.p = 1
+	for h.p < n {
+		h.p <<= 1
 	}
-	all := h.q[:cap(h.q)]
-	for i := range all {
-		all[i] = occFree
+	if cap(h.t) < 2*h.p {
+		h.t = make([]uint64, 2*h.p)
 	}
-	h.q, h.taken, h.base, h.now = h.q[:0], false, 0, 0
-	h.idBits = uint(bits.Len(uint(max(n, 1) - 1)))
+	h.t = h.t[:2*h.p]
+	for i := range h.t {
+		h.t[i] = occFree
+	}
+	h.base, h.now, h.taken = 0, 0, -1
+	h.idBits = uint(bits.Len(uint(h.p - 1)))
 	h.atBits = 64 - h.idBits
 }
 
-// push adds client id's write at time at (not before now). After next it
-// replaces the entry next returned, with one sift.
+// push sets client id's write to time at (not before now), replacing the
+// one next returned for it.
 func (h *occQueue) push(at time.Duration, id int32) {
 	off := uint64(at - h.base)
 	if off>>h.atBits != 0 {
@@ -268,136 +274,136 @@ func (h *occQueue) push(at time.Duration, id int32) {
 			panic(fmt.Sprintf("sim: a write %v ahead of now, beyond the queue's range", at-h.now))
 		}
 	}
-	k := off<<h.idBits | uint64(id)
-	if h.taken {
-		h.taken = false
-		h.down(k)
-		return
+	if int(id) == h.taken {
+		h.taken = -1
 	}
-	h.q = append(h.q, k)
-	occUp(h.q, len(h.q)-1, k)
+	h.set(int(id), off<<h.idBits|uint64(id))
+}
+
+// set gives client id the key k and updates the nodes above its leaf.
+func (h *occQueue) set(id int, k uint64) {
+	t := h.t
+	i := h.p + id
+	t[i] = k
+	for i > 1 {
+		k = min(k, t[i^1])
+		i >>= 1
+		t[i] = k
+	}
 }
 
 // rebase moves base up to now. Every key is at or after now, so each
 // drops by the same amount and the order stays.
 func (h *occQueue) rebase() {
 	d := uint64(h.now-h.base) << h.idBits
-	for i := range h.q {
-		h.q[i] -= d
+	for i, k := range h.t {
+		if k != occFree {
+			h.t[i] = k - d
+		}
 	}
 	h.base = h.now
 }
 
-// next returns the earliest write; ok is false when none is pending.
+// next returns the earliest write (the one it returned before is gone
+// unless push replaced it); ok is false when none is pending.
 func (h *occQueue) next() (at time.Duration, id int32, ok bool) {
-	if h.taken {
-		h.taken = false
-		n := len(h.q) - 1
-		last := h.q[n]
-		h.q[n] = occFree
-		h.q = h.q[:n]
-		if n > 0 {
-			h.down(last)
-		}
+	if h.taken >= 0 {
+		h.set(h.taken, occFree)
+		h.taken = -1
 	}
-	if len(h.q) == 0 {
+	k := h.t[1]
+	if k == occFree {
 		return 0, 0, false
 	}
-	h.taken = true
-	k := h.q[0]
 	h.now = h.base + time.Duration(k>>h.idBits)
-	return h.now, int32(k & (1<<h.idBits - 1)), true
-}
-
-// occUp places k at the hole i or above it, moving larger parents down.
-func occUp(q []uint64, i int, k uint64) {
-	for ; i > 0 && k < q[(i-1)>>2]; i = (i - 1) >> 2 {
-		q[i] = q[(i-1)>>2]
-	}
-	q[i] = k
-}
-
-// down places k in the root's place: the hole walks down to a leaf
-// through the least children, then k sifts up from there (Engine.down).
-// The slots past the last entry are occFree, so every node with a child
-// has four child slots to compare, without a branch.
-func (h *occQueue) down(k uint64) {
-	q := h.q
-	all := q[:cap(q)]
-	i := 0
-	for c := 1; c < len(q); c = i<<2 + 1 {
-		ch := all[c : c+4 : c+4]
-		// the least of four: a borrow is a compare's 0 or 1
-		_, b0 := bits.Sub64(ch[1], ch[0], 0)
-		_, b1 := bits.Sub64(ch[3], ch[2], 0)
-		m0, m1 := b0, 2+b1
-		_, b := bits.Sub64(ch[m1&3], ch[m0&3], 0)
-		m := (m0 ^ (m0^m1)&-b) & 3
-		q[i] = ch[m]
-		i = c + int(m)
-	}
-	occUp(q, i, k)
+	id = int32(k & (1<<h.idBits - 1))
+	h.taken = int(id)
+	return h.now, id, true
 }
 
 // occNet draws network hops: |Normal(mean, sd)|, or exactly delay when sd
-// is 0.
+// is 0. It draws them in batches, in order, so the loop that draws them
+// runs many draws at once and a hop costs a load; the hops of a run are
+// the same as drawn one at a time (those left in the batch at the end of
+// the run are never used).
 type occNet struct {
-	src      *rand.PCG
+	buf      [64]time.Duration
+	i        int // the next hop in buf; len(buf): buf is used up
+	src      occRand
 	delay    time.Duration
 	mean, sd float64
+	x        [64]float64
+}
+
+func newOCCNet(src occRand, delay, sd time.Duration) occNet {
+	h := occNet{src: src, delay: delay, mean: float64(delay), sd: float64(sd)}
+	h.i = len(h.buf)
+	return h
 }
 
 func (h *occNet) hop() time.Duration {
-	if h.sd == 0 {
-		return h.delay
+	if h.i == len(h.buf) {
+		h.fill()
 	}
-	var x [1]float64
-	normals(h.src, x[:])
-	return h.scale(x[0])
+	h.i++
+	return h.buf[(h.i-1)&(len(h.buf)-1)]
 }
 
-// hops3 draws the first three hops of an attempt, in order, and returns
-// the first (the read's request) and the sum of all three (when the write
-// request arrives, from the attempt's start): one call for three draws.
-func (h *occNet) hops3() (read, write time.Duration) {
+// fill draws the next batch of hops.
+func (h *occNet) fill() {
+	h.i = 0
 	if h.sd == 0 {
-		return h.delay, 3 * h.delay
+		for k := range h.buf {
+			h.buf[k] = h.delay
+		}
+		return
 	}
-	var x [3]float64
-	normals(h.src, x[:])
-	read = h.scale(x[0])
-	return read, read + h.scale(x[1]) + h.scale(x[2])
+	h.src.normals(h.x[:])
+	for k, x := range h.x {
+		h.buf[k] = time.Duration(math.Abs(h.mean + h.sd*x))
+	}
 }
 
-// scale turns a standard normal draw into a hop.
-func (h *occNet) scale(x float64) time.Duration {
-	return time.Duration(math.Abs(h.mean + h.sd*x))
+// occRand is the generator of the hops and of the policies' jitter (it
+// is a rand.Source): wyrand (Wang Yi's wyhash generator, the one Go's
+// runtime uses for its own random numbers), a 64-bit counter mixed by one
+// 64×64→128-bit multiplication. The hops take four draws an attempt;
+// PCG's three multiplications per draw made them the largest cost of the
+// scenario.
+type occRand uint64
+
+func (r *occRand) Uint64() uint64 {
+	*r += 0xa0761d6478bd642f
+	hi, lo := bits.Mul64(uint64(*r), uint64(*r)^0xe7037ed1a0b428db)
+	return hi ^ lo
 }
 
-// normals fills xs with standard normal draws: math/rand/v2's
-// Rand.NormFloat64, one after another, on a concrete *rand.PCG. It is the
-// same ziggurat (Marsaglia and Tsang, "The Ziggurat Method for Generating
-// Random Variables", 2000; 128 layers) on the same tables, so it yields
-// the same numbers for the same source, but the generator inlines instead
-// of being called through the Source interface (TestNormal).
-func normals(src *rand.PCG, xs []float64) {
+// normals fills xs with standard normal draws from r: the ziggurat of
+// math/rand/v2's Rand.NormFloat64 (Marsaglia and Tsang, "The Ziggurat
+// Method for Generating Random Variables", 2000; 128 layers) on the same
+// tables, so it yields the numbers NormFloat64 yields on the same source
+// (TestNormal), without a call through the Source interface per number.
+func (r *occRand) normals(xs []float64) {
+	g := *r // in a register through the loop
 	for k := range xs {
-		u := src.Uint64()
+		u := g.Uint64()
 		j := int32(u) // possibly negative
 		i := u >> 32 & 0x7f
 		x := float64(j) * float64(zigW[i])
 		// |j| < k[i] in 99% of the draws; |j| without a branch on its sign
 		if uint32((j^j>>31)-j>>31) >= zigK[i] {
-			x = normalSlow(src, j, i, x)
+			x, g = normalSlow(g, j, i, x)
 		}
 		xs[k] = x
 	}
+	*r = g
 }
 
 // normalSlow is the rest of NormFloat64's loop, from a draw that fell in
-// the base strip's tail (i = 0) or in a wedge between two layers.
-func normalSlow(src *rand.PCG, j int32, i uint64, x float64) float64 {
-	float := func() float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
+// the base strip's tail (i = 0) or in a wedge between two layers; it
+// returns the draw and the generator after it.
+func normalSlow(g occRand, j int32, i uint64, x float64) (float64, occRand) {
+	float := func() float64 { return float64(g.Uint64()<<11>>11) / (1 << 53) }
 	for {
 		if i == 0 {
 			for {
@@ -408,19 +414,19 @@ func normalSlow(src *rand.PCG, j int32, i uint64, x float64) float64 {
 				}
 			}
 			if j > 0 {
-				return zigR + x
+				return zigR + x, g
 			}
-			return -zigR - x
+			return -zigR - x, g
 		}
 		if zigF[i]+float32(float())*(zigF[i-1]-zigF[i]) < float32(math.Exp(-.5*x*x)) {
-			return x
+			return x, g
 		}
-		u := src.Uint64()
+		u := g.Uint64()
 		j = int32(u)
 		i = u >> 32 & 0x7f
 		x = float64(j) * float64(zigW[i])
 		if uint32((j^j>>31)-j>>31) < zigK[i] {
-			return x
+			return x, g
 		}
 	}
 }
@@ -472,8 +478,9 @@ func (c *Brooker2015Config) Run(ctx context.Context, o Options) (*Result, error)
 		ni, r := rest/c.Runs, rest%c.Runs
 		s := strategies[si]
 		p := &retry.Policy{MaxAttempts: math.MaxInt, Schedule: c.schedule(brookerStrategies[s])}
-		p.Rand = pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1)
-		net := pcg(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2)
+		jitter := occRand(mix(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 1))
+		p.Rand = &jitter
+		net := occRand(mix(o.Seed, uint64(s), uint64(ns[ni]), uint64(r), 2))
 		var q *occQueue
 		select {
 		case q = <-queues:
