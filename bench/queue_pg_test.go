@@ -24,7 +24,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/postgres"
 )
@@ -150,13 +149,7 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 	ctx := context.Background()
 	schema := pgSchema(b, pool)
 	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		b.Fatal(err)
-	}
+	migrateRiver(b, driver, schema)
 	cfg := riverConfig(schema, false)
 	cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}}
 	cfg.FetchCooldown, cfg.FetchPollInterval = riverFetchCool, riverFetchPolling
@@ -183,13 +176,7 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 	if err := client.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for got := 0; got < n; got++ {
-		select {
-		case <-events:
-		case <-time.After(time.Minute):
-			b.Fatalf("river: %d of %d completed", got, n)
-		}
-	}
+	awaitRiver(b, events, n)
 	b.StopTimer()
 	report(b)
 	cpu()
@@ -302,13 +289,7 @@ func BenchmarkQueuePostgresPickup(b *testing.B) {
 	b.Run("river", func(b *testing.B) {
 		ctx := context.Background()
 		schema := pgSchema(b, consumer)
-		m, err := rivermigrate.New(riverpgxv5.New(consumer), &rivermigrate.Config{Schema: schema})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-			b.Fatal(err)
-		}
+		migrateRiver(b, riverpgxv5.New(consumer), schema)
 		started := make(chan time.Time, 1)
 		workers := river.NewWorkers()
 		river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[noopArgs]) error { started <- time.Now(); return nil }))
@@ -395,13 +376,7 @@ func BenchmarkQueuePostgresInsert(b *testing.B) {
 		ctx := context.Background()
 		schema := pgSchema(b, pool)
 		driver := riverpgxv5.New(pool)
-		m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-			b.Fatal(err)
-		}
+		migrateRiver(b, driver, schema)
 		client, err := river.NewClient(driver, riverConfig(schema, false))
 		if err != nil {
 			b.Fatal(err)

@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
@@ -291,13 +292,7 @@ func runRiver[TTx any](b *testing.B, client *river.Client[TTx]) {
 	if err := client.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for got := 0; got < n; got++ {
-		select {
-		case <-events:
-		case <-time.After(time.Minute):
-			b.Fatalf("river: %d of %d completed", got, n)
-		}
-	}
+	awaitRiver(b, events, n)
 	b.StopTimer()
 	report(b)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -305,16 +300,33 @@ func runRiver[TTx any](b *testing.B, client *river.Client[TTx]) {
 	client.Stop(sctx)
 }
 
-func runRiverSQLite(b *testing.B, db *sql.DB) {
-	ctx := context.Background()
-	driver := riversqlite.New(db)
-	m, err := rivermigrate.New(driver, nil)
+// migrateRiver installs River's schema ("": the driver's default).
+func migrateRiver[TTx any](b *testing.B, driver riverdriver.Driver[TTx], schema string) {
+	b.Helper()
+	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+	if _, err := m.Migrate(context.Background(), rivermigrate.DirectionUp, nil); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// awaitRiver waits for n completion events; a minute without one fails.
+func awaitRiver(b *testing.B, events <-chan *river.Event, n int) {
+	b.Helper()
+	for got := 0; got < n; got++ {
+		select {
+		case <-events:
+		case <-time.After(time.Minute):
+			b.Fatalf("river: %d of %d completed", got, n)
+		}
+	}
+}
+
+func runRiverSQLite(b *testing.B, db *sql.DB) {
+	driver := riversqlite.New(db)
+	migrateRiver(b, driver, "")
 	client, err := river.NewClient(driver, riverConfig("", true))
 	if err != nil {
 		b.Fatal(err)
@@ -323,15 +335,8 @@ func runRiverSQLite(b *testing.B, db *sql.DB) {
 }
 
 func runRiverPG(b *testing.B, pool *pgxpool.Pool, schema string) {
-	ctx := context.Background()
 	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		b.Fatal(err)
-	}
+	migrateRiver(b, driver, schema)
 	client, err := river.NewClient(driver, riverConfig(schema, false))
 	if err != nil {
 		b.Fatal(err)
