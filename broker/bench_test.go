@@ -25,7 +25,7 @@ func BenchmarkProcessSuccess(b *testing.B) {
 
 // BenchmarkProcessSuccessAt is the success path of an adapter that passes
 // the time it received the delivery (Kafka: once per poll): no clock read.
-// The 2 allocations are retry.WithDelivery's (the context value and its box).
+// The 2 allocations are retry.Delivery.NewContext's (the context value and its box).
 func BenchmarkProcessSuccessAt(b *testing.B) {
 	p := &broker.Processor{Handler: func(context.Context, []byte) error { return nil }, Source: "bench"}
 	ctx := context.Background()

@@ -65,7 +65,7 @@ type Outcome struct {
 // (retry.Policy.Begin, the attempt, End, and Decide for a failure), so a
 // broker retries, gives up and charges budgets exactly as retry.Do does.
 type Processor struct {
-	// Handler is the user's handler, the same one retry.Run runs.
+	// Handler is the user's handler, the same one retry.Handler.Run runs.
 	Handler retry.Handler
 	// Policy is the retry policy, honoured as retry.Do honours it:
 	// MaxAttempts, Schedule, MaxAfter, Timeout (measured from the first
@@ -237,7 +237,7 @@ func Interrupted(ctx context.Context, o Outcome) bool {
 // an overload sign) before the panic goes on, as retry.Do does: an adapter
 // that recovers panics must not lose a bulkhead slot to each.
 func (p *Processor) run(s *retry.Step, id string, payload []byte) (dup bool, err error) {
-	ctx := retry.WithDelivery(s.Context(), s.Delivery)
+	ctx := s.Delivery.NewContext(s.Context())
 	if p.Inbox != nil && id != "" {
 		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
 	}

@@ -92,7 +92,7 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 	a.mu.Lock()
 	a.cancel, a.actx = cancel, actx
 	a.mu.Unlock()
-	herr := call(retry.WithDelivery(q.withTrace(actx, j.Trace), s.Delivery), h, j.Payload)
+	herr := call(s.Delivery.NewContext(q.withTrace(actx, j.Trace)), h, j.Payload)
 	leaseLost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	a.mu.Lock()
 	a.cancel, a.actx = nil, nil

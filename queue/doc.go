@@ -24,7 +24,7 @@
 //   - Inbox is the receiver's side: the effect of a message ID applied once
 //     even when a lease expiry delivers it twice.
 //
-// Handlers are retry.Handler values — the same ones retry.Run and the
+// Handlers are retry.Handler values — the same ones retry.Handler.Run and the
 // broker adapters run — and answer in the retry vocabulary: nil, Retryable
 // or After (retry later), Permanent (dead), anything else (unknown: back to
 // the caller, the job stays leased until its lease expires).

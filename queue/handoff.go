@@ -7,7 +7,7 @@ import (
 )
 
 // Handoff returns j made to carry on work whose ledger is d — a handler
-// that gives up in process (under retry.Run, an HTTP call's Guard, a broker)
+// that gives up in process (under retry.Handler.Run, an HTTP call's Guard, a broker)
 // and hands the work to the queue, with the attempts and the deadline that
 // are left rather than a fresh budget:
 //

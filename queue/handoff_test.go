@@ -27,7 +27,7 @@ func TestHandoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := &retry.Policy{MaxAttempts: 5, Schedule: backoff.Constant(time.Second)}
-		err = retry.Run(ctx, p, "order-7", []byte("x"), func(ctx context.Context, payload []byte) error {
+		err = retry.Handler(func(ctx context.Context, payload []byte) error {
 			d, _ := retry.DeliveryFrom(ctx)
 			if d.Attempt < 2 {
 				return retry.Retryable(errors.New("busy"))
@@ -38,7 +38,7 @@ func TestHandoff(t *testing.T) {
 			}
 			_, _, err = q.Enqueue(ctx, nj)
 			return err
-		})
+		}).Run(ctx, p, "order-7", []byte("x"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -176,3 +176,38 @@ func ExampleHedge_Do() {
 	// first attempt: context canceled
 	// err: <nil> attempts: 2
 }
+
+// A Handler run in process: each attempt finds its Delivery in the
+// context, as it would in the durable queue or on a broker.
+func ExampleHandler_Run() {
+	var handle retry.Handler = func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		fmt.Printf("%s attempt %d of %d: %s\n", d.ID, d.Attempt, d.MaxAttempts, payload)
+		if d.Attempt < 2 {
+			return retry.Retryable(errUnavailable)
+		}
+		return nil
+	}
+	policy := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}
+	err := handle.Run(context.Background(), policy, "order-1", []byte("pay 10 EUR"))
+	fmt.Println("error:", err)
+	// Output:
+	// order-1 attempt 1 of 3: pay 10 EUR
+	// order-1 attempt 2 of 3: pay 10 EUR
+	// error: <nil>
+}
+
+// Hooks of two observers (metrics and a log, say) on one Policy.
+func ExampleHooks_Join() {
+	var retries atomic.Int64
+	counting := retry.Hooks{OnRetry: func(retry.Event) { retries.Add(1) }}
+	printing := retry.Hooks{OnGiveUp: func(e retry.Event) {
+		fmt.Printf("gave up after %d attempts: %v\n", e.Attempt, e.Reason)
+	}}
+	policy := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond), Hooks: counting.Join(printing)}
+	_ = retry.Do(context.Background(), policy, func(context.Context) error { return retry.Retryable(errUnavailable) })
+	fmt.Println("retries:", retries.Load())
+	// Output:
+	// gave up after 3 attempts: exhausted
+	// retries: 2
+}

@@ -11,7 +11,7 @@ import (
 // (try again later), [Permanent] (quarantine it), or any other error
 // (unknown: handed back to the caller, neither success nor quarantine).
 //
-// The same Handler runs unchanged in-process ([Run]), in the durable queue
+// The same Handler runs unchanged in-process ([Handler.Run]), in the durable queue
 // and on every broker adapter; each driver puts a [Delivery] in the context.
 type Handler func(ctx context.Context, payload []byte) error
 
@@ -66,11 +66,12 @@ func (c *deliveryCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-func (c *deliveryCtx) String() string { return "retry.WithDelivery" }
+func (c *deliveryCtx) String() string { return "retry.Delivery.NewContext" }
 
-// WithDelivery returns a context carrying d's ID, Attempt, MaxAttempts,
-// Source and Deadline (one allocation). Counts beyond 2³¹−1 are clamped.
-func WithDelivery(ctx context.Context, d Delivery) context.Context {
+// NewContext returns a child of ctx carrying d's ID, Attempt, MaxAttempts,
+// Source and Deadline, for DeliveryFrom (one allocation): what a driver
+// hands its Handler. Counts beyond 2³¹−1 are clamped.
+func (d Delivery) NewContext(ctx context.Context) context.Context {
 	c := &deliveryCtx{Context: ctx, id: d.ID, source: d.Source,
 		attempt: clamp32(d.Attempt), max: clamp32(d.MaxAttempts)}
 	if !d.Deadline.IsZero() {
@@ -99,7 +100,7 @@ func DeliveryFrom(ctx context.Context) (Delivery, bool) {
 // policy p (nil: the zero Policy) as Do runs a function, giving each
 // attempt a Delivery with the given id, Source "retry", the attempt number,
 // the attempt budget and the deadline.
-func Run(ctx context.Context, p *Policy, id string, payload []byte, h Handler) error {
+func (h Handler) Run(ctx context.Context, p *Policy, id string, payload []byte) error {
 	if p == nil {
 		p = &defaultPolicy
 	}
@@ -111,6 +112,6 @@ func Run(ctx context.Context, p *Policy, id string, payload []byte, h Handler) e
 	}
 	s := Step{Policy: p, Delivery: Delivery{ID: id, MaxAttempts: p.maxAttempts(), Source: "retry"}}
 	return s.loop(ctx, func(actx context.Context) error {
-		return h(WithDelivery(actx, s.Delivery), payload)
+		return h(s.Delivery.NewContext(actx), payload)
 	}, nil)
 }

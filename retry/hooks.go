@@ -44,8 +44,10 @@ func (h *Hooks) success(n int) {
 	}
 }
 
-// JoinHooks returns hooks that call each of hs in order.
-func JoinHooks(hs ...Hooks) Hooks {
+// Join returns hooks that call h's and then each of more's, in order
+// (contrib/otel's metrics beside LogHooks, for example).
+func (h Hooks) Join(more ...Hooks) Hooks {
+	hs := append([]Hooks{h}, more...)
 	var j Hooks
 	pick := func(get func(Hooks) func(Event)) func(Event) {
 		var fs []func(Event)

@@ -446,7 +446,7 @@ func TestDoHooks(t *testing.T) {
 	if got := strings.Join(log, "|"); got != "attempt 1|success 1" {
 		t.Errorf("hooks on success: %s", got)
 	}
-	joined := JoinHooks(p.Hooks, Hooks{OnSuccess: func(Event) { log = append(log, "second") }})
+	joined := p.Hooks.Join(Hooks{OnSuccess: func(Event) { log = append(log, "second") }})
 	log = nil
 	Do(ctxTODO, &Policy{Hooks: joined}, func(context.Context) error { return nil })
 	if got := strings.Join(log, "|"); got != "attempt 1|success 1|second" {
@@ -674,14 +674,14 @@ func TestSharedBudgetAndLimiterRace(t *testing.T) {
 
 func TestRunPutsDeliveryInContext(t *testing.T) {
 	var got []Delivery
-	err := Run(ctxTODO, &Policy{MaxAttempts: 2, Schedule: zeroWait}, "job-1", []byte("x"), func(ctx context.Context, payload []byte) error {
+	err := Handler(func(ctx context.Context, payload []byte) error {
 		d, ok := DeliveryFrom(ctx)
 		if !ok || string(payload) != "x" {
 			t.Fatal("no delivery or wrong payload")
 		}
 		got = append(got, Delivery{ID: d.ID, Attempt: d.Attempt, MaxAttempts: d.MaxAttempts, Source: d.Source})
 		return errFlaky
-	})
+	}).Run(ctxTODO, &Policy{MaxAttempts: 2, Schedule: zeroWait}, "job-1", []byte("x"))
 	if !errors.Is(err, ErrExhausted) {
 		t.Fatal(err)
 	}
@@ -787,7 +787,7 @@ type testKey struct{}
 
 func TestWithDeliveryContext(t *testing.T) {
 	parent, cancel := context.WithCancel(context.WithValue(context.Background(), testKey{}, "v"))
-	ctx := WithDelivery(parent, Delivery{ID: "m1", Attempt: 2, Source: "test"})
+	ctx := Delivery{ID: "m1", Attempt: 2, Source: "test"}.NewContext(parent)
 	if d, ok := DeliveryFrom(ctx); !ok || d.ID != "m1" || d.Attempt != 2 {
 		t.Fatalf("DeliveryFrom = %+v, %v", d, ok)
 	}
@@ -806,15 +806,15 @@ func TestWithDeliveryContext(t *testing.T) {
 		t.Errorf("Err = %v", ctx.Err())
 	}
 	// An inner delivery shadows an outer one.
-	inner := WithDelivery(ctx, Delivery{ID: "m2", Attempt: 1})
+	inner := Delivery{ID: "m2", Attempt: 1}.NewContext(ctx)
 	if d, _ := DeliveryFrom(inner); d.ID != "m2" {
 		t.Errorf("inner delivery %+v", d)
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		c := WithDelivery(parent, Delivery{ID: "m1", Attempt: 2})
+		c := Delivery{ID: "m1", Attempt: 2}.NewContext(parent)
 		DeliveryFrom(c)
 	}); n != 1 {
-		t.Errorf("WithDelivery + DeliveryFrom: %v allocs, want 1", n)
+		t.Errorf("Delivery.NewContext + DeliveryFrom: %v allocs, want 1", n)
 	}
 }
 

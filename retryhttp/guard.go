@@ -288,7 +288,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		d := retry.Delivery{ID: id, Attempt: max(attempt, 1), Source: "http"}
 		d.Deadline, _ = ctx.Deadline()
-		r = r.WithContext(retry.WithDelivery(ctx, d))
+		r = r.WithContext(d.NewContext(ctx))
 	}
 	g.Next.ServeHTTP(w, r)
 }

@@ -69,7 +69,7 @@ func TestTransportKeepsCallersLedger(t *testing.T) {
 		}
 		resp.Body.Close()
 
-		ctx := retry.WithDelivery(context.Background(), retry.Delivery{ID: "job-9", Attempt: 2, Deadline: time.Now().Add(1500 * time.Millisecond)})
+		ctx := retry.Delivery{ID: "job-9", Attempt: 2, Deadline: time.Now().Add(1500 * time.Millisecond)}.NewContext(context.Background())
 		resp, err = get(t, ctx, tr, "http://svc/")
 		if err != nil {
 			t.Fatal(err)

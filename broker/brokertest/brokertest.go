@@ -24,7 +24,7 @@
 //     the effect once.
 //
 // One handler value is used throughout: the suite first runs it in-process
-// with retry.Run and then on the broker, and requires the same attempts and
+// with retry.Handler.Run and then on the broker, and requires the same attempts and
 // the same outcome from both.
 //
 // Time asserts are one-sided ("not earlier than"); waits for the broker use
@@ -148,11 +148,11 @@ func Run(t *testing.T, f Factory) {
 			switch c.payload {
 			case "permanent", "unknown":
 				if want.attempts != 1 {
-					t.Fatalf("retry.Run ran %q %d times, want once", c.payload, want.attempts)
+					t.Fatalf("retry.Handler.Run ran %q %d times, want once", c.payload, want.attempts)
 				}
 			case "always":
 				if want.attempts != Policy().MaxAttempts {
-					t.Fatalf("retry.Run ran %q %d times, want MaxAttempts = %d", c.payload, want.attempts, Policy().MaxAttempts)
+					t.Fatalf("retry.Handler.Run ran %q %d times, want MaxAttempts = %d", c.payload, want.attempts, Policy().MaxAttempts)
 				}
 			}
 			got := rec.wait(t, ctx, id, want.attempts)
@@ -176,7 +176,7 @@ func Run(t *testing.T, f Factory) {
 			}
 			// Nothing is left to deliver: every run has happened.
 			if n := len(rec.attempts(id)); n != want.attempts {
-				t.Errorf("handler ran %d times for %s, want %d as retry.Run (%s)", n, id, want.attempts, rec.describe(id))
+				t.Errorf("handler ran %d times for %s, want %d as retry.Handler.Run (%s)", n, id, want.attempts, rec.describe(id))
 			}
 			if n := len(rec.attempts(sentinel)); n != 1 {
 				t.Errorf("handler ran %d times for the permanent sentinel, want once (%s)", n, rec.describe(sentinel))
@@ -256,19 +256,19 @@ type outcome struct {
 	err      string // last error text
 }
 
-// inProcess runs h under retry.Run with the suite's policy (waits skipped by
+// inProcess runs h under retry.Handler.Run with the suite's policy (waits skipped by
 // an instant clock) and returns the outcome the broker must reproduce.
 func inProcess(t *testing.T, rec *recorder, h retry.Handler, id, payload string) outcome {
 	t.Helper()
 	pol := Policy()
 	pol.Clock = instantClock{}
-	local := "retry.Run:" + id
-	err := retry.Run(context.Background(), pol, local, []byte(payload), h)
+	local := "retry.Handler.Run:" + id
+	err := h.Run(context.Background(), pol, local, []byte(payload))
 	got := rec.attempts(local)
 	o := outcome{attempts: len(got)}
 	for i, a := range got {
 		if a.d.Attempt != i+1 || a.d.Source != "retry" || a.d.ID != local {
-			t.Fatalf("retry.Run attempt %d: delivery %+v", i+1, a.d)
+			t.Fatalf("retry.Handler.Run attempt %d: delivery %+v", i+1, a.d)
 		}
 	}
 	if err != nil {
@@ -285,7 +285,7 @@ func inProcess(t *testing.T, rec *recorder, h retry.Handler, id, payload string)
 func checkAttempts(t *testing.T, got []attempt, want outcome) {
 	t.Helper()
 	if len(got) != want.attempts {
-		t.Fatalf("broker made %d attempts, retry.Run made %d with the same handler and policy", len(got), want.attempts)
+		t.Fatalf("broker made %d attempts, retry.Handler.Run made %d with the same handler and policy", len(got), want.attempts)
 	}
 	for i, a := range got {
 		if a.d.Attempt != i+1 {
@@ -300,7 +300,7 @@ func checkAttempts(t *testing.T, got []attempt, want outcome) {
 	}
 	last := got[len(got)-1]
 	if (last.err == nil) != (want.reason == "") {
-		t.Errorf("broker's last attempt error %v; retry.Run gave up with %q", last.err, want.reason)
+		t.Errorf("broker's last attempt error %v; retry.Handler.Run gave up with %q", last.err, want.reason)
 	}
 }
 
@@ -358,7 +358,7 @@ func checkDeadLetter(t *testing.T, dl broker.DeadLetter, id, payload string, wan
 		t.Errorf("dead letter payload = %q, want %q", dl.Payload, payload)
 	}
 	if dl.Reason != want.reason {
-		t.Errorf("dead letter reason = %q, want %q (as retry.Run)", dl.Reason, want.reason)
+		t.Errorf("dead letter reason = %q, want %q (as retry.Handler.Run)", dl.Reason, want.reason)
 	}
 	if dl.Attempts != want.attempts {
 		t.Errorf("dead letter attempt header = %d, want %d", dl.Attempts, want.attempts)
@@ -556,7 +556,7 @@ func (c *countingInbox) duplicates(id string) int {
 	return c.dups[id]
 }
 
-// instantClock makes retry.Run's waits end at once; decisions still see the
+// instantClock makes retry.Handler.Run's waits end at once; decisions still see the
 // real time.
 type instantClock struct{}
 

@@ -75,7 +75,7 @@ func BenchmarkRawNak10Pct(b *testing.B) {
 			return
 		}
 		d := retry.Delivery{ID: m.Headers().Get(jetstream.MsgIDHeader), Attempt: int(md.NumDelivered)}
-		if err := h(retry.WithDelivery(ctx, d), m.Data()); err != nil {
+		if err := h(d.NewContext(ctx), m.Data()); err != nil {
 			_ = m.NakWithDelay(time.Millisecond)
 			return
 		}

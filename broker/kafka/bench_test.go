@@ -150,7 +150,7 @@ func BenchmarkRawForward10Pct(b *testing.B) {
 						id = string(hd.Value)
 					}
 				}
-				dctx := retry.WithDelivery(ctx, retry.Delivery{ID: id, Attempt: attempt})
+				dctx := retry.Delivery{ID: id, Attempt: attempt}.NewContext(ctx)
 				if h(dctx, r.Value) != nil {
 					out := &kgo.Record{Topic: topics.Retry[0], Key: r.Key, Value: r.Value,
 						Headers: append(r.Headers[:len(r.Headers):len(r.Headers)], kgo.RecordHeader{Key: broker.HeaderAttempt, Value: []byte("2")})}

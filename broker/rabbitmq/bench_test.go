@@ -155,7 +155,7 @@ func benchRawRetry(b *testing.B, viaWaitQueue bool) {
 		if _, ok := d.Headers["x-raw-attempt"]; ok {
 			attempt = 2
 		}
-		err := h(retry.WithDelivery(ctx, retry.Delivery{ID: d.MessageId, Attempt: attempt}), d.Body)
+		err := h(retry.Delivery{ID: d.MessageId, Attempt: attempt}.NewContext(ctx), d.Body)
 		if err == nil {
 			if err := d.Ack(false); err != nil {
 				b.Fatal(err)

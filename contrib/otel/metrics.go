@@ -131,7 +131,7 @@ var bg = context.Background()
 
 // Hooks returns retry hooks that record the loop of the operation name.
 // Attribute sets are built once here, so recording does not allocate for
-// them. Join them with other hooks using retry.JoinHooks.
+// them. Join them with other hooks using retry.Hooks.Join.
 func (m *Metrics) Hooks(name string) retry.Hooks {
 	// Options are kept in slices so that passing them does not allocate.
 	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))

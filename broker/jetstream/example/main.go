@@ -1,7 +1,7 @@
 // Command example runs the JetStream retry consumer end to end: a stream, a
 // durable consumer whose failures are NakWithDelay'd by the stagger
 // schedule, and a DLQ stream — with the same handler first run in-process
-// by retry.Run.
+// by retry.Handler.Run.
 //
 //	go run ./broker/jetstream/example      # NATS at STAGGER_NATS_URL or nats://127.0.0.1:4222
 package main
@@ -55,8 +55,8 @@ func run() error {
 	}
 	policy := &retry.Policy{MaxAttempts: 4, Schedule: backoff.Exponential{Base: 200 * time.Millisecond, Cap: 2 * time.Second, Jitter: backoff.Full}}
 
-	fmt.Println("in-process, retry.Run:")
-	fmt.Println("  result:", retry.Run(context.Background(), policy, "order-1", []byte("pay 10 EUR"), handle))
+	fmt.Println("in-process, retry.Handler.Run:")
+	fmt.Println("  result:", retry.Handler(handle).Run(context.Background(), policy, "order-1", []byte("pay 10 EUR")))
 
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
 	if err != nil {

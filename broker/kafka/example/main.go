@@ -1,7 +1,7 @@
 // Command example runs the Kafka retry topics end to end on franz-go's
 // in-process kfake cluster (or a real cluster with -brokers): the main
 // topic, retry topics with short tiers, and the DLQ — with the same handler
-// first run in-process by retry.Run.
+// first run in-process by retry.Handler.Run.
 //
 //	go run ./broker/kafka/example                       # in-process kfake cluster
 //	go run ./broker/kafka/example -brokers 127.0.0.1:9092
@@ -53,8 +53,8 @@ func run(brokers string) error {
 	tiers := broker.Tiers{200 * time.Millisecond, time.Second, 2 * time.Second}
 	topics := kafka.NewTopics(fmt.Sprintf("stagger-example-%d", time.Now().Unix()), tiers)
 
-	fmt.Println("in-process, retry.Run:")
-	fmt.Println("  result:", retry.Run(context.Background(), broker.CascadePolicy(tiers), "order-1", []byte("pay 10 EUR"), handle))
+	fmt.Println("in-process, retry.Handler.Run:")
+	fmt.Println("  result:", retry.Handler(handle).Run(context.Background(), broker.CascadePolicy(tiers), "order-1", []byte("pay 10 EUR")))
 
 	var addrs []string
 	if brokers == "" {

@@ -1,7 +1,7 @@
 // Command example runs the RabbitMQ delay-queue cascade end to end: it
 // declares a topology with short tiers, publishes a few orders, and consumes
 // them with one handler — the same handler it first runs in-process with
-// retry.Run — printing each attempt and each dead letter.
+// retry.Handler.Run — printing each attempt and each dead letter.
 //
 //	go run ./broker/rabbitmq/example            # RabbitMQ at STAGGER_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/
 package main
@@ -52,9 +52,9 @@ func run() error {
 	}
 	tiers := broker.Tiers{200 * time.Millisecond, time.Second, 2 * time.Second}
 
-	fmt.Println("in-process, retry.Run:")
+	fmt.Println("in-process, retry.Handler.Run:")
 	pol := broker.CascadePolicy(tiers)
-	fmt.Println("  result:", retry.Run(context.Background(), pol, "order-1", []byte("pay 10 EUR"), handle))
+	fmt.Println("  result:", retry.Handler(handle).Run(context.Background(), pol, "order-1", []byte("pay 10 EUR")))
 
 	conn, err := amqp.Dial(url)
 	if err != nil {
