@@ -102,7 +102,8 @@ func (p *pipeline) NextDeadLetter(ctx context.Context) (broker.DeadLetter, error
 
 // newCluster starts an in-process kfake cluster of one broker seeded with
 // topics, parts partitions each, closed when the test ends, and returns it
-// and its address.
+// and its address. The cluster fences transactional IDs as Kafka does
+// (fenceOnInit).
 func newCluster(tb testing.TB, parts int32, topics Topics) (*kfake.Cluster, []string) {
 	tb.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topics.All()...))
@@ -110,7 +111,80 @@ func newCluster(tb testing.TB, parts int32, topics Topics) (*kfake.Cluster, []st
 		tb.Fatal(err)
 	}
 	tb.Cleanup(cluster.Close)
-	return cluster, cluster.ListenAddrs()
+	addrs := cluster.ListenAddrs()
+	fenceOnInit(tb, cluster, addrs)
+	return cluster, addrs
+}
+
+// fenceOnInit makes cluster abort a transactional ID's open transaction
+// when a new producer registers that ID (InitProducerID without a producer
+// ID), before it answers, as Kafka's transaction coordinator does (KIP-98;
+// TransactionCoordinator.handleInitProducerId aborts an Ongoing
+// transaction and answers CONCURRENT_TRANSACTIONS until the abort is
+// done). The kfake pinned in go.mod only bumps the epoch there: a crashed
+// producer's transaction stays open, the next producer of the same ID
+// joins it, and that producer's commit commits the crashed one's records
+// too, so a read_committed consumer reads a forward Kafka would have
+// aborted.
+func fenceOnInit(tb testing.TB, cluster *kfake.Cluster, addrs []string) {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Close) // before cluster.Close: cleanups run last first
+	cluster.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		init := req.(*kmsg.InitProducerIDRequest)
+		if init.TransactionalID == nil || init.ProducerID >= 0 {
+			return nil, nil, false // idempotent only, or the same producer's recovery
+		}
+		// The abort is a request of its own: the cluster serves it while
+		// this control function sleeps.
+		done := make(chan error, 1)
+		cluster.SleepControl(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done <- abortOpen(ctx, cl, *init.TransactionalID)
+		})
+		select {
+		case err := <-done:
+			if err == nil {
+				return nil, nil, false // kfake registers the producer
+			}
+		default: // the cluster is closing
+		}
+		resp := init.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ConcurrentTransactions.Code // the client retries
+		return resp, nil, true
+	})
+}
+
+// abortOpen aborts txnID's transaction if one is open.
+func abortOpen(ctx context.Context, cl *kgo.Client, txnID string) error {
+	described, err := kadm.NewClient(cl).DescribeTransactions(ctx, txnID)
+	if err != nil {
+		return err
+	}
+	d, err := described.On(txnID, nil)
+	if err == nil {
+		err = d.Err
+	}
+	switch {
+	case errors.Is(err, kerr.TransactionalIDNotFound):
+		return nil // the ID's first producer
+	case err != nil:
+		return err
+	case d.State != "Ongoing":
+		return nil
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = txnID, d.ProducerID, d.ProducerEpoch, false
+	resp, err := end.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	return kerr.ErrorForCode(resp.ErrorCode)
 }
 
 // start runs a Consumer for s on its own in-process kfake cluster.
@@ -192,16 +266,26 @@ func uniqueName(t *testing.T) string {
 }
 
 // TestTransactionalCrashForwardsOnce: with transactions, a consumer killed
-// between forward and commit leaves an aborted transaction; the record is
-// handled again, but the retry topic holds one forward, so the retry
-// attempt runs once.
+// between forward and commit leaves its transaction open; the next
+// producer of its transactional ID fences it and the broker aborts it
+// (fenceOnInit gives kfake that rule). The record is handled again, but the
+// retry topic holds one committed forward, so the retry attempt runs once.
 func TestTransactionalCrashForwardsOnce(t *testing.T) {
+	type run struct {
+		id      string
+		attempt int
+	}
 	var mu sync.Mutex
-	attempts := map[int]int{}
+	runs := map[run]int{}
+	count := func(id string, attempt int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[run{id, attempt}]
+	}
 	h := func(ctx context.Context, _ []byte) error {
 		d, _ := retry.DeliveryFrom(ctx)
 		mu.Lock()
-		attempts[d.Attempt]++
+		runs[run{d.ID, d.Attempt}]++
 		mu.Unlock()
 		if d.Attempt == 1 {
 			return retry.Retryable(errors.New("once"))
@@ -213,47 +297,37 @@ func TestTransactionalCrashForwardsOnce(t *testing.T) {
 		func(o *Options) { o.Transactional, o.TransactionalID = true, name })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Publish(ctx, "t1", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	// A sentinel behind it: once it is dead-lettered from the same retry
-	// path, any duplicate forward of t1 would have been handled too.
-	for {
-		mu.Lock()
-		a1, a2 := attempts[1], attempts[2]
-		mu.Unlock()
-		if a2 >= 1 {
-			if a1 != 2 {
-				t.Errorf("attempt 1 ran %d times, want 2 (once before the crash, once after)", a1)
+	waitFor := func(id string, attempt int) {
+		t.Helper()
+		var w wait.Waiter
+		defer w.Stop()
+		for count(id, attempt) == 0 {
+			if err := w.Wait(ctx, nil, 20*time.Millisecond); err != nil {
+				t.Fatalf("attempt %d of %s never ran: %v", attempt, id, err)
 			}
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("attempt 2 never ran: %v", attempts)
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := p.Publish(ctx, "s", []byte("x")); err != nil {
+	// Both messages have key k: the same partition of the main topic and
+	// of the retry topic, where the sentinel's forward lands behind every
+	// forward of t1, so once its retry attempt ran, t1's forwards were all
+	// handled.
+	key := []byte("k")
+	if err := Publish(ctx, p.cl, p.topics.Main, "t1", key, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		mu.Lock()
-		a2 := attempts[2]
-		mu.Unlock()
-		if a2 >= 2 { // t1's and s's second attempts
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("sentinel never reached attempt 2: %v", attempts)
-		case <-time.After(20 * time.Millisecond):
-		}
+	waitFor("t1", 2)
+	if n := count("t1", 1); n != 2 {
+		t.Errorf("attempt 1 of t1 ran %d times, want 2 (once before the crash, once after)", n)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if attempts[2] != 2 {
-		t.Errorf("attempt 2 ran %d times for two messages: the aborted forward was read", attempts[2])
+	if err := Publish(ctx, p.cl, p.topics.Main, "s", key, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("s", 2)
+	if n := count("t1", 2); n != 1 {
+		t.Errorf("attempt 2 of t1 ran %d times, want 1: a forward of the crashed transaction was read", n)
+	}
+	if n := count("s", 1) + count("s", 2); n != 2 {
+		t.Errorf("the sentinel ran %d times, want 2", n)
 	}
 }
 

@@ -37,8 +37,10 @@
 // waits for its forwards and commits, so a rebalance normally duplicates
 // nothing. With Options.Transactional the forward and the commit
 // are one Kafka transaction (GroupTransactSession): a consumer that dies
-// between them leaves an aborted transaction, and read_committed stages
-// never see its forward.
+// between them leaves its transaction open, which the broker aborts when a
+// consumer with the same TransactionalID starts (or after the transaction
+// timeout; until then read_committed reads of the partitions it wrote
+// wait), and read_committed stages never see its forward.
 //
 // Ordering caveat. A retried record leaves its partition: records behind
 // it are handled before it, so per-key order holds only for records that
