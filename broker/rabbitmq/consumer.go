@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -276,9 +277,11 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		settle()
 	case e := <-closed:
 		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
+		s.dropped.Store(true)
 		lost(err)
 	case e := <-s.failed:
 		err = e // a forward failed: drop the connection so RabbitMQ requeues
+		s.dropped.Store(true)
 		lost(err)
 	case <-drained:
 		// The server ended the consumer, not the connection: reconnect and
@@ -306,6 +309,7 @@ type session struct {
 	failed  chan error
 	ch      *amqp.Channel // the consuming channel
 	holds   *holder
+	dropped atomic.Bool // the connection is lost, or is being dropped
 }
 
 // work is a handler goroutine of a session: it handles deliveries and the
@@ -345,10 +349,11 @@ func (c *Consumer) work(ctx context.Context, s *session, deliveries <-chan amqp.
 }
 
 // release hands on a held delivery whose session ends: forwarded to its
-// wait queue (confirmed, then acknowledged) while its channel is open;
-// abandoned once it is closed, as RabbitMQ requeued it then.
+// wait queue (confirmed, then acknowledged) on a stop; abandoned when the
+// connection is lost or being dropped, or the channel closed, as RabbitMQ
+// requeues it then.
 func (c *Consumer) release(ctx context.Context, s *session, x *held) {
-	if s.ch.IsClosed() {
+	if s.dropped.Load() || s.ch.IsClosed() {
 		return
 	}
 	if err := c.park(ctx, s, x.d, x.from, x.st); err != nil {
