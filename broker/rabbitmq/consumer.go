@@ -95,7 +95,8 @@ type Options struct {
 }
 
 // Consumer consumes a Topology's main queue and retries failures through the
-// wait queues. Create it with NewConsumer and call Run.
+// wait queues, or holds a retry due within Options.WaitInPlace in place.
+// Create it with NewConsumer and call Run.
 type Consumer struct {
 	opts Options
 	proc *broker.Processor
