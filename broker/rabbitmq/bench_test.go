@@ -19,11 +19,15 @@ import (
 // time, with brokertest.Throughput, from the first call of the handler to
 // its b.N-th success: the raw client's consume+ack loop (call the handler,
 // ack the delivery), and the stagger Consumer with 10% of messages failing
-// transiently once (forwarded, confirmed, through a 1 ms wait queue back to
-// the main queue and handled again). Both use prefetch 128, one handler
-// goroutine and one ack per delivery.
+// transiently once, retried after 1 ms. With the default WaitInPlace the
+// Consumer holds such a retry in place and handles it again when due
+// (BenchmarkConsumer10PctTransient); with WaitInPlace negative it forwards
+// it, confirmed, through a 1 ms wait queue back to the main queue
+// (BenchmarkConsumer10PctWaitQueue, to compare with
+// BenchmarkRawWaitQueue10Pct). All use prefetch 128, one handler goroutine
+// and one ack per delivery.
 //
-// A retry's forward must be confirmed before its original is acked, and it
+// A forwarded retry must be confirmed before its original is acked, and it
 // takes the wait queue's TTL and a dead-letter hop to come back: the last
 // retries arrive ~100 ms after the last first attempt. With 50k messages
 // that tail is ~2% of a run (with 10k it was ~10%). Run them side by side:
@@ -189,17 +193,24 @@ func benchRawRetry(b *testing.B, viaWaitQueue bool) {
 	b.ReportMetric(tp.Rate(), "msgs/s")
 }
 
-func BenchmarkConsumer10PctTransient(b *testing.B) { benchConsumer(b, 10) }
+// BenchmarkConsumer10PctTransient is the Consumer with its defaults: the
+// 1 ms retries are held in place (WaitInPlace).
+func BenchmarkConsumer10PctTransient(b *testing.B) { benchConsumer(b, 10, 0) }
+
+// BenchmarkConsumer10PctWaitQueue is the Consumer with every retry through
+// the 1 ms wait queue (WaitInPlace negative): the broker work of
+// BenchmarkRawWaitQueue10Pct.
+func BenchmarkConsumer10PctWaitQueue(b *testing.B) { benchConsumer(b, 10, -1) }
 
 // BenchmarkConsumer0PctTransient is the Consumer's own overhead over the raw
 // loop: nothing fails.
-func BenchmarkConsumer0PctTransient(b *testing.B) { benchConsumer(b, 0) }
+func BenchmarkConsumer0PctTransient(b *testing.B) { benchConsumer(b, 0, 0) }
 
-func benchConsumer(b *testing.B, pct uint32) {
+func benchConsumer(b *testing.B, pct uint32, waitInPlace time.Duration) {
 	_, topo := benchSetup(b)
 	tp := brokertest.NewThroughput(b.N, pct)
 	h := tp.Handler()
-	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: h, Prefetch: benchPrefetch,
+	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: h, Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
 		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
 	if err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -25,6 +26,9 @@ const (
 	DefaultPrefetch    = 32    // Options.Prefetch
 	DefaultConcurrency = 1     // Options.Concurrency
 	MaxPrefetch        = 65535 // the largest Options.Prefetch
+
+	DefaultWaitInPlace = 10 * time.Millisecond // Options.WaitInPlace
+	MaxWaitInPlace     = time.Second           // the largest Options.WaitInPlace
 )
 
 // DefaultReconnect paces reconnection attempts after a connection drop.
@@ -57,6 +61,23 @@ type Options struct {
 	// Concurrency is the number of handlers running at once (0:
 	// DefaultConcurrency); at most Prefetch.
 	Concurrency int
+	// WaitInPlace: a retry due within WaitInPlace of its failure, and a
+	// delivery back from a wait queue at most WaitInPlace before its due
+	// time, is held by the Consumer instead of taking a round trip through
+	// a wait queue (which takes longer than so short a wait): it stays
+	// unacknowledged, keeping its prefetch slot, and a handler goroutine
+	// handles it again when it is due (no goroutine sleeps), with the state
+	// a wait queue's copy would carry (attempt count, previous delay, first
+	// attempt, deadline). When Run's ctx ends, held deliveries are
+	// forwarded to their wait queue at once (confirmed, then acknowledged),
+	// so no attempt is lost or repeated. A connection drop abandons them:
+	// RabbitMQ redelivers each with the state of its headers, so the
+	// attempts made in place since its last forward run again (a drop can
+	// repeat in-place attempts; it loses nothing). 0 means
+	// DefaultWaitInPlace; negative sends every retry through the wait
+	// queues. At most MaxWaitInPlace: a longer hold stalls the prefetch
+	// window.
+	WaitInPlace time.Duration
 	// Dial opens the TCP connection; nil means net.DialTimeout with 30 s.
 	Dial func(network, addr string) (net.Conn, error)
 	// Reconnect paces reconnection after a drop (nil: DefaultReconnect).
@@ -69,12 +90,13 @@ type Options struct {
 
 	// afterForward and afterSuccess, in tests, run after a forward was
 	// confirmed, or after a handler success, and before the original is
-	// acknowledged.
-	afterForward, afterSuccess func()
+	// acknowledged; afterHold after a delivery was held in place.
+	afterForward, afterSuccess, afterHold func()
 }
 
 // Consumer consumes a Topology's main queue and retries failures through the
-// wait queues. Create it with NewConsumer and call Run.
+// wait queues, or holds a retry due within Options.WaitInPlace in place.
+// Create it with NewConsumer and call Run.
 type Consumer struct {
 	opts Options
 	proc *broker.Processor
@@ -103,6 +125,11 @@ func NewConsumer(opts Options) (*Consumer, error) {
 		return nil, fmt.Errorf("%w: Prefetch must be in [1, %d], got %d", broker.ErrInvalid, MaxPrefetch, opts.Prefetch)
 	case opts.Concurrency < 0 || opts.Concurrency > opts.Prefetch:
 		return nil, fmt.Errorf("%w: Concurrency must be in [1, Prefetch=%d], got %d", broker.ErrInvalid, opts.Prefetch, opts.Concurrency)
+	case opts.WaitInPlace > MaxWaitInPlace:
+		return nil, fmt.Errorf("%w: WaitInPlace must be at most MaxWaitInPlace (%v), got %v (negative sends every retry through the wait queues)", broker.ErrInvalid, MaxWaitInPlace, opts.WaitInPlace)
+	}
+	if opts.WaitInPlace == 0 {
+		opts.WaitInPlace = DefaultWaitInPlace
 	}
 	if opts.Policy == nil {
 		opts.Policy = broker.CascadePolicy(opts.Topology.Tiers)
@@ -133,9 +160,11 @@ func NewConsumer(opts Options) (*Consumer, error) {
 // reconnect: a drop can duplicate work, never lose it. A drop ends the
 // context of the handlers still running (their deliveries are requeued
 // already): Run reconnects once they return, so a handler must honour its
-// context for the reconnect not to wait for it. On ctx's end Run
+// context for the reconnect not to wait for it; deliveries held in place
+// (Options.WaitInPlace) are abandoned to the requeue. On ctx's end Run
 // stops taking deliveries, lets running handlers finish and acknowledge,
-// and returns ctx.Err(). It returns at once, with the error, when the
+// forwards the held deliveries to their wait queues, and returns
+// ctx.Err(). It returns at once, with the error, when the
 // topology exists with other arguments (RabbitMQ's PRECONDITION_FAILED, for
 // example a wait queue declared with another TTL).
 func (c *Consumer) Run(ctx context.Context) error {
@@ -217,26 +246,19 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// then and a hung handler must not hold up the reconnect.
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	s := &session{conf: conf, failed: make(chan error, 1)}
+	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, holds: newHolder(c.opts.Prefetch)}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for d := range deliveries {
-				if hctx.Err() != nil {
-					continue // shutting down: left unacknowledged, requeued on close
-				}
-				if err := c.handle(hctx, s, &d); err != nil {
-					s.fail(err)
-				}
-			}
+			c.work(hctx, s, deliveries)
 		}()
 	}
 	// drained closes when every worker has returned: the delivery channel
 	// was closed, by our Cancel, by the connection's end, or by the server
 	// (a basic.cancel when the queue is deleted, or a channel exception)
-	// while the connection stays up.
+	// while the connection stays up; and the held deliveries were released.
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	// settle lets running handlers finish and forwards be confirmed and
@@ -256,9 +278,11 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		settle()
 	case e := <-closed:
 		err = fmt.Errorf("rabbitmq: connection closed: %v", e)
+		s.dropped.Store(true)
 		lost(err)
 	case e := <-s.failed:
 		err = e // a forward failed: drop the connection so RabbitMQ requeues
+		s.dropped.Store(true)
 		lost(err)
 	case <-drained:
 		// The server ended the consumer, not the connection: reconnect and
@@ -284,6 +308,58 @@ type session struct {
 	conf    *confirmer
 	pending sync.WaitGroup // forwards waiting for their confirm
 	failed  chan error
+	ch      *amqp.Channel // the consuming channel
+	holds   *holder
+	dropped atomic.Bool // the connection is lost, or is being dropped
+}
+
+// work is a handler goroutine of a session: it handles deliveries and the
+// held deliveries that come due, until the delivery channel is closed; then
+// it releases what is still held (release) and returns once nothing is.
+func (c *Consumer) work(ctx context.Context, s *session, deliveries <-chan amqp.Delivery) {
+	ready := s.holds.ready
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				s.holds.close()
+				for x := range s.holds.ready {
+					c.release(ctx, s, x)
+				}
+				return
+			}
+			if ctx.Err() != nil {
+				continue // shutting down: left unacknowledged, requeued on close
+			}
+			if err := c.handle(ctx, s, &d); err != nil {
+				s.fail(err)
+			}
+		case x, ok := <-ready:
+			switch {
+			case !ok:
+				ready = nil // closed: the delivery channel is closed too
+			case ctx.Err() != nil:
+				c.release(ctx, s, x)
+			default:
+				if err := c.resume(ctx, s, x); err != nil {
+					s.fail(err)
+				}
+			}
+		}
+	}
+}
+
+// release hands on a held delivery whose session ends: forwarded to its
+// wait queue (confirmed, then acknowledged) on a stop; abandoned when the
+// connection is lost or being dropped, or the channel closed, as RabbitMQ
+// requeues it then.
+func (c *Consumer) release(ctx context.Context, s *session, x *held) {
+	if s.dropped.Load() || s.ch.IsClosed() {
+		return
+	}
+	if err := c.park(ctx, s, x.d, x.from, x.st); err != nil {
+		s.fail(err)
+	}
 }
 
 func (s *session) fail(err error) {
@@ -303,11 +379,12 @@ func (c *Consumer) withTrace(ctx context.Context, d *amqp.Delivery) context.Cont
 }
 
 // handle processes one delivery. A success is acknowledged at once. A
-// forward (retry or dead letter) is published, and a goroutine acknowledges
-// the original once RabbitMQ confirmed the copy, so the handler goroutine
-// goes on with the next delivery meanwhile (prefetch bounds how many wait).
-// An error means the delivery was neither acknowledged nor handed on; the
-// session must end so that RabbitMQ requeues it.
+// retry due within WaitInPlace is held (hold). A forward (retry or dead
+// letter) is published, and a goroutine acknowledges the original once
+// RabbitMQ confirmed the copy, so the handler goroutine goes on with the
+// next delivery meanwhile (prefetch bounds how many wait). An error means
+// the delivery was neither acknowledged nor handed on; the session must end
+// so that RabbitMQ requeues it.
 func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) error {
 	var o broker.Outcome
 	st, from, err := readState(d)
@@ -321,7 +398,25 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 		// an attempt: requeue as it was.
 		return d.Nack(false, true)
 	}
-	var q string
+	return c.apply(ctx, s, d, from, o, nil)
+}
+
+// resume handles a held delivery that came due, with the state it was held
+// with.
+func (c *Consumer) resume(ctx context.Context, s *session, x *held) error {
+	o := c.proc.Process(c.withTrace(ctx, x.d), x.d.MessageId, x.d.Body, x.st)
+	if broker.Interrupted(ctx, o) {
+		// Not an attempt, but its headers lack the attempts made in place:
+		// forwarded with the state it was held with, not requeued.
+		c.release(ctx, s, x)
+		return nil
+	}
+	return c.apply(ctx, s, x.d, x.from, o, x)
+}
+
+// apply carries out o for d: ack, hold, or forward to a wait queue or the
+// DLQ. x is d's held record when d was held before, else nil.
+func (c *Consumer) apply(ctx context.Context, s *session, d *amqp.Delivery, from route, o broker.Outcome, x *held) error {
 	switch o.Action {
 	case broker.Ack:
 		if c.opts.afterSuccess != nil {
@@ -329,28 +424,70 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 		}
 		return d.Ack(false)
 	case broker.Retry, broker.Park:
-		q = c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(o.Delay))
-	case broker.Dead:
-		q = c.opts.Topology.DLQ
+		if c.hold(s, d, from, o, x) {
+			return nil
+		}
+		return c.send(ctx, s, d, from, c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(o.Delay)), o.State)
 	}
-	wait, err := c.forward(ctx, s.conf, d, from, q, o.State)
+	return c.send(ctx, s, d, from, c.opts.Topology.DLQ, o.State)
+}
+
+// hold holds d in place when o's wait is within WaitInPlace, until
+// o.State.Due by the Consumer's clock. It reports false when d must be
+// forwarded instead: the wait is longer, or the session is ending.
+func (c *Consumer) hold(s *session, d *amqp.Delivery, from route, o broker.Outcome, x *held) bool {
+	if o.Delay > c.opts.WaitInPlace {
+		return false // also when WaitInPlace is negative
+	}
+	if x == nil {
+		x = &held{d: d, from: from}
+	}
+	x.st = o.State
+	if !s.holds.hold(x, o.State.Due.Sub(c.now())) {
+		return false
+	}
+	if c.opts.afterHold != nil {
+		c.opts.afterHold()
+	}
+	return true
+}
+
+// park forwards d, held with state st, to the wait queue of the time left
+// until st.Due.
+func (c *Consumer) park(ctx context.Context, s *session, d *amqp.Delivery, from route, st broker.State) error {
+	left := st.Due.Sub(c.now())
+	return c.send(ctx, s, d, from, c.opts.Topology.TierQueue(c.opts.Topology.Tiers.For(left)), st)
+}
+
+func (c *Consumer) now() time.Time {
+	if c.opts.Now != nil {
+		return c.opts.Now()
+	}
+	return time.Now()
+}
+
+// send forwards d with state st to queue q, and acknowledges it once
+// RabbitMQ confirmed the copy, from a goroutine of its own. The publish and
+// the confirm ignore ctx's end: a retry decided for an attempt that ran
+// must be forwarded, or the attempt would run again, and a confirmed copy
+// whose original is never acknowledged is a duplicate.
+func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from route, q string, st broker.State) error {
+	ctx = context.WithoutCancel(ctx)
+	wait, err := c.forward(ctx, s.conf, d, from, q, st)
 	if err != nil {
 		return err
 	}
 	s.pending.Add(1)
 	go func() {
 		defer s.pending.Done()
-		// The confirm is awaited even after ctx's end: a confirmed copy
-		// whose original is never acknowledged is a duplicate.
-		wctx := context.WithoutCancel(ctx)
-		err := wait(wctx)
+		err := wait(ctx)
 		if errors.Is(err, ErrUnroutable) && q != c.opts.Topology.DLQ {
 			// The wait queue is gone: the retry must not vanish.
 			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
-			st := o.State
+			st := st
 			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", broker.ErrorText(err)
-			if wait, err = c.forward(wctx, s.conf, d, from, c.opts.Topology.DLQ, st); err == nil {
-				err = wait(wctx)
+			if wait, err = c.forward(ctx, s.conf, d, from, c.opts.Topology.DLQ, st); err == nil {
+				err = wait(ctx)
 			}
 		}
 		if err == nil && c.opts.afterForward != nil {

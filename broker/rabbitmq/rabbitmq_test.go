@@ -201,6 +201,9 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	if s.Crash {
 		opts.afterForward = func() { once.Do(tcp.drop) } // forwarded and confirmed, not acked
 	}
+	if s.Crash {
+		opts.afterHold = func() { once.Do(tcp.drop) } // held in place, not forwarded
+	}
 	if s.CrashAfterSuccess {
 		opts.afterSuccess = func() { once.Do(tcp.drop) } // effect applied, not acked
 	}
@@ -249,9 +252,32 @@ func start(t *testing.T, s brokertest.Setup, tweak func(*Options)) *pipeline {
 	return p
 }
 
+// TestConformance runs the suite with the default WaitInPlace, shorter
+// than the suite's delays: every retry goes through a wait queue.
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
 		return start(t, s, nil)
+	})
+}
+
+// TestConformanceWaitQueues runs the suite with holding in place turned
+// off (WaitInPlace negative).
+func TestConformanceWaitQueues(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, func(o *Options) { o.WaitInPlace = -1 })
+	})
+}
+
+// TestConformanceHeldInPlace runs the suite with WaitInPlace at its
+// largest, longer than every delay of the suite: every retry is held in
+// place, and the suite's crash between forward and acknowledgement is a
+// connection drop while the retry is held.
+func TestConformanceHeldInPlace(t *testing.T) {
+	if brokertest.Tiers[len(brokertest.Tiers)-1] > MaxWaitInPlace {
+		t.Fatalf("the suite's longest delay %v exceeds MaxWaitInPlace %v: this variant would not hold every retry", brokertest.Tiers[len(brokertest.Tiers)-1], MaxWaitInPlace)
+	}
+	brokertest.Run(t, func(t *testing.T, s brokertest.Setup) brokertest.Pipeline {
+		return start(t, s, func(o *Options) { o.WaitInPlace = MaxWaitInPlace })
 	})
 }
 
@@ -437,6 +463,7 @@ func TestBadOptions(t *testing.T) {
 		{"dlq-is-wait-queue", func(o *Options) { o.Topology.DLQ = o.Topology.TierQueue(1) }, "Topology.DLQ must differ from the wait queue of Tiers[1]"},
 		{"policy", func(o *Options) { o.Policy = &retry.Policy{MaxAttempts: -1} }, "MaxAttempts must be"},
 		{"reconnect", func(o *Options) { o.Reconnect = backoff.Constant(-time.Second) }, "Reconnect: backoff: invalid"},
+		{"wait-in-place", func(o *Options) { o.WaitInPlace = MaxWaitInPlace + time.Millisecond }, "WaitInPlace must be at most MaxWaitInPlace (1s), got 1.001s"},
 	} {
 		o := good
 		c.mod(&o)
@@ -448,8 +475,17 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("%s: error leaks the password: %v", c.name, err)
 		}
 	}
-	if _, err := NewConsumer(good); err != nil {
-		t.Fatalf("good options: %v", err)
+	o := good
+	o.WaitInPlace = 2 * time.Second
+	if _, err := NewConsumer(o); !errors.Is(err, broker.ErrInvalid) {
+		t.Errorf("WaitInPlace 2s: err = %v, want broker.ErrInvalid", err)
+	}
+	for _, w := range []time.Duration{0, -1, MaxWaitInPlace} {
+		o := good
+		o.WaitInPlace = w
+		if _, err := NewConsumer(o); err != nil {
+			t.Fatalf("good options with WaitInPlace %v: %v", w, err)
+		}
 	}
 }
 

@@ -24,6 +24,10 @@
 // that long, so a message is never delivered early; with the default policy
 // (broker.CascadePolicy) attempt n waits tier n.
 //
+// A retry due within Options.WaitInPlace (10 ms by default), sooner than
+// a wait-queue round trip could bring it back, is held by the Consumer
+// instead, unacknowledged, and handled again when due.
+//
 // The attempt count travels in our own header (broker.HeaderAttempt), not
 // in x-death, whose counting changed in RabbitMQ 3.13.
 package rabbitmq
