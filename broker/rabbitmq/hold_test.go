@@ -258,12 +258,10 @@ func TestStopWhileHeldForwards(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the retry was never held")
 	}
-	stopped := time.Now()
+	// That the stop hands a held delivery over at once, without waiting
+	// for its timer, is TestHolder's (on synctest's clock).
 	if err := p.halt(); err != nil {
 		t.Fatal(err)
-	}
-	if took := time.Since(stopped); took >= 400*time.Millisecond {
-		t.Errorf("the stop took %v: it waited for the hold instead of forwarding at once", took)
 	}
 	if got := log.attempts(); fmt.Sprint(got) != "[1]" {
 		t.Fatalf("attempts before the stop returned %v, want [1]", got)
