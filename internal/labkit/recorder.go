@@ -1,6 +1,7 @@
 package labkit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -251,15 +252,7 @@ func (r *Recorder) Arrivals() []Arrival {
 		out = append(out, e)
 	}
 	r.mu.Unlock()
-	slices.SortStableFunc(out, func(a, b Arrival) int {
-		switch {
-		case a.At < b.At:
-			return -1
-		case a.At > b.At:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b Arrival) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
 
