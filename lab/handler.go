@@ -21,7 +21,7 @@ const (
 // next answered 5xx or panicked (the panic goes on once counted), or
 // Abandoned when the client went away before it had the whole answer.
 func (r *Recorder) Handler(next http.Handler) http.Handler {
-	return labkit.CountingHandler(next, time.Now, func(at time.Time) func(string, int, labkit.Outcome) {
+	return labkit.CountingHandler(next, func(at time.Time) func(string, int, labkit.Outcome) {
 		return func(id string, attempt int, o labkit.Outcome) { r.r.Record(at, id, attempt, o) }
 	})
 }
@@ -29,7 +29,7 @@ func (r *Recorder) Handler(next http.Handler) http.Handler {
 // Handler is [Recorder.Handler] for a WindowedRecorder: the attempt counts
 // toward the peak from its arrival, even while next is still serving it.
 func (r *WindowedRecorder) Handler(next http.Handler) http.Handler {
-	return labkit.CountingHandler(next, time.Now, func(at time.Time) func(string, int, labkit.Outcome) {
+	return labkit.CountingHandler(next, func(at time.Time) func(string, int, labkit.Outcome) {
 		p := r.r.Arrive(at)
 		return func(id string, attempt int, o labkit.Outcome) { r.r.Finish(p, id, attempt, o) }
 	})

@@ -374,17 +374,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
 	}
-	o, abort := p.forward(w, r)
+	o, abort := labkit.ServeAttempt(p.rp, w, r) // wraps w in the StatusWriter ErrorHandler marks
 	p.rec.Finish(pend, id, attempt, o)
 	if abort != nil {
 		panic(abort)
 	}
-}
-
-// forward sends r upstream and says what became of it, as
-// labkit.ServeAttempt does.
-func (p *proxy) forward(w http.ResponseWriter, r *http.Request) (o labkit.Outcome, abort any) {
-	return labkit.ServeAttempt(p.rp, w, r)
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).

@@ -90,13 +90,12 @@ func ServeAttempt(next http.Handler, w http.ResponseWriter, r *http.Request) (o 
 }
 
 // CountingHandler counts every request next serves as one attempt: arrive
-// is called when the request arrives (at now()) and the function it returns
-// once the outcome is known (ServeAttempt), with the request's ID and
-// attempt number (Identify). A panic of next is re-raised after counting.
-func CountingHandler(next http.Handler, now func() time.Time,
-	arrive func(at time.Time) func(id string, attempt int, o Outcome)) http.Handler {
+// is called when the request arrives (with time.Now) and the function it
+// returns once the outcome is known (ServeAttempt), with the request's ID
+// and attempt number (Identify). A panic of next is re-raised after counting.
+func CountingHandler(next http.Handler, arrive func(at time.Time) func(id string, attempt int, o Outcome)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		done := arrive(now())
+		done := arrive(time.Now())
 		id, attempt := Identify(r.Header)
 		o, abort := ServeAttempt(next, w, r)
 		done(id, attempt, o)

@@ -1,6 +1,7 @@
 package labkit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -99,7 +100,7 @@ func normalize(o Outcome) Outcome {
 // copied and, for an identified attempt, one map look-up; it allocates only
 // a new block every 4,096 attempts and an entry for a new request ID.
 // Memory grows by those 24 bytes per attempt plus one entry per distinct
-// request ID, so a Recorder is meant for an experiment or a test session
+// request ID, so a Recorder is meant for an experiment or a test run
 // (millions of attempts) that wants every attempt back ([Recorder.Arrivals]);
 // a process that runs for days counts with a [WindowedRecorder], whose
 // memory is bounded. Computing [Recorder.Stats] sorts a copy of the arrival
@@ -251,15 +252,7 @@ func (r *Recorder) Arrivals() []Arrival {
 		out = append(out, e)
 	}
 	r.mu.Unlock()
-	slices.SortStableFunc(out, func(a, b Arrival) int {
-		switch {
-		case a.At < b.At:
-			return -1
-		case a.At > b.At:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b Arrival) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
 

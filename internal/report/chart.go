@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -418,15 +419,7 @@ func (l *layout) placeEndLabels() {
 		l.endLabels = append(l.endLabels, endLabel{series: i, x0: x0, y0: y0, y: y0 + 4})
 	}
 	labs := l.endLabels
-	slices.SortStableFunc(labs, func(a, b endLabel) int {
-		switch {
-		case a.y < b.y:
-			return -1
-		case a.y > b.y:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(labs, func(a, b endLabel) int { return cmp.Compare(a.y, b.y) })
 	for i := range labs {
 		labs[i].y = math.Max(labs[i].y, l.top+10)
 		if i > 0 {
