@@ -126,7 +126,7 @@ func (c *Brooker2015Config) schedule(name string) backoff.Schedule {
 type occRun struct {
 	calls      int64
 	completion time.Duration
-	events     uint64 // the model's events: writes, answers and waits that ended
+	events     uint64 // the model's events: a write and its answer per call
 }
 
 type occClient struct {
