@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,13 +30,11 @@ func TestTypesMirrorTheImplementation(t *testing.T) {
 				kit = append(kit, n)
 			}
 		}
-		if !slicesEqual(pub, kit) {
+		if !slices.Equal(pub, kit) {
 			t.Errorf("%v has %v, %v %v", pt, pub, kt, kit)
 		}
 	}
 }
-
-func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
 
 // A result survives the round trip to the implementation's types and back,
 // charts included, so every writer sees what Run returned.

@@ -126,7 +126,7 @@ func (c *Brooker2015Config) schedule(name string) backoff.Schedule {
 type occRun struct {
 	calls      int64
 	completion time.Duration
-	events     uint64 // the model's events: writes, answers and waits that ended
+	events     uint64 // the model's events: a write and its answer per call
 }
 
 type occClient struct {
@@ -136,22 +136,21 @@ type occClient struct {
 }
 
 // runOCC simulates n clients updating one row with policy p, which must be
-// plain (driver.plain: no Budget, no Limiter, no hooks; its Rand set); net
-// seeds the hop delays and q is the event queue, reused from run to run.
+// plain (driver.plain: no Budget, no Limiter, no hooks, no Timeout; its
+// Rand set); net seeds the hop delays and q is the event queue, reused
+// from run to run.
 //
 // A plain policy's decision shares nothing with the other clients but the
-// policy's Rand, so a write's answer is handled in the write's event: the
-// answer's arrival is drawn there and the client decides for that instant
-// (the same attempt, error and time as an event at the arrival would
-// give). The queue holds one event per client, the next write of its
+// policy's Rand and reads no clock, so a write's answer is handled in the
+// write's event: the answer's arrival is drawn there and the client
+// decides for that instant (the same attempt, error and delay as an event
+// at the arrival would give). The queue holds one event per client, the next write of its
 // attempt in flight, and handles one per attempt; the answers still count
 // as events.
 func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net occRand, q *occQueue) occRun {
-	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n),
-		net:      newOCCNet(net, delay, sd),
-		needsNow: (&retry.Step{Policy: p}).NeedsNow(context.Background())}
+	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n), net: newOCCNet(net, delay, sd)}
 	if !m.d.plain() {
-		panic("sim: runOCC needs a policy with no Budget, Limiter or hooks")
+		panic("sim: runOCC needs a policy with no Budget, Limiter, Timeout or hooks")
 	}
 	q.reset(n)
 	for id := range m.cs {
@@ -177,12 +176,11 @@ func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net occRand, q *occ
 
 // occModel is one run of runOCC.
 type occModel struct {
-	q        *occQueue
-	d        driver
-	cs       []occClient
-	net      occNet
-	needsNow bool // the decisions read their now (else they get the zero time)
-	res      occRun
+	q   *occQueue
+	d   driver
+	cs  []occClient
+	net occNet
+	res occRun
 }
 
 // attempt starts client id's next attempt at virtual time at: the read's
@@ -202,11 +200,8 @@ func (m *occModel) answer(id int32, won bool, now time.Duration) {
 	if !won {
 		err = ErrConflict
 	}
-	var t time.Time
-	if m.needsNow {
-		t = Epoch.Add(now)
-	}
-	dec := m.d.decide(t, int(c.attempt), err, time.Time{}, c.prev)
+	// a plain policy without a deadline reads no clock: the zero time
+	dec := m.d.decide(time.Time{}, int(c.attempt), err, time.Time{}, c.prev)
 	if err == nil || !dec.Retry {
 		m.res.completion = max(m.res.completion, now)
 		return

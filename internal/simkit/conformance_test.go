@@ -50,9 +50,11 @@ func TestDriverConformance(t *testing.T) {
 	})
 }
 
-// TestDriverPlain: for a policy with no Budget, no Limiter and no hooks,
-// the driver's decide (Policy.Decide) and end (the Step) agree, draw for
-// draw, for every schedule the simulator's scenarios use.
+// TestDriverPlain: for a policy with no Budget, no Limiter, no Timeout and
+// no hooks, the driver's decide (Policy.Decide) and end (the Step) agree,
+// draw for draw, for every schedule the simulator's scenarios use, with
+// and without a Classify, and the Step needs no clock; a policy with any
+// of the four is not plain.
 func TestDriverPlain(t *testing.T) {
 	schedules := []backoff.Schedule{
 		backoff.Constant(0),
@@ -62,12 +64,20 @@ func TestDriverPlain(t *testing.T) {
 		backoff.Decorrelated{Base: 5 * time.Millisecond, Cap: 2 * time.Second},
 	}
 	errs := []error{nil, ErrConflict, retry.Permanent(ErrConflict), errors.New("no class")}
+	retryAll := func(error) retry.Class { return retry.ClassRetryable }
 	for _, s := range schedules {
-		for _, max := range []int{3, math.MaxInt} {
-			a := driver{&retry.Policy{MaxAttempts: max, Schedule: s, Rand: pcg(5)}}
-			b := driver{&retry.Policy{MaxAttempts: max, Schedule: s, Rand: pcg(5)}}
+		for _, max := range []int{3, 4, math.MaxInt} {
+			var classify func(error) retry.Class
+			if max == 4 {
+				classify = retryAll
+			}
+			a := driver{&retry.Policy{MaxAttempts: max, Schedule: s, Rand: pcg(5), Classify: classify, AttemptTimeout: time.Second}}
+			b := driver{&retry.Policy{MaxAttempts: max, Schedule: s, Rand: pcg(5), Classify: classify, AttemptTimeout: time.Second}}
 			if !a.plain() || !b.plain() {
-				t.Fatal("a policy with no Budget, Limiter or hooks is not plain")
+				t.Fatal("a policy with no Budget, Limiter, Timeout or hooks is not plain")
+			}
+			if (&retry.Step{Policy: a.p}).NeedsNow(context.Background()) {
+				t.Fatal("a plain policy's Step needs the time: decide may not get the zero time")
 			}
 			var prev time.Duration
 			now := Epoch
@@ -93,6 +103,7 @@ func TestDriverPlain(t *testing.T) {
 	for _, p := range []*retry.Policy{
 		{Budget: &budget.TokenBucket{}},
 		{Limiter: bulkhead},
+		{Timeout: time.Second},
 		{Hooks: retry.Hooks{OnRetry: func(retry.Event) {}}},
 	} {
 		if (driver{p}).plain() {

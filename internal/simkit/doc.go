@@ -16,9 +16,10 @@
 // run is a pure function of its inputs. Virtual time is an offset from
 // [Epoch]; models pass Epoch+offset as the now of budgets and Decide,
 // which never read the clock, so sliding windows and token buckets work
-// in virtual time. Randomness comes from seeded math/rand/v2 PCG sources,
-// one stream per run (and the policy's Rand), so the same seed gives the
-// same output byte for byte, however many goroutines run a sweep.
+// in virtual time. Randomness comes from seeded math/rand/v2 PCG sources
+// (brooker2015: Wang Yi's wyrand, the cheaper draw), one stream per
+// run (and the policy's Rand), so the same seed gives the same output byte
+// for byte, however many goroutines run a sweep.
 //
 // # How a simulated caller uses the policy
 //

@@ -64,13 +64,18 @@ func (d driver) end(now time.Time, attempt int, err error, deadline time.Time, p
 }
 
 // plain reports whether the policy's Step has nothing to do around its
-// decision: no Budget to tell the outcome, no Limiter slot to release and
-// no hooks to call. End is then Policy.Decide itself, which decide calls
-// without building a Step, and the decision shares nothing with other
-// requests but the policy's Rand (TestDriverPlain checks both).
+// decision: no Budget to tell the outcome, no Limiter slot to release, no
+// hooks to call and no Timeout for Begin to fold into the deadline. End
+// is then Policy.Decide itself, which decide calls without building a
+// Step; the decision shares nothing with other requests but the policy's
+// Rand, and with no deadline given it reads no clock (the Step's NeedsNow
+// is false), so now may be the zero time (TestDriverPlain checks all
+// three). Classify, AttemptTimeout and Clock change nothing here: End and
+// Decide classify alike, and the simulator runs no attempt context and
+// reads no clock.
 func (d driver) plain() bool {
 	h := &d.p.Hooks
-	return d.p.Budget == nil && d.p.Limiter == nil &&
+	return d.p.Budget == nil && d.p.Limiter == nil && d.p.Timeout == 0 &&
 		h.OnAttempt == nil && h.OnRetry == nil && h.OnSuccess == nil && h.OnGiveUp == nil
 }
 

@@ -6,10 +6,10 @@ import (
 	"github.com/staggerhq/stagger/internal/report"
 )
 
-// Page turns a simulation result into a report page: one section with
+// page turns a simulation result into a report page: one section with
 // the notes, the summary table and the charts (lines per strategy).
 // subtitle is printed under the title (the CLI prints its command line).
-func Page(res *Result, subtitle string) (report.Page, error) {
+func page(res *Result, subtitle string) (report.Page, error) {
 	cells, err := res.Table.Strings()
 	if err != nil {
 		return report.Page{}, err
@@ -79,7 +79,7 @@ func positive(c Chart) bool {
 
 // WriteReport writes res as a self-contained HTML report to w.
 func WriteReport(w io.Writer, res *Result, subtitle string) error {
-	p, err := Page(res, subtitle)
+	p, err := page(res, subtitle)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func WriteReport(w io.Writer, res *Result, subtitle string) error {
 // WriteReportFile writes res as a self-contained HTML report to path,
 // atomically.
 func WriteReportFile(path string, res *Result, subtitle string) error {
-	p, err := Page(res, subtitle)
+	p, err := page(res, subtitle)
 	if err != nil {
 		return err
 	}
