@@ -150,13 +150,8 @@ func (p *Policy) Decide(attempt int, err error, now, deadline time.Time, prev ti
 		p = &defaultPolicy
 	}
 	class, after := p.classify(err)
-	return p.decideN(attempt, p.maxAttempts(), class, after, now, deadline, prev)
-}
-
-// decideN is Decide after classification, with maxAttempts attempts allowed.
-func (p *Policy) decideN(attempt, maxAttempts int, class Class, after time.Duration, now, deadline time.Time, prev time.Duration) Decision {
 	d := Delivery{Attempt: attempt, Deadline: deadline, Prev: prev}
-	return p.decideD(&d, maxAttempts, class, after, &now)
+	return p.decideD(&d, p.maxAttempts(), class, after, &now)
 }
 
 // decideD is Decide after classification for the ledger d (its attempt,

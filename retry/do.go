@@ -113,7 +113,6 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 			return s.leave(&w, s.Err())
 		}
 		if dec.Delay > 0 {
-			s.waited = true
 			if werr := w.Wait(ctx, p.Clock, dec.Delay); werr != nil {
 				s.ctxErr = werr
 				s.stop(ctxReason(werr))
@@ -126,9 +125,7 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 // leave ends loop with err: it stops the wait's timer and drops loop's
 // word for its context, so that s may go on under another driver.
 func (s *Step) leave(w *wait.Waiter, err error) error {
-	if s.waited {
-		w.Stop()
-	}
-	s.quiet, s.waited = false, false
+	w.Stop()
+	s.quiet = false
 	return err
 }

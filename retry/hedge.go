@@ -555,7 +555,7 @@ func (r *hedgeRun) decide(err error, now time.Time) {
 	if now.IsZero() {
 		now = p.now()
 	}
-	dec := p.decideN(d.Attempt, r.maxAttempts(), class, after, now, d.Deadline, d.Prev)
+	dec := p.decideD(d, r.maxAttempts(), class, after, &now)
 	if !dec.Retry {
 		r.giveUp(dec.Reason)
 		return

@@ -65,7 +65,6 @@ type Step struct {
 	last   error              // the last attempt's error
 	ctxErr error              // the context's error when the context ended the work
 	folded bool               // the context's deadline (dline) is folded into Delivery
-	waited bool               // loop's timer is in use
 	quiet  bool               // set by loop: its ctx's Done is nil, so the ctx is never done and Err need not be asked
 	dline  time.Time
 }

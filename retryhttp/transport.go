@@ -344,16 +344,15 @@ type call struct {
 
 	// What reaches the wire, for a request net/http re-sends by itself
 	// (see wire.go); wire is false for the rest.
-	wire     bool
-	areq     *http.Request           // the attempt's request
-	cancel   context.CancelCauseFunc // cancels the attempt's context
-	hooks    *hooks                  // the attempt's trace
-	pooled   bool                    // hooks came from the pool, and wctx carries them
-	wctx     wireCtx                 // the first attempt's context with pooled hooks
-	wctxUsed bool                    // wctx serves an attempt already
-	wcur     *wireCtx                // the attempt's context with pooled hooks, if it has one
-	tries    int                     // GetConn calls in the attempt
-	refused  bool                    // a re-send was refused: every later try fails
+	wire    bool
+	areq    *http.Request           // the attempt's request
+	cancel  context.CancelCauseFunc // cancels the attempt's context
+	hooks   *hooks                  // the attempt's trace
+	pooled  bool                    // hooks came from the pool, and wctx carries them
+	wctx    wireCtx                 // the first attempt's context with pooled hooks
+	wcur    *wireCtx                // the attempt's context with pooled hooks (&wctx first), if any
+	tries   int                     // GetConn calls in the attempt
+	refused bool                    // a re-send was refused: every later try fails
 }
 
 // start sets up the Step: the host's policy for the call's RetryAfter

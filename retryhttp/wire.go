@@ -88,10 +88,10 @@ func (c *call) watch(ctx context.Context) context.Context {
 		// The first attempt's context lives in the call; a later one gets
 		// its own, as net/http may still use the one before it.
 		w := &c.wctx
-		if c.wctxUsed {
+		if c.wcur != nil {
 			w = new(wireCtx)
 		}
-		c.wctxUsed, c.wcur = true, w
+		c.wcur = w
 		w.Context, w.trace = ctx, &c.hooks.trace
 		if !c.bounded {
 			if ctx.Done() == nil {

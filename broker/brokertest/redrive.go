@@ -59,9 +59,9 @@ func RunRedrive(t *testing.T, f RedriveFactory) {
 	broken.Store(true)
 	h := func(ctx context.Context, _ []byte) error {
 		d, _ := retry.DeliveryFrom(ctx)
-		v, _ := ctx.Value(traceKey{}).(traceVal)
+		tc := traceOf(ctx)
 		mu.Lock()
-		traces[d.ID] = append(traces[d.ID], v.parent+" "+v.state)
+		traces[d.ID] = append(traces[d.ID], tc)
 		mu.Unlock()
 		if broken.Load() {
 			return retry.Permanent(errors.New("dependency rejected it"))
@@ -135,10 +135,9 @@ func RunRedrive(t *testing.T, f RedriveFactory) {
 	mu.Lock()
 	defer mu.Unlock()
 	if traced {
-		want := TraceParent + " " + TraceState
 		for i, id := range ids {
 			for n, got := range traces[id] {
-				if (i == 0) != (got == want) {
+				if (i == 0) != (got == published) {
 					t.Errorf("run %d of %s had trace context %q (published with one: %v)", n+1, id, got, i == 0)
 				}
 			}

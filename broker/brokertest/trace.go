@@ -52,11 +52,21 @@ func NewTraceRecorder() *TraceRecorder { return &TraceRecorder{} }
 
 var errTraced = retry.Retryable(errors.New("brokertest: traced failure"))
 
+// traceOf is the trace context ctx carries (through Trace), as the
+// traceparent and the tracestate joined by a space; published is that of
+// TraceParent and TraceState.
+func traceOf(ctx context.Context) string {
+	v, _ := ctx.Value(traceKey{}).(traceVal)
+	return v.parent + " " + v.state
+}
+
+const published = TraceParent + " " + TraceState
+
 // Handler is the recorder's handler.
 func (r *TraceRecorder) Handler(ctx context.Context, _ []byte) error {
-	v, _ := ctx.Value(traceKey{}).(traceVal)
+	tc := traceOf(ctx)
 	r.mu.Lock()
-	r.seen = append(r.seen, v.parent+" "+v.state)
+	r.seen = append(r.seen, tc)
 	r.mu.Unlock()
 	return errTraced
 }
@@ -70,7 +80,7 @@ func (r *TraceRecorder) Check(want int) error {
 		return fmt.Errorf("brokertest: %d attempts recorded, want %d", len(r.seen), want)
 	}
 	for i, s := range r.seen {
-		if s != TraceParent+" "+TraceState {
+		if s != published {
 			return fmt.Errorf("brokertest: attempt %d ran with trace context %q, want the message's", i+1, s)
 		}
 	}

@@ -43,17 +43,9 @@ func TestDropCancelsRunningHandler(t *testing.T) {
 	if err := p.Publish(ctx, "hang", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-started:
-	case <-ctx.Done():
-		t.Fatal("the handler never ran")
-	}
+	await(t, ctx, started, "the handler never ran")
 	p.tcp.drop()
-	select {
-	case <-redelivered:
-	case <-ctx.Done():
-		t.Fatal("after the drop the hung handler kept the consumer from reconnecting: the message was not handled again")
-	}
+	await(t, ctx, redelivered, "after the drop the hung handler kept the consumer from reconnecting: the message was not handled again")
 	mu.Lock()
 	defer mu.Unlock()
 	if !errors.Is(canceled, context.Canceled) {

@@ -253,11 +253,7 @@ func TestStopWhileHeldForwards(t *testing.T) {
 	if err := p.Publish(ctx, "stopped", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-isHeld:
-	case <-ctx.Done():
-		t.Fatal("the retry was never held")
-	}
+	await(t, ctx, isHeld, "the retry was never held")
 	// That the stop hands a held delivery over at once, without waiting
 	// for its timer, is TestHolder's (on synctest's clock).
 	if err := p.halt(); err != nil {

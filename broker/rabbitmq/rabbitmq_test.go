@@ -51,6 +51,16 @@ func unavailable(t testing.TB, msg string) {
 	t.Skip(msg)
 }
 
+// await fails t with msg unless ch is closed (or sent on) before ctx ends.
+func await(t *testing.T, ctx context.Context, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal(msg)
+	}
+}
+
 // tcpTracker remembers the consumer's TCP connections so a test can drop
 // them, as a network failure or a broker restart would.
 type tcpTracker struct {
@@ -349,11 +359,7 @@ func testDropLosesNothing(t *testing.T, drop func(*testing.T, *pipeline)) {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case <-inH:
-	case <-ctx.Done():
-		t.Fatal("m5 never reached the handler")
-	}
+	await(t, ctx, inH, "m5 never reached the handler")
 	drop(t, p) // m5 is in the handler, m6.. are prefetched: all unacknowledged
 	close(block)
 	for {
@@ -516,11 +522,7 @@ func TestLongDelayReparked(t *testing.T) {
 	if err := p.Publish(ctx, "later", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ok:
-	case <-ctx.Done():
-		t.Fatal("never retried")
-	}
+	await(t, ctx, ok, "never retried")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(calls) != 2 {
