@@ -143,7 +143,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
 		return c, fmt.Errorf("%w: Concurrency must be in [1, %d] (0 means 1), got %d", ErrInvalid, MaxConcurrency, c.Concurrency)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means Concurrency), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
+		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means 4×Concurrency, at least 64), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
 	}
 	if err := checkDuration("PollInterval", c.PollInterval, time.Millisecond); err != nil {
 		return c, err
@@ -365,14 +365,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// loop is the one committer of a queue the worker serves. Each turn it commits the outcomes of
-// the handlers that finished and claims jobs for the idle handlers (up to
-// BatchSize) — in one transaction when the store is a RecordClaimer — and
-// starts a goroutine per claimed job. So a busy worker pays about one
-// commit per turn, and no claimed job waits for a handler. After ctx is
-// done it stops claiming and returns once every running handler's outcome
-// is committed, or as soon as rec ends (Run gave up): outcomes are
-// committed with rec, which outlives ctx.
+// loop is the one committer of a queue the worker serves. Each turn it
+// commits the outcomes of the handlers that finished and claims jobs for
+// the idle handlers and the prefetch (up to BatchSize) — in one
+// transaction when the store is a RecordClaimer and the turn is smaller
+// than splitTurn — and starts a goroutine per claimed job as handlers free
+// up (dispatch). So a busy worker pays about one commit per turn, and a
+// prefetched job waits about one commit for a handler. After ctx is done
+// it stops claiming and returns once every running handler's outcome is
+// committed, or as soon as rec ends (Run gave up): outcomes are committed
+// with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
 	q, w := l.q, l.w
 	st := &loopState{finished: make(chan *attempt, l.concurrency)}
