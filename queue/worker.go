@@ -462,7 +462,7 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 		if n > 0 {
 			st.claimed(start, len(jobs))
 		}
-		st.buf, st.bufT0, st.bufAt = jobs, t0, time.Now()
+		st.buf, st.bufT0 = jobs, t0
 		l.dispatch(hctx, st)
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
@@ -496,7 +496,7 @@ func (l *lane) dispatch(hctx context.Context, st *loopState) {
 		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
 		ctx := hctx
-		if time.Since(st.bufAt) > l.q.cfg.Lease/4 {
+		if time.Since(st.claimedAt) > l.q.cfg.Lease/4 {
 			c, cancel := context.WithCancel(hctx)
 			cancel()
 			ctx, a.stale = c, true
@@ -572,10 +572,9 @@ type loopState struct {
 	queued   []*attempt    // finished, outcomes not yet committed
 
 	// Claimed jobs not started yet (prefetched), claimed at bufT0 (the
-	// store's clock), bufAt (this process's).
+	// store's clock) by the latest claim (claimedAt, this process's).
 	buf   []Job
 	bufT0 int64
-	bufAt time.Time
 	seen  int // handlers that finished, up to prefetchAfter
 
 	// For linger: the latest claim (its number, when it returned, how many
