@@ -90,16 +90,7 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 		b.Fatal(err)
 	}
 	n := b.N
-	jobs := make([]queue.NewJob, 0, drainInsertBatch)
-	for i := 0; i < n; {
-		jobs = jobs[:0]
-		for ; len(jobs) < drainInsertBatch && i < n; i++ {
-			jobs = append(jobs, queue.NewJob{ID: fmt.Sprintf("job-%09d", i), Payload: []byte("{}")})
-		}
-		if _, err := q.EnqueueMany(ctx, jobs); err != nil {
-			b.Fatal(err)
-		}
-	}
+	enqueueNoops(b, q, n, drainInsertBatch)
 	var done atomic.Int64
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -158,16 +149,7 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 		b.Fatal(err)
 	}
 	n := b.N
-	params := make([]river.InsertManyParams, 0, drainInsertBatch)
-	for i := 0; i < n; {
-		params = params[:0]
-		for ; len(params) < drainInsertBatch && i < n; i++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{}})
-		}
-		if _, err := client.InsertMany(ctx, params); err != nil {
-			b.Fatal(err)
-		}
-	}
+	insertNoopsRiver(b, client, n, drainInsertBatch)
 	// A buffer for every event: River drops the events a full one cannot take.
 	events, cancelEvents := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 1})
 	defer cancelEvents()
@@ -358,22 +340,12 @@ func BenchmarkQueuePostgresInsert(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		jobs := make([]queue.NewJob, 0, batch)
 		b.ResetTimer()
-		for i := 0; i < b.N; {
-			jobs = jobs[:0]
-			for ; len(jobs) < batch && i < b.N; i++ {
-				jobs = append(jobs, queue.NewJob{ID: fmt.Sprintf("job-%09d", i), Payload: []byte("{}")})
-			}
-			if _, err := q.EnqueueMany(ctx, jobs); err != nil {
-				b.Fatal(err)
-			}
-		}
+		enqueueNoops(b, q, b.N, batch)
 		b.StopTimer()
 		report(b)
 	})
 	b.Run("river", func(b *testing.B) {
-		ctx := context.Background()
 		schema := pgSchema(b, pool)
 		driver := riverpgxv5.New(pool)
 		migrateRiver(b, driver, schema)
@@ -381,17 +353,8 @@ func BenchmarkQueuePostgresInsert(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		params := make([]river.InsertManyParams, 0, batch)
 		b.ResetTimer()
-		for i := 0; i < b.N; {
-			params = params[:0]
-			for ; len(params) < batch && i < b.N; i++ {
-				params = append(params, river.InsertManyParams{Args: noopArgs{}})
-			}
-			if _, err := client.InsertMany(ctx, params); err != nil {
-				b.Fatal(err)
-			}
-		}
+		insertNoopsRiver(b, client, b.N, batch)
 		b.StopTimer()
 		report(b)
 	})

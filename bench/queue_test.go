@@ -155,16 +155,7 @@ func runStaggerCfg(b *testing.B, s queue.Store, wc queue.WorkerConfig) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	jobs := make([]queue.NewJob, 0, benchInsertTxn)
-	for i := 0; i < n; {
-		jobs = jobs[:0]
-		for ; len(jobs) < benchInsertTxn && i < n; i++ {
-			jobs = append(jobs, queue.NewJob{ID: fmt.Sprintf("job-%09d", i), Payload: []byte("{}")})
-		}
-		if _, err := q.EnqueueMany(ctx, jobs); err != nil {
-			b.Fatal(err)
-		}
-	}
+	enqueueNoops(b, q, n, benchInsertTxn)
 	if err := w.Run(wctx); err != nil {
 		b.Fatal(err)
 	}
@@ -279,16 +270,7 @@ func runRiver[TTx any](b *testing.B, client *river.Client[TTx]) {
 	events, cancelEvents := client.Subscribe(river.EventKindJobCompleted)
 	defer cancelEvents()
 	b.ResetTimer()
-	params := make([]river.InsertManyParams, 0, benchInsertTxn)
-	for i := 0; i < n; {
-		params = params[:0]
-		for ; len(params) < benchInsertTxn && i < n; i++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{}})
-		}
-		if _, err := client.InsertMany(ctx, params); err != nil {
-			b.Fatal(err)
-		}
-	}
+	insertNoopsRiver(b, client, n, benchInsertTxn)
 	if err := client.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -298,6 +280,49 @@ func runRiver[TTx any](b *testing.B, client *river.Client[TTx]) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	client.Stop(sctx)
+}
+
+// inBatches hands put the values mk makes for 0 to n-1, in slices of size
+// (the last one shorter), and stops at put's first error.
+func inBatches[T any](n, size int, mk func(i int) T, put func([]T) error) error {
+	batch := make([]T, 0, size)
+	for i := 0; i < n; {
+		batch = batch[:0]
+		for ; len(batch) < size && i < n; i++ {
+			batch = append(batch, mk(i))
+		}
+		if err := put(batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enqueueNoops enqueues n jobs job-000000000, job-000000001, ... with
+// payload {} on q, size per EnqueueMany.
+func enqueueNoops(b *testing.B, q *queue.Queue, n, size int) {
+	b.Helper()
+	err := inBatches(n, size,
+		func(i int) queue.NewJob { return queue.NewJob{ID: fmt.Sprintf("job-%09d", i), Payload: []byte("{}")} },
+		func(jobs []queue.NewJob) error { _, err := q.EnqueueMany(context.Background(), jobs); return err })
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// insertNoopsRiver inserts n noopArgs jobs with client, size per
+// InsertMany.
+func insertNoopsRiver[TTx any](b *testing.B, client *river.Client[TTx], n, size int) {
+	b.Helper()
+	err := inBatches(n, size,
+		func(int) river.InsertManyParams { return river.InsertManyParams{Args: noopArgs{}} },
+		func(params []river.InsertManyParams) error {
+			_, err := client.InsertMany(context.Background(), params)
+			return err
+		})
+	if err != nil {
+		b.Fatal(err)
+	}
 }
 
 // migrateRiver installs River's schema ("": the driver's default).

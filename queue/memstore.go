@@ -297,9 +297,7 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 // Stats implements Store.
 func (m *MemoryStore) Stats(ctx context.Context, queue string, now int64) (Stats, error) {
 	all, err := m.countStats(ctx, now, &queue)
-	s := all[queue]
-	s.Now = now
-	return s, err
+	return QueueStats(all, queue, now), err
 }
 
 // StatsByQueue implements StatsByQueuer.

@@ -143,7 +143,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
 		return c, fmt.Errorf("%w: Concurrency must be in [1, %d] (0 means 1), got %d", ErrInvalid, MaxConcurrency, c.Concurrency)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
-		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means Concurrency), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
+		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means 4×Concurrency, at least 64), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
 	}
 	if err := checkDuration("PollInterval", c.PollInterval, time.Millisecond); err != nil {
 		return c, err
@@ -365,14 +365,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// loop is the one committer of a queue the worker serves. Each turn it commits the outcomes of
-// the handlers that finished and claims jobs for the idle handlers (up to
-// BatchSize) — in one transaction when the store is a RecordClaimer — and
-// starts a goroutine per claimed job. So a busy worker pays about one
-// commit per turn, and no claimed job waits for a handler. After ctx is
-// done it stops claiming and returns once every running handler's outcome
-// is committed, or as soon as rec ends (Run gave up): outcomes are
-// committed with rec, which outlives ctx.
+// loop is the one committer of a queue the worker serves. Each turn it
+// commits the outcomes of the handlers that finished and claims jobs for
+// the idle handlers and the prefetch (up to BatchSize) — in one
+// transaction when the store is a RecordClaimer and the turn is smaller
+// than splitTurn — and starts a goroutine per claimed job as handlers free
+// up (dispatch). So a busy worker pays about one commit per turn, and a
+// prefetched job waits about one commit for a handler. After ctx is done
+// it stops claiming and returns once every running handler's outcome is
+// committed, or as soon as rec ends (Run gave up): outcomes are committed
+// with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
 	q, w := l.q, l.w
 	st := &loopState{finished: make(chan *attempt, l.concurrency)}
@@ -460,7 +462,7 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 		if n > 0 {
 			st.claimed(start, len(jobs))
 		}
-		st.buf, st.bufT0, st.bufAt = jobs, t0, time.Now()
+		st.buf, st.bufT0 = jobs, t0
 		l.dispatch(hctx, st)
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
@@ -494,7 +496,7 @@ func (l *lane) dispatch(hctx context.Context, st *loopState) {
 		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
 		ctx := hctx
-		if time.Since(st.bufAt) > l.q.cfg.Lease/4 {
+		if time.Since(st.claimedAt) > l.q.cfg.Lease/4 {
 			c, cancel := context.WithCancel(hctx)
 			cancel()
 			ctx, a.stale = c, true
@@ -570,10 +572,9 @@ type loopState struct {
 	queued   []*attempt    // finished, outcomes not yet committed
 
 	// Claimed jobs not started yet (prefetched), claimed at bufT0 (the
-	// store's clock), bufAt (this process's).
+	// store's clock) by the latest claim (claimedAt, this process's).
 	buf   []Job
 	bufT0 int64
-	bufAt time.Time
 	seen  int // handlers that finished, up to prefetchAfter
 
 	// For linger: the latest claim (its number, when it returned, how many

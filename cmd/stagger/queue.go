@@ -616,17 +616,30 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	defer closeFn()
-	all, err := q.StatsByQueue(ctx)
-	if err != nil {
-		return f.fail(stderr, err)
-	}
 	names := f.queues.names
+	var all map[string]queue.Stats
 	if len(names) == 0 {
+		var err error
+		if all, err = q.StatsByQueue(ctx); err != nil {
+			return f.fail(stderr, err)
+		}
 		if _, ok := all[queue.DefaultQueue]; !ok {
 			all[queue.DefaultQueue] = queue.Stats{Now: q.Now()}
 		}
 		for name := range all {
 			names = append(names, name)
+		}
+	} else {
+		// Only the named queues: each count reads that queue's index
+		// entries, not every queue's jobs.
+		all = make(map[string]queue.Stats, len(names))
+		now := q.Now()
+		for _, name := range names {
+			st, err := q.Store().Stats(ctx, name, now)
+			if err != nil {
+				return f.fail(stderr, err)
+			}
+			all[name] = st
 		}
 	}
 	names = slices.Sorted(slices.Values(names))

@@ -64,6 +64,33 @@ func newStore(t testing.TB) *postgres.Store {
 	return newStoreOpts(t, postgres.Options{})
 }
 
+// newStoreOpts is newStore with options (Schema is set here).
+func newStoreOpts(t testing.TB, opts postgres.Options) *postgres.Store {
+	t.Helper()
+	opts.Schema = tempSchema(t)
+	s, err := postgres.New(context.Background(), sharedPool(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close) // before the schema's drop: cleanups run last first
+	return s
+}
+
+// tempSchema returns the name of a fresh schema, dropped when t ends.
+func tempSchema(t testing.TB) string {
+	t.Helper()
+	p := sharedPool(t)
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "stagger_t_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		if _, err := p.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
 func TestConformance(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) queue.Store { return newStore(t) })
 }
@@ -296,16 +323,6 @@ func TestEnqueueTxWithBusinessRow(t *testing.T) {
 }
 
 var errRollback = errors.New("roll back")
-
-// tempSchema returns the name of a schema dropped when t ends.
-func tempSchema(t *testing.T) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "stagger_t_" + hex.EncodeToString(b)
-	p := sharedPool(t)
-	t.Cleanup(func() { p.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`) })
-	return schema
-}
 
 // TestMigratesTableBeforeTrace: a table made before the trace column is
 // read by a read-only store as it is (its jobs without a trace) and

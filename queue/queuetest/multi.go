@@ -63,6 +63,7 @@ func testWorkerQueues(t *testing.T, s queue.Store) {
 		}
 	}
 	release := make(chan struct{})
+	blocked := make(chan struct{}, n) // a busy handler began to block
 	var pBusy, pQuick, pLimited peak
 	var mu sync.Mutex
 	wrong := map[string]string{} // job ID -> the queue whose handler ran it
@@ -77,6 +78,7 @@ func testWorkerQueues(t *testing.T, s queue.Store) {
 				mu.Unlock()
 			}
 			if block {
+				blocked <- struct{}{}
 				select {
 				case <-release:
 				case <-ctx.Done():
@@ -122,6 +124,13 @@ func testWorkerQueues(t *testing.T, s queue.Store) {
 		}
 	}
 	// The busy queue's two handlers block: the others drain regardless.
+	for range 2 {
+		select {
+		case <-blocked:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the busy queue's handlers did not start")
+		}
+	}
 	if st := waitDone(quick, n); st.Done != n {
 		t.Fatalf("quick queue starved while busy blocks: %+v", st)
 	}

@@ -282,8 +282,13 @@ const (
 )
 
 // prepare prepares the hot statements once (SQLite parsing is a large part
-// of a small transaction's cost).
+// of a small transaction's cost). A read-only store prepares none: they
+// all write (or feed a write), and every write transaction refuses it (tx);
+// on a file older than version 5 some would not even parse.
 func (s *Store) prepare(ctx context.Context) error {
+	if s.opts.ReadOnly {
+		return nil
+	}
 	for _, p := range []struct {
 		dst **sql.Stmt
 		q   string
@@ -291,11 +296,6 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.insert, insertSQL}, {&s.claimSel, claimSelSQL}, {&s.claimOne, claimUpd + `= ?3`},
 		{&s.record, recordSQL}, {&s.extend, extendSQL},
 	} {
-		if s.readCols != cols && (p.dst == &s.insert || p.dst == &s.claimSel) {
-			// A read-only open of a file older than version 5: these name
-			// the trace column it lacks, and their transactions fail (tx).
-			continue
-		}
 		st, err := s.w.PrepareContext(ctx, p.q)
 		if err != nil {
 			return err
