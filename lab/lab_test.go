@@ -154,9 +154,12 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	}
 }
 
+// A short run of two strategies through the real gateway. The callers
+// start 16, 32 and 48 ms in; the outage lasts 200 ms so that a loaded
+// machine still sees attempts refused.
 func TestRunAndReport(t *testing.T) {
 	res, err := Run(context.Background(), Options{Callers: 3, Strategies: []string{"immediate", "expo-full+budget"},
-		Outage: 60 * time.Millisecond, Latency: time.Millisecond, Window: 50 * time.Millisecond, Seed: 7})
+		Outage: 200 * time.Millisecond, Latency: time.Millisecond, Window: 50 * time.Millisecond, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
