@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/tracetest"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -19,25 +20,7 @@ const (
 
 // Trace is a retry.Propagator for tests: it keeps the trace context as a
 // context value, as a tracing library keeps its span.
-type Trace struct{}
-
-type traceKey struct{}
-
-type traceVal struct{ parent, state string }
-
-// Inject implements retry.Propagator.
-func (Trace) Inject(ctx context.Context) (string, string) {
-	v, _ := ctx.Value(traceKey{}).(traceVal)
-	return v.parent, v.state
-}
-
-// Extract implements retry.Propagator.
-func (Trace) Extract(ctx context.Context, parent, state string) context.Context {
-	if parent == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, traceKey{}, traceVal{parent, state})
-}
+type Trace = tracetest.Propagator
 
 // TraceRecorder is a handler that fails every attempt with a retryable
 // error (so a message is retried, then dead-lettered) and records the
@@ -56,8 +39,8 @@ var errTraced = retry.Retryable(errors.New("brokertest: traced failure"))
 // traceparent and the tracestate joined by a space; published is that of
 // TraceParent and TraceState.
 func traceOf(ctx context.Context) string {
-	v, _ := ctx.Value(traceKey{}).(traceVal)
-	return v.parent + " " + v.state
+	c := tracetest.From(ctx)
+	return c.Parent + " " + c.State
 }
 
 const published = TraceParent + " " + TraceState

@@ -5,29 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/staggerhq/stagger/internal/tracetest"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
 
-// fakeTrace is a retry.Propagator that keeps the trace context as a
-// context value, as a tracing library would keep its span.
-type fakeTrace struct{}
-
-type traceKey struct{}
-
-type traceVal struct{ parent, state string }
-
-func (fakeTrace) Inject(ctx context.Context) (string, string) {
-	v, _ := ctx.Value(traceKey{}).(traceVal)
-	return v.parent, v.state
-}
-
-func (fakeTrace) Extract(ctx context.Context, parent, state string) context.Context {
-	if parent == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, traceKey{}, traceVal{parent, state})
-}
+type traceVal = tracetest.Context
 
 const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -36,12 +19,12 @@ const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 // included; a job enqueued without one runs without; a tracestate too long
 // to store is dropped, the traceparent kept.
 func testTrace(t *testing.T, s queue.Store) {
-	e := newEnv(t, s, func(c *queue.Config) { c.Trace = fakeTrace{} })
+	e := newEnv(t, s, func(c *queue.Config) { c.Trace = tracetest.Propagator{} })
 	enq := func(id string, v traceVal) queue.Job {
 		t.Helper()
 		ctx := e.ctx
-		if v.parent != "" {
-			ctx = context.WithValue(ctx, traceKey{}, v)
+		if v.Parent != "" {
+			ctx = tracetest.With(ctx, v)
 		}
 		j, _, err := e.q.Enqueue(ctx, queue.NewJob{ID: id})
 		if err != nil {
@@ -55,11 +38,11 @@ func testTrace(t *testing.T, s queue.Store) {
 		in, want  traceVal
 		wantTrace string
 	}{
-		{"a-traced", traceVal{tp, "congo=t61rcWkgMzE"}, traceVal{tp, "congo=t61rcWkgMzE"}, tp + "\ncongo=t61rcWkgMzE"},
-		{"b-parent-only", traceVal{tp, ""}, traceVal{tp, ""}, tp},
+		{"a-traced", traceVal{Parent: tp, State: "congo=t61rcWkgMzE"}, traceVal{Parent: tp, State: "congo=t61rcWkgMzE"}, tp + "\ncongo=t61rcWkgMzE"},
+		{"b-parent-only", traceVal{Parent: tp}, traceVal{Parent: tp}, tp},
 		{"c-untraced", traceVal{}, traceVal{}, ""},
-		{"d-long-state", traceVal{tp, long}, traceVal{tp, ""}, tp},
-		{"e-newline", traceVal{tp + "\nx", ""}, traceVal{}, ""},
+		{"d-long-state", traceVal{Parent: tp, State: long}, traceVal{Parent: tp}, tp},
+		{"e-newline", traceVal{Parent: tp + "\nx"}, traceVal{}, ""},
 	} {
 		if j := enq(c.id, c.in); j.Trace != c.wantTrace {
 			t.Errorf("%s: Enqueue returned Trace %q, want %q", c.id, j.Trace, c.wantTrace)
@@ -70,7 +53,7 @@ func testTrace(t *testing.T, s queue.Store) {
 		for attempt := 1; attempt <= 2; attempt++ {
 			var got traceVal
 			h := func(ctx context.Context, _ []byte) error {
-				got, _ = ctx.Value(traceKey{}).(traceVal)
+				got = tracetest.From(ctx)
 				if attempt == 1 {
 					return retry.Retryable(errBoom)
 				}
@@ -88,7 +71,7 @@ func testTrace(t *testing.T, s queue.Store) {
 	// Without Config.Trace nothing is stored, and a stored trace is not
 	// restored.
 	plain := newEnv(t, s, nil)
-	ctx := context.WithValue(e.ctx, traceKey{}, traceVal{tp, ""})
+	ctx := tracetest.With(e.ctx, traceVal{Parent: tp})
 	if j, _, err := plain.q.Enqueue(ctx, queue.NewJob{ID: "f-plain"}); err != nil || j.Trace != "" {
 		t.Errorf("without Config.Trace: %v, Trace %q", err, j.Trace)
 	}
