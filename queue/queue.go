@@ -111,7 +111,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 	if err != nil {
 		return nil, err
 	}
-	q.signal()
+	q.wakeRows(rows)
 	return res, nil
 }
 
@@ -147,11 +147,12 @@ func (q *Queue) NewRowsContext(ctx context.Context, js []NewJob) ([]Job, error) 
 	return rows, nil
 }
 
-// Wake wakes this process's idle workers at once, as an enqueue does: call
-// it after committing a transaction that enqueued jobs (EnqueueTx) on a
-// store without notifications (SQLite); otherwise they find the jobs at
-// their next poll.
-func (q *Queue) Wake() { q.signal() }
+// Wake wakes the idle workers of this process that run q's named queue on
+// q's store (through q or another Queue value) at once, as an enqueue
+// does: call it after committing a transaction that enqueued jobs
+// (EnqueueTx) on a store without notifications (SQLite); otherwise they
+// find the jobs at their next poll.
+func (q *Queue) Wake() { q.wakeQueue(q.cfg.Queue) }
 
 // ValidateNewJob checks j against the queue's limits at now (Unix ms)
 // without storing it, returning an error that names the field.
@@ -315,7 +316,7 @@ func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int6
 	}
 	j, err := q.store.Requeue(ctx, id, grant, deadline, now)
 	if err == nil {
-		q.signal()
+		q.wakeQueue(j.Queue)
 	}
 	return j, err
 }
@@ -340,7 +341,7 @@ func (q *Queue) StatsByQueue(ctx context.Context) (map[string]Stats, error) {
 	return sq.StatsByQueue(ctx, q.now())
 }
 
-// signal wakes this process's idle workers.
+// signal wakes the idle loops of the Workers running q.
 func (q *Queue) signal() {
 	q.wmu.Lock()
 	close(q.wake)

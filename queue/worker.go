@@ -332,6 +332,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.sweep(ctx)
 	}()
 
+	for _, l := range w.lanes {
+		defer l.q.listen()()
+	}
 	loopDone := make(chan struct{})
 	var loops sync.WaitGroup
 	for _, l := range w.lanes {

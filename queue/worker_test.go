@@ -290,24 +290,64 @@ func testShutdownTimeoutLeavesLeased(t *testing.T, newStore func() queue.Store) 
 }
 
 func TestEnqueueWakesIdleWorker(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		q := newQueue(t, queue.Config{})
-		ran := make(chan time.Time, 1)
-		w, _ := queue.NewWorker(q, func(context.Context, []byte) error { ran <- time.Now(); return nil },
-			queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- w.Run(ctx) }()
-		time.Sleep(time.Minute) // idle, far from the next poll
-		synctest.Wait()
-		at := time.Now()
-		q.Enqueue(context.Background(), queue.NewJob{ID: "now"})
-		if got := <-ran; got.Sub(at) != 0 {
-			t.Fatalf("job ran %v after the enqueue, want at once", got.Sub(at))
+	// The worker runs queue "b" through one Queue value; the job is
+	// enqueued (or requeued, or woken after a transaction) through
+	// another value, or the same.
+	type enqueuer func(t *testing.T, worker *queue.Queue, s queue.Store)
+	enqueue := func(name string, j queue.NewJob) enqueuer {
+		return func(t *testing.T, worker *queue.Queue, s queue.Store) {
+			q := worker
+			if name != "" {
+				q = newQueueOn(t, s, queue.Config{Queue: name})
+			}
+			if _, _, err := q.Enqueue(context.Background(), j); err != nil {
+				t.Fatal(err)
+			}
 		}
-		cancel()
-		<-done
-	})
+	}
+	for _, c := range []struct {
+		name string
+		do   enqueuer
+	}{
+		{"the worker's Queue", enqueue("", queue.NewJob{ID: "now"})},
+		{"another Queue of the same name", enqueue("b", queue.NewJob{ID: "now"})},
+		{"a Queue of another name", enqueue("a", queue.NewJob{ID: "now", Queue: "b"})},
+		{"Wake after a store's own insert", func(t *testing.T, _ *queue.Queue, s queue.Store) {
+			q := newQueueOn(t, s, queue.Config{Queue: "b"})
+			rows, err := q.NewRows([]queue.NewJob{{ID: "now"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Insert(context.Background(), rows); err != nil {
+				t.Fatal(err)
+			}
+			q.Wake()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := queue.NewMemoryStore()
+				q := newQueueOn(t, s, queue.Config{Queue: "b"})
+				ran := make(chan time.Time, 1)
+				w, _ := queue.NewWorker(q, func(context.Context, []byte) error { ran <- time.Now(); return nil },
+					queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error)
+				go func() { done <- w.Run(ctx) }()
+				time.Sleep(time.Minute) // idle, far from the next poll
+				synctest.Wait()
+				c.do(t, q, s)
+				synctest.Wait() // the bubble's clock stands still meanwhile
+				select {
+				case <-ran:
+				default:
+					t.Error("the idle worker did not wake: the job waits for the next poll")
+				}
+				cancel()
+				<-done
+			})
+		})
+	}
 }
 
 // cancelingStore cancels the worker's context during every claim.
