@@ -12,16 +12,17 @@ import (
 // Loops in other processes find the job at their next poll, or at once
 // on a store with notifications (Notifier).
 
-// wakeKey names one store's named queue. A store of a type that cannot
-// be compared (a struct value holding a func or a slice) has no key: an
-// enqueue through a Queue on it wakes that Queue's own Workers only.
+// wakeKey names one store's named queue. A store that cannot be compared
+// (a struct value holding a func or a slice, or an interface holding
+// one) has no key: an enqueue through a Queue on it wakes that Queue's
+// own Workers only.
 type wakeKey struct {
 	store any
 	queue string
 }
 
 func keyOf(s Store, name string) (wakeKey, bool) {
-	return wakeKey{store: s, queue: name}, reflect.TypeOf(s).Comparable()
+	return wakeKey{store: s, queue: name}, reflect.ValueOf(s).Comparable()
 }
 
 // listening holds the Queues that Workers run now, by key, each with the

@@ -79,11 +79,24 @@ type valueStore struct {
 	hook func()
 }
 
+// wrapStore is a store of a comparable type, which a value inside it can
+// make uncomparable.
+type wrapStore struct{ Store }
+
 // A store that cannot be compared has no key: its Queue's Workers are
 // woken by that Queue alone, and nothing panics.
 func TestWakeUncomparableStore(t *testing.T) {
+	for name, s := range map[string]Store{
+		"a func field":            valueStore{Store: NewMemoryStore(), hook: func() {}},
+		"an uncomparable wrapped": wrapStore{valueStore{Store: NewMemoryStore()}},
+	} {
+		t.Run(name, func(t *testing.T) { testWakeUncomparable(t, s) })
+	}
+}
+
+func testWakeUncomparable(t *testing.T, s Store) {
 	synctest.Test(t, func(t *testing.T) {
-		q, err := New(valueStore{Store: NewMemoryStore(), hook: func() {}}, Config{})
+		q, err := New(s, Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
