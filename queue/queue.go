@@ -21,8 +21,9 @@ type Queue struct {
 	leaseMs  int64
 	recordTO time.Duration
 
-	wmu  sync.Mutex
-	wake chan struct{} // closed and replaced by signal
+	wmu   sync.Mutex
+	wake  chan struct{} // closed and replaced by signal
+	keyed bool          // the store can key the wakes of its queues (wake.go)
 }
 
 // New returns a Queue on store.
@@ -44,6 +45,7 @@ func New(store Store, cfg Config) (*Queue, error) {
 		leaseMs:  ceilMs(cfg.Lease),
 		recordTO: 30 * time.Second,
 		wake:     make(chan struct{}),
+		keyed:    keyed(store),
 	}
 	if q.now == nil {
 		q.now = systemNow

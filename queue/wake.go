@@ -21,9 +21,13 @@ type wakeKey struct {
 	queue string
 }
 
-func keyOf(s Store, name string) (wakeKey, bool) {
-	return wakeKey{store: s, queue: name}, reflect.ValueOf(s).Comparable()
+// keyOf is the key of q's store and the named queue; false: none.
+func (q *Queue) keyOf(name string) (wakeKey, bool) {
+	return wakeKey{store: q.store, queue: name}, q.keyed
 }
+
+// keyed reports whether s can be a wakeKey's store.
+func keyed(s Store) bool { return reflect.ValueOf(s).Comparable() }
 
 // listening holds the Queues that Workers run now, by key, each with the
 // number of Workers running it. Entries leave when their Workers stop,
@@ -35,7 +39,7 @@ var listening struct {
 
 // listen counts q among the Queues an enqueue wakes, until stop.
 func (q *Queue) listen() (stop func()) {
-	k, ok := keyOf(q.store, q.cfg.Queue)
+	k, ok := q.keyOf(q.cfg.Queue)
 	if !ok {
 		return func() {}
 	}
@@ -68,7 +72,7 @@ func (q *Queue) wakeQueue(name string) {
 	if name == q.cfg.Queue {
 		q.signal()
 	}
-	k, ok := keyOf(q.store, name)
+	k, ok := q.keyOf(name)
 	if !ok {
 		return
 	}

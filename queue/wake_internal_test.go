@@ -17,7 +17,7 @@ func TestListeningEndsWithRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k, _ := keyOf(s, DefaultQueue)
+		k, _ := q.keyOf(DefaultQueue)
 		listed := func() int {
 			listening.mu.Lock()
 			defer listening.mu.Unlock()
