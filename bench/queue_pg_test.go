@@ -21,11 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/postgres"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // benchApp is the application_name of the benchmark's connections, so
@@ -249,20 +251,7 @@ func BenchmarkQueuePostgresPickup(b *testing.B) {
 		}
 		cq, pq := open(consumer), open(producer)
 		started := make(chan time.Time, 1)
-		w, err := queue.NewWorker(cq, func(context.Context, []byte) error { started <- time.Now(); return nil },
-			queue.WorkerConfig{Concurrency: benchWorkers, OnError: func(err error) { b.Error(err) }})
-		if err != nil {
-			b.Fatal(err)
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		ran := make(chan error, 1)
-		go func() { ran <- w.Run(wctx) }()
-		defer func() {
-			cancel()
-			if err := <-ran; err != nil {
-				b.Error(err)
-			}
-		}()
+		defer runWorker(b, cq, func(context.Context, []byte) error { started <- time.Now(); return nil })()
 		pickup(b, started, func(i int) error {
 			_, _, err := pq.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("p-%d-%d", b.N, i), Payload: []byte("{}")})
 			return err
@@ -285,16 +274,38 @@ func BenchmarkQueuePostgresPickup(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := client.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			client.Stop(sctx)
-		}()
+		defer startRiver(b, client)()
 		pickup(b, started, func(int) error { _, err := ins.Insert(ctx, noopArgs{}, nil); return err })
 	})
+}
+
+// runWorker runs a Worker of benchWorkers handlers h on q until stop.
+func runWorker(b *testing.B, q *queue.Queue, h retry.Handler) (stop func()) {
+	w, err := queue.NewWorker(q, h, queue.WorkerConfig{Concurrency: benchWorkers, OnError: func(err error) { b.Error(err) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-ran; err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// startRiver starts client until stop, which gives it 10 s to stop.
+func startRiver(b *testing.B, client *river.Client[pgx.Tx]) (stop func()) {
+	if err := client.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		client.Stop(ctx)
+	}
 }
 
 // pickup enqueues b.N jobs one at a time with enqueue, each after the

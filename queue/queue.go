@@ -23,6 +23,7 @@ type Queue struct {
 
 	wmu   sync.Mutex
 	wake  chan struct{} // closed and replaced by signal
+	dues  []int64       // due times the loops sleep until, ascending (wake.go)
 	keyed bool          // the store can key the wakes of its queues (wake.go)
 }
 
@@ -113,7 +114,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 	if err != nil {
 		return nil, err
 	}
-	q.wakeRows(rows)
+	q.wakeRows(rows, q.now())
 	return res, nil
 }
 
@@ -346,9 +347,13 @@ func (q *Queue) StatsByQueue(ctx context.Context) (map[string]Stats, error) {
 // signal wakes the idle loops of the Workers running q.
 func (q *Queue) signal() {
 	q.wmu.Lock()
+	q.signalLocked()
+	q.wmu.Unlock()
+}
+
+func (q *Queue) signalLocked() {
 	close(q.wake)
 	q.wake = make(chan struct{})
-	q.wmu.Unlock()
 }
 
 func (q *Queue) waitChan() <-chan struct{} {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 )
 
 // An enqueue wakes the idle loops of every Worker in this process that
@@ -68,9 +69,13 @@ func (q *Queue) listen() (stop func()) {
 
 // wakeQueue wakes q's own idle loops and those of every running Queue of
 // q's store and the named queue.
-func (q *Queue) wakeQueue(name string) {
+func (q *Queue) wakeQueue(name string) { q.each(name, (*Queue).signal) }
+
+// each calls f on q, if it is of the named queue, and on every other
+// running Queue of q's store and that queue.
+func (q *Queue) each(name string, f func(*Queue)) {
 	if name == q.cfg.Queue {
-		q.signal()
+		f(q)
 	}
 	k, ok := q.keyOf(name)
 	if !ok {
@@ -80,18 +85,90 @@ func (q *Queue) wakeQueue(name string) {
 	defer listening.mu.Unlock()
 	for o := range listening.m[k] {
 		if o != q {
-			o.signal()
+			f(o)
 		}
 	}
 }
 
-// wakeRows wakes the loops of the named queues rows went to.
-func (q *Queue) wakeRows(rows []Job) {
-	var names []string // few: most batches go to one queue
+// wakeRows wakes the loops of the named queues rows went to, stored at
+// now: those with a job due now at once; the others learn when their
+// delayed jobs are due.
+func (q *Queue) wakeRows(rows []Job, now int64) {
+	type batch struct {
+		name string
+		due  bool    // a job is due now
+		soon []int64 // the later AvailableAts
+	}
+	var bs []batch // few: most batches go to one queue
 	for _, r := range rows {
-		if !slices.Contains(names, r.Queue) {
-			names = append(names, r.Queue)
-			q.wakeQueue(r.Queue)
+		i := slices.IndexFunc(bs, func(b batch) bool { return b.name == r.Queue })
+		if i < 0 {
+			i = len(bs)
+			bs = append(bs, batch{name: r.Queue})
+		}
+		if r.AvailableAt <= now {
+			bs[i].due = true
+		} else {
+			bs[i].soon = append(bs[i].soon, r.AvailableAt)
 		}
 	}
+	for _, b := range bs {
+		if len(b.soon) > 0 {
+			q.noteDue(b.name, b.soon, !b.due)
+		}
+		if b.due {
+			q.wakeQueue(b.name)
+		}
+	}
+}
+
+// maxDues bounds the due times a Queue keeps: a job due later than the
+// last of them is found by a poll.
+const maxDues = 64
+
+// A loop with nothing due sleeps until the sooner of its jittered poll and
+// the first due time its Queue knows of: a retry or snooze this process
+// recorded, or a delayed job it enqueued. So a retry waits what the
+// Policy's schedule says, not until the next poll.
+
+// noteDue adds the due times ats (Unix ms) to those of the running Queues
+// of q's store and the named queue, q included; with wake, a Queue whose
+// soonest due time moved earlier wakes its idle loops, to sleep again
+// until then.
+func (q *Queue) noteDue(name string, ats []int64, wake bool) {
+	q.each(name, func(o *Queue) { o.addDues(ats, wake) })
+}
+
+func (q *Queue) addDues(ats []int64, wake bool) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	sooner := false
+	for _, at := range ats {
+		i, found := slices.BinarySearch(q.dues, at)
+		if found || i == maxDues {
+			continue
+		}
+		if len(q.dues) == maxDues {
+			q.dues = q.dues[:maxDues-1]
+		}
+		q.dues = slices.Insert(q.dues, i, at)
+		sooner = sooner || i == 0
+	}
+	if sooner && wake {
+		q.signalLocked()
+	}
+}
+
+// untilDue is how long a loop whose claim at t0 (Unix ms) found nothing
+// may sleep before the first due time after t0; false: none is known. Due
+// times at or before t0 are forgotten: that claim could take their jobs.
+func (q *Queue) untilDue(t0 int64) (time.Duration, bool) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	i, _ := slices.BinarySearch(q.dues, t0+1)
+	q.dues = q.dues[:copy(q.dues, q.dues[i:])]
+	if len(q.dues) == 0 {
+		return 0, false
+	}
+	return time.Duration(max(q.dues[0]-q.now(), 0)) * time.Millisecond, true
 }

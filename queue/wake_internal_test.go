@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -67,7 +68,7 @@ func BenchmarkWakeRows(b *testing.B) {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				q.wakeRows(rows)
+				q.wakeRows(rows, 0)
 			}
 		})
 	}
@@ -121,4 +122,63 @@ func testWakeUncomparable(t *testing.T, s Store) {
 		cancel()
 		<-done
 	})
+}
+
+// The due times a Queue keeps: ascending and distinct, at most maxDues
+// (the latest give way), forgotten once a claim at or after them found
+// nothing; a wake only when the soonest moves earlier.
+func TestDues(t *testing.T) {
+	now := int64(1000)
+	q, err := New(NewMemoryStore(), Config{Now: func() int64 { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := func(f func()) bool {
+		c := q.waitChan()
+		f()
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	if !woken(func() { q.addDues([]int64{1500, 1200, 1500}, true) }) {
+		t.Error("the first due time did not wake")
+	}
+	if woken(func() { q.addDues([]int64{1300}, true) }) {
+		t.Error("a later due time woke the loops")
+	}
+	if woken(func() { q.addDues([]int64{1100}, false) }) {
+		t.Error("without wake, a sooner due time woke the loops")
+	}
+	if !slices.Equal(q.dues, []int64{1100, 1200, 1300, 1500}) {
+		t.Errorf("dues %v", q.dues)
+	}
+	if d, ok := q.untilDue(1000); !ok || d != 100*time.Millisecond {
+		t.Errorf("untilDue(1000) = %v, %v; want 100ms", d, ok)
+	}
+	now = 1250
+	if d, ok := q.untilDue(1200); !ok || d != 50*time.Millisecond || !slices.Equal(q.dues, []int64{1300, 1500}) {
+		t.Errorf("untilDue(1200) at 1250 = %v, %v, dues %v; want 50ms, [1300 1500]", d, ok, q.dues)
+	}
+	now = 1400
+	if d, ok := q.untilDue(1250); !ok || d != 0 {
+		t.Errorf("untilDue past a due time = %v, %v; want 0 (claim again now)", d, ok)
+	}
+	if _, ok := q.untilDue(1500); ok || len(q.dues) != 0 {
+		t.Errorf("untilDue(1500) kept %v", q.dues)
+	}
+	var many []int64
+	for i := range maxDues + 10 {
+		many = append(many, int64(5000-i))
+	}
+	q.addDues(many, false)
+	if len(q.dues) != maxDues || q.dues[0] != 5000-maxDues-9 || q.dues[maxDues-1] != 4990 {
+		t.Errorf("%d dues from %d to %d; want the %d soonest", len(q.dues), q.dues[0], q.dues[len(q.dues)-1], maxDues)
+	}
+	q.addDues([]int64{9999}, false)
+	if q.dues[maxDues-1] != 4990 {
+		t.Error("a due time later than a full list's last was kept")
+	}
 }

@@ -48,7 +48,10 @@ type WorkerConfig struct {
 	// PollInterval is the mean wait of an idle loop before it looks for
 	// due jobs again; each wait is drawn uniformly from [0.5, 1.5)×, so
 	// workers never poll in step. An enqueue in this process, or a store
-	// notification (Notifier), wakes idle loops at once. Default 1s.
+	// notification (Notifier), wakes idle loops at once, and a loop sleeps
+	// no later than the due time of a retry or snooze this process
+	// recorded or a delayed job it enqueued (the 64 soonest), so those run
+	// on time; the poll finds the rest. Default 1s.
 	PollInterval time.Duration
 	// SweepInterval is the mean interval (jittered like PollInterval) at
 	// which the worker buries jobs that can never run again. Default 10s.
@@ -469,9 +472,14 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 		l.dispatch(hctx, st)
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
-			// jittered poll, a handler to finish, or the shutdown (which
-			// may have begun during the claim).
-			st.wait(wake, ctx.Done(), jitter(w.cfg.PollInterval))
+			// jittered poll or the first due time known here (a retry's),
+			// a handler to finish, or the shutdown (which may have begun
+			// during the claim).
+			d := jitter(w.cfg.PollInterval)
+			if due, ok := q.untilDue(t0); ok {
+				d = min(d, due)
+			}
+			st.wait(wake, ctx.Done(), d)
 		}
 	}
 }
@@ -564,7 +572,7 @@ func (c *committer) run(rec context.Context) {
 				return
 			}
 		}
-		l.settle(queued, outs)
+		l.settle(queued, outs, true)
 	}
 }
 
@@ -707,7 +715,7 @@ func (l *lane) commit(ctx, rec context.Context, queued []*attempt, n int) ([]Job
 		if err != nil {
 			return nil, t0, false, fmt.Errorf("queue: recording outcomes and claiming: %w", err)
 		}
-		l.settle(queued, outs)
+		l.settle(queued, outs, false)
 		return jobs, t0, true, nil
 	}
 	if len(outs) > 0 {
@@ -718,7 +726,7 @@ func (l *lane) commit(ctx, rec context.Context, queued []*attempt, n int) ([]Job
 			return nil, t0, false, fmt.Errorf("queue: recording outcomes: %w", err)
 		}
 	}
-	l.settle(queued, outs)
+	l.settle(queued, outs, false)
 	if n == 0 {
 		return nil, t0, true, nil
 	}
@@ -745,14 +753,22 @@ func outcomesOf(queued []*attempt) []Outcome {
 }
 
 // settle takes the committed outcomes on their attempts and reports errors.
-func (l *lane) settle(queued []*attempt, outs []Outcome) {
+// The due times of the jobs made pending go to the Queue, for the loops to
+// wake at (wake: also those asleep now, for outcomes committed beside the
+// loop).
+func (l *lane) settle(queued []*attempt, outs []Outcome, wake bool) {
 	w := l.w
 	k := 0
+	var soon []int64
 	for _, a := range queued {
 		recorded := false
 		if a.rec {
-			a.settle(outs[k])
-			recorded = outs[k].Applied
+			o := outs[k]
+			a.settle(o)
+			recorded = o.Applied
+			if recorded && o.State == Pending && o.AvailableAt > o.Now {
+				soon = append(soon, o.AvailableAt)
+			}
 			k++
 		}
 		if w.cfg.OnResult != nil {
@@ -762,6 +778,9 @@ func (l *lane) settle(queued []*attempt, outs []Outcome) {
 		} else if a.err != nil && !errors.Is(a.err, context.Canceled) {
 			w.report(fmt.Errorf("queue: job %q attempt %d: %w", a.job.ID, a.job.Attempts, a.err))
 		}
+	}
+	if len(soon) > 0 {
+		l.q.noteDue(l.q.cfg.Queue, soon, wake)
 	}
 }
 

@@ -350,6 +350,80 @@ func TestEnqueueWakesIdleWorker(t *testing.T) {
 	}
 }
 
+// A retry, a snooze and a delayed job run when they are due, not at the
+// next poll: an idle loop sleeps until the first due time its Queue knows
+// of. The poll is an hour; every wait below is the schedule's own.
+func TestDueJobsRunOnTime(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store func() queue.Store
+	}{
+		{"outcomes with the claim", func() queue.Store { return queue.NewMemoryStore() }},
+		{"outcomes beside the claim", func() queue.Store { return plainStore{queue.NewMemoryStore()} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := c.store()
+				q := newQueueOn(t, s, queue.Config{Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(100 * time.Millisecond)}})
+				type run struct {
+					id string
+					at time.Duration
+				}
+				start := time.Now()
+				var mu sync.Mutex
+				var runs []run
+				h := func(ctx context.Context, _ []byte) error {
+					d, _ := retry.DeliveryFrom(ctx)
+					mu.Lock()
+					runs = append(runs, run{fmt.Sprintf("%s#%d", d.ID, d.Attempt), time.Since(start)})
+					mu.Unlock()
+					switch {
+					case d.ID == "retried" && d.Attempt < 3:
+						return retry.Retryable(errors.New("down"))
+					case d.ID == "snoozed" && d.Attempt == 1:
+						return queue.Snooze(250 * time.Millisecond)
+					}
+					return nil
+				}
+				w, err := queue.NewWorker(q, h, queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error)
+				go func() { done <- w.Run(ctx) }()
+				synctest.Wait()
+				// Another Queue value of the same queue enqueues: the
+				// worker's learns the delayed job's due time too.
+				other := newQueueOn(t, s, queue.Config{})
+				now := q.Now()
+				if _, err := other.EnqueueMany(ctx, []queue.NewJob{
+					{ID: "retried"}, {ID: "snoozed"}, {ID: "delayed", AvailableAt: now + 330},
+				}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				cancel()
+				<-done
+				want := []run{
+					{"retried#1", 0}, {"snoozed#1", 0},
+					{"retried#2", 100 * time.Millisecond},
+					{"retried#3", 200 * time.Millisecond},
+					{"snoozed#2", 250 * time.Millisecond},
+					{"delayed#1", 330 * time.Millisecond},
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				slices.SortStableFunc(runs, func(a, b run) int { return int(a.at - b.at) })
+				if !slices.Equal(runs, want) {
+					t.Errorf("runs (attempt, when)\n got %v\nwant %v", runs, want)
+				}
+			})
+		})
+	}
+}
+
 // cancelingStore cancels the worker's context during every claim.
 type cancelingStore struct {
 	queue.Store
