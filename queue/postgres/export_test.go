@@ -31,3 +31,6 @@ func (s *Store) VacuumPending() int {
 	defer s.vac.mu.Unlock()
 	return s.vac.claimed
 }
+
+// Channel is the store's LISTEN/NOTIFY channel.
+func (s *Store) Channel() string { return s.channel }

@@ -592,12 +592,12 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 // together in one round trip, run in one transaction (a pipeline with one
 // Sync is one implicit transaction) and committed together.
 func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
-	args, retried := recordArgs(outcomes)
+	args, dueNow := recordArgs(outcomes)
 	b := &pgx.Batch{}
 	b.Queue(s.recordSQL(), args...)
 	b.Queue(claimPlan)
 	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
-	if retried {
+	if dueNow {
 		// Queued in the transaction, delivered when it commits.
 		b.Queue(`SELECT pg_notify($1, '')`, s.channel)
 	}
@@ -620,7 +620,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 		if err != nil {
 			return nil, err
 		}
-		if retried {
+		if dueNow {
 			if _, err := br.Exec(); err != nil {
 				return nil, err
 			}
@@ -644,7 +644,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
-	args, retried := recordArgs(outcomes)
+	args, dueNow := recordArgs(outcomes)
 	rows, err := s.pool.Query(ctx, s.recordSQL(), args...)
 	if err == nil {
 		err = scanRecorded(rows, outcomes)
@@ -655,13 +655,13 @@ func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
 		}
 		return err
 	}
-	if retried {
+	if dueNow {
 		s.notify(ctx)
 	}
 	return nil
 }
 
-// notify wakes the listeners: a retried or released job may be due soon.
+// notify wakes the listeners: a released or retried job is due now.
 // Best effort: polling covers a lost notification.
 func (s *Store) notify(ctx context.Context) {
 	s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
@@ -694,9 +694,12 @@ func (s *Store) recordSQL() string {
 		RETURNING j.id, o.attempt`
 }
 
-// recordArgs are recordSQL's arguments; retried says whether an outcome
-// makes a job pending again.
-func recordArgs(outcomes []queue.Outcome) (args []any, retried bool) {
+// recordArgs are recordSQL's arguments; dueNow says whether an outcome
+// makes a job due at once (a release, a retry without a wait), which the
+// listeners are told of. A retry due later is not: a loop woken now would
+// find nothing and sleep a poll, and the recording process's own loops
+// sleep until it is due.
+func recordArgs(outcomes []queue.Outcome) (args []any, dueNow bool) {
 	n := len(outcomes)
 	ids, attempts := make([]string, n), make([]int32, n)
 	states, reasons, errs := make([]string, n), make([]string, n), make([]string, n)
@@ -704,9 +707,9 @@ func recordArgs(outcomes []queue.Outcome) (args []any, retried bool) {
 	for i, o := range outcomes {
 		ids[i], attempts[i], states[i], reasons[i], errs[i] = o.ID, int32(o.Attempt), string(o.State), string(o.DeadReason), o.LastError
 		avail[i], nows[i] = o.AvailableAt, o.Now
-		retried = retried || o.State == queue.Pending
+		dueNow = dueNow || o.State == queue.Pending && o.AvailableAt <= o.Now
 	}
-	return []any{ids, attempts, states, avail, reasons, errs, nows}, retried
+	return []any{ids, attempts, states, avail, reasons, errs, nows}, dueNow
 }
 
 // scanRecorded reads recordSQL's rows into outcomes[i].Applied.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -118,6 +119,87 @@ func TestNotifyWakesSubscribers(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		case <-deadline:
 			t.Fatal("no notification after inserts")
+		}
+	}
+}
+
+// Recording a retry due later notifies no one (a loop woken now would
+// find nothing and sleep a poll); a release or a retry due at once does.
+// The listener reads notifications in commit order: after each Record a
+// marker is sent, and what arrives first tells whether Record notified.
+func TestNotifyOnlyWhatIsDue(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := sharedPool(t).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.Channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	// next sends a marker and returns the payloads that arrived before it.
+	marker := 0
+	next := func() []string {
+		t.Helper()
+		marker++
+		m := fmt.Sprint("marker-", marker)
+		if _, err := s.Pool().Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), m); err != nil {
+			t.Fatal(err)
+		}
+		var before []string
+		for {
+			n, err := conn.Conn().WaitForNotification(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Payload == m {
+				return before
+			}
+			before = append(before, n.Payload)
+		}
+	}
+	clock := queuetest.NewClock(queuetest.Start)
+	q, err := queue.New(s, queue.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"later", "release", "later-claim", "now-claim"}
+	for _, id := range ids {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next() // the enqueues' notifications
+	now := clock.Now()
+	if js, err := s.Claim(ctx, queue.DefaultQueue, now, now+60_000, len(ids)); err != nil || len(js) != len(ids) {
+		t.Fatalf("claimed %d, %v", len(js), err)
+	}
+	retry := func(id string, after int64) []queue.Outcome {
+		return []queue.Outcome{{ID: id, Attempt: 1, State: queue.Pending, AvailableAt: now + after, Now: now}}
+	}
+	for _, c := range []struct {
+		name   string
+		record func() error
+		notify bool
+	}{
+		{"Record, due in 1 min", func() error { return s.Record(ctx, retry("later", 60_000)) }, false},
+		{"Record, released", func() error { return s.Record(ctx, retry("release", 0)) }, true},
+		{"RecordAndClaim, due in 1 min", func() error {
+			_, err := s.RecordAndClaim(ctx, retry("later-claim", 60_000), queue.DefaultQueue, now, now+60_000, 1)
+			return err
+		}, false},
+		{"RecordAndClaim, due now", func() error {
+			_, err := s.RecordAndClaim(ctx, retry("now-claim", 0), queue.DefaultQueue, now, now+60_000, 0)
+			return err
+		}, true},
+	} {
+		if err := c.record(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := len(next()) > 0; got != c.notify {
+			t.Errorf("%s: notified %v, want %v", c.name, got, c.notify)
 		}
 	}
 }
