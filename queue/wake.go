@@ -160,15 +160,26 @@ func (q *Queue) addDues(ats []int64, wake bool) {
 }
 
 // untilDue is how long a loop whose claim at t0 (Unix ms) found nothing
-// may sleep before the first due time after t0; false: none is known. Due
-// times at or before t0 are forgotten: that claim could take their jobs.
-func (q *Queue) untilDue(t0 int64) (time.Duration, bool) {
+// may sleep before the first due time after t0, and that time; false:
+// none is known. Due times at or before t0 are forgotten: that claim could
+// take their jobs.
+func (q *Queue) untilDue(t0 int64) (time.Duration, int64, bool) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	i, _ := slices.BinarySearch(q.dues, t0+1)
 	q.dues = q.dues[:copy(q.dues, q.dues[i:])]
 	if len(q.dues) == 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return time.Duration(max(q.dues[0]-q.now(), 0)) * time.Millisecond, true
+	at := q.dues[0]
+	return time.Duration(max(at-q.now(), 0)) * time.Millisecond, at, true
+}
+
+// dropDue forgets the due time at.
+func (q *Queue) dropDue(at int64) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	if i, found := slices.BinarySearch(q.dues, at); found {
+		q.dues = slices.Delete(q.dues, i, i+1)
+	}
 }

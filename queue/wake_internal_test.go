@@ -155,18 +155,23 @@ func TestDues(t *testing.T) {
 	if !slices.Equal(q.dues, []int64{1100, 1200, 1300, 1500}) {
 		t.Errorf("dues %v", q.dues)
 	}
-	if d, ok := q.untilDue(1000); !ok || d != 100*time.Millisecond {
-		t.Errorf("untilDue(1000) = %v, %v; want 100ms", d, ok)
+	if d, at, ok := q.untilDue(1000); !ok || d != 100*time.Millisecond || at != 1100 {
+		t.Errorf("untilDue(1000) = %v, %d, %v; want 100ms, 1100", d, at, ok)
 	}
 	now = 1250
-	if d, ok := q.untilDue(1200); !ok || d != 50*time.Millisecond || !slices.Equal(q.dues, []int64{1300, 1500}) {
-		t.Errorf("untilDue(1200) at 1250 = %v, %v, dues %v; want 50ms, [1300 1500]", d, ok, q.dues)
+	if d, at, ok := q.untilDue(1200); !ok || d != 50*time.Millisecond || at != 1300 || !slices.Equal(q.dues, []int64{1300, 1500}) {
+		t.Errorf("untilDue(1200) at 1250 = %v, %d, %v, dues %v; want 50ms, 1300, [1300 1500]", d, at, ok, q.dues)
 	}
 	now = 1400
-	if d, ok := q.untilDue(1250); !ok || d != 0 {
+	if d, _, ok := q.untilDue(1250); !ok || d != 0 {
 		t.Errorf("untilDue past a due time = %v, %v; want 0 (claim again now)", d, ok)
 	}
-	if _, ok := q.untilDue(1500); ok || len(q.dues) != 0 {
+	q.dropDue(1300)
+	q.dropDue(1234) // not there: nothing changes
+	if !slices.Equal(q.dues, []int64{1500}) {
+		t.Errorf("after dropDue(1300): %v", q.dues)
+	}
+	if _, _, ok := q.untilDue(1500); ok || len(q.dues) != 0 {
 		t.Errorf("untilDue(1500) kept %v", q.dues)
 	}
 	var many []int64

@@ -475,11 +475,16 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 			// jittered poll or the first due time known here (a retry's),
 			// a handler to finish, or the shutdown (which may have begun
 			// during the claim).
-			d := jitter(w.cfg.PollInterval)
-			if due, ok := q.untilDue(t0); ok {
-				d = min(d, due)
+			d, due := jitter(w.cfg.PollInterval), int64(0)
+			if until, at, ok := q.untilDue(t0); ok && until < d {
+				d, due = until, at
 			}
-			st.wait(wake, ctx.Done(), d)
+			if st.wait(wake, ctx.Done(), d) && due != 0 && q.now() < due {
+				// Slept until the due time, and the queue's clock has
+				// not reached it: it does not follow the timers (a
+				// test's manual clock). The poll finds the job instead.
+				q.dropDue(due)
+			}
 		}
 	}
 }
@@ -686,17 +691,20 @@ func (st *loopState) drain() {
 	}
 }
 
-// wait returns after d, on wake or stop, or when a handler finishes.
-func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) {
+// wait returns after d (reporting true), on wake or stop, or when a
+// handler finishes.
+func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) (slept bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
 	case <-wake:
 	case <-stop:
 	case a := <-st.finished:
 		st.take(a)
 	}
+	return false
 }
 
 // commit records the outcomes of the queued attempts (with rec, which

@@ -424,6 +424,46 @@ func TestDueJobsRunOnTime(t *testing.T) {
 	}
 }
 
+// countedClaims counts the claims made through it.
+type countedClaims struct {
+	queue.Store
+	n atomic.Int32
+}
+
+func (c *countedClaims) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, name, now, leaseUntil, limit)
+}
+
+// A queue clock that does not follow the timers (a test's manual clock)
+// does not make an idle loop claim at every due-time wake: after one sleep
+// that the clock did not see pass, the due time is left to the poll.
+func TestDueTimeWithAFrozenClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := queuetest.NewClock(queuetest.Start)
+		s := &countedClaims{Store: queue.NewMemoryStore()}
+		q := newQueueOn(t, s, queue.Config{Now: clock.Now, Policy: &retry.Policy{Schedule: backoff.Constant(100 * time.Millisecond)}})
+		w, err := queue.NewWorker(q, func(context.Context, []byte) error { return retry.Retryable(errors.New("down")) },
+			queue.WorkerConfig{PollInterval: time.Hour, SweepInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Run(ctx) }()
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // 100 retry waits, on a clock that stands still
+		synctest.Wait()
+		cancel()
+		<-done
+		if n := s.n.Load(); n > 5 {
+			t.Errorf("%d claims in 10 s with an hour's poll: the loop claims at every due-time wake", n)
+		}
+	})
+}
+
 // cancelingStore cancels the worker's context during every claim.
 type cancelingStore struct {
 	queue.Store
