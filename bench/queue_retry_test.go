@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/postgres"
+	"github.com/staggerhq/stagger/queue/sqlite"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -31,30 +33,12 @@ const retryWait = 20 * time.Millisecond
 func BenchmarkQueuePostgresRetry(b *testing.B) {
 	pool := benchPool(b)
 	b.Run("stagger", func(b *testing.B) {
-		ctx := context.Background()
-		s, err := postgres.New(ctx, pool, postgres.Options{Schema: pgSchema(b, pool)})
+		s, err := postgres.New(context.Background(), pool, postgres.Options{Schema: pgSchema(b, pool)})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		q, err := queue.New(s, queue.Config{Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(retryWait)}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var failed time.Time // written by attempt 1, read by attempt 2: one job at a time
-		late := make(chan time.Duration, 1)
-		defer runWorker(b, q, func(ctx context.Context, _ []byte) error {
-			if d, _ := retry.DeliveryFrom(ctx); d.Attempt == 1 {
-				failed = time.Now()
-				return retry.Retryable(errRetryBench)
-			}
-			late <- time.Since(failed) - retryWait
-			return nil
-		})()
-		lateness(b, late, func(i int) error {
-			_, _, err := q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("r-%d-%d", b.N, i)})
-			return err
-		})
+		staggerLateness(b, s)
 	})
 	b.Run("river", func(b *testing.B) {
 		ctx := context.Background()
@@ -74,6 +58,43 @@ func BenchmarkQueuePostgresRetry(b *testing.B) {
 			_, err := client.Insert(ctx, retryArgs{}, &river.InsertOpts{MaxAttempts: 2})
 			return err
 		})
+	})
+}
+
+// BenchmarkQueueSQLiteRetry is BenchmarkQueuePostgresRetry's stagger
+// half on SQLite (synchronous=FULL, the default).
+//
+//	cd bench && go test -run '^$' -bench 'BenchmarkQueueSQLiteRetry' -benchtime 100x -count 1 .
+func BenchmarkQueueSQLiteRetry(b *testing.B) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "q.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	staggerLateness(b, s)
+}
+
+// staggerLateness measures lateness with a Worker of benchWorkers
+// handlers on s at its default poll.
+func staggerLateness(b *testing.B, s queue.Store) {
+	ctx := context.Background()
+	q, err := queue.New(s, queue.Config{Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(retryWait)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var failed time.Time // written by attempt 1, read by attempt 2: one job at a time
+	late := make(chan time.Duration, 1)
+	defer runWorker(b, q, func(ctx context.Context, _ []byte) error {
+		if d, _ := retry.DeliveryFrom(ctx); d.Attempt == 1 {
+			failed = time.Now()
+			return retry.Retryable(errRetryBench)
+		}
+		late <- time.Since(failed) - retryWait
+		return nil
+	})()
+	lateness(b, late, func(i int) error {
+		_, _, err := q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("r-%d-%d", b.N, i)})
+		return err
 	})
 }
 
