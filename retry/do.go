@@ -100,9 +100,9 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 				return s.leave(&w, s.Err())
 			}
 			err = fn(s.Context())
-			if p.Budget != nil || err != nil && s.needsNow() {
-				now = p.now()
-			}
+		}
+		if p.Budget != nil || err != nil && s.needsNow() {
+			now = p.now()
 		}
 		first = nil
 		dec := s.End(err, now)

@@ -939,3 +939,22 @@ func TestStepDoContinuesTheLedger(t *testing.T) {
 		}
 	})
 }
+
+// A first attempt that fails under a plain policy (the fast path of Do,
+// which skips Begin) is decided against the context's deadline as any
+// other: a wait that would outlast it gives up at once, with no retry.
+func TestFirstFailureSeesTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		retries := 0
+		p := &Policy{MaxAttempts: 3, Schedule: backoff.Constant(10 * time.Second),
+			Hooks: Hooks{OnRetry: func(Event) { retries++ }}}
+		start := time.Now()
+		err := Do(ctx, p, func(context.Context) error { return errFlaky })
+		if !errors.Is(err, ErrDeadline) || retries != 0 || time.Since(start) != 0 {
+			t.Errorf("Do = %v after %v with %d retries; want ErrDeadline at once, no retry", err, time.Since(start), retries)
+		}
+	})
+}
+
