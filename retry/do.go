@@ -87,7 +87,7 @@ func (p *Policy) now() time.Time {
 func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first error) error {
 	p := s.policy()
 	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
-	defer s.Abort()             // fn panicked: free its slot before the panic goes on
+	defer s.abandon()           // fn panicked: free its slot before the panic goes on
 	s.quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
 	err := first
 	for {
@@ -120,6 +120,13 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 			}
 		}
 	}
+}
+
+// abandon is Abort after fn panicked, dropping loop's word for its
+// context too: a caller that recovers may go on with s under another.
+func (s *Step) abandon() {
+	s.quiet = false
+	s.Abort()
 }
 
 // leave ends loop with err: it stops the wait's timer and drops loop's

@@ -958,3 +958,17 @@ func TestFirstFailureSeesTheDeadline(t *testing.T) {
 	})
 }
 
+// A Step whose Do panicked under a context that is never done, recovered
+// by the caller, honours the next context's cancellation.
+func TestStepAfterPanicAsksTheContext(t *testing.T) {
+	s := Step{Policy: &Policy{MaxAttempts: 3, Schedule: zeroWait}}
+	func() {
+		defer func() { _ = recover() }()
+		s.Do(context.Background(), func(context.Context) error { panic("boom") })
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r := s.Begin(ctx, time.Time{}); r != Canceled {
+		t.Errorf("Begin under a canceled context after a panic = %v, want %v", r, Canceled)
+	}
+}
