@@ -289,6 +289,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 	a.s.Policy = p
 	now := r.now(ctx)
 	if a.s.Begin(r.hctx, now) != NoReason {
+		r.idle = true // nothing started, the timer never armed
 		return a.s.Err()
 	}
 	a.n = 1

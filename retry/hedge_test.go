@@ -661,6 +661,38 @@ func TestHedgeSuccessPathAllocs(t *testing.T) {
 	}
 }
 
+// A call the Limiter refuses returns its run to the pool: it costs the
+// error it returns, not a new run (a timer and a block of contexts).
+func TestHedgeRefusedAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop what it is given; .ci/run runs this test without -race")
+	}
+	h := &Hedge{Delay: time.Second}
+	bh := mustBulkhead(1)
+	bh.TryAcquire() // full: every call is refused
+	defer bh.Release(false)
+	p := &Policy{Limiter: bh}
+	fn := func(context.Context) error { return nil }
+	h.Do(context.Background(), p, fn) // warm the pool
+	if n := testing.AllocsPerRun(1000, func() { h.Do(context.Background(), p, fn) }); n > 2 {
+		t.Errorf("%v allocations per refused call, want at most 2 (its error)", n)
+	}
+}
+
+func BenchmarkHedgeRefused(b *testing.B) {
+	h := &Hedge{Delay: time.Second}
+	bh := mustBulkhead(1)
+	bh.TryAcquire() // full: every call is refused
+	defer bh.Release(false)
+	p := &Policy{Limiter: bh}
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		h.Do(ctx, p, fn)
+	}
+}
+
 type ctxKey struct{}
 
 // TestHedgeAttemptContext: the attempts' own context (no WithCancel) has
