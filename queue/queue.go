@@ -114,7 +114,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, js []NewJob) ([]Inserted, error
 	if err != nil {
 		return nil, err
 	}
-	q.wakeRows(rows, q.now())
+	q.wakeRows(res)
 	return res, nil
 }
 

@@ -71,45 +71,47 @@ func (q *Queue) listen() (stop func()) {
 // q's store and the named queue.
 func (q *Queue) wakeQueue(name string) { q.each(name, (*Queue).signal) }
 
-// each calls f on q, if it is of the named queue, and on every other
-// running Queue of q's store and that queue.
+// each calls f on every running Queue of q's store and the named queue;
+// on a store that has no key, on q alone if it is of that queue.
 func (q *Queue) each(name string, f func(*Queue)) {
-	if name == q.cfg.Queue {
-		f(q)
-	}
 	k, ok := q.keyOf(name)
 	if !ok {
+		if name == q.cfg.Queue {
+			f(q)
+		}
 		return
 	}
 	listening.mu.Lock()
 	defer listening.mu.Unlock()
 	for o := range listening.m[k] {
-		if o != q {
-			f(o)
-		}
+		f(o)
 	}
 }
 
-// wakeRows wakes the loops of the named queues rows went to, stored at
-// now: those with a job due now at once; the others learn when their
-// delayed jobs are due.
-func (q *Queue) wakeRows(rows []Job, now int64) {
+// wakeRows wakes the loops of the named queues an enqueue created jobs
+// in: those with a job due at its creation at once; the others learn when
+// their delayed jobs are due.
+func (q *Queue) wakeRows(res []Inserted) {
 	type batch struct {
 		name string
 		due  bool    // a job is due now
 		soon []int64 // the later AvailableAts
 	}
 	var bs []batch // few: most batches go to one queue
-	for _, r := range rows {
-		i := slices.IndexFunc(bs, func(b batch) bool { return b.name == r.Queue })
+	for i := range res {
+		if !res[i].Created {
+			continue
+		}
+		j := &res[i].Job
+		i := slices.IndexFunc(bs, func(b batch) bool { return b.name == j.Queue })
 		if i < 0 {
 			i = len(bs)
-			bs = append(bs, batch{name: r.Queue})
+			bs = append(bs, batch{name: j.Queue})
 		}
-		if r.AvailableAt <= now {
+		if j.AvailableAt <= j.CreatedAt {
 			bs[i].due = true
 		} else {
-			bs[i].soon = append(bs[i].soon, r.AvailableAt)
+			bs[i].soon = append(bs[i].soon, j.AvailableAt)
 		}
 	}
 	for _, b := range bs {

@@ -54,21 +54,21 @@ func TestListeningEndsWithRun(t *testing.T) {
 
 // BenchmarkWakeRows is what an enqueue adds to the store's insert to wake
 // the loops: a batch of one or 100 jobs of one queue, with a Worker's
-// Queue value listening besides the enqueuer's.
+// Queue value listening.
 func BenchmarkWakeRows(b *testing.B) {
 	s := NewMemoryStore()
 	q, _ := New(s, Config{})
 	worker, _ := New(s, Config{})
 	defer worker.listen()()
 	for _, n := range []int{1, 100} {
-		rows := make([]Job, n)
-		for i := range rows {
-			rows[i].Queue = DefaultQueue
+		res := make([]Inserted, n)
+		for i := range res {
+			res[i] = Inserted{Job: Job{Queue: DefaultQueue}, Created: true}
 		}
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				q.wakeRows(rows, 0)
+				q.wakeRows(res)
 			}
 		})
 	}
@@ -185,5 +185,31 @@ func TestDues(t *testing.T) {
 	q.addDues([]int64{9999}, false)
 	if q.dues[maxDues-1] != 4990 {
 		t.Error("a due time later than a full list's last was kept")
+	}
+}
+
+// Only running Queues learn due times: an enqueue-only Queue (a web
+// handler's) keeps none, and re-enqueueing an existing ID notes nothing.
+func TestDuesOnlyWhereAWorkerRuns(t *testing.T) {
+	s := NewMemoryStore()
+	now := int64(1000)
+	clock := func() int64 { return now }
+	web, _ := New(s, Config{Now: clock})
+	worker, _ := New(s, Config{Now: clock})
+	stop := worker.listen()
+	defer stop()
+	ctx := context.Background()
+	if _, _, err := web.Enqueue(ctx, NewJob{ID: "later", AvailableAt: 1500}); err != nil {
+		t.Fatal(err)
+	}
+	if len(web.dues) != 0 || !slices.Equal(worker.dues, []int64{1500}) {
+		t.Errorf("dues: enqueuer %v, worker %v; want none, [1500]", web.dues, worker.dues)
+	}
+	worker.dues = nil
+	if _, _, err := web.Enqueue(ctx, NewJob{ID: "later", AvailableAt: 1200}); err != nil {
+		t.Fatal(err)
+	}
+	if len(worker.dues) != 0 {
+		t.Errorf("an existing ID's enqueue noted %v", worker.dues)
 	}
 }
