@@ -391,11 +391,13 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 			isNew[id] = true
 		}
 		var missing []string
+		dueNow := false // a created job is due at once: the listeners are told
 		for i, j := range jobs {
 			if isNew[j.ID] {
 				isNew[j.ID] = false // a later duplicate in the input is not created
 				j.Payload = payloads[i]
 				out[i] = queue.Inserted{Job: j, Created: true}
+				dueNow = dueNow || j.AvailableAt <= j.CreatedAt
 			} else {
 				missing = append(missing, j.ID)
 			}
@@ -423,7 +425,9 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 				}
 			}
 		}
-		if len(made) > 0 {
+		if dueNow {
+			// Delayed jobs alone wake no one: a loop woken now would
+			// find nothing. This process's loops learn their due times.
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
 		}
 		return err

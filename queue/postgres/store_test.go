@@ -123,8 +123,9 @@ func TestNotifyWakesSubscribers(t *testing.T) {
 	}
 }
 
-// Recording a retry due later notifies no one (a loop woken now would
-// find nothing and sleep a poll); a release or a retry due at once does.
+// Recording a retry due later, or enqueueing only delayed or existing
+// jobs, notifies no one (a loop woken now would find nothing and sleep a
+// poll); a release, a retry due at once or a new job due now does.
 // The listener reads notifications in commit order: after each Record a
 // marker is sent, and what arrives first tells whether Record notified.
 func TestNotifyOnlyWhatIsDue(t *testing.T) {
@@ -192,6 +193,18 @@ func TestNotifyOnlyWhatIsDue(t *testing.T) {
 		}, false},
 		{"RecordAndClaim, due now", func() error {
 			_, err := s.RecordAndClaim(ctx, retry("now-claim", 0), queue.DefaultQueue, now, now+60_000, 0)
+			return err
+		}, true},
+		{"Enqueue, delayed", func() error {
+			_, _, err := q.Enqueue(ctx, queue.NewJob{ID: "delayed", AvailableAt: now + 60_000})
+			return err
+		}, false},
+		{"Enqueue, an existing ID", func() error {
+			_, _, err := q.Enqueue(ctx, queue.NewJob{ID: "later"})
+			return err
+		}, false},
+		{"EnqueueMany, one due of two", func() error {
+			_, err := q.EnqueueMany(ctx, []queue.NewJob{{ID: "d2", AvailableAt: now + 60_000}, {ID: "due"}})
 			return err
 		}, true},
 	} {
