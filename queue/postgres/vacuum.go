@@ -45,9 +45,12 @@ func (v *vacuumer) init() {
 	v.ctx, v.cancel = context.WithCancel(context.Background())
 }
 
-// stop cancels a running vacuum and waits for it.
+// stop cancels a running vacuum and waits for it. The cancel is made
+// under mu, where claimed checks it, so that no vacuum starts after it.
 func (v *vacuumer) stop() {
+	v.mu.Lock()
 	v.cancel()
+	v.mu.Unlock()
 	v.wg.Wait()
 }
 
