@@ -65,7 +65,13 @@ func New(store Store, cfg Config) (*Queue, error) {
 func (q *Queue) Store() Store { return q.store }
 
 // Config returns the queue's configuration with its defaults filled in.
-func (q *Queue) Config() Config { return q.cfg }
+// Its Policy is a copy: changing it changes nothing in the queue.
+func (q *Queue) Config() Config {
+	c := q.cfg
+	p := *c.Policy
+	c.Policy = &p
+	return c
+}
 
 // Now reads the queue's clock (Unix milliseconds).
 func (q *Queue) Now() int64 { return q.now() }

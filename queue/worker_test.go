@@ -1013,3 +1013,14 @@ func TestMultiWorkerValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Config hands out a copy of the Policy: changing it does not change the
+// defaults of the queue's new jobs.
+func TestConfigPolicyIsACopy(t *testing.T) {
+	q := newQueue(t, queue.Config{Policy: &retry.Policy{MaxAttempts: 4}})
+	q.Config().Policy.MaxAttempts = 9
+	j, _, err := q.Enqueue(context.Background(), queue.NewJob{ID: "a"})
+	if err != nil || j.MaxAttempts != 4 || q.Config().Policy.MaxAttempts != 4 {
+		t.Errorf("after changing Config().Policy: job MaxAttempts %d, Config %d, %v; want 4, 4", j.MaxAttempts, q.Config().Policy.MaxAttempts, err)
+	}
+}
