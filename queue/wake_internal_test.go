@@ -213,3 +213,18 @@ func TestDuesOnlyWhereAWorkerRuns(t *testing.T) {
 		t.Errorf("an existing ID's enqueue noted %v", worker.dues)
 	}
 }
+
+// NewMultiWorker takes one queue on a store that cannot be compared (as
+// NewWorker does), and refuses two, which it cannot tell are one store.
+func TestMultiWorkerUncomparableStore(t *testing.T) {
+	s := valueStore{Store: NewMemoryStore(), hook: func() {}}
+	a, _ := New(s, Config{Queue: "a"})
+	b, _ := New(s, Config{Queue: "b"})
+	h := func(context.Context, []byte) error { return nil }
+	if _, err := NewMultiWorker(WorkerConfig{}, Serve{Queue: a, Handler: h}); err != nil {
+		t.Errorf("one queue: %v", err)
+	}
+	if _, err := NewMultiWorker(WorkerConfig{}, Serve{Queue: a, Handler: h}, Serve{Queue: b, Handler: h}); err == nil {
+		t.Error("two queues on a store that cannot be compared: no error")
+	}
+}

@@ -259,7 +259,7 @@ func NewMultiWorker(cfg WorkerConfig, serves ...Serve) (*Worker, error) {
 			return nil, fmt.Errorf("%w: queue %q: nil handler", ErrInvalid, name)
 		case seen[name]:
 			return nil, fmt.Errorf("%w: queue %q is served twice", ErrInvalid, name)
-		case !sameStore(sv.Queue.store, serves[0].Queue.store):
+		case i > 0 && !sv.Queue.sameStore(serves[0].Queue):
 			return nil, fmt.Errorf("%w: queue %q is on another store than queue %q: one Worker serves one store", ErrInvalid, name, serves[0].Queue.cfg.Queue)
 		}
 		seen[name] = true
@@ -281,15 +281,10 @@ func NewMultiWorker(cfg WorkerConfig, serves ...Serve) (*Worker, error) {
 	return w, nil
 }
 
-// sameStore reports whether a and b are one store (false for values that
-// cannot be compared).
-func sameStore(a, b Store) (same bool) {
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a == b
+// sameStore reports whether q and o are on one store (false for stores
+// that cannot be compared).
+func (q *Queue) sameStore(o *Queue) bool {
+	return q.keyed && o.keyed && q.store == o.store
 }
 
 // Run processes jobs until ctx is done, then shuts down: it stops claiming,
