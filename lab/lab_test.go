@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,8 @@ func TestStatsOfCopiesEveryField(t *testing.T) {
 	}
 }
 
+func panicAbort(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }
+
 func TestHandlerOutcomes(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -90,8 +93,8 @@ func TestHandlerOutcomes(t *testing.T) {
 		{"ok", func(w http.ResponseWriter, r *http.Request) {}, false, false, Accepted},
 		{"4xx is served", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, false, false, Accepted},
 		{"5xx", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }, false, false, Failed},
-		{"panic", func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }, false, true, Failed},
-		{"client gone", func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }, true, true, Abandoned},
+		{"panic", panicAbort, false, true, Failed},
+		{"client gone", panicAbort, true, true, Abandoned},
 	}
 	for _, c := range cases {
 		start := time.Now()
@@ -119,6 +122,11 @@ func TestHandlerOutcomes(t *testing.T) {
 					}
 					if v := recover(); v != want {
 						t.Errorf("%s: recovered %v, want %v", c.name, v, want)
+					}
+					// Never recovered before: the panic's stack is still
+					// the handler's own.
+					if c.panics && !strings.Contains(string(debug.Stack()), "panicAbort") {
+						t.Errorf("%s: the panic's stack lost the handler's frames:\n%s", c.name, debug.Stack())
 					}
 				}()
 				h.ServeHTTP(httptest.NewRecorder(), req)

@@ -374,11 +374,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
 	}
-	o, abort := labkit.ServeAttempt(p.rp, w, r) // wraps w in the StatusWriter ErrorHandler marks
-	p.rec.Finish(pend, id, attempt, o)
-	if abort != nil {
-		panic(abort)
-	}
+	// ServeAttempt wraps w in the StatusWriter ErrorHandler marks.
+	labkit.ServeAttempt(p.rp, w, r, func(o labkit.Outcome) { p.rec.Finish(pend, id, attempt, o) })
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).

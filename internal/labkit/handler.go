@@ -62,45 +62,46 @@ func (w *StatusWriter) Flush() {
 // Unwrap returns the underlying writer, for http.ResponseController.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// ServeAttempt serves r with next and says what became of the attempt:
-// Abandoned when the client went away before it had the whole answer (next
-// may have served it), Failed when next (or its upstream) did not answer or
-// answered 5xx, Accepted otherwise. A panic of next (http.ErrAbortHandler
-// when copying an answer failed) is returned as abort, for the caller to
-// re-raise once the attempt is counted.
-func ServeAttempt(next http.Handler, w http.ResponseWriter, r *http.Request) (o Outcome, abort any) {
+// ServeAttempt serves r with next and tells count what became of the
+// attempt: Abandoned when the client went away before it had the whole
+// answer (next may have served it), Failed when next (or its upstream) did
+// not answer or answered 5xx, Accepted otherwise. count runs once, before
+// ServeAttempt returns; when next panics (http.ErrAbortHandler when
+// copying an answer failed), while the panic goes on, unrecovered, with
+// next's own stack.
+func ServeAttempt(next http.Handler, w http.ResponseWriter, r *http.Request, count func(Outcome)) {
 	sw := &StatusWriter{ResponseWriter: w}
 	gone := func() bool { return sw.WriteErr || r.Context().Err() != nil }
+	served := false
 	defer func() {
-		if v := recover(); v != nil {
-			o, abort = Failed, v
-			if gone() {
-				o = Abandoned
-			}
+		switch {
+		case served:
+		case gone():
+			count(Abandoned)
+		default:
+			count(Failed)
 		}
 	}()
 	next.ServeHTTP(sw, r)
+	served = true
 	switch {
 	case (sw.UpstreamErr || sw.WriteErr) && gone():
-		return Abandoned, nil
+		count(Abandoned)
 	case sw.UpstreamErr || sw.Status >= 500:
-		return Failed, nil
+		count(Failed)
+	default:
+		count(Accepted)
 	}
-	return Accepted, nil
 }
 
 // CountingHandler counts every request next serves as one attempt: arrive
 // is called when the request arrives (with time.Now) and the function it
 // returns once the outcome is known (ServeAttempt), with the request's ID
-// and attempt number (Identify). A panic of next is re-raised after counting.
+// and attempt number (Identify). A panic of next goes on once counted.
 func CountingHandler(next http.Handler, arrive func(at time.Time) func(id string, attempt int, o Outcome)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		done := arrive(time.Now())
 		id, attempt := Identify(r.Header)
-		o, abort := ServeAttempt(next, w, r)
-		done(id, attempt, o)
-		if abort != nil {
-			panic(abort)
-		}
+		ServeAttempt(next, w, r, func(o Outcome) { done(id, attempt, o) })
 	})
 }
