@@ -5,14 +5,15 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/retryhttp"
 )
 
-// Headers by which a sender identifies its attempts. The request ID names
-// the logical request; the attempt header counts from 1 (retryhttp sends
-// it).
+// Headers by which a sender identifies its attempts, those retryhttp
+// sends: the request ID names the logical request, the attempt header
+// counts from 1.
 const (
-	HeaderRequestID = "Stagger-Request-Id"
-	HeaderAttempt   = "Stagger-Attempt"
+	HeaderRequestID = retryhttp.RequestIDHeader
+	HeaderAttempt   = retryhttp.AttemptHeader
 )
 
 // Handler returns next with every request counted in r as one attempt: it

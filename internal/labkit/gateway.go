@@ -9,15 +9,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/staggerhq/stagger/retryhttp"
 )
 
 // Headers by which a sender identifies its attempts, and by which the
 // gateway says what it did. The request ID names the logical request (one
 // per caller in a lab run); the attempt header counts from 1.
 const (
-	HeaderRequestID = "Stagger-Request-Id" // sent: the logical request's ID (the caller number in a run)
-	HeaderAttempt   = "Stagger-Attempt"    // sent: the attempt number, from 1
-	HeaderOutcome   = "Stagger-Outcome"    // answered: the Outcome's String, e.g. "down"
+	HeaderRequestID = retryhttp.RequestIDHeader // sent: the logical request's ID (the caller number in a run)
+	HeaderAttempt   = retryhttp.AttemptHeader   // sent: the attempt number, from 1
+	HeaderOutcome   = "Stagger-Outcome"         // answered: the Outcome's String, e.g. "down"
 	// headerWarmup carries the per-run key of a warm-up request.
 	headerWarmup = "Stagger-Warmup"
 )
