@@ -173,5 +173,5 @@ func (r *Result) Check() error {
 // the outage shaded and the peak marked. subtitle is printed under the
 // title (for example how and when the run was made).
 func (r *Result) WriteReport(w io.Writer, subtitle string) error {
-	return labkit.WriteReport(w, subtitle, r.runs)
+	return labkit.WriteReport(w, subtitle, r.runs, labkit.ReportOptions{})
 }

@@ -71,7 +71,7 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the timeline's buckets")
 	fs.Var(&listValue{p: &names, check: checkStrategyName}, "strategy",
 		"strategy to run; repeat the flag or separate names with commas: "+strings.Join(labkit.StrategyNames, ", ")+
-			", each optionally followed by any of +budget, +bulkhead, +breaker and +rate")
+			", each optionally followed by any of +budget, +bulkhead, +breaker, +rate and +hedge")
 	fs.Var(uintValue{&seed}, "seed", "seed of the jitter: the same seed draws the same waits")
 	fs.Var(intValue{&maxAttempts, 1, 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the log and the table")
@@ -347,7 +347,7 @@ func writeLabTable(w io.Writer, s labkit.Scenario, results []*labkit.Result) {
 func writeLabReport(cfg *labConfig, results []*labkit.Result) error {
 	cmdline := strings.TrimSpace("stagger lab " + strings.Join(cfg.args, " "))
 	sub := cmdline + " — " + time.Now().Format("2006-01-02 15:04:05 MST")
-	return labkit.WriteReportFileWith(cfg.report, sub, results, cfg.reportOpts)
+	return labkit.WriteReportFile(cfg.report, sub, results, cfg.reportOpts)
 }
 
 // labJSON is the object `stagger lab --json` prints.

@@ -24,6 +24,6 @@
 //
 // Strategies are named as on the command line — immediate, constant, expo,
 // expo-full, expo-equal, decorrelated, each optionally followed by +budget,
-// +bulkhead, +breaker and +rate — and [ParseStrategy] turns a name into the
-// real schedule, budget, circuit breaker and limiters.
+// +bulkhead, +breaker, +rate and +hedge — and [ParseStrategy] turns a name
+// into the real schedule, budget, circuit breaker, limiters and hedge.
 package labkit

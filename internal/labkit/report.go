@@ -16,17 +16,26 @@ import (
 // no network) with a side-by-side table and, per strategy, the attempts the
 // gateway received per window over time (accepted and rejected stacked), the
 // outage shaded, the peak marked, and the strategy's summary table. The
-// charts come one under the other after the side-by-side table, all with
-// the same axes, so the strategies compare at a glance. subtitle
-// is printed under the title (for example the command line and the date).
-func WriteReport(w io.Writer, subtitle string, results []*Result) error {
-	return WriteReportWith(w, subtitle, results, ReportOptions{})
+// charts come one under the other after the side-by-side table, with the
+// same axes unless o says otherwise, so the strategies compare at a
+// glance. subtitle is printed under the title (for example the command
+// line and the date).
+func WriteReport(w io.Writer, subtitle string, results []*Result, o ReportOptions) error {
+	p, err := reportPage(subtitle, results, o)
+	if err != nil {
+		return err
+	}
+	return report.Write(w, p)
 }
 
-// WriteReportFile writes the report to path atomically: a failed run leaves
+// WriteReportFile is WriteReport to path, atomically: a failed run leaves
 // neither a half-written file nor a temporary one.
-func WriteReportFile(path, subtitle string, results []*Result) error {
-	return WriteReportFileWith(path, subtitle, results, ReportOptions{})
+func WriteReportFile(path, subtitle string, results []*Result, o ReportOptions) error {
+	p, err := reportPage(subtitle, results, o)
+	if err != nil {
+		return err
+	}
+	return report.WriteFile(path, p)
 }
 
 // ReportOptions change how the report draws its charts. The zero value is
@@ -38,24 +47,6 @@ type ReportOptions struct {
 	// which axes it uses. With shared axes (the default) bar heights
 	// compare across charts.
 	PerChartAxes bool
-}
-
-// WriteReportWith is WriteReport with options.
-func WriteReportWith(w io.Writer, subtitle string, results []*Result, o ReportOptions) error {
-	p, err := reportPage(subtitle, results, o)
-	if err != nil {
-		return err
-	}
-	return report.Write(w, p)
-}
-
-// WriteReportFileWith is WriteReportFile with options.
-func WriteReportFileWith(path, subtitle string, results []*Result, o ReportOptions) error {
-	p, err := reportPage(subtitle, results, o)
-	if err != nil {
-		return err
-	}
-	return report.WriteFile(path, p)
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

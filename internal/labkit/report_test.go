@@ -104,7 +104,7 @@ func TestReportMarkup(t *testing.T) {
 		}
 	})
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, "stagger lab — test", results); err != nil {
+	if err := WriteReport(&buf, "stagger lab — test", results, ReportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	html := buf.String()
@@ -117,12 +117,12 @@ func TestReportMarkup(t *testing.T) {
 			t.Errorf("report contains %q: it must be self-contained", forbidden)
 		}
 	}
-	if err := WriteReport(&buf, "", nil); !errors.Is(err, ErrInvalid) {
+	if err := WriteReport(&buf, "", nil, ReportOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("WriteReport(no results) = %v", err)
 	}
 	// A file that cannot be written leaves nothing behind.
 	dir := t.TempDir()
-	if err := WriteReportFile(filepath.Join(dir, "no", "such", "dir.html"), "", results); err == nil {
+	if err := WriteReportFile(filepath.Join(dir, "no", "such", "dir.html"), "", results, ReportOptions{}); err == nil {
 		t.Error("WriteReportFile into a missing directory succeeded")
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
@@ -138,7 +138,7 @@ func TestReportInBrowser(t *testing.T) {
 	chromium := browser.Require(t)
 	results := runForReport(t)
 	path := filepath.Join(t.TempDir(), "lab.html")
-	if err := WriteReportFile(path, "stagger lab — browser test", results); err != nil {
+	if err := WriteReportFile(path, "stagger lab — browser test", results, ReportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -174,7 +174,7 @@ func TestReportPerChartAxes(t *testing.T) {
 	}
 	for _, per := range []bool{false, true} {
 		var buf bytes.Buffer
-		if err := WriteReportWith(&buf, "", results, ReportOptions{PerChartAxes: per}); err != nil {
+		if err := WriteReport(&buf, "", results, ReportOptions{PerChartAxes: per}); err != nil {
 			t.Fatal(err)
 		}
 		html := buf.String()
