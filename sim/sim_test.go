@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,6 +39,51 @@ func TestTypesMirrorTheImplementation(t *testing.T) {
 
 // A result survives the round trip to the implementation's types and back,
 // charts included, so every writer sees what Run returned.
+// fill sets every exported field under v to a value of its own (n counts
+// up), one element in every slice, so that a conversion that drops a
+// field shows.
+func fill(t *testing.T, v reflect.Value, n *int) {
+	*n++
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(fmt.Sprint("s", *n))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(*n))
+	case reflect.Uint64:
+		v.SetUint(uint64(*n))
+	case reflect.Float64:
+		v.SetFloat(float64(*n) + 0.5)
+	case reflect.Interface:
+		v.Set(reflect.ValueOf(*n))
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(t, v.Index(0), n)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(t, v.Field(i), n)
+			}
+		}
+	default:
+		t.Fatalf("fill: kind %v (%v) not covered", v.Kind(), v.Type())
+	}
+}
+
+// Every field of the implementation's result, at every depth, survives
+// the conversion to the public result and back (Events is the
+// implementation's own).
+func TestResultConversionCopiesEveryField(t *testing.T) {
+	var k simkit.Result
+	n := 0
+	fill(t, reflect.ValueOf(&k).Elem(), &n)
+	k.Events = 0
+	if back := fromKit(&k).kit(); !reflect.DeepEqual(back, &k) {
+		t.Errorf("a field is lost on the way:\n got %+v\nwant %+v", back, &k)
+	}
+}
+
 func TestResultRoundTrip(t *testing.T) {
 	res, err := Run(context.Background(), "herd", map[string]string{"workers": "50", "outage": "2s"}, Options{Seed: 3})
 	if err != nil {
