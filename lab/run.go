@@ -156,13 +156,7 @@ func (o Options) scenario() (labkit.Scenario, []labkit.Strategy, error) {
 func (r *Result) Check() error {
 	var errs []error
 	for _, k := range r.runs {
-		if err := k.CheckJitter(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", k.Strategy.Name, err))
-		}
-		if !k.Agree() {
-			errs = append(errs, fmt.Errorf("%s: callers and gateway disagree: %s",
-				k.Strategy.Name, strings.Join(k.Mismatches, "; ")))
-		}
+		errs = append(errs, k.Check())
 	}
 	return errors.Join(errs...)
 }

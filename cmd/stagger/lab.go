@@ -215,21 +215,12 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return labVerdict(stderr, results)
 }
 
-// labVerdict applies the built-in checks: the jitter check and
-// the agreement of the two counts.
+// labVerdict applies the built-in checks (labkit.Result.Check).
 func labVerdict(stderr io.Writer, results []*labkit.Result) int {
 	code := exitOK
 	for _, r := range results {
-		if err := r.CheckJitter(); err != nil {
+		if err := r.Check(); err != nil {
 			fmt.Fprintln(stderr, err)
-			fmt.Fprintf(stderr, "  (%s: %d waits, %d distinct)\n", r.Strategy.Name, len(r.Waits()), r.DistinctWaits())
-			code = exitFail
-		}
-		if !r.Agree() {
-			fmt.Fprintf(stderr, "%s: callers and gateway disagree on the count:\n", r.Strategy.Name)
-			for _, m := range r.Mismatches {
-				fmt.Fprintln(stderr, "  "+m)
-			}
 			code = exitFail
 		}
 	}

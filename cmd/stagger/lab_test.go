@@ -186,7 +186,7 @@ func TestLabJitterCheck(t *testing.T) {
 		t.Fatalf("exit %d, want %d\n%s\n%s", code, exitFail, out, errOut)
 	}
 	first, _, _ := strings.Cut(errOut, "\n")
-	if first != "every wait was identical — jitter is not doing anything" {
+	if first != "expo-full: every wait was identical — jitter is not doing anything (4 waits, 1 distinct)" {
 		t.Errorf("stderr starts with %q", first)
 	}
 	if !strings.Contains(out, "after 0ms -> DOWN") {

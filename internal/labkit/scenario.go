@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,6 +284,21 @@ func (r *Result) CheckJitter() error {
 		return ErrJitterIdle
 	}
 	return nil
+}
+
+// Check applies the lab's two checks to r: a jittered strategy's waits
+// take at least 2 distinct values (CheckJitter), and the callers and the
+// gateway agree on every attempt (Agree). It returns nil when both hold,
+// or one error per failure, joined, each naming the strategy.
+func (r *Result) Check() error {
+	var errs []error
+	if err := r.CheckJitter(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w (%d waits, %d distinct)", r.Strategy.Name, err, len(r.Waits()), r.DistinctWaits()))
+	}
+	if !r.Agree() {
+		errs = append(errs, fmt.Errorf("%s: callers and gateway disagree: %s", r.Strategy.Name, strings.Join(r.Mismatches, "; ")))
+	}
+	return errors.Join(errs...)
 }
 
 // errRefused is the error of an attempt the gateway refused.
