@@ -22,9 +22,8 @@ type attempt struct {
 	// snoozed: the handler returned Snooze.
 	snoozed bool
 
-	turn  uint64        // the Worker's claim that took the job
-	took  time.Duration // how long run took
-	stale bool          // prefetched and released unstarted (see Worker.dispatch)
+	turn uint64        // the Worker's claim that took the job
+	took time.Duration // how long run took
 
 	mu      sync.Mutex
 	lost    bool                    // a heartbeat found the lease taken over

@@ -372,10 +372,12 @@ func (w *Worker) Run(ctx context.Context) error {
 // transaction when the store is a RecordClaimer and the turn is smaller
 // than splitTurn — and starts a goroutine per claimed job as handlers free
 // up (dispatch). So a busy worker pays about one commit per turn, and a
-// prefetched job waits about one commit for a handler. After ctx is done
-// it stops claiming and returns once every running handler's outcome is
-// committed, or as soon as rec ends (Run gave up): outcomes are committed
-// with rec, which outlives ctx.
+// prefetched job waits about one commit for a handler — a quarter of its
+// lease at most: then the jobs still waiting are released and the
+// finished handlers' outcomes committed, without waiting for a handler to
+// free up (see release). After ctx is done it stops claiming and returns
+// once every running handler's outcome is committed, or as soon as rec
+// ends (Run gave up): outcomes are committed with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
 	q, w := l.q, l.w
 	st := &loopState{finished: make(chan *attempt, l.concurrency)}
@@ -414,16 +416,25 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 			// Every handler is busy (or shutting down), or prefetched jobs
 			// wait for one: wait for one to finish, or for the shutdown.
 			// Outcomes are committed with the claim that follows the last
-			// prefetched job's start.
+			// prefetched job's start — or, when no handler frees up for a
+			// quarter of the lease (handlers hung), once the prefetched
+			// jobs go stale and are released: the finished handlers'
+			// leases are not extended, and must not run out uncommitted.
 			var done <-chan struct{}
 			if !stopping {
 				done = ctx.Done()
+			}
+			var stale <-chan time.Time
+			if len(st.buf) > 0 {
+				stale = st.staleTimer.C
 			}
 			select {
 			case a := <-st.finished:
 				st.take(a)
 			case <-done:
 			case <-rec.Done():
+			case <-stale:
+				l.release(st)
 			}
 			continue
 		}
@@ -465,6 +476,9 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 		}
 		st.buf, st.bufT0 = jobs, t0
 		l.dispatch(hctx, st)
+		if len(st.buf) > 0 {
+			st.armStale(q.cfg.Lease / 4)
+		}
 		if n > 0 && len(jobs) == 0 {
 			// Nothing due: wait for an enqueue, a notification, the next
 			// jittered poll or the first due time known here (a retry's),
@@ -493,33 +507,50 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 const splitTurn = 256
 
 // dispatch starts the claimed jobs not yet started (st.buf) on the idle
-// handlers. A prefetched job that waited longer than a quarter of its lease
-// (handlers turned slow) is not run: it is released at once, its claimed
-// attempt spent, as a lease expiry would spend it, so that no handler runs
-// on a lease about to run out, and the worker stops prefetching until
-// prefetchAfter handlers finished again. Once Run cancels the handlers,
-// the jobs left are released the same way.
+// handlers. Prefetched jobs that waited a quarter of their lease (handlers
+// turned slow) are not run: they are released (see release). Once Run
+// cancels the handlers, the jobs left are released as they start, their
+// handler's context done.
 func (l *lane) dispatch(hctx context.Context, st *loopState) {
+	if len(st.buf) > 0 && time.Since(st.claimedAt) >= l.q.cfg.Lease/4 {
+		l.release(st)
+		return
+	}
 	for len(st.buf) > 0 && st.busy < l.concurrency {
 		j := st.buf[0]
 		st.buf = st.buf[1:]
 		st.busy++
 		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
-		ctx := hctx
-		if time.Since(st.claimedAt) > l.q.cfg.Lease/4 {
-			c, cancel := context.WithCancel(hctx)
-			cancel()
-			ctx, a.stale = c, true
-			st.seen = 0 // no prefetch until the handlers' times are known again
-		}
 		go func() {
 			began := time.Now()
-			a.run(ctx, l.h)
+			a.run(hctx, l.h)
 			a.took = time.Since(began)
 			st.finished <- a
 		}()
 	}
+}
+
+// release releases every prefetched job not started (st.buf), which waited
+// a quarter of its lease for a handler: none is run, each is pending at
+// once, its claimed attempt spent (as a lease expiry would spend it), its
+// outcome queued for the next commit. So no handler starts on a lease about
+// to run out, and the loop, which waits for a handler only while jobs are
+// buffered, commits the outcomes of the handlers that finished before their
+// leases (no longer extended) run out, even when no handler frees up. The
+// worker stops prefetching until prefetchAfter handlers finished again.
+func (l *lane) release(st *loopState) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, j := range st.buf {
+		a := l.q.newAttempt(j, st.bufT0)
+		a.turn = st.turn
+		a.handle(ctx, l.h) // not started: the outcome releases the job
+		st.queued = append(st.queued, a)
+	}
+	st.fresh -= len(st.buf) // the latest claim's: they will not finish
+	st.buf = nil
+	st.seen = 0 // no prefetch until the handlers' times are known again
 }
 
 // committer records outcomes in its own transactions, concurrently with
@@ -597,6 +628,19 @@ type loopState struct {
 	commitMean  time.Duration
 	handlerMean time.Duration
 	lingerTimer *time.Timer
+	// staleTimer fires when the jobs in buf go stale (armStale).
+	staleTimer *time.Timer
+}
+
+// armStale sets staleTimer to fire d after the latest claim: when its
+// prefetched jobs, if some are still buffered, are to be released.
+func (st *loopState) armStale(d time.Duration) {
+	wait := time.Until(st.claimedAt.Add(d))
+	if st.staleTimer == nil {
+		st.staleTimer = time.NewTimer(wait)
+	} else {
+		st.staleTimer.Reset(wait)
+	}
 }
 
 func (st *loopState) take(a *attempt) {
@@ -604,9 +648,6 @@ func (st *loopState) take(a *attempt) {
 	st.queued = append(st.queued, a)
 	if a.turn == st.turn {
 		st.fresh--
-	}
-	if a.stale {
-		return // no handler ran: not a sample of the handlers' time
 	}
 	st.handlerMean += (a.took - st.handlerMean) / 8
 	st.seen = min(st.seen+1, prefetchAfter)

@@ -894,6 +894,123 @@ func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
 	})
 }
 
+// When every handler turns slower than what is left of the lease (a hung
+// dependency) while prefetched jobs wait in the worker, the loop does not
+// wait for a handler to free up: the outcomes of the handlers that finished
+// are committed, and the prefetched jobs released, within a quarter of the
+// lease of their claim. So another worker on the same store neither
+// reclaims a job whose handler succeeded (it would run twice) nor fences
+// off an outcome (Recorded=false).
+func TestWorkerCommitsWhileHandlersHang(t *testing.T) {
+	for _, merged := range []bool{true, false} {
+		t.Run(fmt.Sprint("merged=", merged), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testWorkerCommitsWhileHandlersHang(t, merged) })
+		})
+	}
+}
+
+func testWorkerCommitsWhileHandlersHang(t *testing.T, merged bool) {
+	sc := &slowClaims{Store: queue.NewMemoryStore()}
+	var s queue.Store = sc
+	if merged {
+		s = slowMergedClaims{sc}
+	}
+	cfg := queue.Config{Lease: time.Second, Policy: &retry.Policy{AttemptTimeout: 5 * time.Second}}
+	qa, qb := newQueueOn(t, s, cfg), newQueueOn(t, s, cfg)
+	ctx := context.Background()
+	const n = 200
+	for i := range n {
+		qa.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("j%03d", i), MaxAttempts: 5})
+	}
+	var mu sync.Mutex
+	succeeded := map[string]int{}
+	var lost []queue.Result
+	var errs []error
+	onResult := func(r queue.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !r.Recorded {
+			lost = append(lost, r)
+		}
+	}
+	onError := func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }
+	succeed := func(ctx context.Context) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		mu.Lock()
+		succeeded[d.ID]++
+		mu.Unlock()
+		return nil
+	}
+	// Worker a: its handlers finish at once (so it prefetches), then, from
+	// the 41st job on, hang for 3 s — longer than the lease.
+	slow := make(chan struct{})
+	var started atomic.Int32
+	wa, err := queue.NewWorker(qa, func(ctx context.Context, _ []byte) error {
+		switch k := started.Add(1); {
+		case k == 41:
+			close(slow)
+			fallthrough
+		case k > 41:
+			select {
+			case <-time.After(3 * time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return succeed(ctx)
+	}, queue.WorkerConfig{Concurrency: 4, PollInterval: time.Second, OnResult: onResult, OnError: onError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Worker b, on the same store, starts when a's handlers hang, and takes
+	// whatever is claimable.
+	wb, err := queue.NewWorker(qb, func(ctx context.Context, _ []byte) error { return succeed(ctx) },
+		queue.WorkerConfig{Concurrency: 4, PollInterval: 50 * time.Millisecond, OnResult: onResult, OnError: onError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var ran sync.WaitGroup
+	runErrs := make([]error, 2)
+	ran.Go(func() { runErrs[0] = wa.Run(rctx) })
+	ran.Go(func() {
+		select {
+		case <-slow:
+		case <-rctx.Done():
+			return
+		}
+		runErrs[1] = wb.Run(rctx)
+	})
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if st, _ := qa.Stats(ctx); st.Done == n {
+			break
+		}
+	}
+	cancel()
+	ran.Wait()
+	for _, err := range runErrs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	twice := 0
+	for id, c := range succeeded {
+		if c != 1 {
+			twice++
+			t.Logf("%s: handler succeeded %d times", id, c)
+		}
+	}
+	if twice > 0 || len(lost) > 0 || len(errs) > 0 {
+		t.Fatalf("%d succeeded jobs ran again, %d outcomes not recorded, errors: %v; claims asked for %v", twice, len(lost), errs, sc.limits)
+	}
+	if len(succeeded) != n {
+		t.Fatalf("%d of %d jobs succeeded", len(succeeded), n)
+	}
+}
+
 // A big Worker on a RecordClaimer commits its outcomes beside the claims
 // (splitTurn): every job still runs once and is recorded done, and the
 // shutdown waits for the last outcomes.
