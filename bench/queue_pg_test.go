@@ -312,27 +312,43 @@ func startRiver(b *testing.B, client *river.Client[pgx.Tx]) (stop func()) {
 // previous one's handler started and a pause of 1–3 ms, and reports the
 // percentiles of (handler start − enqueue return).
 func pickup(b *testing.B, started <-chan time.Time, enqueue func(i int) error) {
+	oneAtATime(b, "ms", enqueue, func(i int) time.Duration {
+		committed := time.Now()
+		d := within(b, started, i).Sub(committed)
+		time.Sleep(time.Millisecond + time.Duration(i%3)*time.Millisecond)
+		return d
+	})
+}
+
+// oneAtATime enqueues b.N jobs one at a time with enqueue, each after the
+// previous one's measure returned, and reports the percentiles of the
+// measures in milliseconds: p50-unit, p99-unit, max-unit.
+func oneAtATime(b *testing.B, unit string, enqueue func(i int) error, measure func(i int) time.Duration) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
 		if err := enqueue(i); err != nil {
 			b.Fatal(err)
 		}
-		committed := time.Now()
-		select {
-		case s := <-started:
-			lat = append(lat, s.Sub(committed))
-		case <-time.After(30 * time.Second):
-			b.Fatalf("job %d not started after 30s", i)
-		}
-		time.Sleep(time.Millisecond + time.Duration(i%3)*time.Millisecond)
+		lat = append(lat, measure(i))
 	}
 	b.StopTimer()
 	slices.Sort(lat)
 	at := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
-	b.ReportMetric(at(1), "max-ms")
+	b.ReportMetric(at(0.50), "p50-"+unit)
+	b.ReportMetric(at(0.99), "p99-"+unit)
+	b.ReportMetric(at(1), "max-"+unit)
+}
+
+// within receives from c, failing b after 30 s without a value for job i.
+func within[T any](b *testing.B, c <-chan T, i int) T {
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		b.Fatalf("job %d: nothing after 30s", i)
+		panic("unreachable")
+	}
 }
 
 // BenchmarkQueuePostgresInsert enqueues b.N jobs in transactions of

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -126,23 +125,5 @@ func (w *retryWorker) NextRetry(*river.Job[retryArgs]) time.Time { return time.N
 // lateness enqueues b.N jobs one at a time, each after the previous one's
 // retry ran, and reports the percentiles of the retries' lateness.
 func lateness(b *testing.B, late <-chan time.Duration, enqueue func(i int) error) {
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := range b.N {
-		if err := enqueue(i); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case d := <-late:
-			lat = append(lat, d)
-		case <-time.After(30 * time.Second):
-			b.Fatalf("job %d not retried after 30s", i)
-		}
-	}
-	b.StopTimer()
-	slices.Sort(lat)
-	at := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
-	b.ReportMetric(at(0.50), "p50-late-ms")
-	b.ReportMetric(at(0.99), "p99-late-ms")
-	b.ReportMetric(at(1), "max-late-ms")
+	oneAtATime(b, "late-ms", enqueue, func(i int) time.Duration { return within(b, late, i) })
 }
