@@ -162,11 +162,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		if !found {
 			return nil, fmt.Errorf("postgres: no queue table %s (read-only: nothing was created)", s.jobs)
 		}
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-			WHERE attrelid = $1::regclass AND attname = 'queue' AND NOT attisdropped)`, s.jobs).Scan(&found); err != nil {
+		if found, err := hasColumn(ctx, pool, s.jobs, "queue"); err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
-		}
-		if !found {
+		} else if !found {
 			return nil, fmt.Errorf("postgres: the queue table %s predates named queues: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", s.jobs)
 		}
 		if found, err := hasColumn(ctx, pool, s.jobs, "trace"); err != nil {
