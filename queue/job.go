@@ -71,7 +71,7 @@ type Job struct {
 	// Trace is the trace context of the code that enqueued the job, as
 	// Config.Trace injected it: the W3C traceparent, then a newline and
 	// the tracestate when there is one; "" when none. Every attempt's
-	// handler runs in that trace (Config.Trace extracts it at the claim).
+	// handler runs in that trace (Config.Trace extracts it as the handler starts).
 	// Stores keep it as opaque text.
 	Trace string
 }

@@ -554,8 +554,9 @@ func (l *lane) release(st *loopState) {
 }
 
 // committer records outcomes in its own transactions, concurrently with
-// the loop's claims, for stores that cannot merge them into the claim's
-// transaction (not a RecordClaimer). Outcomes that arrive while a commit
+// the loop's claims: for stores that cannot merge them into the claim's
+// transaction (not a RecordClaimer), and on a RecordClaimer for turns of
+// splitTurn jobs or more, whose commits are long. Outcomes that arrive while a commit
 // is in flight share the next one (group commit, no timer). A failed
 // commit is retried after a jittered pause: outcomes are dropped only when
 // Run gives up (their leases keep the jobs meanwhile).

@@ -46,7 +46,7 @@ type Options struct {
 	// for such a store.
 	ReadOnly bool
 	// VacuumAfter is how many jobs claimed through the store start a
-	// VACUUM of the jobs table in the background (see Store.vacuum): every
+	// VACUUM of the jobs table in the background (see vacuumer): every
 	// claim and every outcome leaves dead entries at the head of the due
 	// index, which each later claim walks until a vacuum removes them.
 	// Default DefaultVacuumAfter; NoVacuum leaves it to autovacuum.
