@@ -75,4 +75,15 @@ func testTrace(t *testing.T, s queue.Store) {
 	if j, _, err := plain.q.Enqueue(ctx, queue.NewJob{ID: "f-plain"}); err != nil || j.Trace != "" {
 		t.Errorf("without Config.Trace: %v, Trace %q", err, j.Trace)
 	}
+	if _, _, err := e.q.Enqueue(ctx, queue.NewJob{ID: "g-traced"}); err != nil {
+		t.Fatal(err)
+	}
+	plain.clock.Advance(e.clock.Now() - plain.clock.Now()) // g-traced is due
+	for _, id := range []string{"f-plain", "g-traced"} {
+		var got traceVal
+		j := plain.runOnce(func(ctx context.Context, _ []byte) error { got = tracetest.From(ctx); return nil })
+		if j == nil || j.ID != id || got != (traceVal{}) {
+			t.Errorf("without Config.Trace: ran %v with trace %+v, want %s with none", j, got, id)
+		}
+	}
 }
