@@ -47,10 +47,8 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 			return nil
 		}
 		var s Step // set field by field: a composite literal is built apart and copied
-		s.Policy, s.Delivery.Attempt, s.ctx, s.folded = p, 1, ctx, true
-		if dl, ok := ctx.Deadline(); ok {
-			s.Delivery.Deadline, s.dline = dl, dl // as Begin would have folded it
-		}
+		s.Policy, s.Delivery.Attempt, s.ctx = p, 1, ctx
+		s.fold(ctx) // as Begin would have
 		return s.loop(ctx, fn, err)
 	}
 	var s Step
