@@ -234,19 +234,21 @@ func (s *Step) Hold() { s.keep = true }
 // slot (with the outcome End judged) and its context. It is idempotent.
 func (s *Step) Release() {
 	if s.cancel != nil || s.held {
-		s.release()
+		s.free(s.served)
 	}
 }
 
-// release is Release's work, apart so that Release inlines.
-func (s *Step) release() {
+// free, the work of Release, Abort and Postpone (apart so that they
+// inline), cancels the attempt's context and gives back its Limiter slot, as
+// served or not.
+func (s *Step) free(served bool) {
 	if s.cancel != nil {
 		s.cancel()
 		s.cancel = nil
 	}
 	if s.held {
 		s.held = false
-		s.policy().Limiter.Release(s.served)
+		s.policy().Limiter.Release(served)
 	}
 }
 
@@ -255,15 +257,8 @@ func (s *Step) release() {
 // fires and the Budget is not told, and the Limiter slot is released as
 // served (the dependency was not refused).
 func (s *Step) Postpone() {
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
-	}
+	s.free(true)
 	s.actx = nil
-	if s.held {
-		s.held = false
-		s.policy().Limiter.Release(true)
-	}
 }
 
 // Abort ends an attempt that did not return (a panic): its Limiter slot is
@@ -271,19 +266,7 @@ func (s *Step) Postpone() {
 // it around the attempt; after End (or Release) it does nothing.
 func (s *Step) Abort() {
 	if s.cancel != nil || s.held {
-		s.abort()
-	}
-}
-
-// abort is Abort's work, apart so that Abort inlines.
-func (s *Step) abort() {
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
-	}
-	if s.held {
-		s.held = false
-		s.policy().Limiter.Release(false)
+		s.free(false)
 	}
 }
 
