@@ -91,8 +91,8 @@ func (t *Tracer) Handler(name string, h retry.Handler) retry.Handler {
 }
 
 // errText is the status description of a failed attempt: its error's
-// class (retry.Classify), not its text, which may hold what a trace must
-// not.
+// class (retry.Classify), a short value spans can be grouped by. The
+// error's text is in the span's exception event (RecordError).
 func errText(err error) string {
 	c, _ := retry.Classify(err)
 	return c.String() + " error"
