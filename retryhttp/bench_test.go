@@ -1,6 +1,7 @@
 package retryhttp_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -39,6 +40,22 @@ func BenchmarkOverhead(b *testing.B) {
 	// With a deadline: the Step bounds each attempt's context.
 	b.Run("retryhttp-timeout", func(b *testing.B) {
 		run(b, retryhttp.New(memBase{}, &retry.Policy{Timeout: time.Minute}))
+	})
+	// A caller's context that can end, which the Step does not bound: the
+	// attempt gets a cancelable context of its own.
+	b.Run("retryhttp-cancelable", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req := req.WithContext(ctx)
+		b.ReportAllocs()
+		rt := retryhttp.New(memBase{}, nil)
+		for b.Loop() {
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
+		}
 	})
 }
 

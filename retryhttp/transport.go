@@ -391,13 +391,18 @@ func (c *call) now() time.Time {
 	return time.Now()
 }
 
-// roundTrip sends one attempt through Base. If Base panics, the attempt's
-// context and its Limiter slot (as an overload sign) are released before
-// the panic goes on: a panic recovered further up (net/http recovers a
-// handler's) must not hold a bulkhead slot for good.
+// roundTrip sends one attempt through Base. When Base returns (or
+// panics), the attempt's context stops carrying pooled hooks (see
+// wireCtx.detach). If Base panics, the attempt's context and its Limiter
+// slot (as an overload sign) are released before the panic goes on: a
+// panic recovered further up (net/http recovers a handler's) must not hold
+// a bulkhead slot for good.
 func (c *call) roundTrip(req *http.Request) (*http.Response, error) {
 	returned := false
 	defer func() {
+		if c.wcur != nil {
+			c.wcur.detach()
+		}
 		if !returned {
 			c.step.Abort()
 			c.endWire()

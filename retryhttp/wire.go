@@ -72,7 +72,14 @@ func resent(req *http.Request) bool {
 //
 // Without a caller's trace the hooks come from a pool and the context
 // carries them itself (what httptrace.WithClientTrace would add as a value
-// of its own): counting the tries costs no allocation.
+// of its own) while the attempt's RoundTrip runs (wireCtx.detach). The
+// first attempt's context lives in the call: over a parent that is never
+// done, or a context the Step bounded, counting the tries costs no
+// allocation. A parent that can end but that the Step did not bound (a
+// caller's cancel, or a context deadline alone: Step.Context bounds only
+// AttemptTimeout and Policy.Timeout) costs each attempt a cancelable
+// context of its own (context.WithCancelCause: two allocations), and a
+// later attempt costs a wireCtx of its own.
 func (c *call) watch(ctx context.Context) context.Context {
 	c.tries, c.refused = 0, false
 	if c.hooks == nil && traceKey != nil && httptrace.ContextClientTrace(c.ctx) == nil {
@@ -92,7 +99,8 @@ func (c *call) watch(ctx context.Context) context.Context {
 			w = new(wireCtx)
 		}
 		c.wcur = w
-		w.Context, w.trace = ctx, &c.hooks.trace
+		w.Context = ctx
+		w.trace.Store(&c.hooks.trace)
 		if !c.bounded {
 			if ctx.Done() == nil {
 				w.own = true // never done but by a refusal: no cancel of its own to make
@@ -119,10 +127,16 @@ func (c *call) endWire() {
 	}
 }
 
-// putHooks gives pooled hooks back when the call is over. A hooks value
-// may then still hear a late WroteHeaders of this call's last try (a write
-// loop that finished after the answer came); the next call that takes it
-// may then count one re-send more than it made, never one fewer.
+// putHooks gives pooled hooks back when the call is over. No context of
+// the call leads to them any more: each attempt's was detached when its
+// RoundTrip returned (call.roundTrip; one whose request was never sent,
+// GetBody having failed, reached no one), so a request sent later under
+// it, or under a context derived from it, is a plain request that reaches
+// no call's hooks. GetConn runs only inside an attempt's RoundTrip; a
+// hooks value may still hear a late WroteHeaders of this call's last try
+// (a write loop that read the trace before the RoundTrip returned and
+// finished after it), and the next call that takes it may then count one
+// re-send more than it made, never one fewer.
 func (c *call) putHooks() {
 	if c.pooled {
 		c.hooks.c = nil
@@ -176,14 +190,16 @@ func (p *keyProbe) Value(key any) any {
 }
 
 // wireCtx is an attempt's context with its hooks: its parent plus the
-// ClientTrace under traceKey, and — own — a cancel of its own for a parent
-// that is never done (Done nil). Such a parent registers nothing
-// anywhere, so the cancel is a flag, a channel made only when Done is
-// asked, and the callbacks of AfterFunc (how a context derived from this
-// one, such as net/http's, hears of the cancel without a goroutine).
+// ClientTrace under traceKey until detach, and — own — a cancel of its
+// own for a parent that is never done (Done nil). Such a parent registers
+// nothing anywhere, so the cancel is a flag, a channel made only when Done
+// is asked, and the callbacks of AfterFunc (how a context derived from
+// this one, such as net/http's, hears of the cancel without a goroutine).
+// The trace is atomic: net/http reads it on other goroutines (the write
+// loop, a dial) that may outlast the attempt.
 type wireCtx struct {
 	context.Context
-	trace *httptrace.ClientTrace
+	trace atomic.Pointer[httptrace.ClientTrace] // nil once the attempt's RoundTrip returned
 	own   bool
 
 	mu       sync.Mutex
@@ -202,10 +218,20 @@ type afterEntry struct {
 
 func (w *wireCtx) Value(key any) any {
 	if key == traceKey {
-		return w.trace
+		if t := w.trace.Load(); t != nil {
+			return t
+		}
 	}
 	return w.Context.Value(key)
 }
+
+// detach ends the attempt's use of the call's hooks: w then carries no
+// trace of its own, nor does any context derived from it. net/http reads
+// the trace while the attempt's RoundTrip runs (at its start, and for
+// each try) and keeps what it read; what asks w later — a request sent
+// under resp.Request.Context() after the call — must not reach hooks that
+// go back to the pool, maybe to a call in flight.
+func (w *wireCtx) detach() { w.trace.Store(nil) }
 
 func (w *wireCtx) Done() <-chan struct{} {
 	if !w.own {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http/httptrace"
+	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 )
@@ -20,18 +22,18 @@ func TestWireCtxCancelsItself(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		trace := &httptrace.ClientTrace{}
 		type key struct{}
-		w := &wireCtx{Context: context.WithValue(context.Background(), key{}, "v"), trace: trace, own: true}
+		w := &wireCtx{Context: context.WithValue(context.Background(), key{}, "v"), own: true}
+		w.trace.Store(trace)
 		if got := httptrace.ContextClientTrace(w); got != trace {
 			t.Fatalf("ContextClientTrace = %p, want the attempt's %p", got, trace)
 		}
 		if w.Value(key{}) != "v" {
 			t.Error("the parent's values are lost")
 		}
-		n := runtime.NumGoroutine()
 		child, stop := context.WithCancelCause(w)
 		defer stop(nil)
-		if runtime.NumGoroutine() != n {
-			t.Error("deriving a context started a goroutine to watch the attempt's")
+		if n := watchers(t); n != 0 {
+			t.Errorf("%d goroutines watch the attempt's context after deriving one from it, want none", n)
 		}
 		stopped, stopStopped := context.WithCancel(w)
 		defer stopStopped()
@@ -67,7 +69,8 @@ func TestWireCtxCancelsItself(t *testing.T) {
 func TestWireCtxOfAParentThatEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, cancel := context.WithCancel(context.Background())
-		w := &wireCtx{Context: parent, trace: &httptrace.ClientTrace{}}
+		w := &wireCtx{Context: parent}
+		w.trace.Store(&httptrace.ClientTrace{})
 		child, stop := context.WithCancel(w)
 		defer stop()
 		cancel()
@@ -76,4 +79,55 @@ func TestWireCtxOfAParentThatEnds(t *testing.T) {
 			t.Fatalf("child.Err() = %v after the parent's cancel, want context.Canceled", child.Err())
 		}
 	})
+}
+
+// TestWireCtxDetach: once detached, an attempt context and what derives
+// from it carry no trace (the parent's values stay).
+func TestWireCtxDetach(t *testing.T) {
+	type key struct{}
+	w := &wireCtx{Context: context.WithValue(context.Background(), key{}, "v"), own: true}
+	w.trace.Store(&httptrace.ClientTrace{})
+	child, cancel := context.WithCancel(w)
+	defer cancel()
+	if httptrace.ContextClientTrace(child) == nil {
+		t.Fatal("a context derived from the attempt's does not carry its trace")
+	}
+	w.detach()
+	if tr := httptrace.ContextClientTrace(w); tr != nil {
+		t.Errorf("ContextClientTrace = %p after detach, want nil", tr)
+	}
+	if tr := httptrace.ContextClientTrace(child); tr != nil {
+		t.Errorf("a derived context's ContextClientTrace = %p after detach, want nil", tr)
+	}
+	if w.Value(key{}) != "v" || child.Value(key{}) != "v" {
+		t.Error("the parent's values are lost")
+	}
+}
+
+// watchers counts the goroutines that package context started, from the
+// calling goroutine, to watch a parent: what propagateCancel falls back to
+// for a parent that is neither its own kind nor has AfterFunc. Goroutines
+// of other tests were started from other goroutines.
+func watchers(t *testing.T) int {
+	t.Helper()
+	own := goroutineRE.FindStringSubmatch(stacks(false))
+	if own == nil {
+		t.Fatal("watchers: no goroutine ID in the stack")
+	}
+	created := "created by context.(*cancelCtx).propagateCancel in goroutine " + own[1] + "\n"
+	return strings.Count(stacks(true), created)
+}
+
+var goroutineRE = regexp.MustCompile(`^goroutine (\d+) \[`)
+
+// stacks returns runtime.Stack's text, of every goroutine if all.
+func stacks(all bool) string {
+	buf := make([]byte, 64<<10)
+	for {
+		n := runtime.Stack(buf, all)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
