@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -648,12 +649,14 @@ type idBlock struct {
 	next atomic.Int32
 }
 
-const idsPerBlock = 256
+// idsPerBlock is small: an ID a caller keeps (in a log's buffer, a map)
+// keeps its whole block, 16·idsPerBlock bytes, alive.
+const idsPerBlock = 16
 
 var idBlocks atomic.Pointer[idBlock]
 
 // newRequestID returns a request ID of 16 random hex digits, cut from the
-// current block (a new block when it is used up): one allocation per
+// current block (a new block when it is used up): two allocations per
 // idsPerBlock IDs, not one per call.
 func newRequestID() string {
 	for {
@@ -669,15 +672,16 @@ func newRequestID() string {
 
 func newIDBlock() *idBlock {
 	const hex = "0123456789abcdef"
-	buf := make([]byte, 16*idsPerBlock)
-	for i := 0; i < len(buf); i += 16 {
+	var sb strings.Builder
+	sb.Grow(16 * idsPerBlock)
+	for range idsPerBlock {
 		v := rand.Uint64()
-		for j := range 16 {
-			buf[i+j] = hex[v>>60]
+		for range 16 {
+			sb.WriteByte(hex[v>>60])
 			v <<= 4
 		}
 	}
-	return &idBlock{s: string(buf)}
+	return &idBlock{s: sb.String()}
 }
 
 // timeLeft is the TimeoutHeader value at now: whole milliseconds before
