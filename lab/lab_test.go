@@ -41,6 +41,13 @@ func TestTypesMirrorTheImplementation(t *testing.T) {
 			t.Errorf("outcome %d (%v) is not %d (%v)", o, o, k, k)
 		}
 	}
+	for o := Accepted; o <= Abandoned; o++ {
+		b, err := o.MarshalText()
+		var back Outcome
+		if err != nil || string(b) != o.String() || back.UnmarshalText(b) != nil || back != o {
+			t.Errorf("%v: MarshalText %q, %v; back %v", o, b, err, back)
+		}
+	}
 	if DefaultWindow != labkit.DefaultWindow {
 		t.Errorf("DefaultWindow %v differs from the implementation's %v", DefaultWindow, labkit.DefaultWindow)
 	}

@@ -36,6 +36,12 @@ const (
 // "abandoned".
 func (o Outcome) String() string { return labkit.Outcome(o).String() }
 
+// MarshalText encodes the outcome as its String, for JSON.
+func (o Outcome) MarshalText() ([]byte, error) { return labkit.Outcome(o).MarshalText() }
+
+// UnmarshalText parses the names MarshalText writes.
+func (o *Outcome) UnmarshalText(b []byte) error { return (*labkit.Outcome)(o).UnmarshalText(b) }
+
 // Recorder counts attempts on the receiving side: when each arrived, what
 // became of it, and which logical request and attempt number it was. It
 // knows nothing of transports: a handler, a consumer or a proxy calls
