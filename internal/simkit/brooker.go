@@ -143,10 +143,12 @@ type occClient struct {
 // A plain policy's decision shares nothing with the other clients but the
 // policy's Rand and reads no clock, so a write's answer is handled in the
 // write's event: the answer's arrival is drawn there and the client
-// decides for that instant (the same attempt, error and delay as an event
-// at the arrival would give). The queue holds one event per client, the next write of its
-// attempt in flight, and handles one per attempt; the answers still count
-// as events.
+// decides for that instant. The attempt and error are those an event at
+// the arrival would give; the delay is drawn from the same distribution,
+// though from another place in the shared Rand's sequence, so a seed's
+// numbers differ from such a model's, not their expectation. The queue
+// holds one event per client, the next write of its attempt in flight,
+// and handles one per attempt; the answers still count as events.
 func runOCC(n int, delay, sd time.Duration, p *retry.Policy, net occRand, q *occQueue) occRun {
 	m := occModel{q: q, d: driver{p}, cs: make([]occClient, n), net: newOCCNet(net, delay, sd)}
 	if !m.d.plain() {
