@@ -341,3 +341,82 @@ func TestDropWhileHeld(t *testing.T) {
 	}
 	noConsumerGoroutines(t)
 }
+
+// TestStopInterruptsResumedAttempt stops the consumer while a held retry
+// runs again and its handler honours the stop (returns ctx's error): that
+// run is no attempt, and the delivery's headers lack attempt 1 made in
+// place, so the stop forwards it with the state it was held with instead
+// of requeueing it. A new Consumer runs attempt 2 again, then 3: every
+// attempt once, attempt 1 not repeated.
+func TestStopInterruptsResumedAttempt(t *testing.T) {
+	const maxAttempts = 3
+	log := newRunLog()
+	record := log.handler(func(attempt int) error { return retry.Retryable(fmt.Errorf("fails on attempt %d", attempt)) })
+	var (
+		forwards    atomic.Int32
+		blockedOnce sync.Once
+		opts        *Options
+	)
+	blocked := make(chan struct{})
+	h := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		interrupt := false
+		if d.Attempt == 2 {
+			blockedOnce.Do(func() { interrupt = true })
+		}
+		if interrupt {
+			close(blocked)
+			<-ctx.Done() // honours the stop: not an attempt, not recorded
+			return ctx.Err()
+		}
+		return record(ctx, payload)
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers,
+		Policy: &retry.Policy{MaxAttempts: maxAttempts, Schedule: backoff.Constant(50 * time.Millisecond)}},
+		func(o *Options) {
+			o.WaitInPlace = MaxWaitInPlace
+			o.afterForward = func() { forwards.Add(1) }
+			opts = o
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "interrupted", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, blocked, "the held retry never ran again")
+	if err := p.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.attempts(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("attempts before the stop returned %v, want [1]", got)
+	}
+	if n := forwards.Load(); n != 1 {
+		t.Fatalf("%d forwards confirmed by the stop, want 1 (the interrupted retry, with its held state)", n)
+	}
+	noConsumerGoroutines(t)
+
+	next, err := NewConsumer(*opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- next.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	}()
+	select {
+	case d := <-p.dlq:
+		if got := d.Headers[broker.HeaderAttempt]; got != fmt.Sprint(maxAttempts) {
+			t.Errorf("dead letter %s = %v, want %d", broker.HeaderAttempt, got, maxAttempts)
+		}
+	case <-ctx.Done():
+		t.Fatalf("no dead letter; attempts %v", log.attempts())
+	}
+	if got := log.attempts(); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("attempts %v, want [1 2 3]: each once, across the stop (attempt 2's interrupted run is no attempt)", got)
+	}
+}
