@@ -68,7 +68,10 @@ type Setup struct {
 	// broker learned the original was acknowledged, and to let a fresh
 	// consumer take over, as a restarted process would. A broker whose
 	// retries are not forwards (JetStream's NakWithDelay) crashes after the
-	// first outcome it applied instead.
+	// first outcome it applied instead. One that can hold a retry in
+	// process unacknowledged (RabbitMQ's Options.WaitInPlace) also crashes
+	// once a retry is held, if that comes first: the held delivery is
+	// redelivered with the state it was last forwarded with.
 	Crash bool
 	// CrashAfterSuccess asks the pipeline to crash once after the handler
 	// succeeded and before the acknowledgement reached the broker.
