@@ -254,7 +254,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// then and a hung handler must not hold up the reconnect.
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, holds: newHolder(c.opts.Prefetch)}
+	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, holds: c.newHolder()}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
@@ -309,6 +309,16 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	wg.Wait()
 	s.pending.Wait()
 	return true, err
+}
+
+// newHolder is a session's holder: room for Prefetch held deliveries, or
+// for none when holding is off (WaitInPlace negative), as ready's buffer
+// takes 8 bytes a slot, 512 KB at MaxPrefetch.
+func (c *Consumer) newHolder() *holder {
+	if c.opts.WaitInPlace < 0 {
+		return newHolder(0)
+	}
+	return newHolder(c.opts.Prefetch)
 }
 
 // session is one connection's forwarding state.

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -49,4 +50,23 @@ func TestHolder(t *testing.T) {
 		time.Sleep(2 * time.Hour) // c's stopped timer must not fire into the closed ready
 		synctest.Wait()
 	})
+}
+
+// TestHolderRoom: a session's holder has room for Prefetch held
+// deliveries when holding is on, and allocates none when it is off
+// (WaitInPlace negative): 512 KB a session at MaxPrefetch otherwise.
+func TestHolderRoom(t *testing.T) {
+	for _, c := range []struct {
+		wait time.Duration
+		want int
+	}{{0, MaxPrefetch}, {MaxWaitInPlace, MaxPrefetch}, {-1, 0}} {
+		cons, err := NewConsumer(Options{URL: "amqp://127.0.0.1/", Topology: NewTopology("q", nil),
+			Handler: func(context.Context, []byte) error { return nil }, Prefetch: MaxPrefetch, WaitInPlace: c.wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cap(cons.newHolder().ready); got != c.want {
+			t.Errorf("WaitInPlace %v: the holder has room for %d deliveries, want %d", c.wait, got, c.want)
+		}
+	}
 }
