@@ -85,13 +85,24 @@ func (l *runLog) waitRuns(t *testing.T, ctx context.Context, n int) {
 	}
 }
 
+// allStacks is the stack dump of every goroutine, in a buffer grown until
+// the dump fits: a fixed one would cut it short, dropping goroutines.
+func allStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
 // consumerGoroutines counts the goroutines running Consumer code: its
 // handler goroutines, confirm waits and hold timers.
 func consumerGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(string(allStacks()), "\n\n") {
 		if strings.Contains(g, "broker/rabbitmq.(*Consumer)") || strings.Contains(g, "broker/rabbitmq.(*holder)") {
 			n++
 		}
@@ -106,8 +117,7 @@ func noConsumerGoroutines(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for consumerGoroutines() > 0 {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("Consumer goroutines left after Run returned:\n%s", buf[:runtime.Stack(buf, true)])
+			t.Fatalf("Consumer goroutines left after Run returned:\n%s", allStacks())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

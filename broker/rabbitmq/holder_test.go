@@ -2,6 +2,8 @@ package rabbitmq
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -69,4 +71,46 @@ func TestHolderRoom(t *testing.T) {
 			t.Errorf("WaitInPlace %v: the holder has room for %d deliveries, want %d", c.wait, got, c.want)
 		}
 	}
+}
+
+// TestAllStacksWhole: allStacks returns every goroutine's stack however
+// long the dump is (here several MB, beyond the buffer it starts with),
+// so consumerGoroutines sees every Consumer goroutine.
+func TestAllStacksWhole(t *testing.T) {
+	const fillers = 500
+	release := make(chan struct{})
+	var started, done sync.WaitGroup
+	for range fillers {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			fillStack(40, &started, release)
+		}()
+	}
+	defer func() { close(release); done.Wait() }()
+	started.Wait()
+	dump := allStacks()
+	seen := 0
+	for _, g := range strings.Split(string(dump), "\n\n") {
+		if strings.Contains(g, "broker/rabbitmq.fillStack") {
+			seen++
+		}
+	}
+	if seen != fillers {
+		t.Fatalf("a %d-byte dump shows %d of the %d goroutines", len(dump), seen, fillers)
+	}
+	if len(dump) <= 1<<20 {
+		t.Fatalf("the dump is %d bytes, within the first buffer: the test exercised nothing", len(dump))
+	}
+}
+
+// fillStack blocks on release depth frames deep, after started.Done.
+func fillStack(depth int, started *sync.WaitGroup, release <-chan struct{}) {
+	if depth == 0 {
+		started.Done()
+		<-release
+		return
+	}
+	fillStack(depth-1, started, release)
 }
