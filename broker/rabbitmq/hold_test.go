@@ -212,8 +212,8 @@ func TestExhaustedInPlace(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no dead letter")
 	}
-	// A permanent sentinel must be the next dead letter: tired was not
-	// dead-lettered twice.
+	// A sentinel, failing every attempt as tired did, must be the next
+	// dead letter: tired was not dead-lettered twice.
 	if err := p.Publish(ctx, "sentinel", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
