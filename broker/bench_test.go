@@ -25,7 +25,8 @@ func BenchmarkProcessSuccess(b *testing.B) {
 
 // BenchmarkProcessSuccessAt is the success path of an adapter that passes
 // the time it received the delivery (Kafka: once per poll): no clock read.
-// The 2 allocations are retry.Delivery.NewContext's (the context value and its box).
+// Its one allocation is retry.Delivery.NewContext's, the context carrying
+// the Delivery (TestProcessSuccessAllocs holds it to that).
 func BenchmarkProcessSuccessAt(b *testing.B) {
 	p := &broker.Processor{Handler: func(context.Context, []byte) error { return nil }, Source: "bench"}
 	ctx := context.Background()
@@ -34,6 +35,20 @@ func BenchmarkProcessSuccessAt(b *testing.B) {
 	for b.Loop() {
 		if o := p.ProcessAt(ctx, "id", nil, broker.State{}, start); o.Action != broker.Ack {
 			b.Fatal(o.Action)
+		}
+	}
+}
+
+// TestProcessSuccessAllocs: the success path allocates once, the
+// Delivery's context (retry.Delivery.NewContext), with or without a
+// Policy.
+func TestProcessSuccessAllocs(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	for name, pol := range map[string]*retry.Policy{"nil": nil, "cascade": broker.CascadePolicy(broker.DefaultTiers)} {
+		p := &broker.Processor{Handler: func(context.Context, []byte) error { return nil }, Policy: pol, Source: "bench"}
+		if n := testing.AllocsPerRun(1000, func() { p.ProcessAt(ctx, "id", nil, broker.State{}, start) }); n != 1 {
+			t.Errorf("%s policy: ProcessAt's success path: %v allocs, want 1 (the Delivery's context)", name, n)
 		}
 	}
 }

@@ -7,8 +7,12 @@
 //
 // Nothing here waits: a broker adapter never sleeps in its consumer. The
 // delay is the broker's job (a TTL queue, a paused retry topic,
-// NakWithDelay). Nothing here reads the wall clock either: the adapter passes
-// a clock in.
+// NakWithDelay), but for the RabbitMQ adapter's short retries: one due
+// within its Options.WaitInPlace (10 ms by default, at most a second) is
+// held in process, unacknowledged, and a timer hands it back to a handler
+// goroutine when it is due, as a wait queue's round trip takes longer
+// than so short a wait. Nothing here reads the wall clock either: the
+// adapter passes a clock in.
 //
 // Error classes map to broker actions as follows:
 //

@@ -24,8 +24,8 @@
 //     the effect once.
 //
 // One handler value is used throughout: the suite first runs it in-process
-// with retry.Handler.Run and then on the broker, and requires the same attempts and
-// the same outcome from both.
+// with retry.Handler.Run and then on the broker, and requires the same
+// attempts and the same outcome from both.
 //
 // Time asserts are one-sided ("not earlier than"); waits for the broker use
 // generous timeouts that only bound a hung test.
@@ -68,7 +68,10 @@ type Setup struct {
 	// broker learned the original was acknowledged, and to let a fresh
 	// consumer take over, as a restarted process would. A broker whose
 	// retries are not forwards (JetStream's NakWithDelay) crashes after the
-	// first outcome it applied instead.
+	// first outcome it applied instead. One that can hold a retry in
+	// process unacknowledged (RabbitMQ's Options.WaitInPlace) also crashes
+	// once a retry is held, if that comes first: the held delivery is
+	// redelivered with the state it was last forwarded with.
 	Crash bool
 	// CrashAfterSuccess asks the pipeline to crash once after the handler
 	// succeeded and before the acknowledgement reached the broker.
@@ -256,8 +259,9 @@ type outcome struct {
 	err      string // last error text
 }
 
-// inProcess runs h under retry.Handler.Run with the suite's policy (waits skipped by
-// an instant clock) and returns the outcome the broker must reproduce.
+// inProcess runs h under retry.Handler.Run with the suite's policy (waits
+// skipped by an instant clock) and returns the outcome the broker must
+// reproduce.
 func inProcess(t *testing.T, rec *recorder, h retry.Handler, id, payload string) outcome {
 	t.Helper()
 	pol := Policy()
@@ -556,8 +560,8 @@ func (c *countingInbox) duplicates(id string) int {
 	return c.dups[id]
 }
 
-// instantClock makes retry.Handler.Run's waits end at once; decisions still see the
-// real time.
+// instantClock makes retry.Handler.Run's waits end at once; decisions still
+// see the real time.
 type instantClock struct{}
 
 func (instantClock) Now() time.Time { return time.Now() }

@@ -152,6 +152,10 @@ func fenceOnInit(tb testing.TB, cluster *kfake.Cluster, addrs []string) {
 			if err == nil {
 				return nil, nil, false // kfake registers the producer
 			}
+			// Not swallowed: a failing abort would otherwise show only
+			// as the client retrying CONCURRENT_TRANSACTIONS until the
+			// test times out.
+			tb.Logf("fenceOnInit: aborting %q's open transaction: %v (answering CONCURRENT_TRANSACTIONS)", *init.TransactionalID, err)
 		default: // the cluster is closing
 		}
 		resp := init.ResponseKind().(*kmsg.InitProducerIDResponse)

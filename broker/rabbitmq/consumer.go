@@ -20,8 +20,9 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// Defaults for zero Options fields, and the largest Prefetch (the AMQP
-// prefetch count is 16 bits).
+// Defaults for zero Options fields, the largest Prefetch (the AMQP
+// prefetch count is 16 bits) and the largest WaitInPlace (a longer hold
+// stalls the prefetch window).
 const (
 	DefaultPrefetch    = 32    // Options.Prefetch
 	DefaultConcurrency = 1     // Options.Concurrency
@@ -68,15 +69,21 @@ type Options struct {
 	// unacknowledged, keeping its prefetch slot, and a handler goroutine
 	// handles it again when it is due (no goroutine sleeps), with the state
 	// a wait queue's copy would carry (attempt count, previous delay, first
-	// attempt, deadline). When Run's ctx ends, held deliveries are
-	// forwarded to their wait queue at once (confirmed, then acknowledged),
-	// so no attempt is lost or repeated. A connection drop abandons them:
-	// RabbitMQ redelivers each with the state of its headers, so the
-	// attempts made in place since its last forward run again (a drop can
-	// repeat in-place attempts; it loses nothing). 0 means
-	// DefaultWaitInPlace; negative sends every retry through the wait
-	// queues. At most MaxWaitInPlace: a longer hold stalls the prefetch
-	// window.
+	// attempt, deadline). When Run's ctx ends, each held delivery is
+	// forwarded to its wait queue (confirmed, then acknowledged) by a
+	// handler goroutine: at once when one is free, else when a running
+	// handler returns (its context has ended). So no attempt is lost or
+	// repeated, unless that forward fails: the delivery is then left to
+	// RabbitMQ's requeue, as on a drop. Held deliveries are forwarded so
+	// too when the server cancels the consumer (its queue deleted) while
+	// the connection stays up. Before the stop, a connection drop, a
+	// closed channel or the failed forward of any delivery (the Consumer
+	// drops the connection then) abandons them: RabbitMQ redelivers each
+	// with the state of its headers, so the attempts made in place since
+	// its last forward run again (a drop can repeat in-place attempts; it
+	// loses nothing). 0 means DefaultWaitInPlace; negative sends every
+	// retry through the wait queues. At most MaxWaitInPlace: a longer hold
+	// stalls the prefetch window.
 	WaitInPlace time.Duration
 	// Dial opens the TCP connection; nil means net.DialTimeout with 30 s.
 	Dial func(network, addr string) (net.Conn, error)
@@ -163,10 +170,11 @@ func NewConsumer(opts Options) (*Consumer, error) {
 // context for the reconnect not to wait for it; deliveries held in place
 // (Options.WaitInPlace) are abandoned to the requeue. On ctx's end Run
 // stops taking deliveries, lets running handlers finish and acknowledge,
-// forwards the held deliveries to their wait queues, and returns
-// ctx.Err(). It returns at once, with the error, when the
-// topology exists with other arguments (RabbitMQ's PRECONDITION_FAILED, for
-// example a wait queue declared with another TTL).
+// forwards the held deliveries to their wait queues (one whose forward
+// fails is left to the requeue), and returns ctx.Err(). It returns at
+// once, with the error, when the topology exists with other arguments
+// (RabbitMQ's PRECONDITION_FAILED, for example a wait queue declared with
+// another TTL).
 func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		fails int
@@ -246,7 +254,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// then and a hung handler must not hold up the reconnect.
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, holds: newHolder(c.opts.Prefetch)}
+	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, holds: c.newHolder()}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
@@ -301,6 +309,16 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	wg.Wait()
 	s.pending.Wait()
 	return true, err
+}
+
+// newHolder is a session's holder: room for Prefetch held deliveries, or
+// for none when holding is off (WaitInPlace negative), as ready's buffer
+// takes 8 bytes a slot, 512 KB at MaxPrefetch.
+func (c *Consumer) newHolder() *holder {
+	if c.opts.WaitInPlace < 0 {
+		return newHolder(0)
+	}
+	return newHolder(c.opts.Prefetch)
 }
 
 // session is one connection's forwarding state.

@@ -21,7 +21,8 @@ type held struct {
 // holder keeps one session's held deliveries. A timer per delivery hands it,
 // when due, to the session's workers through ready. ready never blocks a
 // timer: every held delivery is unacknowledged, so there are at most
-// Prefetch of them (RabbitMQ sends no more), and ready holds Prefetch.
+// Prefetch of them (RabbitMQ sends no more), and ready holds Prefetch (or
+// nothing, in a session that never holds).
 type holder struct {
 	mu      sync.Mutex
 	waiting map[*held]struct{} // timers running

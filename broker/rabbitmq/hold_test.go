@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -84,13 +85,24 @@ func (l *runLog) waitRuns(t *testing.T, ctx context.Context, n int) {
 	}
 }
 
+// allStacks is the stack dump of every goroutine, in a buffer grown until
+// the dump fits: a fixed one would cut it short, dropping goroutines.
+func allStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
 // consumerGoroutines counts the goroutines running Consumer code: its
 // handler goroutines, confirm waits and hold timers.
 func consumerGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(string(allStacks()), "\n\n") {
 		if strings.Contains(g, "broker/rabbitmq.(*Consumer)") || strings.Contains(g, "broker/rabbitmq.(*holder)") {
 			n++
 		}
@@ -105,8 +117,7 @@ func noConsumerGoroutines(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for consumerGoroutines() > 0 {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("Consumer goroutines left after Run returned:\n%s", buf[:runtime.Stack(buf, true)])
+			t.Fatalf("Consumer goroutines left after Run returned:\n%s", allStacks())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -201,8 +212,8 @@ func TestExhaustedInPlace(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no dead letter")
 	}
-	// A permanent sentinel must be the next dead letter: tired was not
-	// dead-lettered twice.
+	// A sentinel, failing every attempt as tired did, must be the next
+	// dead letter: tired was not dead-lettered twice.
 	if err := p.Publish(ctx, "sentinel", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -340,4 +351,219 @@ func TestDropWhileHeld(t *testing.T) {
 		t.Errorf("%d forwards, want 0: a held delivery of a dropped connection is abandoned", n)
 	}
 	noConsumerGoroutines(t)
+}
+
+// TestStopInterruptsResumedAttempt stops the consumer while a held retry
+// runs again and its handler honours the stop (returns ctx's error): that
+// run is no attempt, and the delivery's headers lack attempt 1 made in
+// place, so the stop forwards it with the state it was held with instead
+// of requeueing it. A new Consumer runs attempt 2 again, then 3: every
+// attempt once, attempt 1 not repeated.
+func TestStopInterruptsResumedAttempt(t *testing.T) {
+	const maxAttempts = 3
+	log := newRunLog()
+	record := log.handler(func(attempt int) error { return retry.Retryable(fmt.Errorf("fails on attempt %d", attempt)) })
+	var (
+		forwards    atomic.Int32
+		blockedOnce sync.Once
+		opts        *Options
+	)
+	blocked := make(chan struct{})
+	h := func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		interrupt := false
+		if d.Attempt == 2 {
+			blockedOnce.Do(func() { interrupt = true })
+		}
+		if interrupt {
+			close(blocked)
+			<-ctx.Done() // honours the stop: not an attempt, not recorded
+			return ctx.Err()
+		}
+		return record(ctx, payload)
+	}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers,
+		Policy: &retry.Policy{MaxAttempts: maxAttempts, Schedule: backoff.Constant(50 * time.Millisecond)}},
+		func(o *Options) {
+			o.WaitInPlace = MaxWaitInPlace
+			o.afterForward = func() { forwards.Add(1) }
+			opts = o
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "interrupted", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, blocked, "the held retry never ran again")
+	if err := p.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.attempts(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("attempts before the stop returned %v, want [1]", got)
+	}
+	if n := forwards.Load(); n != 1 {
+		t.Fatalf("%d forwards confirmed by the stop, want 1 (the interrupted retry, with its held state)", n)
+	}
+	noConsumerGoroutines(t)
+
+	next, err := NewConsumer(*opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- next.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	}()
+	select {
+	case d := <-p.dlq:
+		if got := d.Headers[broker.HeaderAttempt]; got != fmt.Sprint(maxAttempts) {
+			t.Errorf("dead letter %s = %v, want %d", broker.HeaderAttempt, got, maxAttempts)
+		}
+	case <-ctx.Done():
+		t.Fatalf("no dead letter; attempts %v", log.attempts())
+	}
+	if got := log.attempts(); fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("attempts %v, want [1 2 3]: each once, across the stop (attempt 2's interrupted run is no attempt)", got)
+	}
+}
+
+// closeDelayer dials the consumer's connections. Once armed, it holds
+// back the next connection.close frame the client writes: that frame goes
+// out right after the next write, or after closeDelay when there is none.
+// So a frame the Consumer writes while it is closing the connection
+// reaches RabbitMQ, and the frames it writes after that one (an
+// acknowledgement) are discarded with the closed connection — the race
+// between a close and a forward, widened from microseconds to closeDelay.
+type closeDelayer struct {
+	armed    atomic.Bool
+	onHold   func() // runs when a close frame is held back
+	overtook atomic.Int32
+}
+
+const closeDelay = 1500 * time.Millisecond
+
+func (cd *closeDelayer) dial(network, addr string) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, 3*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &delayedClose{Conn: c, cd: cd}, nil
+}
+
+type delayedClose struct {
+	net.Conn
+	cd   *closeDelayer
+	mu   sync.Mutex
+	held []byte // a connection.close frame not yet sent
+}
+
+// isConnectionClose reports whether b starts with a connection.close
+// frame: a method frame (type 1) on channel 0 of class 10, method 50.
+func isConnectionClose(b []byte) bool {
+	return len(b) >= 11 && b[0] == 1 && b[1] == 0 && b[2] == 0 && b[7] == 0 && b[8] == 10 && b[9] == 0 && b[10] == 50
+}
+
+func (c *delayedClose) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if isConnectionClose(b) && c.cd.armed.CompareAndSwap(true, false) {
+		c.held = append([]byte(nil), b...)
+		if c.cd.onHold != nil {
+			c.cd.onHold()
+		}
+		time.AfterFunc(closeDelay, c.sendHeld)
+		return len(b), nil
+	}
+	n, err := c.Conn.Write(b)
+	if c.held != nil {
+		c.cd.overtook.Add(1)
+		_, _ = c.Conn.Write(c.held)
+		c.held = nil
+	}
+	return n, err
+}
+
+func (c *delayedClose) sendHeld() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held != nil {
+		_, _ = c.Conn.Write(c.held)
+		c.held = nil
+	}
+}
+
+// TestFailedForwardAbandonsHeld: a forward fails (the DLQ was deleted)
+// while another message is held, so the Consumer drops the connection.
+// The held delivery comes due while the connection is being closed: it
+// must be abandoned to RabbitMQ's requeue like on any drop, not forwarded,
+// since a forward's publish may still reach RabbitMQ while its
+// acknowledgement does not (closeDelayer lets exactly that happen), and
+// the confirmed copy would then run as well as the requeued original: the
+// effect applied twice.
+func TestFailedForwardAbandonsHeld(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	var (
+		successes, successesAtClose atomic.Int32
+		heldOnce                    sync.Once
+	)
+	isHeld, closing := make(chan struct{}), make(chan struct{})
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		switch {
+		case d.ID == "doomed":
+			return retry.Permanent(errors.New("to a DLQ that is gone"))
+		case d.Attempt == 1:
+			return retry.Retryable(errors.New("once"))
+		}
+		successes.Add(1) // the effect
+		return nil
+	}
+	cd := &closeDelayer{onHold: func() { successesAtClose.Store(successes.Load()); close(closing) }}
+	p := start(t, brokertest.Setup{Name: uniqueName(t), Handler: h, Tiers: brokertest.Tiers,
+		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(delay)}},
+		func(o *Options) {
+			o.WaitInPlace = MaxWaitInPlace
+			o.Dial = cd.dial
+			o.afterHold = func() { heldOnce.Do(func() { close(isHeld) }) }
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, "held", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, isHeld, "the retry was never held")
+	ch, err := p.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDelete(p.topo.DLQ, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	cd.armed.Store(true)
+	if err := p.Publish(ctx, "doomed", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, closing, "the failed dead-letter forward did not drop the connection")
+	if n := successesAtClose.Load(); n != 0 {
+		t.Fatalf("the held retry ran before the connection was dropped (%d successes): the test exercised nothing; make its delay longer", n)
+	}
+	for successes.Load() == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the held message never succeeded after the reconnect")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := p.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := successes.Load(); n != 1 {
+		t.Fatalf("the held message's effect was applied %d times, want once: it was forwarded while the connection was being dropped (%d frames written during the close)", n, cd.overtook.Load())
+	}
 }

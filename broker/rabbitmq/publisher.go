@@ -115,10 +115,11 @@ func (c *confirmer) send(ctx context.Context, exchange, key string, msg amqp.Pub
 }
 
 // drainLocked moves the returns the client has handed over into the map,
-// dropping those of abandoned publishes. An abandoned publish whose confirm
-// had arrived before the drain began can get no return any more (its
-// return, if any, came first and was just drained): it is forgotten, so
-// neither map grows with publishes nobody waits for.
+// dropping those of abandoned publishes, until none is buffered or the
+// channel closed. An abandoned publish whose confirm had arrived before
+// the drain began can get no return any more (its return, if any, came
+// first and was just drained): it is forgotten, so neither map grows with
+// publishes nobody waits for.
 func (c *confirmer) drainLocked() {
 	var settled []string
 	for t, dc := range c.abandoned {
@@ -130,7 +131,13 @@ func (c *confirmer) drainLocked() {
 	}
 	for drained := false; !drained; {
 		select {
-		case r := <-c.returns:
+		case r, open := <-c.returns:
+			if !open {
+				// The channel closed (the client closes its returns
+				// channel then): no return will come any more.
+				c.returns, drained = nil, true
+				continue
+			}
 			t, ok := returnTag(r.Headers)
 			if !ok {
 				continue

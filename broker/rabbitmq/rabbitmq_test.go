@@ -710,3 +710,44 @@ func TestAbandonedPublishesLeaveNothingBehind(t *testing.T) {
 		t.Fatalf("after %d abandoned publishes: %d returns and %d abandoned tags kept", abandoned, len(conf.returned), len(conf.abandoned))
 	}
 }
+
+// TestConfirmWaitAfterClose: a confirm wait that ends after its channel
+// closed — a connection drop while a forward waits for its confirm — must
+// return. The client closes the returns channel then, and draining it
+// read zero Returns for ever, holding the lock every wait takes: the
+// session's teardown waited on that forward, so the Consumer never
+// reconnected.
+func TestConfirmWaitAfterClose(t *testing.T) {
+	conn := dial(t)
+	conf, err := newConfirmer(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := conf.ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits []func(context.Context) error
+	for range 2 {
+		wait, err := conf.publish(ctx, "", q.Name, amqp.Publishing{Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, wait)
+	}
+	if err := waits[0](ctx); err != nil {
+		t.Fatalf("confirm before the close: %v", err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- waits[1](ctx) }() // confirmed or not before the close
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a confirm wait after the channel closed never returned")
+	}
+}
