@@ -278,30 +278,7 @@ func TestStopWhileHeldForwards(t *testing.T) {
 	}
 	noConsumerGoroutines(t)
 
-	next, err := NewConsumer(*opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- next.Run(rctx) }()
-	defer func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v, want context.Canceled", err)
-		}
-	}()
-	select {
-	case d := <-p.dlq:
-		if got := d.Headers[broker.HeaderAttempt]; got != fmt.Sprint(maxAttempts) {
-			t.Errorf("dead letter %s = %v, want %d", broker.HeaderAttempt, got, maxAttempts)
-		}
-	case <-ctx.Done():
-		t.Fatalf("no dead letter; attempts %v", log.attempts())
-	}
-	if got := log.attempts(); fmt.Sprint(got) != "[1 2 3]" {
-		t.Fatalf("attempts %v, want [1 2 3]: each once, across the stop", got)
-	}
+	runToDeadLetter(t, ctx, opts, p, log, maxAttempts, "")
 	gap := log.gap(1)
 	if gap < 400*time.Millisecond {
 		t.Errorf("attempt 2 started %v after attempt 1 failed, before the decided 400ms", gap)
@@ -406,30 +383,7 @@ func TestStopInterruptsResumedAttempt(t *testing.T) {
 	}
 	noConsumerGoroutines(t)
 
-	next, err := NewConsumer(*opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- next.Run(rctx) }()
-	defer func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v, want context.Canceled", err)
-		}
-	}()
-	select {
-	case d := <-p.dlq:
-		if got := d.Headers[broker.HeaderAttempt]; got != fmt.Sprint(maxAttempts) {
-			t.Errorf("dead letter %s = %v, want %d", broker.HeaderAttempt, got, maxAttempts)
-		}
-	case <-ctx.Done():
-		t.Fatalf("no dead letter; attempts %v", log.attempts())
-	}
-	if got := log.attempts(); fmt.Sprint(got) != "[1 2 3]" {
-		t.Fatalf("attempts %v, want [1 2 3]: each once, across the stop (attempt 2's interrupted run is no attempt)", got)
-	}
+	runToDeadLetter(t, ctx, opts, p, log, maxAttempts, " (attempt 2's interrupted run is no attempt)")
 }
 
 // closeDelayer dials the consumer's connections. Once armed, it holds
@@ -565,5 +519,40 @@ func TestFailedForwardAbandonsHeld(t *testing.T) {
 	}
 	if n := successes.Load(); n != 1 {
 		t.Fatalf("the held message's effect was applied %d times, want once: it was forwarded while the connection was being dropped (%d frames written during the close)", n, cd.overtook.Load())
+	}
+}
+
+// runToDeadLetter runs a new Consumer with opts, after a stop, until p's
+// message is dead-lettered with maxAttempts attempts, and checks the log
+// holds each of its attempts once (why explains the rule if it fails).
+func runToDeadLetter(t *testing.T, ctx context.Context, opts *Options, p *pipeline, log *runLog, maxAttempts int, why string) {
+	t.Helper()
+	next, err := NewConsumer(*opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- next.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	}()
+	select {
+	case d := <-p.dlq:
+		if got := d.Headers[broker.HeaderAttempt]; got != fmt.Sprint(maxAttempts) {
+			t.Errorf("dead letter %s = %v, want %d", broker.HeaderAttempt, got, maxAttempts)
+		}
+	case <-ctx.Done():
+		t.Fatalf("no dead letter; attempts %v", log.attempts())
+	}
+	var want []int
+	for a := range maxAttempts {
+		want = append(want, a+1)
+	}
+	if got := log.attempts(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("attempts %v, want %v: each once, across the stop%s", got, want, why)
 	}
 }
