@@ -21,6 +21,9 @@ const (
 // HeaderRequestID and HeaderAttempt. Its outcome is Accepted, Failed when
 // next answered 5xx or panicked (the panic goes on once counted), or
 // Abandoned when the client went away before it had the whole answer.
+// next's ResponseWriter is a wrapper: reach the connection's own methods
+// (Flush, Hijack, deadlines) through http.ResponseController, which
+// unwraps it, rather than with a type assertion.
 func (r *Recorder) Handler(next http.Handler) http.Handler {
 	return labkit.CountingHandler(next, func(at time.Time) func(string, int, labkit.Outcome) {
 		return func(id string, attempt int, o labkit.Outcome) { r.r.Record(at, id, attempt, o) }

@@ -239,3 +239,28 @@ func TestOptionsScenario(t *testing.T) {
 		t.Errorf("outage 2s: %+v", sc)
 	}
 }
+
+// A handler under Recorder.Handler reaches the connection through
+// http.ResponseController, as the Handler's doc says.
+func TestHandlerHijackThroughController(t *testing.T) {
+	rec := NewRecorder(time.Now())
+	srv := httptest.NewServer(rec.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+		buf.Flush()
+	})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("status %d, want 204 from the hijacked connection", resp.StatusCode)
+	}
+}
