@@ -114,7 +114,7 @@ func TestServerHostileMetadata(t *testing.T) {
 	for _, h := range wiretest.Cases(keys...) {
 		md := metadata.MD{}
 		for _, x := range h {
-			md.Append(x.Name, x.Value)
+			md.Append(x[0], x[1])
 		}
 		// Over the wire, with a deadline far beyond the server's bound.
 		ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), md), 1000*time.Hour)
@@ -125,7 +125,7 @@ func TestServerHostileMetadata(t *testing.T) {
 		_, err := unary(ictx, nil, &grpc.UnaryServerInfo{}, func(ctx context.Context, _ any) (any, error) { check(ctx); return nil, nil })
 		cancel()
 		if err != nil {
-			t.Errorf("interceptor refused %v: %v", h[0].Name, err)
+			t.Errorf("interceptor refused %v: %v", h[0][0], err)
 		}
 	}
 	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {

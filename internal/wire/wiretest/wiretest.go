@@ -24,8 +24,8 @@ func Values() []string {
 	}
 }
 
-// Header is one header line: a name and its value, sent as is.
-type Header struct{ Name, Value string }
+// Header is one header line: its name and its value, sent as is.
+type Header [2]string
 
 // Cases returns the header sets a hostile-input test sends: each of keys
 // with each of Values, then each key repeated with two readable values.
@@ -53,7 +53,7 @@ func Send(addr, path string, h []Header) (int, error) {
 	w := bufio.NewWriter(c)
 	fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", path, addr)
 	for _, x := range h {
-		fmt.Fprintf(w, "%s: %s\r\n", x.Name, x.Value)
+		fmt.Fprintf(w, "%s: %s\r\n", x[0], x[1])
 	}
 	w.WriteString("\r\n")
 	if err := w.Flush(); err != nil {
