@@ -35,10 +35,10 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -267,8 +267,11 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 		if !ok || v == "" {
 			return 0, false, nil
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || n < lo {
+		// The rule for every number from the wire (internal/wire): ASCII
+		// digits only, checked for overflow.
+		u, ok := wire.ParseUint(v, math.MaxInt64)
+		n := int64(u)
+		if !ok || n < lo {
 			return 0, false, fmt.Errorf("broker: header %s must be an integer >= %d, got %s", k, lo, quoteShort(v))
 		}
 		return n, true, nil

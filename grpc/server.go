@@ -13,8 +13,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/limit"
 )
+
+// DefaultMaxTimeout is the longest deadline a client's grpc-timeout gives a
+// handler when Server.MaxTimeout is not set.
+const DefaultMaxTimeout = wire.DefaultMaxTimeout
 
 // TrackedAttempts is how many attempt numbers a Server counts one by one;
 // higher numbers share the last counter.
@@ -23,11 +28,20 @@ const TrackedAttempts = 16
 // Server is the receiving side's interceptor pair, the gRPC counterpart of
 // retryhttp.Guard. It counts the attempts that reach the server by attempt
 // number (stagger-attempt, or grpc-previous-rpc-attempts + 1 as grpc-go's
-// own retries send it; unmarked calls count as first attempts), puts the
+// own retries send it; unmarked calls, and calls whose number is not a
+// decimal integer in [1, 2^20], count as first attempts), puts the
 // attempt in the handler's context so a [Client] call made inside the
 // handler makes one attempt (a single retry owner across services), and,
 // with a Limiter, sheds the calls it cannot take with UNAVAILABLE and a
 // grpc-retry-pushback-ms trailer.
+//
+// Every value a client sends is read by one rule (docs/architecture.md,
+// "Values from the wire"): the attempt number as above; the call's
+// deadline (grpc-timeout) clamped to MaxTimeout, so a client cannot hand a
+// handler a deadline further away than the server allows; and a
+// stagger-request-id that is not 1 to 255 bytes of printable ASCII is
+// removed from the handler's incoming metadata, so a Client call made
+// inside the handler sends a fresh one.
 //
 // The zero value counts and marks; it is safe for concurrent use.
 type Server struct {
@@ -37,6 +51,10 @@ type Server struct {
 	// Pushback is the wait a shed call asks for (grpc-retry-pushback-ms);
 	// 0 sends no pushback, negative asks the client not to retry.
 	Pushback time.Duration
+	// MaxTimeout bounds the deadline a client's grpc-timeout gives a
+	// handler: a call whose deadline is further away runs with now +
+	// MaxTimeout instead. 0 or negative means DefaultMaxTimeout.
+	MaxTimeout time.Duration
 
 	byAttempt [TrackedAttempts + 1]atomic.Int64 // [0]: unmarked
 	shed      atomic.Int64
@@ -85,25 +103,58 @@ func UpstreamAttempt(ctx context.Context) (int, bool) {
 	return n, ok
 }
 
-// attempt reads the attempt number of an incoming call; 0 when unmarked.
-func attempt(ctx context.Context) int {
-	if v, ok := incoming(ctx, AttemptKey); ok {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+// attempt reads the attempt number of an incoming call by the rule for
+// values from the wire (internal/wire): stagger-attempt in [1, 2^20], else
+// grpc-previous-rpc-attempts + 1 in the same range; 0 when unmarked or
+// unreadable (a value out of range or not a decimal integer).
+func attempt(md metadata.MD) int {
+	if v := md.Get(AttemptKey); len(v) > 0 {
+		if n, ok := wire.ParseAttempt(v[0]); ok {
 			return n
 		}
 	}
-	if v, ok := incoming(ctx, PreviousAttemptsKey); ok {
-		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			return n + 1
+	if v := md.Get(PreviousAttemptsKey); len(v) > 0 {
+		if n, ok := wire.ParsePreviousAttempts(v[0]); ok {
+			return n
 		}
 	}
 	return 0
 }
 
+// checkedID returns ctx with the incoming request ID removed when it
+// breaks the rule for IDs from the wire (wire.ValidID), so a Client call
+// the handler makes forwards a fresh ID instead.
+func checkedID(ctx context.Context, md metadata.MD) context.Context {
+	v := md.Get(RequestIDKey)
+	if len(v) == 0 || len(v) == 1 && wire.ValidID(v[0]) {
+		return ctx
+	}
+	md = md.Copy()
+	delete(md, RequestIDKey)
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// bounded returns ctx with its deadline (the client's grpc-timeout, as
+// grpc-go applies it) clamped to now + MaxTimeout; cancel is nil when ctx
+// needed no new deadline.
+func (s *Server) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	own, ok := ctx.Deadline()
+	if !ok {
+		return ctx, nil
+	}
+	now := time.Now()
+	dl, shorter := wire.Deadline(now, own.Sub(now), s.MaxTimeout, own, true)
+	if !shorter {
+		return ctx, nil
+	}
+	return context.WithDeadline(ctx, dl)
+}
+
 // admit counts a call and takes its slot; it returns the handler's context,
 // or an error when the call is shed.
 func (s *Server) admit(ctx context.Context) (context.Context, error) {
-	n := attempt(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	n := attempt(md)
 	s.byAttempt[min(n, TrackedAttempts)].Add(1)
 	if s.Limiter != nil && !s.Limiter.TryAcquire() {
 		s.shed.Add(1)
@@ -116,7 +167,7 @@ func (s *Server) admit(ctx context.Context) (context.Context, error) {
 		}
 		return nil, status.Error(codes.Unavailable, "staggergrpc: overloaded, call shed")
 	}
-	return context.WithValue(ctx, upstreamKey{}, max(n, 1)), nil
+	return context.WithValue(checkedID(ctx, md), upstreamKey{}, max(n, 1)), nil
 }
 
 func (s *Server) release(err error) {
@@ -128,6 +179,10 @@ func (s *Server) release(err error) {
 // Unary returns the unary server interceptor (grpc.ChainUnaryInterceptor).
 func (s *Server) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, cancel := s.bounded(ctx)
+		if cancel != nil {
+			defer cancel()
+		}
 		hctx, err := s.admit(ctx)
 		if err != nil {
 			return nil, err
@@ -141,7 +196,11 @@ func (s *Server) Unary() grpc.UnaryServerInterceptor {
 // Stream returns the stream server interceptor (grpc.ChainStreamInterceptor).
 func (s *Server) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		hctx, err := s.admit(ss.Context())
+		ctx, cancel := s.bounded(ss.Context())
+		if cancel != nil {
+			defer cancel()
+		}
+		hctx, err := s.admit(ctx)
 		if err != nil {
 			return err
 		}

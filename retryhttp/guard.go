@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -28,13 +29,16 @@ const (
 	// attempt of a call, and on the calls a service makes further down
 	// for it. A Transport sends the request's own value, else the ID of
 	// the work its context carries ([retry.DeliveryFrom]), else a random
-	// one; [Guard] reads it.
+	// one; [Guard] reads it when it is one value of 1 to 255 bytes of
+	// printable ASCII, and treats anything else as no ID.
 	RequestIDHeader = "Stagger-Request-Id"
 	// TimeoutHeader carries the time left before the caller's deadline,
 	// in whole milliseconds (rounded down) when the request was sent: a
 	// duration, so the two clocks need not agree (as gRPC's
-	// grpc-timeout). [Guard] bounds the handler's context by it, which can
-	// only shorten the server's own deadline, never extend it. A Transport
+	// grpc-timeout). [Guard] bounds the handler's context by it, clamped to
+	// Guard.MaxTimeout, which can only shorten the server's own deadline,
+	// never extend it; 0 or an unreadable value gives no deadline of the
+	// client's (the server's own applies). A Transport
 	// sends it on every attempt of a call that has a deadline.
 	TimeoutHeader = "Stagger-Timeout-Ms"
 )
@@ -42,7 +46,11 @@ const (
 // MaxAttemptHeader is the largest attempt number a Guard accepts; larger or
 // malformed values count as [GuardStats].Malformed and are not put in the
 // context.
-const MaxAttemptHeader = 1 << 20
+const MaxAttemptHeader = wire.MaxAttempt
+
+// DefaultMaxTimeout is the longest deadline a request's TimeoutHeader can
+// give a handler when Guard.MaxTimeout is not set.
+const DefaultMaxTimeout = wire.DefaultMaxTimeout
 
 // TrackedAttempts is the number of attempt numbers a Guard counts one by
 // one; attempts above it share the last counter.
@@ -73,21 +81,9 @@ func UpstreamAttempt(ctx context.Context) (int, bool) {
 }
 
 // ParseAttempt reads an AttemptHeader value: a decimal integer in
-// [1, MaxAttemptHeader] with nothing around it.
-func ParseAttempt(v string) (int, bool) {
-	if v == "" || len(v) > 7 {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, n >= 1 && n <= MaxAttemptHeader
-}
+// [1, MaxAttemptHeader] with nothing around it (the rule for every value
+// from the wire: docs/architecture.md, "Values from the wire").
+func ParseAttempt(v string) (int, bool) { return wire.ParseAttempt(v) }
 
 // Guard is server middleware for the single-retry-owner rule: exactly one
 // layer owns retries; hidden retries are counted or turned off (the SRE
@@ -105,7 +101,14 @@ func ParseAttempt(v string) (int, bool) {
 // [retry.Delivery] ([retry.DeliveryFrom], Source "http"; Attempt 1 for a
 // request without an attempt number), and the
 // context is bounded by that deadline — which can only shorten the
-// server's own. A handler that gives up in process and hands the work to
+// server's own. Every value is read by one rule (docs/architecture.md,
+// "Values from the wire"): an attempt number must be a decimal integer in
+// [1, MaxAttemptHeader]; a timeout is clamped to MaxTimeout
+// (DefaultMaxTimeout unless set), so a client cannot give a handler — or
+// the work it hands on — a deadline further away than the server allows;
+// a request ID must be 1 to 255 bytes of printable ASCII; a repeated
+// header counts as unreadable. An unreadable value is ignored (an
+// attempt number is counted as Malformed), never an error. A handler that gives up in process and hands the work to
 // a queue or a broker passes that Delivery on, so the work continues with
 // the attempts and the time that are left, not a fresh budget; a Transport
 // the handler calls through forwards the same request ID and the time
@@ -170,6 +173,11 @@ type Guard struct {
 	MaxIDs int
 	// Logger, if set, gets a Debug record for every shed request.
 	Logger *slog.Logger
+	// MaxTimeout bounds the deadline a request's TimeoutHeader can give
+	// the handler: a longer timeout counts as MaxTimeout. 0 or negative
+	// means DefaultMaxTimeout. The server's own deadline (one the
+	// request's context already has) is never extended either way.
+	MaxTimeout time.Duration
 
 	inflight  atomic.Int64
 	unmarked  atomic.Int64
@@ -253,15 +261,13 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		g.unmarked.Add(1)
 	}
-	var deadline time.Time
+	var timeout time.Duration
 	if v := r.Header[TimeoutHeader]; len(v) == 1 {
-		if ms, ok := parseTimeout(v[0]); ok {
-			deadline = time.Now().Add(time.Duration(ms) * time.Millisecond)
-		}
+		timeout, _ = wire.ParseTimeoutMs(v[0], g.MaxTimeout)
 	}
-	id := first(r.Header, RequestIDHeader)
+	id := wireID(r.Header, RequestIDHeader)
 	if id == "" {
-		id = first(r.Header, IdempotencyKeyHeader)
+		id = wireID(r.Header, IdempotencyKeyHeader)
 	}
 	if id != "" && g.MaxIDs >= 0 {
 		g.ids.seen(id, attempt, g.MaxIDs)
@@ -274,12 +280,13 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.inflight.Add(-1)
-	if attempt > 0 || id != "" || !deadline.IsZero() {
+	if attempt > 0 || id != "" || timeout > 0 {
 		ctx := r.Context()
-		if !deadline.IsZero() {
-			if dl, ok := ctx.Deadline(); !ok || deadline.Before(dl) {
+		if timeout > 0 {
+			own, ok := ctx.Deadline()
+			if dl, shorter := wire.Deadline(time.Now(), timeout, g.MaxTimeout, own, ok); shorter {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithDeadline(ctx, deadline)
+				ctx, cancel = context.WithDeadline(ctx, dl)
 				defer cancel()
 			}
 		}
@@ -293,29 +300,13 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.Next.ServeHTTP(w, r)
 }
 
-// first is h's first value for the canonical key k ("" if none).
-func first(h http.Header, k string) string {
-	if v := h[k]; len(v) > 0 {
+// wireID is h's value for the canonical key k when it is one usable
+// request ID (wire.ValidID); "" when absent, repeated or malformed.
+func wireID(h http.Header, k string) string {
+	if v := h[k]; len(v) == 1 && wire.ValidID(v[0]) {
 		return v[0]
 	}
 	return ""
-}
-
-// parseTimeout reads a TimeoutHeader value: whole milliseconds, at most
-// 12 digits, nothing around them.
-func parseTimeout(v string) (int64, bool) {
-	if v == "" || len(v) > 12 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
 }
 
 // idTable remembers logical request IDs (as 64-bit hashes) with the

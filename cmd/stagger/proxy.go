@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -274,6 +276,9 @@ type proxy struct {
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
 	// unreadable; the last entry: TrackedAttempts and above).
 	byAttempt [retryhttp.TrackedAttempts + 1]atomic.Int64
+	// oversized counts requests refused with 413 (--max-body); they are
+	// not attempts in the recorder.
+	oversized atomic.Int64
 	// now is the clock (time.Now); tests may replace it.
 	now func() time.Time
 }
@@ -327,14 +332,13 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveStats(w, r)
 		return
 	}
+	if !p.bodyFits(w, r) {
+		return
+	}
 	arrived := p.now()
 	pend := p.rec.Arrive(arrived)
 	t := arrived.Sub(p.start)
-	id := p.cfg.group.key(r)
-	attempt := 0
-	if v := r.Header.Values(retryhttp.AttemptHeader); len(v) == 1 {
-		attempt, _ = retryhttp.ParseAttempt(v[0])
-	}
+	id, attempt := p.identify(r)
 	p.byAttempt[min(attempt, retryhttp.TrackedAttempts)].Add(1)
 	f := p.cfg.faults
 
@@ -366,16 +370,59 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rec.Finish(pend, id, attempt, labkit.Down)
 		return
 	}
-	if r.ContentLength > p.cfg.maxBody {
-		http.Error(w, "stagger proxy: request body too large", http.StatusRequestEntityTooLarge)
-		p.rec.Finish(pend, id, attempt, labkit.Failed)
-		return
-	}
-	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
-	}
 	// ServeAttempt wraps w in the StatusWriter ErrorHandler marks.
 	labkit.ServeAttempt(p.rp, w, r, func(o labkit.Outcome) { p.rec.Finish(pend, id, attempt, o) })
+}
+
+// bodyFits refuses a request whose body is over --max-body before any of
+// it reaches the upstream, and before it counts as an attempt: 413, counted
+// as too_large (the proxy refused it; the upstream did not fail). A
+// declared length is checked at once; a body of unknown length (chunked)
+// is read into memory up to the limit and forwarded from there, so the
+// memory it holds is bounded by --max-body per connection (--max-conns of
+// them). A body the client stops sending (--read-timeout) counts as an
+// abandoned attempt.
+func (p *proxy) bodyFits(w http.ResponseWriter, r *http.Request) bool {
+	max := p.cfg.maxBody
+	if r.ContentLength > max {
+		p.tooLarge(w)
+		return false
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, max)
+	if r.ContentLength >= 0 {
+		return true // the server reads no more than the declared length
+	}
+	buf, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			p.tooLarge(w)
+		} else {
+			id, attempt := p.identify(r)
+			p.rec.Record(p.now(), id, attempt, labkit.Abandoned)
+		}
+		return false
+	}
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(buf)), int64(len(buf)), nil
+	return true
+}
+
+// tooLarge answers 413 for a body over --max-body.
+func (p *proxy) tooLarge(w http.ResponseWriter) {
+	p.oversized.Add(1)
+	http.Error(w, "stagger proxy: request body over --max-body "+strconv.FormatInt(p.cfg.maxBody, 10)+" bytes", http.StatusRequestEntityTooLarge)
+}
+
+// identify returns the logical request r belongs to and its attempt
+// number (0: none or unreadable, by the rule for values from the wire).
+func (p *proxy) identify(r *http.Request) (id string, attempt int) {
+	if v := r.Header[retryhttp.AttemptHeader]; len(v) == 1 {
+		attempt, _ = retryhttp.ParseAttempt(v[0])
+	}
+	return p.cfg.group.key(r), attempt
 }
 
 // refuse answers 503 for a fault (down) or the cap (busy).
@@ -418,6 +465,7 @@ type proxyStats struct {
 	GroupBy            string           `json:"group_by"`
 	ByAttempt          map[string]int64 `json:"by_attempt"`
 	Unnumbered         int64            `json:"unnumbered"`
+	TooLarge           int64            `json:"too_large"`
 	Timeline           []proxyWindow    `json:"timeline,omitempty"`
 }
 
@@ -473,7 +521,7 @@ func (p *proxy) stats(timeline bool) proxyStats {
 		Requests: s.Requests, RequestsAccepted: s.RequestsAccepted, Unidentified: s.Unidentified,
 		MaxAttempts: s.MaxAttempts, AttemptsPerRequest: s.AttemptsPerRequest(),
 		Evicted: s.Evicted, HorizonMS: p.cfg.horizon.Milliseconds(), Folded: s.Folded,
-		GroupBy: p.cfg.group.String(), Unnumbered: p.byAttempt[0].Load(),
+		GroupBy: p.cfg.group.String(), Unnumbered: p.byAttempt[0].Load(), TooLarge: p.oversized.Load(),
 		ByAttempt: map[string]int64{},
 	}
 	for i := range p.byAttempt {
@@ -552,6 +600,9 @@ func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 	if s.Evicted > 0 {
 		groupNotes = append(groupNotes, fmt.Sprintf("%d request keys were forgotten to stay within --max-requests %d; an attempt of a forgotten request counts as a new request.", s.Evicted, p.cfg.maxReqs))
 	}
+	if n := p.oversized.Load(); n > 0 {
+		groupNotes = append(groupNotes, fmt.Sprintf("%d requests were refused with 413 before reaching the upstream (body over --max-body %d bytes); they are not counted as attempts.", n, p.cfg.maxBody))
+	}
 	faults := "no faults"
 	if len(f.clauses) > 0 {
 		faults = "faults: " + strings.Join(f.clauses, "; ")
@@ -597,6 +648,9 @@ func (p *proxy) summaryLine(s labkit.Stats) string {
 	g := p.perRequest(s)
 	line := fmt.Sprintf("stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; ",
 		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, p.cfg.window)
+	if n := p.oversized.Load(); n > 0 {
+		line = fmt.Sprintf("stagger proxy: %d refused with 413 (body over --max-body), ", n) + strings.TrimPrefix(line, "stagger proxy: ")
+	}
 	if !g.ok {
 		return line + fmt.Sprintf("requests n/a (no attempt carried %s)", p.cfg.group)
 	}

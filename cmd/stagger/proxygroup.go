@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -56,7 +57,12 @@ func validHeaderName(name string) bool {
 // key returns the logical request r belongs to, "" when it carries none.
 func (g grouping) key(r *http.Request) string {
 	if g.header != "" {
-		return r.Header.Get(g.header)
+		// The rule for IDs from the wire: one value of 1 to 255 bytes of
+		// printable ASCII; anything else leaves the attempt ungrouped.
+		if v := r.Header[g.header]; len(v) == 1 && wire.ValidID(v[0]) {
+			return v[0]
+		}
+		return ""
 	}
 	client, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -138,10 +138,10 @@ func TestGatewayHTTP(t *testing.T) {
 		if resp.StatusCode != 200 || resp.Header.Get(HeaderOutcome) != "accepted" || took != 110*ms {
 			t.Errorf("slow phase: %d %q after %v; want 200 accepted after 110ms", resp.StatusCode, resp.Header.Get(HeaderOutcome), took)
 		}
-		do("", "")          // unidentified
-		do("b", "zero")     // malformed attempt → 0
-		do("b", "-3")       // negative attempt → 0
-		do("b", "12345678") // fine
+		do("", "")         // unidentified
+		do("b", "zero")    // malformed attempt → 0
+		do("b", "-3")      // negative attempt → 0
+		do("b", "1048576") // fine: the largest attempt number from the wire
 
 		if err := g.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -158,8 +158,8 @@ func TestGatewayHTTP(t *testing.T) {
 		for _, a := range arr[3:] {
 			atts = append(atts, a.Attempt)
 		}
-		if len(atts) != 3 || atts[0] != 0 || atts[1] != 0 || atts[2] != 12345678 {
-			t.Errorf("attempt numbers %v, want [0 0 12345678]", atts)
+		if len(atts) != 3 || atts[0] != 0 || atts[1] != 0 || atts[2] != 1048576 {
+			t.Errorf("attempt numbers %v, want [0 0 1048576]", atts)
 		}
 		if err := g.Close(context.Background()); err != nil {
 			t.Errorf("second Close: %v", err)

@@ -2,22 +2,25 @@ package labkit
 
 import (
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/staggerhq/stagger/internal/wire"
 )
 
 // Identify returns the logical request ID and the attempt number an
 // attempt's headers carry (HeaderRequestID, HeaderAttempt): "" and 0 when
-// absent, 0 for an attempt number that is not a positive whole number.
+// absent, repeated or unreadable (an ID that is not 1 to 255 bytes of
+// printable ASCII, an attempt number that is not a decimal integer in
+// [1, 2^20]).
 func Identify(h http.Header) (id string, attempt int) {
-	// Direct map access: the constants are already in canonical form.
-	if v := h[HeaderRequestID]; len(v) > 0 {
+	// Direct map access: the constants are already in canonical form. The
+	// rule for values from the wire: one value each; an ID of 1 to 255
+	// bytes of printable ASCII, an attempt number in [1, 2^20].
+	if v := h[HeaderRequestID]; len(v) == 1 && wire.ValidID(v[0]) {
 		id = v[0]
 	}
-	if v := h[HeaderAttempt]; len(v) > 0 {
-		if n, err := strconv.Atoi(v[0]); err == nil && n > 0 {
-			attempt = n
-		}
+	if v := h[HeaderAttempt]; len(v) == 1 {
+		attempt, _ = wire.ParseAttempt(v[0])
 	}
 	return id, attempt
 }
