@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,7 +60,8 @@ var dbSecrets = []struct {
 	{"postgres://u:Pw-s3cr3t@127.0.0.1:99999/db", exitUsage},
 	{"host=127.0.0.1 password='Pw-s3cr3t", exitUsage},
 	{" host=127.0.0.1 password=Pw-s3cr3t", exitUsage},
-	{"password=Pw-s3cr3t", exitUsage},
+	{"port=1 password='Pw-s3cr3t", exitUsage},
+	{"q.db password=Pw-s3cr3t", exitUsage},
 	{"u:Pw-s3cr3t@127.0.0.1:1", exitUsage},
 	{"Pw-s3cr3t@127.0.0.1", exitUsage},
 	// Other services' connection strings given to --db.

@@ -8,7 +8,7 @@
 //     nats://, tls://, redis://, rediss://, and mistyped ones): the password
 //     of the user information ("user:xxxxx@"), the whole user information
 //     when it is a token (nats://TOKEN@host, redis://PASSWORD@host, any
-//     scheme but postgres, postgresql, amqp, amqps, http and https), and
+//     scheme but postgres, postgresql, amqp and amqps), and
 //     every password-like query parameter;
 //   - PostgreSQL key=value strings, quoted values included;
 //   - user:password@host:port seeds (Kafka SASL written into a seed) and
@@ -75,7 +75,7 @@ var (
 
 // userOnlyIsName are the schemes whose user information without a colon
 // is a user name, not a token.
-var userOnlyIsName = map[string]bool{"postgres": true, "postgresql": true, "amqp": true, "amqps": true, "http": true, "https": true}
+var userOnlyIsName = map[string]bool{"postgres": true, "postgresql": true, "amqp": true, "amqps": true}
 
 // String returns the connection string s with every secret it holds
 // replaced by Mask. The result does not depend on the secrets: two strings
