@@ -434,7 +434,7 @@ func (h *handlerFlags) build() (retry.Handler, error) {
 		return (&execHandler{cmd: h.execCmd}).handle, nil
 	}
 	if !strings.HasPrefix(h.httpURL, "http://") && !strings.HasPrefix(h.httpURL, "https://") {
-		return nil, fmt.Errorf("--http must be an http:// or https:// URL, got %q", h.httpURL)
+		return nil, fmt.Errorf("--http must be an http:// or https:// URL, got %q", redact.String(h.httpURL))
 	}
 	var set *statusSet
 	if h.retryStatus != "" {

@@ -282,3 +282,25 @@ func testPool(t *testing.T) (*pgxpool.Pool, string) {
 	}
 	return pool, url
 }
+
+// TestHTTPHandlerSecretNeverShown: a --http URL with a token or a password
+// in it reaches no output, log line or stored error.
+func TestHTTPHandlerSecretNeverShown(t *testing.T) {
+	for _, hook := range []string{"http://Tk-s3cr3t@127.0.0.1:1/hook", "http://u:Pw-s3cr3t@127.0.0.1:1/hook"} {
+		db := tempDB(t)
+		var all strings.Builder
+		for _, args := range [][]string{
+			{"enqueue", "--db", db, "--id", "a", "--max-attempts", "1"},
+			{"run-once", "--db", db, "--http", hook},
+			{"show", "--db", db, "--id", "a", "--json"},
+			{"dead", "--db", db},
+			{"run-once", "--db", db, "--http", strings.Replace(hook, "http:", "ftp:", 1)},
+		} {
+			_, out, e := cli(t, "", args...)
+			all.WriteString(out + e)
+		}
+		if s := all.String(); strings.Contains(s, secret) || !strings.Contains(s, "127.0.0.1:1/hook") {
+			t.Errorf("%s: %s", hook, s)
+		}
+	}
+}
