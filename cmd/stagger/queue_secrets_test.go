@@ -245,10 +245,10 @@ func TestQueuePasswordDSNOnPostgres(t *testing.T) {
 			}
 		}
 	}
-	for _, db := range []string{kwDSN, sslDSN} {
+	for format, db := range map[string]string{"text": kwDSN, "json": sslDSN} {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		var o, e2 syncBuffer
-		code := run(cctx, []string{"queue", "work", "--db", db, "--exec", "true", "--progress", "10ms"}, &o, &e2)
+		code := run(cctx, []string{"queue", "work", "--db", db, "--exec", "true", "--progress", "10ms", "--log-format", format}, &o, &e2)
 		cancel()
 		if code != exitOK {
 			t.Fatalf("work: exit %d: %s", code, e2.String())
