@@ -125,9 +125,9 @@ func oneURL(s string) string {
 		return s[:m[1]] + maskInfo(s[m[2]:m[3]], s[m[1]:at]) + s[at:]
 	}
 	// No "//": a seed (user:password@host:port) or a URL that lost its
-	// slashes (postgres:user:password@host). Keep a leading word only
-	// when more than one colon precedes the '@' (a scheme, then
-	// user:password); the rest up to the '@' is hidden whole.
+	// slashes (postgres:user:password@host). A leading word and its colon
+	// are kept only when another colon follows before the '@' (a scheme,
+	// then user:password); the rest up to the '@' is hidden whole.
 	head := 0
 	if m := schemeish.FindStringSubmatchIndex(s); m != nil && m[1] <= at && strings.Count(s[m[1]:at], ":") > 0 {
 		head = m[1]
@@ -274,10 +274,8 @@ func Text(msg string, conns ...string) string {
 	cs := append([]string(nil), conns...)
 	sort.SliceStable(cs, func(i, j int) bool { return len(cs[i]) > len(cs[j]) })
 	for _, c := range cs {
-		if c != "" {
-			if t := strings.TrimSpace(c); t != "" {
-				msg = strings.ReplaceAll(msg, t, String(t))
-			}
+		if t := strings.TrimSpace(c); t != "" {
+			msg = strings.ReplaceAll(msg, t, String(t))
 		}
 	}
 	var secrets []string
