@@ -500,7 +500,7 @@ func describe(j queue.Job, now int64) string {
 		s += " until " + fmtMs(j.LeaseUntil)
 	}
 	if j.LastError != "" && j.State != queue.Done {
-		s += ": " + j.LastError
+		s += ": " + redact.Text(j.LastError)
 	}
 	return s
 }
@@ -719,7 +719,7 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			writeJSON(stdout, toJobJSON(j, false))
 			continue
 		}
-		fmt.Fprintf(stdout, "%s\t%s\tattempts %d/%d\t%s\n", j.ID, j.DeadReason, j.Attempts, j.MaxAttempts, j.LastError)
+		fmt.Fprintf(stdout, "%s\t%s\tattempts %d/%d\t%s\n", j.ID, j.DeadReason, j.Attempts, j.MaxAttempts, redact.Text(j.LastError))
 	}
 	return exitOK
 }
@@ -919,7 +919,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(stdout, "queue         %s\n", j.Queue)
 	fmt.Fprintf(stdout, "id            %s\nstate         %s %s\nattempts      %d/%d\navailable_at  %s\ndeadline      %s\nlease_until   %s\nlast_error    %s\ncreated_at    %s\nupdated_at    %s\nfinished_at   %s\npayload       %d bytes\n",
 		j.ID, j.State, j.DeadReason, j.Attempts, j.MaxAttempts, fmtMs(j.AvailableAt), fmtMs(j.Deadline), fmtMs(j.LeaseUntil),
-		j.LastError, fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
+		redact.Text(j.LastError), fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
 	return exitOK
 }
 
@@ -945,7 +945,7 @@ type jobJSON struct {
 func toJobJSON(j queue.Job, withPayload bool) jobJSON {
 	out := jobJSON{
 		ID: j.ID, Queue: j.Queue, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
-		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: j.LastError,
+		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: redact.Text(j.LastError),
 		CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt, FinishedAtMs: j.FinishedAt,
 	}
 	if withPayload {

@@ -304,3 +304,26 @@ func TestHTTPHandlerSecretNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerErrorSecretHidden: a handler whose error repeats a
+// connection string (here a command's stderr) has it shown redacted by
+// run-once, show and dead.
+func TestHandlerErrorSecretHidden(t *testing.T) {
+	db := tempDB(t)
+	var all strings.Builder
+	for _, args := range [][]string{
+		{"enqueue", "--db", db, "--id", "a", "--max-attempts", "1"},
+		{"run-once", "--db", db, "--exec", `echo "dial postgres://u:Pw-s3cr3t@h/db; nats://Tk-s3cr3t@h" >&2; exit 65`},
+		{"show", "--db", db, "--id", "a"},
+		{"show", "--db", db, "--id", "a", "--json"},
+		{"dead", "--db", db},
+		{"dead", "--db", db, "--json"},
+		{"requeue", "--db", db, "--all", "--attempts", "1", "--deadline", "1h", "--dry-run"},
+	} {
+		_, out, e := cli(t, "", args...)
+		all.WriteString(out + e)
+	}
+	if s := all.String(); strings.Contains(s, secret) || !strings.Contains(s, "postgres://u:xxxxx@h/db") {
+		t.Errorf("%s", s)
+	}
+}
