@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
@@ -83,13 +84,8 @@ type Consumer struct {
 
 // NewConsumer validates opts.
 func NewConsumer(opts Options) (*Consumer, error) {
-	if len(opts.Brokers) == 0 {
-		return nil, fmt.Errorf("%w: Brokers must list at least one host:port", broker.ErrInvalid)
-	}
-	for i, b := range opts.Brokers {
-		if b == "" || strings.ContainsAny(b, " \t\r\n/") {
-			return nil, fmt.Errorf("%w: Brokers[%d] must be a host:port, got %q", broker.ErrInvalid, i, b)
-		}
+	if err := checkBrokers(opts.Brokers); err != nil {
+		return nil, err
 	}
 	if err := opts.Topics.Validate(); err != nil {
 		return nil, err
@@ -128,6 +124,24 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	}
 	return &Consumer{opts: opts, log: log,
 		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "kafka", Now: opts.Now, Trace: opts.Trace}}, nil
+}
+
+// checkBrokers checks seed brokers. A seed with user information
+// (user:password@host:port) is refused without being repeated: SASL goes in
+// ClientOpts, and the client would print such a seed in its errors.
+func checkBrokers(brokers []string) error {
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: Brokers must list at least one host:port", broker.ErrInvalid)
+	}
+	for i, b := range brokers {
+		if strings.Contains(b, "@") {
+			return fmt.Errorf("%w: Brokers[%d] must be a host:port without user:password@ (give SASL in ClientOpts)", broker.ErrInvalid, i)
+		}
+		if b == "" || strings.ContainsAny(b, " \t\r\n/") {
+			return fmt.Errorf("%w: Brokers[%d] must be a host:port, got %q", broker.ErrInvalid, i, redact.String(b))
+		}
+	}
+	return nil
 }
 
 func (c *Consumer) now() time.Time {

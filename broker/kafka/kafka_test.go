@@ -344,6 +344,8 @@ func TestBadOptions(t *testing.T) {
 	}{
 		{func(o *Options) { o.Brokers = nil }, "Brokers must"},
 		{func(o *Options) { o.Brokers = []string{"127.0.0.1:9092", ""} }, "Brokers[1] must be a host:port"},
+		{func(o *Options) { o.Brokers = []string{"u:Pw-s3cr3t@127.0.0.1:9092"} }, "without user:password@"},
+		{func(o *Options) { o.Brokers = []string{"nats://Tk-s3cr3t@h /x"} }, "Brokers[0] must be a host:port"},
 		{func(o *Options) { o.Topics.Main = "a b" }, "Topics.Main must be 1..249"},
 		{func(o *Options) { o.Topics.Retry[2] = "x/y" }, "Topics.Retry[2] must be 1..249"},
 		{func(o *Options) { o.Topics.DLQ = o.Topics.Main }, "Topics.DLQ must differ from Topics.Main"},
@@ -358,9 +360,13 @@ func TestBadOptions(t *testing.T) {
 		o := good
 		o.Topics.Retry = append([]string(nil), good.Topics.Retry...) // cases may change it
 		c.mod(&o)
-		if _, err := NewConsumer(o); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("err = %v, want %q", err, c.want)
+		if _, err := NewConsumer(o); err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("err = %v, want %q and no secret", err, c.want)
 		}
+	}
+	_, err := NewRedriveSource(context.Background(), RedriveSourceOptions{Brokers: []string{"u:Pw-s3cr3t@127.0.0.1:1"}, DLQ: "d", Group: "g"})
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("NewRedriveSource with user:password@ in a seed: %v", err)
 	}
 	if got := strings.Join(NewTopics("orders", nil).All(), ","); got != "orders,orders-retry-10s,orders-retry-1m,orders-retry-10m,orders-dlq" {
 		t.Errorf("topics %s", got)

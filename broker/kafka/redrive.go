@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/redact"
 )
 
 // DefaultRedriveIdle is RedriveSourceOptions.Idle when zero.
@@ -52,9 +53,10 @@ type RedriveSource struct {
 
 // NewRedriveSource connects and snapshots the DLQ topic's end offsets.
 func NewRedriveSource(ctx context.Context, opts RedriveSourceOptions) (*RedriveSource, error) {
+	if err := checkBrokers(opts.Brokers); err != nil {
+		return nil, err
+	}
 	switch {
-	case len(opts.Brokers) == 0:
-		return nil, fmt.Errorf("%w: Brokers must list at least one host:port", broker.ErrInvalid)
 	case opts.DLQ == "":
 		return nil, fmt.Errorf("%w: DLQ must name a topic", broker.ErrInvalid)
 	case opts.Group == "":
@@ -91,7 +93,7 @@ func NewRedriveSource(ctx context.Context, opts RedriveSourceOptions) (*RedriveS
 	}
 	if err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("kafka: DLQ %q offsets: %w", opts.DLQ, err)
+		return nil, fmt.Errorf("kafka: DLQ %q offsets: %w", opts.DLQ, redact.Error(err, opts.Brokers...))
 	}
 	if _, ok := ends[opts.DLQ]; !ok {
 		cl.Close()

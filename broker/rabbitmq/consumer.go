@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
@@ -113,7 +113,7 @@ type Consumer struct {
 // NewConsumer validates opts and returns a Consumer.
 func NewConsumer(opts Options) (*Consumer, error) {
 	if _, err := amqp.ParseURI(opts.URL); err != nil {
-		return nil, fmt.Errorf("%w: URL must be an amqp:// or amqps:// URL: %v", broker.ErrInvalid, redactErr(err, opts.URL))
+		return nil, fmt.Errorf("%w: URL must be an amqp:// or amqps:// URL: %v", broker.ErrInvalid, redact.Error(err, opts.URL))
 	}
 	if err := opts.Topology.Validate(); err != nil {
 		return nil, err
@@ -217,7 +217,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 		Properties: amqp.Table{"connection_name": "stagger-rabbitmq " + c.opts.Topology.Queue},
 	})
 	if err != nil {
-		return false, fmt.Errorf("rabbitmq: dial: %w", redactErr(err, c.opts.URL))
+		return false, fmt.Errorf("rabbitmq: dial: %w", redact.Error(err, c.opts.URL))
 	}
 	defer conn.Close()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
@@ -559,36 +559,3 @@ func republishing(d *amqp.Delivery, h amqp.Table) amqp.Publishing {
 		Body:            d.Body,
 	}
 }
-
-// redactErr keeps the URL's password out of err's text, also when the URL
-// does not parse.
-func redactErr(err error, url string) error {
-	secret := password(url)
-	if err == nil || secret == "" {
-		return err
-	}
-	return redacted{err: err, secret: secret}
-}
-
-// password returns the password part of scheme://user:password@host/…
-func password(url string) string {
-	_, rest, ok := strings.Cut(url, "://")
-	if !ok {
-		return ""
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return ""
-	}
-	_, pw, _ := strings.Cut(rest[:at], ":")
-	return pw
-}
-
-type redacted struct {
-	err    error
-	secret string
-}
-
-func (r redacted) Error() string { return strings.ReplaceAll(r.err.Error(), r.secret, "xxxxx") }
-
-func (r redacted) Unwrap() error { return r.err }

@@ -18,6 +18,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -35,7 +36,7 @@ func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
 	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
-		unavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL (default amqp://guest:***@127.0.0.1:5672/): %v", redactErr(err, amqpURL())))
+		unavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL (default amqp://guest:***@127.0.0.1:5672/): %v", redact.Error(err, amqpURL())))
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn

@@ -21,6 +21,7 @@ import (
 	sjetstream "github.com/staggerhq/stagger/broker/jetstream"
 	skafka "github.com/staggerhq/stagger/broker/kafka"
 	"github.com/staggerhq/stagger/broker/rabbitmq"
+	"github.com/staggerhq/stagger/internal/redact"
 )
 
 func init() {
@@ -42,7 +43,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitOK
 	}
 	if args[0] != "redrive" {
-		fmt.Fprintf(stderr, "stagger broker: unknown subcommand %q\n", args[0])
+		fmt.Fprintf(stderr, "stagger broker: unknown subcommand %q\n", redact.String(args[0]))
 		return exitUsage
 	}
 	return brokerRedrive(ctx, args[1:], stdout, stderr)
@@ -131,10 +132,16 @@ func (v rateValue) Set(s string) error {
 	return nil
 }
 
+// checkHostPort checks a Kafka seed. A seed with user information
+// (user:password@host:port) is refused without being repeated: the client
+// would take it for a host name and print it in its errors.
 func checkHostPort(s string) error {
+	if strings.Contains(s, "@") {
+		return errors.New("a seed is host:port: user:password@ is not accepted (SASL credentials do not go in a seed; the value is not repeated)")
+	}
 	host, port, err := splitHostPort(s)
 	if err != nil || host == "" {
-		return fmt.Errorf("want host:port, got %q", s)
+		return fmt.Errorf("want host:port, got %q", redact.String(s))
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Errorf("port must be in [1, 65535], got %q", port)
@@ -208,7 +215,7 @@ func brokerRedrive(ctx context.Context, args []string, stdout, stderr io.Writer)
 		defer cancel()
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(stderr, "stagger broker redrive: %v\n", redactURLErr(f.url, err))
+		fmt.Fprintf(stderr, "stagger broker redrive: %v\n", redact.Error(err, append([]string{f.url}, f.brokers...)...))
 		return exitFail
 	}
 	src, closeSrc, err := f.open(ctx)
@@ -256,7 +263,7 @@ func (f *brokerRedriveFlags) open(ctx context.Context) (broker.RedriveSource, fu
 		}
 		conn, err := amqp.DialConfig(f.url, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 		if err != nil {
-			return nil, nil, fmt.Errorf("connect to RabbitMQ at %s: %w", redactURL(f.url), err)
+			return nil, nil, fmt.Errorf("connect to RabbitMQ at %s: %w", redact.String(f.url), err)
 		}
 		src, err := rabbitmq.NewRedriveSource(conn, f.dlq)
 		if err != nil {
@@ -270,7 +277,7 @@ func (f *brokerRedriveFlags) open(ctx context.Context) (broker.RedriveSource, fu
 		}
 		nc, err := nats.Connect(f.url, nats.Timeout(10*time.Second), nats.Name("stagger broker redrive"), nats.NoReconnect())
 		if err != nil {
-			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(f.url), err)
+			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redact.String(f.url), err)
 		}
 		js, err := jetstream.New(nc)
 		if err == nil {
@@ -303,25 +310,4 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-// redactURL is u without its password.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
-}
-
-// redactURLErr replaces any occurrence of u's password in err's message.
-func redactURLErr(u string, err error) error {
-	p, perr := url.Parse(u)
-	if perr != nil || p.User == nil {
-		return err
-	}
-	if pw, ok := p.User.Password(); ok && pw != "" && strings.Contains(err.Error(), pw) {
-		return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
-	}
-	return err
 }

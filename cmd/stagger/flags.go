@@ -8,10 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/staggerhq/stagger/internal/redact"
 )
 
 // Flag values that check their rule when they are set, so that every bad
@@ -157,10 +160,23 @@ func (v *listValue) Set(s string) error {
 	return nil
 }
 
+// invalidValue matches the value in the flag package's "invalid value %q
+// for flag -x".
+var invalidValue = regexp.MustCompile(`invalid value "(?:[^"\\]|\\.)*" for`)
+
 // parseError turns the flag package's "invalid value ... for flag -x: ..."
 // into a message that names the flag as it is written on the command line.
 func parseError(err error) string {
-	msg := err.Error()
+	// The flag package repeats a value it refuses: a value holding a
+	// connection string is shown with its secrets hidden.
+	msg := invalidValue.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		v, uerr := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(m, "invalid value "), " for"))
+		if uerr != nil {
+			return "invalid value (not shown) for"
+		}
+		return "invalid value " + strconv.Quote(redact.String(v)) + " for"
+	})
+	msg = redact.Text(msg)
 	msg = strings.Replace(msg, "for flag -", "for flag --", 1)
 	if i := strings.Index(msg, " for -"); i >= 0 { // invalid boolean value "x" for -json
 		msg = msg[:i] + " for --" + msg[i+len(" for -"):]
@@ -222,7 +238,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help 
 		return usageError(stderr, fs.Name(), "%s", parseError(err)), false
 	}
 	if fs.NArg() > 0 {
-		return usageError(stderr, fs.Name(), "unexpected argument %q (every setting is a flag)", fs.Arg(0)), false
+		return usageError(stderr, fs.Name(), "unexpected argument %q (every setting is a flag)", redact.String(fs.Arg(0))), false
 	}
 	return exitOK, true
 }

@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/staggerhq/stagger/internal/redact"
 )
 
 // Exit codes shared by every subcommand; docs/cli.md has the table.
@@ -120,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "stagger: unknown command %q\n\n", args[0])
+		fmt.Fprintf(stderr, "stagger: unknown command %q\n\n", redact.String(args[0]))
 		usage(stderr)
 		return exitUsage
 	}
@@ -136,7 +138,7 @@ func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "stagger help: unknown command %q\n\n", args[0])
+		fmt.Fprintf(stderr, "stagger help: unknown command %q\n\n", redact.String(args[0]))
 		usage(stderr)
 		return exitUsage
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/retryhttp"
 )
@@ -123,7 +124,7 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		shown := "(unparseable)"
 		if err == nil {
-			shown = u.Redacted() // never print a password
+			shown = redact.String(upstream) // never print a password or a token
 		}
 		return usageErr("--upstream %s: want an http or https URL with a host and no user, query or fragment, such as http://127.0.0.1:9000", shown)
 	}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -57,7 +58,9 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		for _, n := range names {
 			fmt.Fprintf(w, "  %-9s %s\n", n, queueSubcommands[n].summary)
 		}
-		fmt.Fprintln(w, "\n--db is an SQLite file (default ./stagger.db) or a postgres:// URL.")
+		fmt.Fprintln(w, "\n--db is an SQLite file, a plain path (default ./stagger.db), or a PostgreSQL server:")
+		fmt.Fprintln(w, "a postgres:// URL or a key=value string (host=... dbname=...). A value that looks like a")
+		fmt.Fprintln(w, "URL or a connection string but is not a valid PostgreSQL one is refused (exit 2).")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -65,7 +68,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	sc, ok := queueSubcommands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "stagger queue: unknown subcommand %q\n", args[0])
+		fmt.Fprintf(stderr, "stagger queue: unknown subcommand %q\n", redact.String(args[0]))
 		return exitUsage
 	}
 	return sc.run(ctx, args[1:], stdout, stderr)
@@ -98,7 +101,7 @@ func newQueueFlags(name string, does int) *queueFlags {
 	f := &queueFlags{fs: flag.NewFlagSet("stagger queue "+name, flag.ContinueOnError),
 		sqliteSync: "FULL", maxPayload: queue.DefaultMaxPayload,
 		base: defaultRatio.Base, cap: defaultRatio.Cap, lease: queue.DefaultLease, timeout: queue.DefaultAttemptTimeout}
-	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file, or a postgres:// URL")
+	f.fs.StringVar(&f.db, "db", "./stagger.db", "the store: an SQLite file (a plain path), or a postgres:// URL or key=value connection string")
 	f.fs.Var(&f.queues, "queue", "the named queue (default \"default\"); work and stats take several: a,b or the flag repeated")
 	f.fs.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	if does&queueWrites != 0 {
@@ -145,8 +148,16 @@ func (f *queueFlags) parse(args []string, stdout, stderr io.Writer) (int, bool) 
 	return 0, true
 }
 
-// check validates the numeric settings, naming the flag.
+// check validates --db and the numeric settings, naming the flag, so that
+// bad usage is refused before a store is opened (or an SQLite file
+// created).
 func (f *queueFlags) check() error {
+	if _, err := classifyDB(f.db); err != nil {
+		return err
+	}
+	if err := f.limits.Validate(); err != nil {
+		return fmt.Errorf("--max-in-flight, --rate, --burst: %w", err)
+	}
 	if err := durationFlag("--base", f.base, time.Millisecond); err != nil {
 		return err
 	}
@@ -239,7 +250,7 @@ func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) 
 		return nil, nil, exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redact.Error(err, f.db))
 		if errors.Is(err, queue.ErrInvalid) {
 			return nil, nil, exitUsage
 		}
@@ -266,7 +277,7 @@ func (f *queueFlags) newQueue(s queue.Store, name string) (*queue.Queue, error) 
 }
 
 func (f *queueFlags) fail(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redactErr(f.db, err))
+	fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), redact.Error(err, f.db))
 	return exitFail
 }
 
@@ -332,19 +343,25 @@ func queueEnqueueFrom(ctx context.Context, args []string, stdin io.Reader, stdou
 		}
 		jobs = []queue.NewJob{j}
 	}
-	q, closeFn, code := f.open(ctx, stderr, openCreate)
-	if q == nil {
-		return code
+	// Every job is checked before the store is opened: bad input creates
+	// no SQLite file.
+	vq, err := f.newQueue(queue.NewMemoryStore(), f.queues.first())
+	if err != nil {
+		return usage(err)
 	}
-	defer closeFn()
 	for i, j := range jobs {
-		if err := q.ValidateNewJob(j, now); err != nil {
+		if err := vq.ValidateNewJob(j, now); err != nil {
 			if lines != nil {
 				err = fmt.Errorf("line %d: %w", lines[i], err)
 			}
 			return usage(err)
 		}
 	}
+	q, closeFn, code := f.open(ctx, stderr, openCreate)
+	if q == nil {
+		return code
+	}
+	defer closeFn()
 	res, err := q.EnqueueMany(ctx, jobs)
 	if err != nil {
 		if errors.Is(err, queue.ErrInvalid) {
@@ -417,7 +434,7 @@ func (h *handlerFlags) build() (retry.Handler, error) {
 		return (&execHandler{cmd: h.execCmd}).handle, nil
 	}
 	if !strings.HasPrefix(h.httpURL, "http://") && !strings.HasPrefix(h.httpURL, "https://") {
-		return nil, fmt.Errorf("--http must be an http:// or https:// URL, got %q", h.httpURL)
+		return nil, fmt.Errorf("--http must be an http:// or https:// URL, got %q", redact.String(h.httpURL))
 	}
 	var set *statusSet
 	if h.retryStatus != "" {
@@ -483,7 +500,7 @@ func describe(j queue.Job, now int64) string {
 		s += " until " + fmtMs(j.LeaseUntil)
 	}
 	if j.LastError != "" && j.State != queue.Done {
-		s += ": " + j.LastError
+		s += ": " + redact.Text(j.LastError)
 	}
 	return s
 }
@@ -570,7 +587,7 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
 	}
-	logger.Info("working on", "db", redactDSN(f.db), "queues", strings.Join(names, ","), "handlers", concurrency)
+	logger.Info("working on", "db", redact.String(f.db), "queues", strings.Join(names, ","), "handlers", concurrency)
 	if progress > 0 {
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
@@ -702,7 +719,7 @@ func queueDead(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			writeJSON(stdout, toJobJSON(j, false))
 			continue
 		}
-		fmt.Fprintf(stdout, "%s\t%s\tattempts %d/%d\t%s\n", j.ID, j.DeadReason, j.Attempts, j.MaxAttempts, j.LastError)
+		fmt.Fprintf(stdout, "%s\t%s\tattempts %d/%d\t%s\n", j.ID, j.DeadReason, j.Attempts, j.MaxAttempts, redact.Text(j.LastError))
 	}
 	return exitOK
 }
@@ -902,7 +919,7 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(stdout, "queue         %s\n", j.Queue)
 	fmt.Fprintf(stdout, "id            %s\nstate         %s %s\nattempts      %d/%d\navailable_at  %s\ndeadline      %s\nlease_until   %s\nlast_error    %s\ncreated_at    %s\nupdated_at    %s\nfinished_at   %s\npayload       %d bytes\n",
 		j.ID, j.State, j.DeadReason, j.Attempts, j.MaxAttempts, fmtMs(j.AvailableAt), fmtMs(j.Deadline), fmtMs(j.LeaseUntil),
-		j.LastError, fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
+		redact.Text(j.LastError), fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
 	return exitOK
 }
 
@@ -928,7 +945,7 @@ type jobJSON struct {
 func toJobJSON(j queue.Job, withPayload bool) jobJSON {
 	out := jobJSON{
 		ID: j.ID, Queue: j.Queue, State: string(j.State), DeadReason: string(j.DeadReason), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
-		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: j.LastError,
+		AvailableAtMs: j.AvailableAt, DeadlineMs: j.Deadline, LeaseUntilMs: j.LeaseUntil, LastError: redact.Text(j.LastError),
 		CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt, FinishedAtMs: j.FinishedAt,
 	}
 	if withPayload {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
 )
@@ -104,7 +105,7 @@ func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
-		err = fmt.Errorf("POST %s: %w", h.url, err)
+		err = fmt.Errorf("POST %s: %w", redact.String(h.url), redact.Error(err, h.url))
 		switch retryhttp.ErrorClass(err) {
 		case retry.ClassRetryable:
 			return retry.Retryable(err)
@@ -119,7 +120,7 @@ func (h *httpHandler) handle(ctx context.Context, payload []byte) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	err = fmt.Errorf("POST %s: %s", h.url, resp.Status)
+	err = fmt.Errorf("POST %s: %s", redact.String(h.url), resp.Status)
 	if tail := strings.TrimSpace(string(body)); tail != "" {
 		err = fmt.Errorf("%w: %s", err, tail)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
 )
 
@@ -43,10 +44,10 @@ func (l *workLog) result(r queue.Result) {
 	switch {
 	case errors.Is(r.Err, queue.ErrLeaseLost):
 		l.lost.Add(1)
-		l.log.Warn("lease lost: another attempt owns the job", append(attrs, "error", redactErr(l.db, r.Err))...)
+		l.log.Warn("lease lost: another attempt owns the job", append(attrs, "error", redact.Error(r.Err, l.db))...)
 	case !r.Recorded:
 		l.errs.Add(1)
-		l.log.Error("attempt not recorded", append(attrs, "error", redactErr(l.db, r.Err))...)
+		l.log.Error("attempt not recorded", append(attrs, "error", redact.Error(r.Err, l.db))...)
 	case errors.Is(r.Err, context.Canceled) && j.State == queue.Pending:
 		l.released.Add(1)
 		l.log.Info("released at shutdown", attrs...)
@@ -58,21 +59,21 @@ func (l *workLog) result(r queue.Result) {
 		l.log.Info("done", attrs...)
 	case j.State == queue.Pending:
 		l.retried.Add(1)
-		l.log.Warn("retry", append(attrs, "at", fmtMs(j.AvailableAt), "error", j.LastError)...)
+		l.log.Warn("retry", append(attrs, "at", fmtMs(j.AvailableAt), "error", redact.Text(j.LastError, l.db))...)
 	case j.State == queue.Dead:
 		l.dead.Add(1)
-		l.log.Error("dead", append(attrs, "reason", string(j.DeadReason), "error", j.LastError)...)
+		l.log.Error("dead", append(attrs, "reason", string(j.DeadReason), "error", redact.Text(j.LastError, l.db))...)
 	default: // leased: an error of no class, or a clock that went backwards
 		l.unknown.Add(1)
 		msg := "outcome unknown: the job stays leased until its lease expires"
-		l.log.Warn(msg, append(attrs, "lease_until", fmtMs(j.LeaseUntil), "error", redactErr(l.db, r.Err))...)
+		l.log.Warn(msg, append(attrs, "lease_until", fmtMs(j.LeaseUntil), "error", redact.Error(r.Err, l.db))...)
 	}
 }
 
 // failure logs an error of the worker (WorkerConfig.OnError).
 func (l *workLog) failure(err error) {
 	l.errs.Add(1)
-	l.log.Error("worker error", "error", redactErr(l.db, err))
+	l.log.Error("worker error", "error", redact.Error(err, l.db))
 }
 
 // maintenance logs what a maintenance pass did, when it did something.
@@ -117,7 +118,7 @@ func (l *workLog) progress(ctx context.Context, every time.Duration) {
 func (l *workLog) summary(err error) {
 	attrs := append(l.counts(), "uptime", time.Since(l.start).Round(time.Millisecond))
 	if err != nil {
-		l.log.Error("stopped", append(attrs, "error", redactErr(l.db, err))...)
+		l.log.Error("stopped", append(attrs, "error", redact.Error(err, l.db))...)
 		return
 	}
 	l.log.Info("stopped", attrs...)

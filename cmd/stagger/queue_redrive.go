@@ -9,6 +9,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
 )
 
@@ -85,7 +86,7 @@ func (r *redriveFlags) run(ctx context.Context, f *queueFlags, grant int, deadli
 			return
 		}
 		if r.dryRun {
-			fmt.Fprintf(stdout, "would requeue %s (%s, died %s): %s\n", j.ID, j.DeadReason, fmtMs(j.FinishedAt), j.LastError)
+			fmt.Fprintf(stdout, "would requeue %s (%s, died %s): %s\n", j.ID, j.DeadReason, fmtMs(j.FinishedAt), redact.Text(j.LastError))
 			return
 		}
 		fmt.Fprintf(stdout, "requeued %s: attempts %d/%d, deadline %s\n", j.ID, j.Attempts, j.MaxAttempts, fmtMs(j.Deadline))

@@ -1,33 +1,78 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/staggerhq/stagger/internal/redact"
 )
 
-// passwordDSNs name a closed port on 127.0.0.1 with the password
-// "Pw-s3cr3t" in every form the CLI accepts.
-var passwordDSNs = []string{
-	"postgres://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2",
-	"postgresql://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2",
-	"POSTGRES://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2",
-	"PostgreSQL://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2",
-	"postgres://u@127.0.0.1:1/db?password=Pw-s3cr3t&connect_timeout=2",
-	"postgres://u:Pw-s3cr3t@[bad/db",
-	"host=127.0.0.1 port=1 user=u password=Pw-s3cr3t dbname=db connect_timeout=2",
-	"host=127.0.0.1 port=1 user=u password='Pw-s3cr3t' dbname=db connect_timeout=2",
-	"  HOST=127.0.0.1 port=1 PASSWORD = Pw-s3cr3t connect_timeout=2",
-}
+// nkeySeed is a NATS user nkey seed, the secret of an nkey login.
+const nkeySeed = "SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU"
 
+// secret is in every secret of the tables below: no output, log or file
+// name may hold it (nor nkeySeed).
 const secret = "s3cr3t"
+
+// dbSecrets are --db values that hold a secret, each naming a closed port
+// on 127.0.0.1, and the exit code every queue command must end with: 1 for
+// a valid connection string (the store cannot be opened), 2 for one that
+// does not parse or is not a PostgreSQL one (nothing was done).
+var dbSecrets = []struct {
+	db   string
+	exit int
+}{
+	{"postgres://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2", exitFail},
+	{"postgresql://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2", exitFail},
+	{"POSTGRES://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2", exitFail},
+	{"PostgreSQL://u:Pw-s3cr3t@127.0.0.1:1/db?connect_timeout=2", exitFail},
+	{"postgres://u@127.0.0.1:1/db?password=Pw-s3cr3t&connect_timeout=2", exitFail},
+	{"postgres://u@127.0.0.1:1/db?sslpassword=Pw-s3cr3t&connect_timeout=2", exitFail},
+	{"postgres://u@127.0.0.1:1/db?sslmode=disable&sslpassword=Pw-s3cr3t", exitFail},
+	{"postgres://u:Pw%40s3cr3t@127.0.0.1:1/db", exitFail},
+	{"host=127.0.0.1 port=1 user=u password=Pw-s3cr3t dbname=db connect_timeout=2", exitFail},
+	{"host=127.0.0.1 port=1 user=u password='Pw-s3cr3t' dbname=db connect_timeout=2", exitFail},
+	{"host=127.0.0.1 port=1 user=u sslpassword=Pw-s3cr3t sslmode=disable", exitFail},
+	{"HOST=127.0.0.1 port=1 PASSWORD = Pw-s3cr3t connect_timeout=2", exitFail},
+	// Mistyped: never an SQLite path, never the password in the error.
+	{"postgres:postgres:Pw-s3cr3t@127.0.0.1:1", exitUsage},
+	{"postgres:/u:Pw-s3cr3t@127.0.0.1:1/db", exitUsage},
+	{"postgres//u:Pw-s3cr3t@127.0.0.1:1/db", exitUsage},
+	{"postgress://u:Pw-s3cr3t@127.0.0.1:1/db", exitUsage},
+	{"pg://u:Pw-s3cr3t@127.0.0.1:1/db", exitUsage},
+	{" postgres://u:Pw-s3cr3t@127.0.0.1:1/db", exitUsage},
+	{"postgres://u:Pw-s3cr3t@127.0.0.1:1/db ", exitUsage},
+	{"postgres://u:Pw-s3cr3t@[bad/db", exitUsage},
+	{"postgres://u:Pw-s3cr3t@127.0.0.1:99999/db", exitUsage},
+	{"host=127.0.0.1 password='Pw-s3cr3t", exitUsage},
+	{" host=127.0.0.1 password=Pw-s3cr3t", exitUsage},
+	{"port=1 password='Pw-s3cr3t", exitUsage},
+	{"q.db password=Pw-s3cr3t", exitUsage},
+	{"u:Pw-s3cr3t@127.0.0.1:1", exitUsage},
+	{"Pw-s3cr3t@127.0.0.1", exitUsage},
+	// Other services' connection strings given to --db.
+	{"amqp://guest:Pw-s3cr3t@127.0.0.1:1/", exitUsage},
+	{"nats://Tk-s3cr3t@127.0.0.1:1", exitUsage},
+	{"redis://:Pw-s3cr3t@127.0.0.1:1/0", exitUsage},
+	{"rediss://u:Pw-s3cr3t@127.0.0.1:1", exitUsage},
+	{nkeySeed, exitUsage},
+	{"file:Pw-s3cr3t.db", exitUsage},
+	{"sqlite://Pw-s3cr3t.db", exitUsage},
+}
 
 // queueCommands are every queue subcommand with the flags it needs, for a
 // given --db.
@@ -37,6 +82,7 @@ func queueCommands(db string) [][]string {
 		{"run-once", "--db", db, "--exec", "true"},
 		{"work", "--db", db, "--exec", "true"},
 		{"stats", "--db", db},
+		{"stats", "--db", db, "--json"},
 		{"dead", "--db", db},
 		{"show", "--db", db, "--id", "a"},
 		{"requeue", "--db", db, "--id", "a", "--attempts", "1", "--deadline", "1h"},
@@ -46,53 +92,112 @@ func queueCommands(db string) [][]string {
 	}
 }
 
-// TestQueueDSNPasswordNeverShown: every subcommand, with every DSN form,
-// against an unreachable server: exit 1 (2 for a DSN that does not
-// parse), the password nowhere, and no SQLite file created.
-func TestQueueDSNPasswordNeverShown(t *testing.T) {
+// otherSecrets are command lines other than --db that carry a connection
+// string with a secret, and the exit code they must end with.
+var otherSecrets = []struct {
+	args []string
+	exit int
+}{
+	{[]string{"broker", "redrive", "--broker", "rabbitmq", "--dlq", "d", "--url", "amqp://guest:Pw-s3cr3t@127.0.0.1:1/"}, exitFail},
+	{[]string{"broker", "redrive", "--broker", "rabbitmq", "--dlq", "d", "--url", "amqps://u:Pw-s3cr3t@127.0.0.1:1/v"}, exitFail},
+	{[]string{"broker", "redrive", "--broker", "rabbitmq", "--dlq", "d", "--url", "amqp://guest:Pw-s3cr3t@[bad/"}, exitUsage},
+	{[]string{"broker", "redrive", "--broker", "jetstream", "--dlq", "d", "--url", "nats://Tk-s3cr3t@127.0.0.1:1"}, exitFail},
+	{[]string{"broker", "redrive", "--broker", "jetstream", "--dlq", "d", "--url", "nats://u:Pw-s3cr3t@127.0.0.1:1"}, exitFail},
+	{[]string{"broker", "redrive", "--broker", "jetstream", "--dlq", "d", "--url", "nats://Tk-s3cr3t@127.0.0.1:1,nats://u:Pw-s3cr3t@127.0.0.1:2"}, exitFail},
+	{[]string{"broker", "redrive", "--broker", "jetstream", "--dlq", "d", "--url", "tls://Tk-s3cr3t@127.0.0.1:1"}, exitFail},
+	{[]string{"broker", "redrive", "--broker", "kafka", "--dlq", "d", "--brokers", "u:Pw-s3cr3t@127.0.0.1:1", "--timeout", "5s"}, exitUsage},
+	{[]string{"broker", "redrive", "--broker", "kafka", "--dlq", "d", "--brokers", "u:Pw-s3cr3t@127.0.0.1:x"}, exitUsage},
+	{[]string{"broker", "redrive", "--broker", "kafka", "--dlq", "d", "--brokers", "127.0.0.1:1", "--url", "nats://Tk-s3cr3t@127.0.0.1:1"}, exitUsage},
+	{[]string{"proxy", "--upstream", "http://Tk-s3cr3t@127.0.0.1:1", "--report", ""}, exitUsage},
+	{[]string{"proxy", "--upstream", "http://u:Pw-s3cr3t@127.0.0.1:1", "--report", ""}, exitUsage},
+	{[]string{"queue", "stats", "postgres://u:Pw-s3cr3t@127.0.0.1:1/db"}, exitUsage},
+	{[]string{"queue", "stats", "--db"}, exitUsage},
+	{[]string{"queue", "postgres://u:Pw-s3cr3t@127.0.0.1:1/db"}, exitUsage},
+	{[]string{"postgres://u:Pw-s3cr3t@127.0.0.1:1/db"}, exitUsage},
+	{[]string{"broker", "nats://Tk-s3cr3t@127.0.0.1:1"}, exitUsage},
+}
+
+// checkNoSecret fails the test when out, or the name of a file under dir,
+// holds a secret; it lists every file found.
+func checkNoSecret(t *testing.T, dir, what, out string) {
+	t.Helper()
+	if strings.Contains(out, secret) || strings.Contains(out, nkeySeed) {
+		t.Errorf("%s: the secret shows: %q", what, out)
+	}
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if path != dir {
+			t.Errorf("%s: created %q", what, path)
+			os.RemoveAll(path)
+		}
+		return nil
+	})
+}
+
+// TestSecretsNeverShown feeds every connection string with a secret
+// through every command that takes one, against closed ports, and greps
+// stdout, stderr (the worker's log included) and the names of the files
+// created in the working directory.
+func TestSecretsNeverShown(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
-	for _, db := range passwordDSNs {
-		for _, args := range queueCommands(db) {
-			code, out, e := cli(t, "", args...)
-			want := exitFail
-			if strings.Contains(db, "[bad") {
-				want = exitUsage
+	for _, c := range dbSecrets {
+		for _, args := range queueCommands(c.db) {
+			// Bounded: a --db taken for an SQLite path would have work
+			// run until stopped.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var o, eb bytes.Buffer
+			code := run(ctx, append([]string{"queue"}, args...), &o, &eb)
+			cancel()
+			out, e := o.String(), eb.String()
+			what := fmt.Sprintf("queue %s %q", strings.Join(args[:1], " "), c.db)
+			if code != c.exit || !strings.Contains(e, "stagger queue "+args[0]) {
+				t.Errorf("%s: exit %d (want %d), stderr %q", what, code, c.exit, e)
 			}
-			if code != want || strings.Contains(out+e, secret) || !strings.Contains(e, "stagger queue "+args[0]) {
-				t.Errorf("%s %q: exit %d (want %d), stdout %q, stderr %q", args[0], db, code, want, out, e)
-			}
+			checkNoSecret(t, dir, what, out+e)
 		}
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("a DSN was taken for an SQLite path: %v created", ents[0].Name())
+	for _, c := range otherSecrets {
+		var o, e bytes.Buffer
+		code := run(context.Background(), c.args, &o, &e)
+		what := strings.Join(c.args, " ")
+		if code != c.exit {
+			t.Errorf("%s: exit %d (want %d), stderr %q", what, code, c.exit, e.String())
+		}
+		checkNoSecret(t, dir, what, o.String()+e.String())
 	}
 }
 
-func TestRedactDSN(t *testing.T) {
-	for db, want := range map[string]string{
-		"postgres://u:Pw-s3cr3t@h/db":                  "postgres://u:xxxxx@h/db",
-		"POSTGRES://u:Pw-s3cr3t@h/db":                  "postgres://u:xxxxx@h/db",
-		"postgres://u@h/db?password=Pw-s3cr3t&x=1":     "postgres://u@h/db?password=xxxxx&x=1",
-		"host=h password=Pw-s3cr3t dbname=d":           "host=h password=xxxxx dbname=d",
-		`host=h password='a b\' Pw-s3cr3t' dbname=d`:   "host=h password=xxxxx dbname=d",
-		"host=h sslpassword=Pw-s3cr3t":                 "host=h sslpassword=xxxxx",
-		"./stagger.db":                                 "./stagger.db",
-		"postgres://u:Pw-s3cr3t@h/db?sslmode=disable#": "postgres://u:xxxxx@h/db?sslmode=disable",
+// TestSecretsOnServers: a wrong password or a token against the real
+// RabbitMQ and NATS servers, whose errors are the servers' own.
+func TestSecretsOnServers(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ env, def, kind, url string }{
+		{"STAGGER_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "rabbitmq", "amqp://guest:Pw-s3cr3t@%s/"},
+		{"STAGGER_NATS_URL", "nats://127.0.0.1:4222", "jetstream", "nats://Tk-s3cr3t@%s"},
+		{"STAGGER_NATS_URL", "nats://127.0.0.1:4222", "jetstream", "nats://u:Pw-s3cr3t@%s"},
 	} {
-		if got := redactDSN(db); got != want {
-			t.Errorf("redactDSN(%q) = %q, want %q", db, got, want)
+		addr := envOr(c.env, c.def)
+		if u, err := url.Parse(addr); err == nil && u.Host != "" {
+			addr = u.Host
 		}
-	}
-	for _, db := range []string{"POSTGRES://x", "postgresql://x", "host=x", "dbname=y", "user=z password=p"} {
-		if !isPostgres(db) {
-			t.Errorf("isPostgres(%q) = false", db)
+		if conn, err := net.DialTimeout("tcp", addr, 2*time.Second); err != nil {
+			msg := fmt.Sprintf("%s unreachable at %s (%s): %v", c.kind, addr, c.env, err)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Log(msg)
+			continue
+		} else {
+			conn.Close()
 		}
-	}
-	for _, db := range []string{"./q.db", "q.db", "/tmp/host=x", "data/password.db", "sqlite://x"} {
-		if isPostgres(db) {
-			t.Errorf("isPostgres(%q) = true", db)
+		args := []string{"broker", "redrive", "--broker", c.kind, "--dlq", "stagger-secrets-none", "--dry-run", "--timeout", "20s", "--url", fmt.Sprintf(c.url, addr)}
+		var o, e bytes.Buffer
+		code := run(context.Background(), args, &o, &e)
+		if code == exitOK {
+			t.Errorf("%s: exit 0 for a DLQ that does not exist", args)
 		}
+		checkNoSecret(t, dir, strings.Join(args, " "), o.String()+e.String())
 	}
 }
 
@@ -114,6 +219,7 @@ func TestQueuePasswordDSNOnPostgres(t *testing.T) {
 	defer pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
 	cfg := pool.Config().ConnConfig
 	urlDSN := "POSTGRES://" + cfg.User + ":Pw-s3cr3t@" + cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) + "/" + cfg.Database + "?search_path=" + schema
+	sslDSN := "postgres://" + cfg.User + "@" + cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) + "/" + cfg.Database + "?sslmode=disable&sslpassword=Pw-s3cr3t&search_path=" + schema
 	kwDSN := "host=" + cfg.Host + " port=" + strconv.Itoa(int(cfg.Port)) + " user=" + cfg.User + " password=Pw-s3cr3t dbname=" + cfg.Database + " search_path=" + schema
 
 	tables := func() int {
@@ -125,7 +231,7 @@ func TestQueuePasswordDSNOnPostgres(t *testing.T) {
 	if code != exitFail || !strings.Contains(e, "no queue table") || strings.Contains(out+e, secret) || tables() != 0 {
 		t.Fatalf("stats on an empty schema: exit %d %q %q, %d tables", code, out, e, tables())
 	}
-	for i, db := range []string{urlDSN, kwDSN} {
+	for i, db := range []string{urlDSN, kwDSN, sslDSN} {
 		for _, args := range queueCommands(db) {
 			if args[0] == "work" {
 				continue // below
@@ -139,14 +245,17 @@ func TestQueuePasswordDSNOnPostgres(t *testing.T) {
 			}
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	var o, e2 syncBuffer
-	if code := run(cctx, []string{"queue", "work", "--db", kwDSN, "--exec", "true", "--progress", "10ms"}, &o, &e2); code != exitOK {
-		t.Fatalf("work: exit %d: %s", code, e2.String())
-	}
-	if s := o.String() + e2.String(); strings.Contains(s, secret) || !strings.Contains(s, "password=xxxxx") {
-		t.Fatalf("work output: %s", s)
+	for format, db := range map[string]string{"text": kwDSN, "json": sslDSN} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var o, e2 syncBuffer
+		code := run(cctx, []string{"queue", "work", "--db", db, "--exec", "true", "--progress", "10ms", "--log-format", format}, &o, &e2)
+		cancel()
+		if code != exitOK {
+			t.Fatalf("work: exit %d: %s", code, e2.String())
+		}
+		if s := o.String() + e2.String(); strings.Contains(s, secret) || !strings.Contains(s, "password=xxxxx") {
+			t.Fatalf("work output: %s", s)
+		}
 	}
 }
 
@@ -165,11 +274,56 @@ func testPool(t *testing.T) (*pgxpool.Pool, string) {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		msg := "PostgreSQL unreachable at STAGGER_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test): " + redactErr(url, err).Error()
+		msg := "PostgreSQL unreachable at STAGGER_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test): " + redact.Error(err, url).Error()
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
 	return pool, url
+}
+
+// TestHTTPHandlerSecretNeverShown: a --http URL with a token or a password
+// in it reaches no output, log line or stored error.
+func TestHTTPHandlerSecretNeverShown(t *testing.T) {
+	for _, hook := range []string{"http://Tk-s3cr3t@127.0.0.1:1/hook", "http://u:Pw-s3cr3t@127.0.0.1:1/hook"} {
+		db := tempDB(t)
+		var all strings.Builder
+		for _, args := range [][]string{
+			{"enqueue", "--db", db, "--id", "a", "--max-attempts", "1"},
+			{"run-once", "--db", db, "--http", hook},
+			{"show", "--db", db, "--id", "a", "--json"},
+			{"dead", "--db", db},
+			{"run-once", "--db", db, "--http", strings.Replace(hook, "http:", "ftp:", 1)},
+		} {
+			_, out, e := cli(t, "", args...)
+			all.WriteString(out + e)
+		}
+		if s := all.String(); strings.Contains(s, secret) || !strings.Contains(s, "127.0.0.1:1/hook") {
+			t.Errorf("%s: %s", hook, s)
+		}
+	}
+}
+
+// TestHandlerErrorSecretHidden: a handler whose error repeats a
+// connection string (here a command's stderr) has it shown redacted by
+// run-once, show and dead.
+func TestHandlerErrorSecretHidden(t *testing.T) {
+	db := tempDB(t)
+	var all strings.Builder
+	for _, args := range [][]string{
+		{"enqueue", "--db", db, "--id", "a", "--max-attempts", "1"},
+		{"run-once", "--db", db, "--exec", `echo "dial postgres://u:Pw-s3cr3t@h/db; nats://Tk-s3cr3t@h" >&2; exit 65`},
+		{"show", "--db", db, "--id", "a"},
+		{"show", "--db", db, "--id", "a", "--json"},
+		{"dead", "--db", db},
+		{"dead", "--db", db, "--json"},
+		{"requeue", "--db", db, "--all", "--attempts", "1", "--deadline", "1h", "--dry-run"},
+	} {
+		_, out, e := cli(t, "", args...)
+		all.WriteString(out + e)
+	}
+	if s := all.String(); strings.Contains(s, secret) || !strings.Contains(s, "postgres://u:xxxxx@h/db") {
+		t.Errorf("%s", s)
+	}
 }

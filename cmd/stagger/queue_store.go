@@ -5,148 +5,156 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"regexp"
-	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/sqlite"
 )
 
 // libpqKeywords are the keywords of a PostgreSQL key=value connection
-// string that may start one ("host=db password=... dbname=app").
+// string that say where and as whom to connect; a key=value --db names at
+// least one.
 var libpqKeywords = map[string]bool{
 	"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true, "password": true,
-	"passfile": true, "sslmode": true, "sslcert": true, "sslkey": true, "sslrootcert": true, "sslpassword": true,
-	"connect_timeout": true, "application_name": true, "options": true, "service": true,
-	"target_session_attrs": true, "channel_binding": true,
+	"passfile": true, "service": true, "sslmode": true, "sslpassword": true,
 }
 
-// urlScheme returns the lower-cased scheme of a postgres:// or
-// postgresql:// URL (any case), or "".
-func urlScheme(db string) string {
-	i := strings.Index(db, "://")
-	if i < 0 {
-		return ""
+var (
+	// dbScheme matches a leading scheme and colon ("postgres:", "file:").
+	dbScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):`)
+	// dbKeyword matches a key=value pair's key.
+	dbKeyword = regexp.MustCompile(`(?:^|\s)([A-Za-z_][A-Za-z0-9_.-]*)\s*=`)
+	// pgPrefix matches a value that starts like a PostgreSQL URL whose
+	// "://" is mistyped ("postgres//h", "pg;//h"), not a file named
+	// postgres.db or pg-jobs.db.
+	pgPrefix = regexp.MustCompile(`(?i)^(postgres(ql)?|pgsql|pg)(//|[^A-Za-z0-9._/-])`)
+	// driveLetter matches a Windows path's drive ("C:\", "C:/").
+	driveLetter = regexp.MustCompile(`^[A-Za-z]:[\\/]`)
+)
+
+// shownSchemes are schemes an error may name: they say what was mistyped
+// and cannot be a password.
+var shownSchemes = map[string]bool{
+	"pg": true, "pgsql": true, "postgre": true, "postgress": true, "postgresq": true, "psql": true, "postgis": true,
+	"amqp": true, "amqps": true, "nats": true, "tls": true, "redis": true, "rediss": true, "kafka": true,
+	"http": true, "https": true, "mysql": true, "file": true, "sqlite": true, "sqlite3": true, "jdbc": true,
+}
+
+// errDB is a --db value that is neither a PostgreSQL connection string nor
+// a plain SQLite path; its messages never repeat the value (it may hold a
+// password).
+func errDB(format string, a ...any) error {
+	return &dbError{"--db " + fmt.Sprintf(format, a...) + " (the value is not repeated: it may hold a password)"}
+}
+
+// dbError is a bad --db value: errors.Is(err, queue.ErrInvalid) holds.
+type dbError struct{ msg string }
+
+func (e *dbError) Error() string        { return e.msg }
+func (e *dbError) Is(target error) bool { return target == queue.ErrInvalid }
+
+// classifyDB says what a --db value names: a PostgreSQL server (a
+// postgres:// or postgresql:// URL, the scheme in any case, or a key=value
+// connection string) or an SQLite file (a plain path). A value that looks
+// like a URL or a connection string (a scheme, an '@', key=value pairs,
+// spaces around it, a postgres or pg prefix, an nkey seed) but is not a
+// valid PostgreSQL one is an error wrapping queue.ErrInvalid that names the
+// problem without the value: it is never taken for a file name.
+func classifyDB(db string) (postgres bool, err error) {
+	switch {
+	case db == "":
+		return false, &dbError{"--db must not be empty"}
+	case strings.IndexFunc(db, unicode.IsControl) >= 0:
+		return false, errDB("holds a control character (a line break or a tab)")
+	case strings.TrimSpace(db) != db:
+		return false, errDB("starts or ends with a space: remove it")
 	}
-	if sc := strings.ToLower(db[:i]); sc == "postgres" || sc == "postgresql" {
-		return sc
+	scheme := ""
+	if m := dbScheme.FindStringSubmatch(db); m != nil && !driveLetter.MatchString(db) {
+		scheme = strings.ToLower(m[1])
 	}
-	return ""
+	keyword := dbKeyword.FindStringSubmatch(db) != nil
+	switch {
+	case (scheme == "postgres" || scheme == "postgresql") && strings.HasPrefix(db[len(scheme)+1:], "//"):
+		if _, err := pgconn.ParseConfig(pgDSN(db)); err != nil {
+			return false, errDB("is not a valid PostgreSQL URL: %s", pgReason(db, err))
+		}
+		return true, nil
+	case scheme == "postgres" || scheme == "postgresql":
+		return false, errDB("is not a PostgreSQL URL: it must start with %s:// (the // is missing)", scheme)
+	case scheme == "file" || scheme == "sqlite" || scheme == "sqlite3":
+		return false, errDB("is a %s: URI: give an SQLite database as a plain file path, such as ./stagger.db", scheme)
+	case shownSchemes[scheme]:
+		return false, errDB("has the scheme %q: want a postgres:// or postgresql:// URL, or a plain SQLite file path", scheme)
+	case scheme != "" && strings.HasPrefix(db[len(scheme)+1:], "//"):
+		return false, errDB("has an unknown scheme: want a postgres:// or postgresql:// URL, or a plain SQLite file path")
+	case keyword && dbKeyword.FindStringIndex(db)[0] == 0:
+		if !namesServer(db) {
+			return false, errDB("looks like a key=value connection string but names none of host, port, dbname, user, password, service")
+		}
+		if _, err := pgconn.ParseConfig(db); err != nil {
+			return false, errDB("is not a valid PostgreSQL key=value connection string: %s", pgReason(db, err))
+		}
+		return true, nil
+	case keyword:
+		return false, errDB("holds key=value pairs, as a connection string does: a PostgreSQL key=value string starts with one (host=...); an SQLite path holds none")
+	case strings.Contains(db, "@"):
+		return false, errDB("holds an '@', as a connection string does: a PostgreSQL URL starts with postgres://; an SQLite path holds no '@'")
+	case scheme != "":
+		return false, errDB("starts with a scheme (a word and a colon): want a postgres:// or postgresql:// URL, or a plain SQLite file path")
+	case pgPrefix.MatchString(db):
+		return false, errDB("starts like a PostgreSQL URL but is not one: want postgres://user:password@host/db")
+	case strings.ContainsAny(db, "?#"):
+		return false, errDB("holds a '?' or '#': an SQLite path is a plain file path")
+	case redact.String(db) != db:
+		return false, errDB("holds what looks like a secret (a password, a token or a key): an SQLite path is a plain file path")
+	}
+	return false, nil
 }
 
-// isKeywordDSN reports whether db is a key=value connection string: its
-// first word is a libpq keyword followed by '='.
-func isKeywordDSN(db string) bool {
-	k, _, ok := strings.Cut(strings.TrimSpace(db), "=")
-	return ok && libpqKeywords[strings.ToLower(strings.TrimSpace(k))]
+// namesServer reports whether a key=value string holds one of the keys
+// that say where or as whom to connect.
+func namesServer(db string) bool {
+	for _, m := range dbKeyword.FindAllStringSubmatch(db, -1) {
+		if libpqKeywords[strings.ToLower(m[1])] {
+			return true
+		}
+	}
+	return false
 }
 
-// isPostgres reports whether a --db value names a PostgreSQL server: a
-// postgres:// or postgresql:// URL (the scheme in any case) or a key=value
-// connection string. Anything else is an SQLite file path.
-func isPostgres(db string) bool { return urlScheme(db) != "" || isKeywordDSN(db) }
+// pgReason is why the PostgreSQL driver rejects db, in its own words up
+// to the first quote, colon or parenthesis (after which it may repeat a
+// part of db), with any secret of db hidden all the same.
+func pgReason(db string, err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	}
+	if i := strings.IndexAny(msg, "\"'`:(["); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = strings.TrimSpace(redact.Text(msg, db))
+	if strings.Contains(msg, "parse as URL") {
+		msg += " (in a user name or password, percent-encode @ : / ? # [ ] % and spaces)"
+	}
+	return msg
+}
 
 // pgDSN is db as the PostgreSQL driver reads it: the URL scheme lower-cased.
 func pgDSN(db string) string {
-	if sc := urlScheme(db); sc != "" {
-		return sc + db[len(sc):]
+	if m := dbScheme.FindStringSubmatch(db); m != nil {
+		if sc := strings.ToLower(m[1]); sc == "postgres" || sc == "postgresql" {
+			return sc + db[len(sc):]
+		}
 	}
 	return db
 }
-
-const hidden = "xxxxx"
-
-// keywordPassword matches the password of a key=value connection string,
-// quoted ('a b\'c') or not.
-var keywordPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
-
-// redactDSN returns db with every password hidden: in a URL's user info
-// and its password= parameter, and in a key=value string.
-func redactDSN(db string) string {
-	switch {
-	case urlScheme(db) != "":
-		u, err := url.Parse(pgDSN(db))
-		if err != nil {
-			return urlScheme(db) + "://(a DSN that does not parse; not shown: it may hold a password)"
-		}
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), hidden)
-		}
-		if q := u.Query(); q.Has("password") {
-			q.Set("password", hidden)
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	case isKeywordDSN(db):
-		return keywordPassword.ReplaceAllString(db, "${1}"+hidden)
-	}
-	return db
-}
-
-// dsnSecrets are the passwords a DSN holds, as written and as decoded.
-func dsnSecrets(db string) []string {
-	var out []string
-	add := func(p string) {
-		if p != "" {
-			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
-		}
-	}
-	if cfg, err := pgconn.ParseConfig(pgDSN(db)); err == nil {
-		add(cfg.Password)
-	}
-	if urlScheme(db) != "" {
-		if u, err := url.Parse(pgDSN(db)); err == nil {
-			if p, ok := u.User.Password(); ok {
-				add(p)
-			}
-			add(u.Query().Get("password"))
-		}
-		// The raw text between "user:" and "@", should the URL not parse.
-		rest := db[strings.Index(db, "://")+3:]
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, p, ok := strings.Cut(rest[:at], ":"); ok {
-				add(p)
-			}
-		}
-	}
-	for _, m := range keywordPassword.FindAllStringSubmatch(db, -1) {
-		p := m[2]
-		add(p)
-		if len(p) >= 2 && p[0] == '\'' {
-			add(strings.ReplaceAll(strings.ReplaceAll(p[1:len(p)-1], `\'`, `'`), `\\`, `\`))
-		}
-	}
-	// Longest first, so that no part of a longer form is left behind.
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
-// redactErr returns err with the DSN and every form of its password
-// hidden from the message.
-func redactErr(db string, err error) error {
-	if err == nil || !isPostgres(db) {
-		return err
-	}
-	msg := strings.ReplaceAll(err.Error(), db, redactDSN(db))
-	for _, p := range dsnSecrets(db) {
-		msg = strings.ReplaceAll(msg, p, hidden)
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-// redactedError is an error whose message has its secrets hidden; it
-// unwraps to the original for errors.Is (never print the original).
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
 
 // openMode says what opening a store may do to it.
 type openMode int
@@ -173,13 +181,14 @@ type storeOptions struct {
 // file path. An error wrapping queue.ErrInvalid is a bad --db value; any
 // other is a store that cannot be opened.
 func openStore(ctx context.Context, db string, o storeOptions) (queue.Store, func() error, error) {
-	if db == "" {
-		return nil, nil, fmt.Errorf("%w: --db must not be empty", queue.ErrInvalid)
+	pg, err := classifyDB(db)
+	if err != nil {
+		return nil, nil, err
 	}
-	if isPostgres(db) {
+	if pg {
 		s, err := openPostgres(ctx, pgDSN(db), o.mode == openReadOnly)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--db %s: %w", redactDSN(db), redactErr(db, err))
+			return nil, nil, fmt.Errorf("--db %s: %w", redact.String(db), redact.Error(err, db))
 		}
 		return s, func() error { s.Close(); return nil }, nil
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
 )
 
@@ -127,12 +128,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, fmt.Errorf("postgres: %w", redact.Error(err, dsn))
 	}
 	s, err := New(ctx, pool, opts)
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, redact.Error(err, dsn)
 	}
 	s.ownPool = true
 	return s, nil
