@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,34 @@ func FuzzParseDeadLetter(f *testing.F) {
 		}
 		if id, _ := headerGetter(r)(broker.HeaderID); dl.ID != id || string(dl.Payload) != "payload" {
 			t.Fatalf("ParseDeadLetter: ID %q, payload %q", dl.ID, dl.Payload)
+		}
+	})
+}
+
+// FuzzLegacyCoords: the coordinates headers of the nine-header form give
+// the coordinates they spell (a topic, a partition in [0, MaxInt32], an
+// offset >= 0, all decimal digits) or none, so that the record's own are
+// used: a malformed value never becomes partition or
+// offset 0, which would give the record another record's ID.
+func FuzzLegacyCoords(f *testing.F) {
+	f.Add("orders", "7", "42", true)
+	f.Add("orders", "7", "42", false)
+	f.Add("orders", "007", "0042", true)
+	f.Fuzz(func(t *testing.T, topic, partition, offset string, hasTopic bool) {
+		r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: HeaderPartition, Value: []byte(partition)}, {Key: HeaderOffset, Value: []byte(offset)}}}
+		if hasTopic {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderTopic, Value: []byte(topic)})
+		}
+		co, ok := legacyCoords(headerGetter(r))
+		if !ok {
+			return
+		}
+		pn, perr := strconv.ParseInt(partition, 10, 32)
+		on, oerr := strconv.ParseInt(offset, 10, 64)
+		digits := !strings.ContainsAny(partition+offset, "+-")
+		if !hasTopic || topic == "" || co.topic != topic || perr != nil || oerr != nil || !digits || pn < 0 || on < 0 ||
+			int64(co.partition) != pn || co.offset != on {
+			t.Fatalf("legacyCoords(%q, %q, %q) = %+v", topic, partition, offset, co)
 		}
 	})
 }
