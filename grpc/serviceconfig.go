@@ -181,21 +181,34 @@ func parseRetryPolicy(field string, raw json.RawMessage) (Method, error) {
 	return Method{Policy: p, RetryCodes: codeList}, nil
 }
 
-// parseDuration reads a protobuf JSON duration: decimal seconds with an
-// "s" suffix ("0.1s", "2s"), which must be > 0.
+// parseDuration reads a protobuf JSON duration: decimal seconds with at
+// most 9 fractional digits and an "s" suffix ("0.1s", "2s", ".5s"), as
+// grpc-go reads it, which must be > 0 and at most backoff.MaxDelay. It is
+// read exactly, in integers: no exponent, hexadecimal or digit separator.
 func parseDuration(s string) (time.Duration, error) {
 	num, ok := strings.CutSuffix(s, "s")
-	if !ok || num == "" || strings.ContainsAny(num, "eE+") {
-		return 0, fmt.Errorf("must be a duration in seconds such as \"0.1s\", got %q", s)
+	neg := strings.HasPrefix(num, "-")
+	whole, frac, _ := strings.Cut(strings.TrimPrefix(num, "-"), ".")
+	if !ok || whole+frac == "" || len(frac) > 9 || !isDigits(whole) || !isDigits(frac) {
+		return 0, fmt.Errorf("must be a duration in seconds such as \"0.1s\" (at most 9 decimals), got %q", s)
 	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("must be a duration in seconds such as \"0.1s\", got %q", s)
-	}
-	if f <= 0 || f > float64(backoff.MaxDelay/time.Second) {
+	sec, err := strconv.ParseInt("0"+whole, 10, 64)
+	ns, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+	d := time.Duration(sec)*time.Second + time.Duration(ns)
+	if neg || d == 0 || err != nil || sec > int64(backoff.MaxDelay/time.Second) || d < 0 {
 		return 0, fmt.Errorf("must be > 0s and at most %v, got %q", backoff.MaxDelay, s)
 	}
-	return time.Duration(math.Round(f * float64(time.Second))), nil
+	return d, nil
+}
+
+// isDigits reports whether s is ASCII digits only ("" is).
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // parseCode reads a status code as grpc-go's service config does: a name

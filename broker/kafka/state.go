@@ -91,16 +91,20 @@ func isOwnHeader(k string) bool {
 	return broker.IsStateHeader(k)
 }
 
-// legacyCoords reads the coordinates headers of the nine-header form.
+// legacyCoords reads the coordinates headers of the nine-header form;
+// false when they are missing or malformed (an empty topic, a partition
+// or offset that is not a decimal in range), and the caller uses the
+// record's own: a malformed value read as 0 would give the record the ID
+// of another.
 func legacyCoords(get func(string) (string, bool)) (coords, bool) {
 	t, ok := get(HeaderTopic)
-	if !ok {
-		return coords{}, false
-	}
 	p, _ := get(HeaderPartition)
 	o, _ := get(HeaderOffset)
-	pn, _ := strconv.ParseInt(p, 10, 32)
-	on, _ := strconv.ParseInt(o, 10, 64)
+	pn, pok := broker.ParseDecimal([]byte(p))
+	on, ook := broker.ParseDecimal([]byte(o))
+	if !ok || t == "" || !pok || pn > math.MaxInt32 || !ook {
+		return coords{}, false
+	}
 	return coords{topic: t, partition: int32(pn), offset: on}, true
 }
 

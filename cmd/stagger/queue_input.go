@@ -214,7 +214,7 @@ func jsonInt(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
 			return 0, fmt.Errorf("%q: %s is not a number", field, s)
 		case math.IsInf(f, 0) || errors.Is(ferr, strconv.ErrRange) || f > float64(hi) || f < float64(lo):
 			return 0, fmt.Errorf("%q must be in [%d, %d], got %s", field, lo, hi, s)
-		case f != math.Trunc(f):
+		case f != math.Trunc(f) || !isWhole(s):
 			return 0, fmt.Errorf("%q must be a whole number, got %s", field, s)
 		}
 		n = int64(f)
@@ -223,6 +223,22 @@ func jsonInt(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
 		return 0, fmt.Errorf("%q must be in [%d, %d], got %s", field, lo, hi, s)
 	}
 	return n, nil
+}
+
+// isWhole reports whether s, a JSON number with a fraction or an exponent,
+// is exactly a whole number: float64 rounds 1.00000000000000001 to 1.
+func isWhole(s string) bool {
+	mant, exp, _ := strings.Cut(strings.ToLower(strings.TrimPrefix(s, "-")), "e")
+	e := 0
+	if exp != "" {
+		var err error
+		if e, err = strconv.Atoi(exp); err != nil {
+			return false
+		}
+	}
+	ip, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimRight(ip+frac, "0") // the point sits after len(ip)+e of them
+	return digits == "" || len(digits) <= len(ip)+e
 }
 
 // parseDeadline reads a deadline given as a duration from now ("1h",
