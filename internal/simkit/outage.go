@@ -2,6 +2,7 @@ package simkit
 
 import (
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
@@ -25,8 +26,13 @@ type outageModel struct {
 	rate          float64       // attempts served per second; 0: unlimited
 	window        time.Duration
 	bucket        time.Duration
-	logCallers    int  // record every attempt of callers [0, logCallers)
-	countWaits    bool // count the distinct waits before retries
+	// late, when set, is a sample of how late a real machine sends an
+	// attempt (its timer and HTTP stack, measured by the lab): each
+	// attempt arrives a draw from it (with lateRand) after it is due.
+	late       []time.Duration
+	lateRand   *rand.Rand
+	logCallers int  // record every attempt of callers [0, logCallers)
+	countWaits bool // count the distinct waits before retries
 }
 
 // attemptLog is one attempt as its caller saw it (one log line).
@@ -90,7 +96,11 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 	send := func(id int32, at time.Duration) {
 		c := &cs[id]
 		c.attempt++
-		e.At(at+half, evArrive, id)
+		var late time.Duration
+		if len(om.late) > 0 {
+			late = om.late[om.lateRand.IntN(len(om.late))]
+		}
+		e.At(at+half+late, evArrive, id)
 	}
 	start := func(id int32) { // begin the caller's next job at now
 		for {
