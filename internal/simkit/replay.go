@@ -300,7 +300,7 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 				bound = left
 			}
 		}
-		err, lat := r.outcome(now, rng, &capWin, &capUsed)
+		lat, err := r.outcome(now, rng, &capWin, &capUsed)
 		if lat < 0 { // no answer
 			lat = o.Hang
 			if bound > 0 {
@@ -390,12 +390,12 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 }
 
 // outcome draws what the dependency does with an attempt arriving at now:
-// its error (nil: served) and its latency (-1: no answer).
-func (r *Replay) outcome(now time.Duration, rng *rand.Rand, capWin *int, capUsed *int64) (error, time.Duration) {
+// its latency (-1: no answer) and its error (nil: served).
+func (r *Replay) outcome(now time.Duration, rng *rand.Rand, capWin *int, capUsed *int64) (time.Duration, error) {
 	i := r.tl.At(now)
 	if i < 0 { // between windows or after the recording: healthy
 		lat := r.latencyBefore(now)
-		return nil, lat.Quantile(rng.Float64())
+		return lat.Quantile(rng.Float64()), nil
 	}
 	w := &r.wins[i]
 	if *capWin != i {
@@ -409,21 +409,21 @@ func (r *Replay) outcome(now time.Duration, rng *rand.Rand, capWin *int, capUsed
 	}
 	if w.capacity >= 0 && *capUsed >= w.capacity {
 		if rng.Float64() < w.pConnRefused {
-			return ErrShed, 0
+			return 0, ErrShed
 		}
-		return ErrShed, draw()
+		return draw(), ErrShed
 	}
 	*capUsed++
 	if w.pFail > 0 && rng.Float64() < w.pFail {
 		switch u := rng.Float64(); {
 		case u < w.p5xx:
-			return ErrFailed, draw()
+			return draw(), ErrFailed
 		case u < w.pReset:
-			return ErrReset, 0
+			return 0, ErrReset
 		}
-		return ErrTimeout, -1
+		return -1, ErrTimeout
 	}
-	return nil, draw()
+	return draw(), nil
 }
 
 // latencyBefore returns the latency of the latest window starting before
