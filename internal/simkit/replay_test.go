@@ -3,6 +3,7 @@ package simkit
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
 	"reflect"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/internal/timeline"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -58,8 +60,13 @@ func TestReplayHealthy(t *testing.T) {
 	if res.Recorded[10] != 9 || len(res.Recorded) != 11 {
 		t.Errorf("recorded %v: want 11 windows, 9 in the last", res.Recorded)
 	}
-	if c := res.LoadChart("load"); len(c.Series) != 2 || len(c.Series[0].Points) != 11 {
+	c := res.LoadChart("recorded vs replayed")
+	if len(c.Series) != 2 || len(c.Series[0].Points) != 11 || c.Series[1].Points[10] != (report.Point{X: 2, Y: 9}) {
 		t.Errorf("chart %+v", c)
+	}
+	page := report.Page{Title: "replay", Sections: []report.Section{{Title: "load", Charts: []report.Chart{c}}}}
+	if err := report.Write(io.Discard, page); err != nil {
+		t.Errorf("the chart does not render: %v", err)
 	}
 }
 
