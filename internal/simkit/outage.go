@@ -2,7 +2,6 @@ package simkit
 
 import (
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
@@ -26,11 +25,10 @@ type outageModel struct {
 	rate          float64       // attempts served per second; 0: unlimited
 	window        time.Duration
 	bucket        time.Duration
-	// late, when set, is a sample of how late a real machine sends an
-	// attempt (its timer and HTTP stack, measured by the lab): each
-	// attempt arrives a draw from it (with lateRand) after it is due.
-	late       []time.Duration
-	lateRand   *rand.Rand
+	// lateAt, when set, says how late a real machine sent an attempt due
+	// at t (its timers and HTTP stack, as a lab run measured them): the
+	// attempt arrives that much after it is due.
+	lateAt     func(t time.Duration) time.Duration
 	logCallers int  // record every attempt of callers [0, logCallers)
 	countWaits bool // count the distinct waits before retries
 }
@@ -97,8 +95,8 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 		c := &cs[id]
 		c.attempt++
 		var late time.Duration
-		if len(om.late) > 0 {
-			late = om.late[om.lateRand.IntN(len(om.late))]
+		if om.lateAt != nil {
+			late = max(om.lateAt(at), 0)
 		}
 		e.At(at+half+late, evArrive, id)
 	}

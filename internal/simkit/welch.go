@@ -122,3 +122,36 @@ func betaCF(a, b, x float64) float64 {
 	}
 	return h
 }
+
+// PairedTest is Student's paired t-test (one sample of the differences
+// a[i] − b[i]): T = mean / (sd / √n) with n − 1 degrees of freedom, and
+// its two-sided P value. Mean1 and Mean2 are the samples' means, SD1 and
+// SD2 their standard deviations. When every difference is the same, P is
+// 1 if it is 0 and 0 if not. a and b must have the same length, at least
+// 2; otherwise P is NaN.
+func PairedTest(a, b []float64) Welch {
+	w := Welch{P: math.NaN()}
+	if len(a) != len(b) || len(a) < 2 {
+		return w
+	}
+	d := make([]float64, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	m1, v1 := meanVar(a)
+	m2, v2 := meanVar(b)
+	w.Mean1, w.Mean2, w.SD1, w.SD2 = m1, m2, math.Sqrt(v1), math.Sqrt(v2)
+	md, vd := meanVar(d)
+	n := float64(len(d))
+	w.DF = n - 1
+	if vd == 0 {
+		w.P, w.T = 0, math.Copysign(math.Inf(1), md)
+		if md == 0 {
+			w.P, w.T = 1, 0
+		}
+		return w
+	}
+	w.T = md / math.Sqrt(vd/n)
+	w.P = regIncBeta(w.DF/2, 0.5, w.DF/(w.DF+w.T*w.T))
+	return w
+}
