@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,8 +38,8 @@ type recorder struct {
 
 	mu     sync.Mutex
 	file   *timeline.File
-	base   int64        // index of wins[0]; every window before it is written
-	wins   []*recWindow // open windows base, base+1, …
+	base   int64        // every window before it is written
+	wins   []*recWindow // the open windows with arrivals, by index k (>= base)
 	latest int64        // latest arrival seen, ns since start
 	closed bool
 	err    error // the first write error; the file is abandoned
@@ -46,6 +47,7 @@ type recorder struct {
 
 // recWindow counts one open window.
 type recWindow struct {
+	k                                              int64 // the window [k·width, (k+1)·width)
 	arrivals, originals, pending                   int64
 	status                                         map[int]int64
 	refusals, timeouts, resets, refused, abandoned int64
@@ -104,13 +106,20 @@ func (rc *recorder) arrive(w http.ResponseWriter, r *http.Request, now func() ti
 	return a.sw, a.r, a
 }
 
-// window returns open window k (>= base), opening the ones up to it;
-// rc.mu held.
+// window returns open window k (>= base), opening it if need be; rc.mu
+// held. Only windows with arrivals are kept, so an idle spell costs
+// nothing; the search starts at the newest, where arrivals land.
 func (rc *recorder) window(k int64) *recWindow {
-	for int64(len(rc.wins)) <= k-rc.base {
-		rc.wins = append(rc.wins, &recWindow{})
+	i := len(rc.wins)
+	for i > 0 && rc.wins[i-1].k > k {
+		i--
 	}
-	return rc.wins[k-rc.base]
+	if i > 0 && rc.wins[i-1].k == k {
+		return rc.wins[i-1]
+	}
+	w := &recWindow{k: k}
+	rc.wins = slices.Insert(rc.wins, i, w)
+	return w
 }
 
 // noteUpstreamErr tells the attempt of r, if it is recorded, that the
@@ -205,7 +214,7 @@ func (rc *recorder) finish(a *recAttempt, kind string, lat time.Duration) {
 func (rc *recorder) flush(all bool) {
 	for len(rc.wins) > 0 {
 		w := rc.wins[0]
-		end := (rc.base + 1) * rc.width
+		end := (w.k + 1) * rc.width
 		switch {
 		case all:
 		case end > rc.latest:
@@ -213,19 +222,19 @@ func (rc *recorder) flush(all bool) {
 		case w.pending > 0 && end+int64(recordHold) > rc.latest:
 			return // waiting for answers
 		}
-		rc.write(rc.base, w)
+		rc.write(w)
 		rc.wins[0] = nil
 		rc.wins = rc.wins[1:]
-		rc.base++
+		rc.base = w.k + 1
 	}
 }
 
-// write writes window k (skipped when nothing arrived); rc.mu held.
-func (rc *recorder) write(k int64, w *recWindow) {
-	if w.arrivals == 0 || rc.err != nil {
+// write writes window w; rc.mu held.
+func (rc *recorder) write(w *recWindow) {
+	if rc.err != nil {
 		return
 	}
-	tw := timeline.Window{Start: time.Duration(k * rc.width), Arrivals: w.arrivals, Originals: w.originals,
+	tw := timeline.Window{Start: time.Duration(w.k * rc.width), Arrivals: w.arrivals, Originals: w.originals,
 		Refusals: w.refusals, Timeouts: w.timeouts + w.pending, Resets: w.resets, Refused: w.refused, Abandoned: w.abandoned}
 	for code := 100; code < 600 && len(tw.Status) < len(w.status); code++ {
 		if n := w.status[code]; n > 0 {

@@ -207,7 +207,7 @@ func TestRecorderHold(t *testing.T) {
 	}
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	_, _, hung := rc.arrive(httptest.NewRecorder(), req, clk.now)
-	for i := 1; i <= 10_000; i++ { // answered attempts, one per second
+	for i := 1; i <= 1000; i++ { // answered attempts, one per second
 		clk.set(time.Duration(i) * time.Second)
 		w, _, a := rc.arrive(httptest.NewRecorder(), req, clk.now)
 		w.WriteHeader(http.StatusOK)
@@ -230,7 +230,7 @@ func TestRecorderHold(t *testing.T) {
 	if w := tl.Windows[0]; w.Arrivals != 1 || w.Timeouts != 1 || len(w.Status) != 0 {
 		t.Errorf("window 0: %+v", w)
 	}
-	if len(tl.Windows) != 10_001 || tl.Arrivals() != 10_001 {
+	if len(tl.Windows) != 1001 || tl.Arrivals() != 1001 {
 		t.Errorf("%d windows, %d arrivals", len(tl.Windows), tl.Arrivals())
 	}
 }
@@ -304,5 +304,37 @@ func TestProxyRecordUsage(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// TestRecorderIdle: a long idle spell between attempts opens no windows.
+func TestRecorderIdle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idle.jsonl")
+	clk := newFakeClock()
+	rc, err := newRecorder(path, time.Millisecond, clk.start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	_, _, hung := rc.arrive(httptest.NewRecorder(), req, clk.now)
+	for _, at := range []time.Duration{time.Minute, 29 * 24 * time.Hour} {
+		clk.set(at)
+		w, _, a := rc.arrive(httptest.NewRecorder(), req, clk.now)
+		w.WriteHeader(http.StatusNoContent)
+		a.done()
+		if n := len(rc.wins); n > 2 {
+			t.Fatalf("%d windows open at %v", n, at)
+		}
+	}
+	hung.done()
+	if err := rc.close(); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := timeline.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Windows) != 3 || tl.Windows[0].Timeouts != 1 || tl.Windows[2].Start != 29*24*time.Hour || tl.Windows[2].Code("204") != 1 {
+		t.Errorf("%+v", tl.Windows)
 	}
 }
