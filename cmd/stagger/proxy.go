@@ -341,14 +341,14 @@ func (p *proxy) server() *http.Server {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == statsPath {
-		p.serveStats(w, r)
-		return
-	}
-	if p.tl != nil {
+	if p.tl != nil && r.URL.Path != statsPath { // --record: every attempt the proxy counts
 		var a *recAttempt
 		w, r, a = p.tl.arrive(w, r, p.now)
 		defer a.done()
+	}
+	if r.URL.Path == statsPath {
+		p.serveStats(w, r)
+		return
 	}
 	arrived := p.now()
 	pend := p.rec.Arrive(arrived)
