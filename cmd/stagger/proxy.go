@@ -347,8 +347,8 @@ func (p *proxy) server() *http.Server {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var a *recAttempt
 	if p.tl != nil && r.URL.Path != statsPath { // --record: every attempt the proxy counts
-		var a *recAttempt
 		w, r, a = p.tl.arrive(w, r, p.now)
 		defer a.done()
 	}
@@ -356,7 +356,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveStats(w, r)
 		return
 	}
-	if !p.bodyFits(w, r) {
+	if fits, abandoned := p.bodyFits(w, r); !fits {
+		if abandoned {
+			a.abandon() // the client stopped sending its body: no answer to record
+		}
 		return
 	}
 	arrived := p.now()
@@ -405,33 +408,33 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is read into memory up to the limit and forwarded from there, so the
 // memory it holds is bounded by --max-body per connection (--max-conns of
 // them). A body the client stops sending (--read-timeout) counts as an
-// abandoned attempt.
-func (p *proxy) bodyFits(w http.ResponseWriter, r *http.Request) bool {
+// abandoned attempt (abandoned is then true).
+func (p *proxy) bodyFits(w http.ResponseWriter, r *http.Request) (fits, abandoned bool) {
 	max := p.cfg.maxBody
 	if r.ContentLength > max {
 		p.tooLarge(w)
-		return false
+		return false, false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return true
+		return true, false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, max)
 	if r.ContentLength >= 0 {
-		return true // the server reads no more than the declared length
+		return true, false // the server reads no more than the declared length
 	}
 	buf, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			p.tooLarge(w)
-		} else {
-			id, attempt := p.identify(r)
-			p.rec.Record(p.now(), id, attempt, labkit.Abandoned)
+			return false, false
 		}
-		return false
+		id, attempt := p.identify(r)
+		p.rec.Record(p.now(), id, attempt, labkit.Abandoned)
+		return false, true
 	}
 	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(buf)), int64(len(buf)), nil
-	return true
+	return true, false
 }
 
 // tooLarge answers 413 for a body over --max-body.

@@ -73,6 +73,7 @@ type recAttempt struct {
 	k       int64 // its window
 	arrived time.Time
 	upErr   error // the upstream's error (the reverse proxy's ErrorHandler)
+	left    bool  // the client stopped sending its body (abandon)
 	now     func() time.Time
 }
 
@@ -132,9 +133,17 @@ func noteUpstreamErr(r *http.Request, err error) {
 
 // done counts what became of the attempt; deferred around the handler, it
 // sees a dropped connection's panic and lets it go on.
+// abandon marks the attempt as left by its client before it could be
+// answered (its body stopped arriving). a may be nil (no --record).
+func (a *recAttempt) abandon() {
+	if a != nil {
+		a.left = true
+	}
+}
+
 func (a *recAttempt) done() {
 	v := recover()
-	gone := a.r.Context().Err() != nil || a.sw.WriteErr
+	gone := a.left || a.r.Context().Err() != nil || a.sw.WriteErr
 	// a fault's or the cap's 503 carries the outcome the proxy decided
 	refusal := a.sw.Status == http.StatusServiceUnavailable && a.sw.Header().Get(labkit.HeaderOutcome) != ""
 	kind := "status"

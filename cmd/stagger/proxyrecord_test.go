@@ -338,3 +338,34 @@ func TestRecorderIdle(t *testing.T) {
 		t.Errorf("%+v", tl.Windows)
 	}
 }
+
+// TestProxyRecordBodyCut: a chunked body that stops arriving is an
+// abandoned attempt in the timeline, not an answer of 200.
+func TestProxyRecordBodyCut(t *testing.T) {
+	upSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a cut body reached the upstream")
+	}))
+	defer upSrv.Close()
+	p, base, _, path := recordingProxy(t, upSrv.URL)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nStagger-Attempt: 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+	conn.(*net.TCPConn).CloseWrite()
+	// The server closes the connection after the handler (and the
+	// recording of its attempt) has returned.
+	io.Copy(io.Discard, conn)
+	conn.Close()
+	var out bytes.Buffer
+	if err := p.stopRecord(&out); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := timeline.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Windows) != 1 || tl.Windows[0].Abandoned != 1 || tl.Windows[0].Code("200") != 0 {
+		t.Fatalf("a cut body: %+v", tl.Windows)
+	}
+}
