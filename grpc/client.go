@@ -317,21 +317,34 @@ func attemptDeadline(ctx, actx context.Context, err error) error {
 
 // statusErr keeps a give-up a gRPC status error: a retry.Error wraps the
 // last attempt's status (status.Code sees it); a give-up with no attempt's
-// error (the context ended, a refusal) becomes a status of its own.
+// error (the context ended, a refusal) becomes a status of its own that
+// still wraps the retry.Error (errors.Is sees its reason's sentinel).
 func statusErr(ctx context.Context, err error) error {
 	var e *retry.Error
 	if err == nil || !errors.As(err, &e) || e.Err != nil {
 		return err
 	}
+	code := codes.Unavailable // budget, limiter: the client sheds
 	switch e.Reason {
 	case retry.Canceled, retry.Deadline:
+		code = codes.DeadlineExceeded
 		if cerr := ctx.Err(); cerr != nil {
-			return status.FromContextError(cerr).Err()
+			code = status.FromContextError(cerr).Code()
 		}
-		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
-	return status.Error(codes.Unavailable, err.Error()) // budget, limiter: the client sheds
+	return &giveUp{err: e, st: status.New(code, err.Error())}
 }
+
+// giveUp is a give-up without an attempt's error: a gRPC status for
+// status.FromError, a *retry.Error for errors.Is and errors.As.
+type giveUp struct {
+	err *retry.Error
+	st  *status.Status
+}
+
+func (g *giveUp) Error() string              { return g.st.Err().Error() }
+func (g *giveUp) Unwrap() error              { return g.err }
+func (g *giveUp) GRPCStatus() *status.Status { return g.st }
 
 // classify classes an attempt's error for the Step.
 func (k *call) classify(err error, trailer metadata.MD) error {

@@ -22,9 +22,9 @@ import (
 // UNAVAILABLE, After(d) → UNAVAILABLE with grpc-retry-pushback-ms,
 // permanent → INVALID_ARGUMENT, a context's error → CANCELLED or
 // DEADLINE_EXCEEDED, as grpc-go answers,
-// anything else → UNKNOWN), makes the same calls as retry.Do. The handler
-// runs in the caller's process here; a real server's panic is the
-// server's, so the panic case is left out.
+// anything else → UNKNOWN), makes the same calls as retry.Do and gives up
+// as it does, with the last status as the give-up's error. A panic of the invoker
+// (an interceptor further down) goes on with the attempt's slot freed.
 func TestDriverConformance(t *testing.T) {
 	cc, err := grpc.NewClient("passthrough:///conformance", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -32,14 +32,14 @@ func TestDriverConformance(t *testing.T) {
 	}
 	defer cc.Close()
 	drivertest.Run(t, drivertest.Driver{
-		Name:          "staggergrpc.Client.Unary",
-		RemoteHandler: true,
-		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) {
+		Name:      "staggergrpc.Client.Unary",
+		ErrorText: true, // the attempt's error comes back as a status
+		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			c := &staggergrpc.Client{Policy: p}
 			invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 				return answer(attempt(ctx), opts)
 			}
-			_ = c.Unary()(ctx, "/test.Svc/M", nil, nil, cc, invoker)
+			return c.Unary()(ctx, "/test.Svc/M", nil, nil, cc, invoker)
 		},
 	})
 }
