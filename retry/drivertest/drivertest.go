@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -311,6 +312,14 @@ func (r *Recorder) Policy(p *retry.Policy) *retry.Policy {
 	return p
 }
 
+// RefuseRetries makes the Recorder, as a Budget, refuse every retry (and
+// hedge) from now on, for cases of a driver's own.
+func (r *Recorder) RefuseRetries() {
+	r.mu.Lock()
+	r.retryOK = false
+	r.mu.Unlock()
+}
+
 // Done is closed once a success or a give-up was reported.
 func (r *Recorder) Done() <-chan struct{} { return r.done }
 
@@ -340,8 +349,11 @@ func (r *Recorder) Request(time.Time) bool { r.add("request"); return r.requestO
 
 // Retry implements budget.Budget.
 func (r *Recorder) Retry(time.Time) bool {
-	r.add(fmt.Sprintf("retry? %v", r.retryOK))
-	return r.retryOK
+	r.mu.Lock()
+	ok := r.retryOK
+	r.log = append(r.log, fmt.Sprintf("retry? %v", ok))
+	r.mu.Unlock()
+	return ok
 }
 
 // Result implements budget.Budget.
@@ -410,10 +422,9 @@ func Check(tb testing.TB, d Driver, c Case) {
 	p := c.Policy(rec)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	n := 0
+	var n atomic.Int64 // a hedging driver runs attempts side by side
 	attempt := func(actx context.Context) error {
-		n++
-		return c.Attempt(actx, n, cancel)
+		return c.Attempt(actx, int(n.Add(1)), cancel)
 	}
 	keeps := c.Reason != retry.NoReason && slices.Contains(d.Keeps, c.Reason)
 	var (

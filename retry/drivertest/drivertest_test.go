@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
 )
@@ -237,3 +238,92 @@ func TestSkips(t *testing.T) {
 		t.Errorf("a sound skip list refused: %v", rec.errs)
 	}
 }
+
+// TestHedgeNoneDue: a Hedge whose delay never comes during a case makes
+// the calls retry.Do makes and returns what it returns.
+func TestHedgeNoneDue(t *testing.T) {
+	drivertest.Run(t, drivertest.Driver{
+		Name: "retry.Hedge (no hedge due)",
+		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) error {
+			h := &retry.Hedge{Delay: 1000 * time.Hour}
+			return h.Do(ctx, p, attempt)
+		},
+	})
+}
+
+// TestHedgeHedging: a Hedge that does send hedges makes the calls its
+// documentation promises: OnAttempt for every attempt started, a hedge
+// charged to the Budget as a retry (and not sent, silently, when it is
+// refused), a loser dropped without a hook or a Budget result, a
+// retryable failure that others carry on unreported, and one decision
+// when the last attempt in flight fails.
+func TestHedgeHedging(t *testing.T) {
+	sleep := func(d time.Duration, err error) error {
+		time.Sleep(d)
+		return err
+	}
+	flaky := retry.Retryable(errors.New("flaky"))
+	bad := retry.Permanent(errors.New("bad input"))
+	hedged := drivertest.Driver{
+		Name: "retry.Hedge (Delay 10ms)",
+		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) error {
+			h := &retry.Hedge{Delay: 10 * time.Millisecond}
+			return h.Do(ctx, p, attempt)
+		},
+	}
+	plain := func(budget, limiter bool) func(rec *drivertest.Recorder) *retry.Policy {
+		return func(rec *drivertest.Recorder) *retry.Policy {
+			p := &retry.Policy{MaxAttempts: 4, Schedule: backoffStep}
+			if budget {
+				p.Budget = rec
+			}
+			if limiter {
+				p.Limiter = rec
+			}
+			return rec.Policy(p)
+		}
+	}
+	cases := []drivertest.Case{
+		{Name: "the hedge wins", Policy: plain(true, true),
+			Attempt: func(ctx context.Context, n int, _ context.CancelFunc) error {
+				if n == 1 {
+					<-ctx.Done() // the loser: canceled when the hedge wins
+					return ctx.Err()
+				}
+				return nil
+			},
+			Want: "acquire|request|attempt 1|acquire|retry? true|attempt 2|result true|release true|success 2|release true"},
+		{Name: "hedges refused by the budget", Policy: func(rec *drivertest.Recorder) *retry.Policy {
+			rec.RefuseRetries()
+			return plain(true, true)(rec)
+		}, Attempt: func(ctx context.Context, n int, _ context.CancelFunc) error { return sleep(25*time.Millisecond, nil) },
+			Want: "acquire|request|attempt 1|acquire|retry? false|release true|acquire|retry? false|release true|result true|release true|success 1"},
+		{Name: "both fail, one retry", Policy: plain(false, false),
+			Attempt: func(ctx context.Context, n int, _ context.CancelFunc) error {
+				switch n {
+				case 1:
+					return sleep(15*time.Millisecond, flaky)
+				case 2:
+					return sleep(time.Millisecond, flaky)
+				}
+				return nil
+			},
+			Want: "attempt 1|attempt 2|retry 2 10ms|attempt 3|success 3"},
+		{Name: "a permanent failure stops every attempt", Policy: plain(false, false),
+			Attempt: func(ctx context.Context, n int, _ context.CancelFunc) error {
+				if n == 1 {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return bad
+			},
+			Want: "attempt 1|attempt 2|giveup 2 permanent", Reason: retry.PermanentError, Attempts: 2, Last: bad},
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { drivertest.Check(t, hedged, c) })
+		})
+	}
+}
+
+var backoffStep = backoff.Constant(10 * time.Millisecond)
