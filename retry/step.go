@@ -123,7 +123,7 @@ func (s *Step) needsNow() bool {
 func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	p := s.policy()
 	d := &s.Delivery
-	s.ctx, s.actx, s.cancel, s.bound, s.keep = ctx, nil, nil, 0, false
+	s.ctx, s.actx, s.cancel, s.bound, s.keep, s.pre = ctx, nil, nil, 0, false, false
 	if ctx != nil && !s.quiet {
 		if err := ctx.Err(); err != nil {
 			s.ctxErr = err
