@@ -533,6 +533,11 @@ func (s *Step) stop(r Reason) Reason {
 	return r
 }
 
+// MaxAttempts is the number of attempts the unit of work may make:
+// Delivery.MaxAttempts when set, else the Policy's (0 there means
+// DefaultMaxAttempts).
+func (s *Step) MaxAttempts() int { return s.maxAttempts(s.policy()) }
+
 func (s *Step) maxAttempts(p *Policy) int {
 	if s.Delivery.MaxAttempts > 0 {
 		return s.Delivery.MaxAttempts
