@@ -94,6 +94,10 @@ type Driver struct {
 	// retryable), so the class of a give-up whose last error has none is
 	// its classifier's; a class the error carries must still be kept.
 	Classifies bool
+	// RealTime: the driver runs on real time (a real broker's), so the
+	// suite runs its cases outside a testing/synctest bubble, in parallel,
+	// and gives each RealTimeLimit; skip the cases whose waits are long.
+	RealTime bool
 	// ErrorText: the last attempt's error comes back to the caller as text
 	// (it crossed a wire or was stored with the work), so the suite looks
 	// for its message instead of the error value and does not ask its
@@ -385,6 +389,11 @@ func Run(t *testing.T, d Driver) {
 			if why, ok := d.Skip[c.Name]; ok {
 				t.Skipf("%s: does not apply: %s", d.Name, why)
 			}
+			if d.RealTime {
+				t.Parallel()
+				Check(t, d, c)
+				return
+			}
 			synctest.Test(t, func(t *testing.T) { Check(t, d, c) })
 		})
 	}
@@ -412,7 +421,23 @@ func CheckSkips(tb testing.TB, d Driver) bool {
 // driver counts as stuck.
 const limit = 48 * time.Hour
 
-// Check runs case c against d in the caller's testing/synctest bubble and
+// RealTimeLimit is how long a case of a RealTime driver may take before
+// the driver counts as stuck. It bounds a hung test; it is no
+// performance assert.
+const RealTimeLimit = 60 * time.Second
+
+type tbKey struct{}
+
+// TB returns the testing.TB of the case whose context ctx is (the ctx
+// Driver.Run gets), for a driver that builds a fixture per case (a
+// broker's topology, cleaned up with the case); nil for another ctx.
+func TB(ctx context.Context) testing.TB {
+	tb, _ := ctx.Value(tbKey{}).(testing.TB)
+	return tb
+}
+
+// Check runs case c against d in the caller's testing/synctest bubble (on
+// real time for a RealTime driver) and
 // reports on tb every way the driver differs from retry.Do: its log of
 // hook, Budget and Limiter calls, its outcome, the Limiter slots it left
 // held, and a driver that does not return.
@@ -420,7 +445,7 @@ func Check(tb testing.TB, d Driver, c Case) {
 	tb.Helper()
 	rec := newRecorder()
 	p := c.Policy(rec)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), tbKey{}, tb))
 	defer cancel()
 	var n atomic.Int64 // a hedging driver runs attempts side by side
 	attempt := func(actx context.Context) error {
@@ -437,7 +462,11 @@ func Check(tb testing.TB, d Driver, c Case) {
 		defer func() { panicked = recover() }()
 		err = d.Run(ctx, p, attempt)
 	}()
-	stuck := time.NewTimer(limit)
+	stuckAfter := limit
+	if d.RealTime {
+		stuckAfter = RealTimeLimit
+	}
+	stuck := time.NewTimer(stuckAfter)
 	defer stuck.Stop()
 	ended := rec.Done()
 wait:
@@ -451,7 +480,7 @@ wait:
 				cancel() // the driver keeps the work: stop it, as a shutdown would
 			}
 		case <-stuck.C:
-			tb.Errorf("%s: still running after %v of the bubble's time; log so far %s", d.Name, limit, rec.Log())
+			tb.Errorf("%s: still running after %v; log so far %s", d.Name, stuckAfter, rec.Log())
 			cancel()
 			<-finished
 			return
