@@ -425,10 +425,14 @@ func (s *Step) Judge(err error, now time.Time) Judgement {
 func (s *Step) judge(j *Judgement, err error, now time.Time) {
 	p := s.policy()
 	j.Err, j.Attempt = err, s.Delivery.Attempt
-	live := s.quiet || s.ctx == nil || s.ctx.Err() == nil
 	if err != nil {
 		var v Verdict
-		j.Class, j.After, v = s.classify(p, err)
+		if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
+			j.Class, j.After = c.class, c.after
+		} else {
+			j.Class, j.After, v = s.classify(p, err)
+		}
+		live := s.quiet || s.ctx == nil || s.ctx.Err() == nil
 		if j.Class == ClassUnknown && s.actx != nil && live && (v.Expired || s.actx.Err() != nil) {
 			j.Class = ClassRetryable // the attempt's own timeout fired
 		}
