@@ -112,6 +112,7 @@ type Kept struct {
 	Attempts int
 }
 
+// Error says the work was kept, with its attempts.
 func (k *Kept) Error() string {
 	return fmt.Sprintf("drivertest: work kept after %d attempts", k.Attempts)
 }
