@@ -280,8 +280,40 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			k.trailer = nil
 			return invoker(outgoing(actx, &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&k.trailer))...)
 		})
-		return statusErr(ctx, err)
+		return statusErr(ctx, k.marked(err))
 	}
+}
+
+// marked gives the last attempt's error in the give-up err the class the
+// Step judged it by (Step.Judged), so a caller that retries in turn (the
+// single retry owner further up) reads the class this call decided with.
+func (k *call) marked(err error) error {
+	if err == nil {
+		return nil
+	}
+	class, after := k.s.Judged()
+	mark := func(e error) error {
+		if c, _ := retry.Classify(e); c != retry.ClassUnknown {
+			return e
+		}
+		switch {
+		case class == retry.ClassPermanent:
+			return retry.Permanent(e)
+		case class == retry.ClassRetryable && after > 0:
+			return retry.After(e, after)
+		case class == retry.ClassRetryable:
+			return retry.Retryable(e)
+		}
+		return e
+	}
+	var e *retry.Error
+	if errors.As(err, &e) {
+		if e.Err != nil {
+			e.Err = mark(e.Err)
+		}
+		return err
+	}
+	return mark(err)
 }
 
 // statusErr keeps a give-up a gRPC status error: a retry.Error wraps the
@@ -401,7 +433,7 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		err := rs.start()
 		returned = true
 		if err != nil {
-			return nil, statusErr(ctx, err)
+			return nil, statusErr(ctx, rs.marked(err))
 		}
 		return rs, nil
 	}
@@ -483,7 +515,7 @@ func (r *retryStream) failed(err error, trailer metadata.MD) (bool, error) {
 	dec := r.s.End(err, r.now())
 	if !dec.Retry {
 		if e := r.s.Err(); e != nil {
-			return false, statusErr(r.ctx, e)
+			return false, statusErr(r.ctx, r.marked(e))
 		}
 		return false, err
 	}
@@ -585,7 +617,7 @@ func (r *retryStream) recvMsg(m any) error {
 			return gerr
 		}
 		if serr := r.start(); serr != nil {
-			return statusErr(r.ctx, serr)
+			return statusErr(r.ctx, r.marked(serr))
 		}
 	}
 }

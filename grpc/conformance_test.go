@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/staggerhq/stagger/backoff"
 	staggergrpc "github.com/staggerhq/stagger/grpc"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
@@ -142,4 +144,39 @@ func conformanceConn(t *testing.T) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// TestGiveUpKeepsClass: a give-up's error carries the class its last
+// attempt was judged by, so a retry owner further up (a handler's caller)
+// reads the class the call decided with; the status stays readable.
+func TestGiveUpKeepsClass(t *testing.T) {
+	cc := conformanceConn(t)
+	for _, tt := range []struct {
+		code    codes.Code
+		trailer metadata.MD
+		want    retry.Class
+		after   time.Duration
+	}{
+		{codes.InvalidArgument, nil, retry.ClassPermanent, 0},
+		{codes.Unavailable, nil, retry.ClassRetryable, 0},
+		{codes.Unavailable, metadata.Pairs(staggergrpc.PushbackKey, "7"), retry.ClassRetryable, 7 * time.Millisecond},
+		{codes.Unknown, nil, retry.ClassUnknown, 0},
+	} {
+		c := &staggergrpc.Client{Policy: &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(0), MaxAfter: time.Second}}
+		invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			for _, o := range opts {
+				if tr, ok := o.(grpc.TrailerCallOption); ok && tt.trailer != nil {
+					*tr.TrailerAddr = tt.trailer
+				}
+			}
+			return status.Error(tt.code, "no")
+		}
+		err := c.Unary()(context.Background(), "/test.Svc/M", nil, nil, cc, invoker)
+		if got := status.Code(err); got != tt.code {
+			t.Errorf("%v: status code %v", tt.code, got)
+		}
+		if class, after := retry.Classify(err); class != tt.want || after != tt.after {
+			t.Errorf("%v: give-up %v classes %v after %v, want %v after %v", tt.code, err, class, after, tt.want, tt.after)
+		}
+	}
 }

@@ -76,6 +76,8 @@ type Step struct {
 	preC   Class
 	preA   time.Duration
 	preV   Verdict
+	lastC  Class         // the class the last attempt was judged by
+	lastA  time.Duration // and the wait it asked for
 	dline  time.Time
 }
 
@@ -443,7 +445,7 @@ func (s *Step) judge(j *Judgement, err error, now time.Time) {
 			}
 		}
 	}
-	s.pre = false
+	s.pre, s.lastC, s.lastA = false, j.Class, j.After
 	s.served = err == nil || j.Class == ClassPermanent
 	if p.Budget != nil {
 		p.Budget.Result(now, s.served)
@@ -536,6 +538,14 @@ func (s *Step) stop(r Reason) Reason {
 	}
 	return r
 }
+
+// Judged returns the class the last attempt's error was judged by (every
+// rule applied: its own class, the Classifier, Policy.Classify, the own
+// timeout) and the wait it asked for, for a driver that hands that error
+// on marked with its class (Retryable, Permanent, After), so a caller that
+// retries in turn reads the same class. ClassUnknown before any attempt
+// ended or after a success.
+func (s *Step) Judged() (Class, time.Duration) { return s.lastC, s.lastA }
 
 // MaxAttempts is the number of attempts the unit of work may make:
 // Delivery.MaxAttempts when set, else the Policy's (0 there means
