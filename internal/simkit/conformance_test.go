@@ -61,6 +61,54 @@ func TestDriverConformance(t *testing.T) {
 	})
 }
 
+// TestModelConformance: the budgets model's own event loop (runOne, the
+// code the budgets scenario runs), with its clients and server replaced
+// by the suite's one request, makes the calls retry.Do makes and ends as
+// it ends. Each attempt takes, on the model's clock, the time it took in
+// the bubble; the waits between attempts are the model's.
+func TestModelConformance(t *testing.T) {
+	noCtx := "a simulated client has no context: its models time out and give up themselves"
+	drivertest.Run(t, drivertest.Driver{
+		Name: "sim budgets model",
+		Skip: map[string]string{
+			"retry would start at the deadline": "the budgets model's requests have no deadline: it passes none to the step and folds no Policy.Timeout",
+			"attempt timeout":                   noCtx,
+			"attempt timeout exhausted":         noCtx,
+			"canceled during an attempt":        noCtx,
+			"own failure while canceled":        noCtx,
+			"canceled during a wait":            noCtx,
+			"panic frees the slot":              "a simulated attempt is no user code: it cannot panic",
+		},
+		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) error {
+			var out error
+			c := DefaultBudgets()
+			c.Clients, c.Duration = 1, time.Hour
+			c.probe = &probe{
+				policy: p,
+				answer: func() (time.Duration, error) {
+					start := time.Now()
+					err := attempt(context.Background())
+					return time.Since(start), err
+				},
+				end: func(err error, r retry.Reason, attempts int32) {
+					switch r {
+					case retry.NoReason:
+						out = nil
+					case retry.UnknownError:
+						out = err
+					default:
+						out = &retry.Error{Reason: r, Attempts: int(attempts), Err: err}
+					}
+				},
+			}
+			if _, err := c.runOne("3-retries", 0, 1); err != nil {
+				return err
+			}
+			return out
+		},
+	})
+}
+
 // TestDriverPlain: for a policy with no Budget, no Limiter, no Timeout and
 // no hooks, the driver's decide (Policy.Decide) and end (the Step) agree,
 // draw for draw, for every schedule the simulator's scenarios use, with
