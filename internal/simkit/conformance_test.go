@@ -14,21 +14,26 @@ import (
 	"github.com/staggerhq/stagger/retry/drivertest"
 )
 
+// simSkips are the suite's cases no simulated driver can run, and why.
+func simSkips() map[string]string {
+	noCtx := "a simulated client has no context: its models time out and give up themselves"
+	return map[string]string{
+		"attempt timeout":            noCtx,
+		"attempt timeout exhausted":  noCtx,
+		"canceled during an attempt": noCtx,
+		"own failure while canceled": noCtx,
+		"canceled during a wait":     noCtx,
+		"panic frees the slot":       "a simulated attempt is no user code: it cannot panic",
+	}
+}
+
 // TestDriverConformance: the simulator's driver, stepped once per event as
 // the models step it (here on the bubble's virtual clock), makes the same
 // calls as retry.Do and ends as it ends.
 func TestDriverConformance(t *testing.T) {
-	noCtx := "a simulated client has no context: its models time out and give up themselves"
 	drivertest.Run(t, drivertest.Driver{
 		Name: "sim driver",
-		Skip: map[string]string{
-			"attempt timeout":            noCtx,
-			"attempt timeout exhausted":  noCtx,
-			"canceled during an attempt": noCtx,
-			"own failure while canceled": noCtx,
-			"canceled during a wait":     noCtx,
-			"panic frees the slot":       "a simulated attempt is no user code: it cannot panic",
-		},
+		Skip: simSkips(),
 		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			d := driver{p}
 			start := time.Now()
@@ -67,18 +72,11 @@ func TestDriverConformance(t *testing.T) {
 // it ends. Each attempt takes, on the model's clock, the time it took in
 // the bubble; the waits between attempts are the model's.
 func TestModelConformance(t *testing.T) {
-	noCtx := "a simulated client has no context: its models time out and give up themselves"
+	skip := simSkips()
+	skip["retry would start at the deadline"] = "the budgets model's requests have no deadline: it passes none to the step and folds no Policy.Timeout"
 	drivertest.Run(t, drivertest.Driver{
 		Name: "sim budgets model",
-		Skip: map[string]string{
-			"retry would start at the deadline": "the budgets model's requests have no deadline: it passes none to the step and folds no Policy.Timeout",
-			"attempt timeout":                   noCtx,
-			"attempt timeout exhausted":         noCtx,
-			"canceled during an attempt":        noCtx,
-			"own failure while canceled":        noCtx,
-			"canceled during a wait":            noCtx,
-			"panic frees the slot":              "a simulated attempt is no user code: it cannot panic",
-		},
+		Skip: skip,
 		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			var out error
 			c := DefaultBudgets()
