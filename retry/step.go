@@ -72,10 +72,11 @@ type Step struct {
 	folded bool               // the context's deadline (dline) is folded into Delivery
 	quiet  bool               // set by loop: its ctx's Done is nil, so the ctx is never done and Err need not be asked
 	hedge  bool               // BeginHedge: a refusal is no give-up
-	pre    bool               // Classify judged the error End gets: End takes preC, preA and preV for it when it carries no class
+	pre    bool               // Classify judged the error End gets: End takes preC, preA, preE and preX for it when it carries no class
+	preE   bool               // its Verdict's Ended
+	preX   bool               // its Verdict's Expired
 	preC   Class
 	preA   time.Duration
-	preV   Verdict
 	lastC  Class         // the class the last attempt was judged by
 	lastA  time.Duration // and the wait it asked for
 	dline  time.Time
@@ -372,7 +373,7 @@ type Judgement struct {
 // then does not ask Classifier or Policy.Classify about err again.
 func (s *Step) Classify(err error) (Class, time.Duration) {
 	class, after, v := s.classify(s.policy(), err)
-	s.pre, s.preC, s.preA, s.preV = true, class, after, v
+	s.pre, s.preC, s.preA, s.preE, s.preX = true, class, after, v.Ended, v.Expired
 	return class, after
 }
 
@@ -387,7 +388,7 @@ func (s *Step) classify(p *Policy, err error) (Class, time.Duration, Verdict) {
 	}
 	if s.pre {
 		s.pre = false
-		return s.preC, s.preA, s.preV
+		return s.preC, s.preA, Verdict{Ended: s.preE, Expired: s.preX}
 	}
 	var v Verdict
 	if s.Classifier != nil {
@@ -406,9 +407,8 @@ func (s *Step) classify(p *Policy, err error) (Class, time.Duration, Verdict) {
 // [Step] for the rules, and [Policy.Decide] for the decision's. End is
 // Judge followed by Conclude.
 func (s *Step) End(err error, now time.Time) Decision {
-	var j Judgement
-	s.judge(&j, err, now)
-	return s.conclude(&j, &now)
+	class, after, intr := s.judge(err, now)
+	return s.conclude(err, s.Delivery.Attempt, class, after, intr, s.ctxErr, &now)
 }
 
 // Judge ends the attempt Begin (or BeginHedge) started, which ended at now
@@ -419,34 +419,38 @@ func (s *Step) End(err error, now time.Time) Decision {
 // ends, and calls Conclude, on the Step holding the unit of work's ledger,
 // when one ends the work or the last in flight has failed.
 func (s *Step) Judge(err error, now time.Time) Judgement {
-	var j Judgement
-	s.judge(&j, err, now)
+	class, after, intr := s.judge(err, now)
+	j := Judgement{Err: err, Attempt: s.Delivery.Attempt, Class: class, After: after}
+	if intr != NoReason {
+		j.Interrupted, j.Reason, j.ctxErr = true, intr, s.ctxErr
+	}
 	return j
 }
 
-func (s *Step) judge(j *Judgement, err error, now time.Time) {
+// judge is Judge's work: the class and wait of err, and the reason (Canceled
+// or Deadline, with s.ctxErr set) when the attempt was interrupted.
+func (s *Step) judge(err error, now time.Time) (class Class, after time.Duration, intr Reason) {
 	p := s.policy()
-	j.Err, j.Attempt = err, s.Delivery.Attempt
 	if err != nil {
 		var v Verdict
 		if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
-			j.Class, j.After = c.class, c.after
+			class, after = c.class, c.after
 		} else {
-			j.Class, j.After, v = s.classify(p, err)
+			class, after, v = s.classify(p, err)
 		}
 		live := s.quiet || s.ctx == nil || s.ctx.Err() == nil
-		if j.Class == ClassUnknown && s.actx != nil && live && (v.Expired || s.actx.Err() != nil) {
-			j.Class = ClassRetryable // the attempt's own timeout fired
+		if class == ClassUnknown && s.actx != nil && live && (v.Expired || s.actx.Err() != nil) {
+			class = ClassRetryable // the attempt's own timeout fired
 		}
 		if !live {
 			cerr := s.ctx.Err()
 			if v.Ended || errors.Is(err, cerr) || errors.Is(err, context.Cause(s.ctx)) {
-				j.Interrupted, j.Reason, j.ctxErr = true, ctxReason(cerr), cerr
+				intr, s.ctxErr = ctxReason(cerr), cerr
 			}
 		}
 	}
-	s.pre, s.lastC, s.lastA = false, j.Class, j.After
-	s.served = err == nil || j.Class == ClassPermanent
+	s.pre, s.lastC, s.lastA = false, class, after
+	s.served = err == nil || class == ClassPermanent
 	if p.Budget != nil {
 		p.Budget.Result(now, s.served)
 	}
@@ -454,6 +458,7 @@ func (s *Step) judge(j *Judgement, err error, now time.Time) {
 		s.Release()
 	}
 	s.actx = nil
+	return class, after, intr
 }
 
 // Conclude makes the decision of the unit of work whose ledger s holds on
@@ -462,30 +467,34 @@ func (s *Step) judge(j *Judgement, err error, now time.Time) {
 // no retry for an interrupted attempt (Canceled or Deadline), else the
 // Policy's decision — OnRetry, with Delivery.Prev set, or OnGiveUp.
 func (s *Step) Conclude(j Judgement, now time.Time) Decision {
-	return s.conclude(&j, &now)
+	intr := NoReason
+	if j.Interrupted {
+		intr = j.Reason
+	}
+	return s.conclude(j.Err, j.Attempt, j.Class, j.After, intr, j.ctxErr, &now)
 }
 
-func (s *Step) conclude(j *Judgement, now *time.Time) Decision {
+func (s *Step) conclude(err error, attempt int, class Class, after time.Duration, intr Reason, ctxErr error, now *time.Time) Decision {
 	p := s.policy()
 	d := &s.Delivery
-	if j.Err == nil {
+	if err == nil {
 		s.reason, s.last = NoReason, nil
-		p.Hooks.success(j.Attempt)
+		p.Hooks.success(attempt)
 		return Decision{}
 	}
-	s.last = j.Err
-	if j.Interrupted {
-		s.ctxErr = j.ctxErr
-		s.stop(j.Reason)
+	s.last = err
+	if intr != NoReason {
+		s.ctxErr = ctxErr
+		s.stop(intr)
 		return Decision{Reason: s.reason, Interrupted: true}
 	}
-	dec := p.decideD(d, s.maxAttempts(p), j.Class, j.After, now)
+	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
 		return dec
 	}
 	if h := p.Hooks.OnRetry; h != nil {
-		h(Event{Attempt: d.Attempt, Delay: dec.Delay, Err: j.Err})
+		h(Event{Attempt: d.Attempt, Delay: dec.Delay, Err: err})
 	}
 	d.Prev = dec.Delay
 	return dec
