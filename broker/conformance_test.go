@@ -6,34 +6,29 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/broker"
-	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/broker/brokertest"
 	"github.com/staggerhq/stagger/retry/drivertest"
 )
 
 // TestDriverConformance: the Processor, driven as an adapter drives it
-// (a retry parked for its delay, then delivered again with its state),
-// makes the same calls as retry.Do.
+// (a retry parked for its delay, then delivered again with its state; a
+// consumer whose context ended takes no more deliveries), makes the same
+// calls as retry.Do and ends as it ends: acked, dead-lettered with the
+// give-up's reason (a refusal included), or left for redelivery when the
+// consumer's context ends (Keeps Canceled).
 func TestDriverConformance(t *testing.T) {
-	drivertest.Run(t, drivertest.Driver{
-		Name:         "broker.Processor",
-		NoWaitCancel: true,
-		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) {
-			pr := &broker.Processor{Policy: p, Source: "test",
-				Handler: func(ctx context.Context, _ []byte) error { return attempt(ctx) }}
-			var st broker.State
-			for {
-				o := pr.Process(ctx, "m1", nil, st)
-				switch o.Action {
-				case broker.Ack, broker.Dead:
-					return
-				case broker.Park:
-					if o.Interrupted {
-						return
-					}
-				}
-				st = o.State
-				time.Sleep(o.Delay) // the broker holds it
+	drivertest.Run(t, brokertest.Driver("broker.Processor", func(ctx context.Context, pr *broker.Processor) error {
+		var st broker.State
+		for {
+			if ctx.Err() != nil { // the consumer stopped: the message waits for redelivery
+				return &drivertest.Kept{Attempts: st.Attempts}
 			}
-		},
-	})
+			o := pr.Process(ctx, "m1", nil, st)
+			if err, done := brokertest.Outcome(o); done {
+				return err
+			}
+			st = o.State
+			time.Sleep(o.Delay) // the broker holds it
+		}
+	}))
 }

@@ -61,9 +61,9 @@ type Outcome struct {
 // is what every broker adapter shares; it holds no per-message state and is
 // safe for concurrent use.
 //
-// Each delivery goes through the steps every stagger driver takes
-// (retry.Policy.Begin, the attempt, End, and Decide for a failure), so a
-// broker retries, gives up and charges budgets exactly as retry.Do does.
+// Each delivery runs one attempt through retry.Step, the per-attempt code
+// every stagger driver runs (Begin, the attempt, End), so a broker
+// retries, gives up and charges budgets exactly as retry.Do does.
 type Processor struct {
 	// Handler is the user's handler, the same one retry.Handler.Run runs.
 	Handler retry.Handler
@@ -120,12 +120,10 @@ func (p *Processor) now() time.Time {
 	return time.Now()
 }
 
-// MaxAttempts is the policy's attempt budget.
+// MaxAttempts is the policy's attempt budget, as the Step counts it.
 func (p *Processor) MaxAttempts() int {
-	if p.Policy == nil || p.Policy.MaxAttempts == 0 {
-		return retry.DefaultMaxAttempts
-	}
-	return p.Policy.MaxAttempts
+	s := retry.Step{Policy: p.Policy}
+	return s.MaxAttempts()
 }
 
 // Process handles one delivery of the message id with payload, whose
@@ -158,9 +156,10 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
 	s := retry.Step{Policy: p.Policy, Delivery: retry.Delivery{
-		ID: id, Attempt: st.Attempts, MaxAttempts: p.MaxAttempts(), Source: p.Source,
+		ID: id, Attempt: st.Attempts, Source: p.Source,
 		First: st.FirstAttempt, Prev: st.Prev, Deadline: st.Deadline,
 	}}
+	s.Delivery.MaxAttempts = s.MaxAttempts() // for the handler's DeliveryFrom
 	if r := s.Begin(ctx, start); r != retry.NoReason {
 		if ctx.Err() != nil {
 			// Shutting down before the attempt: not an attempt; the

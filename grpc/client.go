@@ -236,15 +236,17 @@ func (c *Client) Budget(target string) budget.Budget {
 
 // call is the state of one RPC: its Step and its classing rules.
 type call struct {
-	c *Client
-	s retry.Step
-	m Method
+	c       *Client
+	s       retry.Step
+	m       Method
+	trailer metadata.MD // the attempt's trailer, for its pushback
 }
 
 // newCall starts the ledger of one call.
 func (c *Client) newCall(ctx context.Context, target, method string) *call {
 	p, m := c.policy(target, method)
 	k := &call{c: c, m: m, s: retry.Step{Policy: p, Delivery: retry.Delivery{Source: "grpc"}}}
+	k.s.Classifier = k.verdict
 	if id, ok := incoming(ctx, RequestIDKey); ok {
 		k.s.Delivery.ID = id
 	} else {
@@ -275,100 +277,119 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		}
 		k := c.newCall(ctx, cc.Target(), method)
 		err := k.s.Do(ctx, func(actx context.Context) error {
-			var trailer metadata.MD
-			err := invoker(outgoing(actx, &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
-			return attemptDeadline(ctx, actx, k.classify(err, trailer))
+			k.trailer = nil
+			return invoker(outgoing(actx, &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&k.trailer))...)
 		})
-		return statusErr(ctx, err)
+		return statusErr(ctx, k.marked(err))
 	}
 }
 
-// attemptDeadline ties a CANCELLED or DEADLINE_EXCEEDED that came with
-// the end of the call's context to that end (the attempt is interrupted,
-// not judged), and makes a DEADLINE_EXCEEDED retryable when it ended an
-// attempt bounded by its own timeout while the call's context is live:
-// the server's answer can arrive a moment before the attempt's own timer
-// fires, which the Step's own-timeout rule would miss.
-func attemptDeadline(ctx, actx context.Context, err error) error {
-	code := status.Code(err)
-	if cerr := ctx.Err(); cerr != nil {
-		if code == codes.Canceled || code == codes.DeadlineExceeded {
-			// The call's own end: say so, so the Step sees an interrupted
-			// attempt (a status error does not wrap the context's error).
-			return fmt.Errorf("%w (%w)", err, cerr)
+// marked gives the last attempt's error in the give-up err the class the
+// Step judged it by (Step.Judged), so a caller that retries in turn (the
+// single retry owner further up) reads the class this call decided with.
+func (k *call) marked(err error) error {
+	if err == nil {
+		return nil
+	}
+	class, after := k.s.Judged()
+	mark := func(e error) error {
+		if c, _ := retry.Classify(e); c != retry.ClassUnknown {
+			return e
+		}
+		switch {
+		case class == retry.ClassPermanent:
+			return retry.Permanent(e)
+		case class == retry.ClassRetryable && after > 0:
+			return retry.After(e, after)
+		case class == retry.ClassRetryable:
+			return retry.Retryable(e)
+		}
+		return e
+	}
+	var e *retry.Error
+	if errors.As(err, &e) {
+		if e.Err != nil {
+			e.Err = mark(e.Err)
 		}
 		return err
 	}
-	if code != codes.DeadlineExceeded {
-		return err
-	}
-	if c, _ := retry.Classify(err); c != retry.ClassUnknown {
-		return err
-	}
-	adl, ok := actx.Deadline()
-	if !ok {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !adl.Before(dl) {
-		return err // the call's own deadline: no time left to retry
-	}
-	return retry.Retryable(err)
+	return mark(err)
 }
 
 // statusErr keeps a give-up a gRPC status error: a retry.Error wraps the
 // last attempt's status (status.Code sees it); a give-up with no attempt's
-// error (the context ended, a refusal) becomes a status of its own.
+// error (the context ended, a refusal) becomes a status of its own that
+// still wraps the retry.Error (errors.Is sees its reason's sentinel).
 func statusErr(ctx context.Context, err error) error {
 	var e *retry.Error
 	if err == nil || !errors.As(err, &e) || e.Err != nil {
 		return err
 	}
+	code := codes.Unavailable // budget, limiter: the client sheds
 	switch e.Reason {
 	case retry.Canceled, retry.Deadline:
+		code = codes.DeadlineExceeded
 		if cerr := ctx.Err(); cerr != nil {
-			return status.FromContextError(cerr).Err()
+			code = status.FromContextError(cerr).Code()
 		}
-		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
-	return status.Error(codes.Unavailable, err.Error()) // budget, limiter: the client sheds
+	return &giveUp{err: e, st: status.New(code, err.Error())}
 }
 
-// classify classes an attempt's error for the Step.
-func (k *call) classify(err error, trailer metadata.MD) error {
-	if err == nil {
-		return nil
-	}
+// giveUp is a give-up without an attempt's error: a gRPC status for
+// status.FromError, a *retry.Error for errors.Is and errors.As.
+type giveUp struct {
+	err *retry.Error
+	st  *status.Status
+}
+
+func (g *giveUp) Error() string              { return g.st.Err().Error() }
+func (g *giveUp) Unwrap() error              { return g.err }
+func (g *giveUp) GRPCStatus() *status.Status { return g.st }
+
+// verdict is the call's Classifier (retry.Step.Classifier): a status's
+// class by the method's RetryCodes or the Client's rules, the pushback its
+// trailer asks for (a malformed or negative one says: do not retry), and
+// which statuses report the end of a context — CANCELLED and
+// DEADLINE_EXCEEDED, interrupted when the call's context ended — or of a
+// deadline — DEADLINE_EXCEEDED, the attempt's own timeout when the call's
+// context is live and the attempt was bounded (the server's answer can
+// come a moment before the attempt's own timer fires). The Step applies
+// those two rules, as for every driver.
+func (k *call) verdict(err error) retry.Verdict {
 	st, ok := status.FromError(err)
 	if !ok {
-		return err
+		return retry.Verdict{}
 	}
-	c := k.c
-	var class retry.Class
+	var v retry.Verdict
 	switch code := st.Code(); {
 	case k.m.RetryCodes != nil:
-		class = retry.ClassPermanent
+		v.Class = retry.ClassPermanent
 		for _, r := range k.m.RetryCodes {
 			if r == code {
-				class = retry.ClassRetryable
+				v.Class = retry.ClassRetryable
 			}
 		}
 	default:
-		class = c.classOf(st)
+		v.Class = k.c.classOf(st)
 	}
-	switch class {
-	case retry.ClassPermanent:
-		return retry.Permanent(err)
-	case retry.ClassRetryable:
-		if v := trailer.Get(PushbackKey); len(v) > 0 {
-			ms, perr := strconv.ParseInt(v[0], 10, 64)
+	switch st.Code() {
+	case codes.Canceled:
+		v.Ended = true
+	case codes.DeadlineExceeded:
+		v.Ended, v.Expired = true, true
+	}
+	if v.Class == retry.ClassRetryable {
+		if p := k.trailer.Get(PushbackKey); len(p) > 0 {
+			ms, perr := strconv.ParseInt(p[0], 10, 64)
 			if perr != nil || ms < 0 {
-				return retry.Permanent(err) // the server said: do not retry
+				v.Class = retry.ClassPermanent // the server said: do not retry
+			} else {
+				v.After = time.Duration(min(ms, int64(time.Duration(1<<62)/time.Millisecond))) * time.Millisecond
 			}
-			return retry.After(err, time.Duration(min(ms, int64(time.Duration(1<<62)/time.Millisecond)))*time.Millisecond)
 		}
-		return retry.Retryable(err)
 	}
-	return err // unknown: DEADLINE_EXCEEDED of an attempt is the Step's own-timeout rule
+	return v
 }
 
 // classOf classes a status by the Client's own rules.
@@ -407,8 +428,12 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		if rs.max == 0 {
 			rs.max = DefaultMaxBuffer
 		}
-		if err := rs.start(); err != nil {
-			return nil, statusErr(ctx, err)
+		returned := false
+		defer rs.abortUnless(&returned)
+		err := rs.start()
+		returned = true
+		if err != nil {
+			return nil, statusErr(ctx, rs.marked(err))
 		}
 		return rs, nil
 	}
@@ -436,14 +461,23 @@ type retryStream struct {
 	wait      wait.Waiter
 }
 
+// now is the time the Step's decisions read: Policy.Clock's, or the zero
+// time when the Step needs none.
+func (r *retryStream) now() time.Time {
+	if !r.s.NeedsNow(r.ctx) {
+		return time.Time{}
+	}
+	if clk := r.s.Policy.Clock; clk != nil {
+		return clk.Now()
+	}
+	return time.Now()
+}
+
 // start begins an attempt: a new stream with the attempt's metadata, and
 // the kept request messages replayed on it.
 func (r *retryStream) start() error {
 	for {
-		var now time.Time
-		if r.s.NeedsNow(r.ctx) {
-			now = time.Now()
-		}
+		now := r.now()
 		if r.s.Begin(r.ctx, now) != retry.NoReason {
 			return r.s.Err()
 		}
@@ -476,22 +510,19 @@ func (r *retryStream) start() error {
 // failed judges a failed, uncommitted attempt and waits for the retry.
 // It reports whether to retry; otherwise the error to return.
 func (r *retryStream) failed(err error, trailer metadata.MD) (bool, error) {
-	var now time.Time
-	if r.s.NeedsNow(r.ctx) {
-		now = time.Now()
-	}
 	r.ended = true
-	dec := r.s.End(attemptDeadline(r.ctx, r.actx, r.classify(err, trailer)), now)
+	r.trailer = trailer
+	dec := r.s.End(err, r.now())
 	if !dec.Retry {
 		if e := r.s.Err(); e != nil {
-			return false, statusErr(r.ctx, e)
+			return false, statusErr(r.ctx, r.marked(e))
 		}
 		return false, err
 	}
 	if dec.Delay > 0 {
-		if werr := r.wait.Wait(r.ctx, r.s.Policy.Clock, dec.Delay); werr != nil {
-			return false, status.FromContextError(werr).Err()
-		}
+		// A wait the context ends is a give-up: the next Begin refuses
+		// the done context, and reports it.
+		_ = r.wait.Wait(r.ctx, r.s.Policy.Clock, dec.Delay)
 	}
 	return true, nil
 }
@@ -505,12 +536,8 @@ func (r *retryStream) commit() {
 	r.committed, r.sent = true, nil
 	if !r.ended {
 		r.ended = true
-		var now time.Time
-		if r.s.NeedsNow(r.ctx) {
-			now = time.Now()
-		}
 		r.s.Hold()
-		r.s.End(nil, now)
+		r.s.End(nil, r.now())
 	}
 }
 
@@ -547,7 +574,27 @@ func (r *retryStream) SendMsg(m any) error {
 	return r.cur.SendMsg(m)
 }
 
+// RecvMsg receives a message; until the stream commits, a failure is
+// judged and retried on a new stream. If the stream under it panics, the
+// attempt's Limiter slot is released (as an overload sign) before the
+// panic goes on, as retry.Do does for a panicking function.
 func (r *retryStream) RecvMsg(m any) error {
+	returned := false
+	defer r.abortUnless(&returned)
+	err := r.recvMsg(m)
+	returned = true
+	return err
+}
+
+// abortUnless frees the attempt's slot and context when the call it is
+// deferred in did not return (a panic).
+func (r *retryStream) abortUnless(returned *bool) {
+	if !*returned {
+		r.s.Abort()
+	}
+}
+
+func (r *retryStream) recvMsg(m any) error {
 	for {
 		err := r.cur.RecvMsg(m)
 		if r.committed {
@@ -570,7 +617,7 @@ func (r *retryStream) RecvMsg(m any) error {
 			return gerr
 		}
 		if serr := r.start(); serr != nil {
-			return statusErr(r.ctx, serr)
+			return statusErr(r.ctx, r.marked(serr))
 		}
 	}
 }

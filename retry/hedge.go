@@ -240,7 +240,6 @@ const hedgeCtxBlock = 32
 type hedgeRun struct {
 	h     *Hedge
 	p     *Policy
-	quiet *Policy // *p without hooks, for the attempts after the first: made by coordinate
 	fn    func(context.Context) error
 	delay time.Duration
 
@@ -338,7 +337,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		return a.s.Err()
 	}
 	// A retry, as Do would make it; hedging goes on from there.
-	r.s.Delivery = a.s.Delivery
+	r.s.Delivery, r.s.last = a.s.Delivery, err
 	r.retried, r.retry = true, true
 	if now.IsZero() {
 		now = p.now()
@@ -398,9 +397,6 @@ func (r *hedgeRun) maxAttempts() int { return r.s.maxAttempts(r.p) }
 // run on the runtime's timers; Policy.Clock gives now.
 func (r *hedgeRun) coordinate() error {
 	p := r.p
-	q := *p
-	q.Hooks = Hooks{}
-	r.quiet = &q
 	var t *time.Timer
 	defer func() {
 		if t != nil {
@@ -462,31 +458,28 @@ func (r *hedgeRun) coordinate() error {
 }
 
 // startAttempt begins the next attempt at now and runs it on a goroutine
-// of its own. A refused retry gives the call up; a refused hedge is not
-// sent, and the next is due Delay later.
+// of its own. A refused retry gives the call up (Begin reports it); a
+// refused hedge is not sent (BeginHedge: no give-up), and the next is due
+// Delay later.
 func (r *hedgeRun) startAttempt(now time.Time) {
-	p := r.p
 	retry := r.retry
 	r.retry = false
 	r.next = now.Add(r.delay)
 	a := &hedgeAttempt{}
-	a.s.Policy = r.quiet
+	a.s.Policy = r.p
 	a.s.Delivery = r.s.Delivery
-	if reason := a.s.Begin(r.hctx, now); reason != NoReason {
-		if retry {
-			r.s.ctxErr = a.s.ctxErr
-			r.giveUp(reason)
+	if retry {
+		a.s.last = r.s.last // a give-up reports the last error
+		if reason := a.s.Begin(r.hctx, now); reason != NoReason {
+			r.s.reason, r.s.ctxErr = reason, a.s.ctxErr
+			r.stop()
+			return
 		}
-		return
-	}
-	if !retry && p.Budget != nil && !p.Budget.Retry(now) {
-		a.s.served = true // nothing was sent
-		a.s.Release()
+	} else if a.s.BeginHedge(r.hctx, now) != NoReason {
 		return
 	}
 	r.s.Delivery = a.s.Delivery
 	a.n = a.s.Delivery.Attempt
-	p.Hooks.attempt(a.n)
 	r.inflight++
 	go r.run(a, a.s.Context())
 }
@@ -504,7 +497,10 @@ func (r *hedgeRun) run(a *hedgeAttempt, actx context.Context) {
 	r.results <- hedgeResult{a: a, err: err, ok: true}
 }
 
-// judge handles an attempt's result on the coordinator.
+// judge handles an attempt's result on the coordinator: the attempt's
+// Step judges it (Step.Judge), and the call's Step concludes (decides and
+// reports) unless others still in flight carry the call on after a
+// retryable failure.
 func (r *hedgeRun) judge(res hedgeResult) {
 	r.inflight--
 	a := res.a
@@ -521,52 +517,25 @@ func (r *hedgeRun) judge(res hedgeResult) {
 		return
 	}
 	now := r.nowAfter(res.err)
-	a.s.Policy = r.quiet
-	a.s.Delivery.MaxAttempts = a.s.Delivery.Attempt // judge and report; decide nothing
-	dq := a.s.End(res.err, now)
-	if res.err == nil {
-		r.p.Hooks.success(a.n)
+	j := a.s.Judge(res.err, now)
+	if j.Err != nil && !j.Interrupted && j.Class == ClassRetryable && r.inflight > 0 {
+		r.s.last = res.err // the others carry the call on; the next hedge starts when due
+		return
+	}
+	if now.IsZero() && j.Err != nil {
+		now = r.p.now()
+	}
+	dec := r.s.Conclude(j, now)
+	switch {
+	case j.Err == nil:
 		r.observe(now)
 		r.stop()
-		return
-	}
-	r.s.last = res.err
-	switch {
-	case dq.Interrupted:
-		r.s.ctxErr = a.s.ctxErr
-		r.giveUp(dq.Reason)
-	case dq.Reason != Exhausted:
-		r.giveUp(dq.Reason) // permanent, or no class
-	case r.inflight > 0:
-		// The others carry the call on; the next hedge starts when due.
+	case !dec.Retry:
+		r.stop()
 	default:
-		r.decide(res.err, now)
+		r.retried, r.retry = true, true
+		r.next = now.Add(dec.Delay)
 	}
-}
-
-// decide is the Policy's decision after the last attempt in flight failed
-// with a retryable error, as Step.End makes it.
-func (r *hedgeRun) decide(err error, now time.Time) {
-	p := r.p
-	d := &r.s.Delivery
-	class, after := p.classify(err)
-	if class == ClassUnknown {
-		class = ClassRetryable // End judged it retryable: its own timeout fired
-	}
-	if now.IsZero() {
-		now = p.now()
-	}
-	dec := p.decideD(d, r.maxAttempts(), class, after, &now)
-	if !dec.Retry {
-		r.giveUp(dec.Reason)
-		return
-	}
-	if h := p.Hooks.OnRetry; h != nil {
-		h(Event{Attempt: d.Attempt, Delay: dec.Delay, Err: err})
-	}
-	d.Prev = dec.Delay
-	r.retried, r.retry = true, true
-	r.next = now.Add(dec.Delay)
 }
 
 // giveUp stops the call for reason, firing OnGiveUp once.
@@ -582,13 +551,10 @@ func (r *hedgeRun) stop() {
 	r.hctx.cancel(context.Canceled)
 }
 
-// drop ends a loser that returned after the call stopped: its slot is
-// released as a success and its context canceled; the Budget hears
-// nothing and no hook fires.
-func (r *hedgeRun) drop(a *hedgeAttempt) {
-	a.s.served = true
-	a.s.Release()
-}
+// drop ends a loser that returned after the call stopped: nothing is
+// judged (Step.Postpone), so its slot is released as a success and its
+// context canceled, the Budget hears nothing and no hook fires.
+func (r *hedgeRun) drop(a *hedgeAttempt) { a.s.Postpone() }
 
 // hedgeCtx is the context of a call's attempts: its parent's values and
 // deadline, done when the parent is or when the call stops. It is

@@ -53,6 +53,11 @@ type Step struct {
 	// and what the next attempt must carry on coming out. A driver that
 	// persists attempts between processes stores it with the work.
 	Delivery Delivery
+	// Classifier, if set, is the driver's own classifier, for the errors
+	// of its wire (HTTP statuses, gRPC codes): End asks it about an error
+	// that carries no class of its own, before Policy.Classify, so that
+	// one order holds for every driver. nil: none.
+	Classifier Classifier
 
 	ctx    context.Context    // the driver's context of the attempt in flight
 	actx   context.Context    // the attempt's own bounded context; nil when none
@@ -66,6 +71,14 @@ type Step struct {
 	ctxErr error              // the context's error when the context ended the work
 	folded bool               // the context's deadline (dline) is folded into Delivery
 	quiet  bool               // set by loop: its ctx's Done is nil, so the ctx is never done and Err need not be asked
+	hedge  bool               // BeginHedge: a refusal is no give-up
+	pre    bool               // Classify judged the error End gets: End takes preC, preA, preE and preX for it when it carries no class
+	preE   bool               // its Verdict's Ended
+	preX   bool               // its Verdict's Expired
+	preC   Class
+	preA   time.Duration
+	lastC  Class         // the class the last attempt was judged by
+	lastA  time.Duration // and the wait it asked for
 	dline  time.Time
 }
 
@@ -113,7 +126,7 @@ func (s *Step) needsNow() bool {
 func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	p := s.policy()
 	d := &s.Delivery
-	s.ctx, s.actx, s.cancel, s.bound, s.keep = ctx, nil, nil, 0, false
+	s.ctx, s.actx, s.cancel, s.bound, s.keep, s.pre = ctx, nil, nil, 0, false, false
 	if ctx != nil && !s.quiet {
 		if err := ctx.Err(); err != nil {
 			s.ctxErr = err
@@ -130,7 +143,7 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 			return r
 		}
 	}
-	if p.Limiter != nil || d.Attempt == 0 && p.Budget != nil {
+	if p.Limiter != nil || p.Budget != nil && (d.Attempt == 0 || s.hedge) {
 		if r := s.admit(p, now); r != NoReason {
 			return r
 		}
@@ -142,6 +155,19 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 	d.Attempt++
 	p.Hooks.attempt(d.Attempt)
 	return NoReason
+}
+
+// BeginHedge begins an attempt that runs beside those already in flight
+// (a hedged request), as Begin does, with two differences: the Budget
+// must allow it as it allows a retry (gRPC A6 counts hedged attempts
+// toward throttling), and a refusal is not a give-up — it fires no hook,
+// records no reason, holds nothing and leaves Delivery as it was, so the
+// driver may try again later. The attempt it begins is judged with Judge.
+func (s *Step) BeginHedge(ctx context.Context, now time.Time) Reason {
+	s.hedge = true
+	r := s.Begin(ctx, now)
+	s.hedge = false
+	return r
 }
 
 // fold folds ctx's deadline into the ledger's (Begin's first step of a
@@ -188,7 +214,7 @@ func (s *Step) admit(p *Policy, now time.Time) Reason {
 	if p.Limiter != nil && !p.Limiter.TryAcquire() {
 		return s.stop(Limited)
 	}
-	if s.Delivery.Attempt == 0 && p.Budget != nil && !p.Budget.Request(now) {
+	if p.Budget != nil && (s.Delivery.Attempt == 0 && !p.Budget.Request(now) || s.hedge && !p.Budget.Retry(now)) {
 		if p.Limiter != nil {
 			p.Limiter.Release(true) // nothing was sent
 		}
@@ -297,28 +323,133 @@ func (s *Step) Resend(now time.Time) bool {
 
 var errResent = errors.New("retry: re-sent at once on a new connection")
 
+// Classifier is a driver's own classifier ([Step.Classifier]).
+type Classifier func(err error) Verdict
+
+// Verdict is what a driver's Classifier says of an attempt's error.
+type Verdict struct {
+	// Class is the error's class; ClassUnknown leaves it to
+	// Policy.Classify.
+	Class Class
+	// After is the wait the dependency asked for (pushback), 0 when none.
+	After time.Duration
+	// Ended: the error is the driver's word for the end of a context (a
+	// gRPC status CANCELLED or DEADLINE_EXCEEDED), which wraps no context
+	// error: when the driver's context has ended, the attempt is
+	// interrupted, as one failing with the context's own error is.
+	Ended bool
+	// Expired: the error reports a deadline that passed (a gRPC status
+	// DEADLINE_EXCEEDED). When the attempt ran under its own timeout and
+	// the driver's context is live, the attempt expired — the own-timeout
+	// rule, even if the answer came a moment before the attempt's own
+	// timer fired.
+	Expired bool
+}
+
+// Judgement is what Judge found of an attempt: the input of Conclude.
+type Judgement struct {
+	// Err is the attempt's error; nil for a success.
+	Err error
+	// Attempt is the attempt's number.
+	Attempt int
+	// Class and After are the error's class (after every rule: its own,
+	// the driver's Classifier, Policy.Classify, the own timeout) and the
+	// wait it asks for.
+	Class Class
+	After time.Duration
+	// Interrupted: the attempt failed with the end of the driver's
+	// context; Reason is Canceled or Deadline.
+	Interrupted bool
+	Reason      Reason
+	ctxErr      error
+}
+
+// Classify returns the class of an attempt's error and the wait it asks
+// for by the order End applies: the error's own class (see the package
+// function Classify), then the Step's Classifier, then Policy.Classify.
+// (The own-timeout and interrupted rules need the attempt's end: End
+// applies them.) A driver that must know the class before End — to read a
+// response's Retry-After only for a retryable answer — calls it, and End
+// then does not ask Classifier or Policy.Classify about err again.
+func (s *Step) Classify(err error) (Class, time.Duration) {
+	class, after, v := s.classify(s.policy(), err)
+	s.pre, s.preC, s.preA, s.preE, s.preX = true, class, after, v.Ended, v.Expired
+	return class, after
+}
+
+// classify is Classify's order, with the Classifier's verdict.
+func (s *Step) classify(p *Policy, err error) (Class, time.Duration, Verdict) {
+	if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
+		return c.class, c.after, Verdict{}
+	}
+	class, after := Classify(err)
+	if class != ClassUnknown {
+		return class, after, Verdict{}
+	}
+	if s.pre {
+		s.pre = false
+		return s.preC, s.preA, Verdict{Ended: s.preE, Expired: s.preX}
+	}
+	var v Verdict
+	if s.Classifier != nil {
+		v = s.Classifier(err)
+		class, after = v.Class, v.After
+	}
+	if class == ClassUnknown && p.Classify != nil {
+		class = p.Classify(err)
+	}
+	return class, after, v
+}
+
 // End judges the attempt Begin started, which ended at now with err, and
 // returns the decision: the zero Decision for a success, Retry with the
 // wait before the next attempt, or the reason the unit of work stops. See
-// [Step] for the rules, and [Policy.Decide] for the decision's.
+// [Step] for the rules, and [Policy.Decide] for the decision's. End is
+// Judge followed by Conclude.
 func (s *Step) End(err error, now time.Time) Decision {
+	class, after, intr := s.judge(err, now)
+	return s.conclude(err, s.Delivery.Attempt, class, after, intr, s.ctxErr, &now)
+}
+
+// Judge ends the attempt Begin (or BeginHedge) started, which ended at now
+// with err, as End does — the error classified once, the Budget told
+// whether the dependency served it, the Limiter slot released (Hold keeps
+// it) — but decides nothing and fires no hook. It is End's first half, for
+// a driver whose attempts run side by side (a hedge): it judges each as it
+// ends, and calls Conclude, on the Step holding the unit of work's ledger,
+// when one ends the work or the last in flight has failed.
+func (s *Step) Judge(err error, now time.Time) Judgement {
+	class, after, intr := s.judge(err, now)
+	j := Judgement{Err: err, Attempt: s.Delivery.Attempt, Class: class, After: after}
+	if intr != NoReason {
+		j.Interrupted, j.Reason, j.ctxErr = true, intr, s.ctxErr
+	}
+	return j
+}
+
+// judge is Judge's work: the class and wait of err, and the reason (Canceled
+// or Deadline, with s.ctxErr set) when the attempt was interrupted.
+func (s *Step) judge(err error, now time.Time) (class Class, after time.Duration, intr Reason) {
 	p := s.policy()
-	d := &s.Delivery
-	expired := err != nil && s.actx != nil && s.actx.Err() != nil && (s.quiet || s.ctx.Err() == nil)
-	var (
-		class Class
-		after time.Duration
-	)
 	if err != nil {
+		var v Verdict
 		if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
 			class, after = c.class, c.after
 		} else {
-			class, after = p.classify(err)
+			class, after, v = s.classify(p, err)
 		}
-		if class == ClassUnknown && expired {
+		live := s.quiet || s.ctx == nil || s.ctx.Err() == nil
+		if class == ClassUnknown && s.actx != nil && live && (v.Expired || s.actx.Err() != nil) {
 			class = ClassRetryable // the attempt's own timeout fired
 		}
+		if !live {
+			cerr := s.ctx.Err()
+			if v.Ended || errors.Is(err, cerr) || errors.Is(err, context.Cause(s.ctx)) {
+				intr, s.ctxErr = ctxReason(cerr), cerr
+			}
+		}
 	}
+	s.pre, s.lastC, s.lastA = false, class, after
 	s.served = err == nil || class == ClassPermanent
 	if p.Budget != nil {
 		p.Budget.Result(now, s.served)
@@ -327,20 +458,37 @@ func (s *Step) End(err error, now time.Time) Decision {
 		s.Release()
 	}
 	s.actx = nil
+	return class, after, intr
+}
+
+// Conclude makes the decision of the unit of work whose ledger s holds on
+// an attempt Judge judged at now (on s, or on another Step of the same
+// unit of work), and fires its hook: OnSuccess for a success, then as End:
+// no retry for an interrupted attempt (Canceled or Deadline), else the
+// Policy's decision — OnRetry, with Delivery.Prev set, or OnGiveUp.
+func (s *Step) Conclude(j Judgement, now time.Time) Decision {
+	intr := NoReason
+	if j.Interrupted {
+		intr = j.Reason
+	}
+	return s.conclude(j.Err, j.Attempt, j.Class, j.After, intr, j.ctxErr, &now)
+}
+
+func (s *Step) conclude(err error, attempt int, class Class, after time.Duration, intr Reason, ctxErr error, now *time.Time) Decision {
+	p := s.policy()
+	d := &s.Delivery
 	if err == nil {
 		s.reason, s.last = NoReason, nil
-		p.Hooks.success(d.Attempt)
+		p.Hooks.success(attempt)
 		return Decision{}
 	}
 	s.last = err
-	if s.ctx != nil && !s.quiet {
-		if cerr := s.ctx.Err(); cerr != nil && (errors.Is(err, cerr) || errors.Is(err, context.Cause(s.ctx))) {
-			s.ctxErr = cerr
-			s.stop(ctxReason(cerr))
-			return Decision{Reason: s.reason, Interrupted: true}
-		}
+	if intr != NoReason {
+		s.ctxErr = ctxErr
+		s.stop(intr)
+		return Decision{Reason: s.reason, Interrupted: true}
 	}
-	dec := p.decideD(d, s.maxAttempts(p), class, after, &now)
+	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
 		return dec
@@ -390,12 +538,28 @@ func (s *Step) Reason() Reason { return s.reason }
 
 // stop records a give-up for r and fires OnGiveUp.
 func (s *Step) stop(r Reason) Reason {
+	if s.hedge {
+		return r // BeginHedge: not sent, no give-up
+	}
 	s.reason = r
 	if h := s.policy().Hooks.OnGiveUp; h != nil {
 		h(Event{Attempt: s.Delivery.Attempt, Err: s.last, Reason: r})
 	}
 	return r
 }
+
+// Judged returns the class the last attempt's error was judged by (every
+// rule applied: its own class, the Classifier, Policy.Classify, the own
+// timeout) and the wait it asked for, for a driver that hands that error
+// on marked with its class (Retryable, Permanent, After), so a caller that
+// retries in turn reads the same class. ClassUnknown before any attempt
+// ended or after a success.
+func (s *Step) Judged() (Class, time.Duration) { return s.lastC, s.lastA }
+
+// MaxAttempts is the number of attempts the unit of work may make:
+// Delivery.MaxAttempts when set, else the Policy's (0 there means
+// DefaultMaxAttempts).
+func (s *Step) MaxAttempts() int { return s.maxAttempts(s.policy()) }
 
 func (s *Step) maxAttempts(p *Policy) int {
 	if s.Delivery.MaxAttempts > 0 {
@@ -404,7 +568,8 @@ func (s *Step) maxAttempts(p *Policy) int {
 	return p.maxAttempts()
 }
 
-// classify is Classify, with Policy.Classify judging errors of no class.
+// classify is Classify, with Policy.Classify judging errors of no class:
+// Decide's order (a Step adds its driver's Classifier between the two).
 func (p *Policy) classify(err error) (Class, time.Duration) {
 	class, after := Classify(err)
 	if class == ClassUnknown && p.Classify != nil {

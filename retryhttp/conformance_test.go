@@ -15,14 +15,14 @@ import (
 // TestDriverConformance: the Transport, over a Base that runs the suite's
 // attempt and answers 200 for nil or returns its error as the transport
 // error (a classed error keeps its class and wait), makes the same calls
-// as retry.Do. The server side's panic is not the client's, so the panic
-// case is left out.
+// as retry.Do and returns what it returns; a panic of Base goes on with
+// its slot freed, as a panic of retry.Do's function does.
 func TestDriverConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Driver{
 		Name:           "retryhttp.Transport",
-		RemoteHandler:  true,
 		HoldsDelivered: true, // a response's body holds the slot until closed
-		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) {
+		Classifies:     true, // DefaultClassify: a transport timeout is retryable
+		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 				if err := attempt(req.Context()); err != nil {
 					return nil, err
@@ -31,9 +31,11 @@ func TestDriverConformance(t *testing.T) {
 			})
 			tr := &retryhttp.Transport{Base: base, Policy: p}
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://conformance.test/x", nil)
-			if resp, err := tr.RoundTrip(req); err == nil {
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
 				resp.Body.Close()
 			}
+			return err
 		},
 	})
 }

@@ -157,9 +157,8 @@ func New(base http.RoundTripper, p *retry.Policy) *Transport {
 // Steps run.
 type hostState struct {
 	// step[1] is for calls with a deadline, step[0] for the rest. Both are
-	// Transport.Policy with the host's budget and limiter, MaxAfter and
-	// ClampAfter as the RetryAfter mode says, and no Classify: a call runs
-	// Policy.Classify itself, once, before the Step judges the attempt.
+	// Transport.Policy with the host's budget and limiter, and MaxAfter and
+	// ClampAfter as the RetryAfter mode says.
 	step [2]retry.Policy
 }
 
@@ -234,7 +233,6 @@ func (t *Transport) newState(host string) *hostState {
 			p.Limiter = l
 		}
 	}
-	p.Classify = nil
 	s := &hostState{step: [2]retry.Policy{p, p}}
 	switch t.RetryAfter {
 	case AfterDeadline:
@@ -332,7 +330,6 @@ type call struct {
 	t        *Transport
 	req      *http.Request
 	ctx      context.Context
-	classify func(error) retry.Class // Policy.Classify, run by the call itself
 	step     retry.Step
 	upstream int // the upstream owner's attempt number, 0 when none
 	waiter   wait.Waiter
@@ -382,7 +379,6 @@ func (c *call) start(st *hostState) {
 		p = &st.step[1]
 	}
 	c.step.Policy = p
-	c.classify = c.t.base.Classify
 }
 
 func (c *call) now() time.Time {
@@ -497,8 +493,10 @@ func (c *call) done() {
 
 // judge is the attempt's outcome in the core vocabulary: nil for a
 // response handed to the caller, or the classified failure. Classify (the
-// Transport's) runs once, Policy.Classify at most once (for a failure of
-// no class), and a retryable response's Retry-After becomes its wait.
+// Transport's) runs once and makes the outcome an error; the Step then
+// classes it by the one order every driver keeps (Step.Classify: the
+// error's own class, then Policy.Classify, at most once), and a retryable
+// response's Retry-After becomes its wait.
 func (c *call) judge(areq *http.Request, resp *http.Response, err error) error {
 	if areq == nil { // GetBody failed
 		return err
@@ -511,9 +509,9 @@ func (c *call) judge(areq *http.Request, resp *http.Response, err error) error {
 	if cerr == nil {
 		return nil
 	}
-	class, _ := retry.Classify(cerr)
-	if class == retry.ClassUnknown && c.classify != nil {
-		class = c.classify(cerr)
+	own, _ := retry.Classify(cerr)
+	class, _ := c.step.Classify(cerr)
+	if own == retry.ClassUnknown {
 		cerr = mark(cerr, class)
 	}
 	if resp != nil {
@@ -522,8 +520,8 @@ func (c *call) judge(areq *http.Request, resp *http.Response, err error) error {
 	return cerr
 }
 
-// mark gives cerr the class Policy.Classify found, so the Step (which runs
-// without Policy.Classify) reads it.
+// mark gives an error of no class of its own the class Policy.Classify
+// found, so the caller of a give-up sees it too.
 func mark(cerr error, class retry.Class) error {
 	if se, ok := cerr.(*StatusError); ok {
 		se.Class = class

@@ -61,6 +61,18 @@ type BudgetsConfig struct {
 	AdaptiveSpan time.Duration // adaptive's window
 	Backoff      time.Duration // base of the full-jitter backoff before a retry; 0 retries at once
 	Strategies   []string      // of budgetStrategies
+
+	probe *probe // the drivers' suite's one request, in place of the clients (tests only)
+}
+
+// probe replaces the budgets model's clients and server by one request
+// whose attempts the drivers' suite scripts (conformance_test.go): the
+// model's own event loop then runs the suite's policy on it.
+type probe struct {
+	policy *retry.Policy
+	answer func() (time.Duration, error)                   // runs an attempt: how long it took, its error
+	end    func(err error, r retry.Reason, attempts int32) // the request succeeded (NoReason) or gave up
+	err    error                                           // the last attempt's error
 }
 
 var budgetStrategies = []string{"no-retries", "3-retries", "token-bucket", "breaker", "credits", "ratio-10%", "breaker-window", "grpc", "adaptive"}
@@ -183,6 +195,9 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 		if err != nil {
 			return budgetsRun{}, err
 		}
+		if c.probe != nil {
+			p = c.probe.policy
+		}
 		drivers[i] = driver{p}
 	}
 	rng := rand.New(pcg(seed, 2))
@@ -195,10 +210,19 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 		r := &reqs[id]
 		r.attempt++
 		var trip time.Duration
-		trip, r.failed = bernoulliTrip(rng, mean, f)
+		if pr := c.probe; pr != nil {
+			trip, pr.err = pr.answer()
+			r.failed = pr.err != nil
+		} else {
+			trip, r.failed = bernoulliTrip(rng, mean, f)
+		}
 		e.At(at+trip, evDone, id)
 	}
 	for cl := range c.Clients {
+		if c.probe != nil {
+			e.At(0, evOriginal, int32(cl)) // the one request, at once
+			continue
+		}
 		e.At(gap(), evOriginal, int32(cl))
 	}
 	for {
@@ -212,10 +236,16 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 			if now >= c.Duration {
 				continue
 			}
-			e.After(gap(), evOriginal, ev.ID)
+			pr := c.probe
+			if pr == nil {
+				e.After(gap(), evOriginal, ev.ID)
+			}
 			d := drivers[ev.ID]
 			out.originals++
-			if d.begin(e.Time()) != retry.NoReason {
+			if r := d.begin(e.Time()); r != retry.NoReason {
+				if pr != nil {
+					pr.end(nil, r, 0)
+				}
 				continue
 			}
 			reqs = append(reqs, bReq{client: ev.ID})
@@ -226,9 +256,15 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 			var err error
 			if r.failed {
 				err = ErrFailed
+				if c.probe != nil {
+					err = c.probe.err
+				}
 			}
 			d := drivers[r.client]
 			dec := d.end(e.Time(), int(r.attempt), err, time.Time{}, r.prev)
+			if pr := c.probe; pr != nil && (err == nil || !dec.Retry) {
+				pr.end(err, dec.Reason, r.attempt)
+			}
 			switch {
 			case err == nil:
 				out.successes++
@@ -244,8 +280,13 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 				send(ev.ID, now+dec.Delay)
 			}
 		case evResend:
-			if drivers[reqs[ev.ID].client].again() == retry.NoReason {
+			r := &reqs[ev.ID]
+			reason := drivers[r.client].againN(int(r.attempt) + 1)
+			switch {
+			case reason == retry.NoReason:
 				send(ev.ID, now)
+			case c.probe != nil:
+				c.probe.end(c.probe.err, reason, r.attempt)
 			}
 		}
 	}

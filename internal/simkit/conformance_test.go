@@ -14,38 +14,95 @@ import (
 	"github.com/staggerhq/stagger/retry/drivertest"
 )
 
+// simSkips are the suite's cases no simulated driver can run, and why.
+func simSkips() map[string]string {
+	noCtx := "a simulated client has no context: its models time out and give up themselves"
+	return map[string]string{
+		"attempt timeout":            noCtx,
+		"attempt timeout exhausted":  noCtx,
+		"canceled during an attempt": noCtx,
+		"own failure while canceled": noCtx,
+		"canceled during a wait":     noCtx,
+		"panic frees the slot":       "a simulated attempt is no user code: it cannot panic",
+	}
+}
+
 // TestDriverConformance: the simulator's driver, stepped once per event as
 // the models step it (here on the bubble's virtual clock), makes the same
-// calls as retry.Do. The simulator has no contexts: its clients model
-// timeouts and cancellation themselves, so the context cases are left out.
+// calls as retry.Do and ends as it ends.
 func TestDriverConformance(t *testing.T) {
 	drivertest.Run(t, drivertest.Driver{
-		Name:         "sim driver",
-		NoWaitCancel: true,
-		Simulated:    true,
-		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) {
+		Name: "sim driver",
+		Skip: simSkips(),
+		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			d := driver{p}
 			start := time.Now()
 			var deadline time.Time
 			if p.Timeout > 0 {
 				deadline = start.Add(p.Timeout)
 			}
-			if d.begin(start) != retry.NoReason {
-				return
+			if r := d.begin(start); r != retry.NoReason {
+				return &retry.Error{Reason: r}
 			}
 			var prev time.Duration
 			for n := 1; ; n++ {
 				err := attempt(context.Background())
 				dec := d.end(time.Now(), n, err, deadline, prev)
-				if err == nil || !dec.Retry {
-					return
+				switch {
+				case err == nil:
+					return nil
+				case dec.Reason == retry.UnknownError:
+					return err
+				case !dec.Retry:
+					return &retry.Error{Reason: dec.Reason, Attempts: n, Err: err}
 				}
 				time.Sleep(dec.Delay)
-				if d.againN(n+1) != retry.NoReason {
-					return
+				if r := d.againN(n + 1); r != retry.NoReason {
+					return &retry.Error{Reason: r, Attempts: n, Err: err}
 				}
 				prev = dec.Delay
 			}
+		},
+	})
+}
+
+// TestModelConformance: the budgets model's own event loop (runOne, the
+// code the budgets scenario runs), with its clients and server replaced
+// by the suite's one request, makes the calls retry.Do makes and ends as
+// it ends. Each attempt takes, on the model's clock, the time it took in
+// the bubble; the waits between attempts are the model's.
+func TestModelConformance(t *testing.T) {
+	skip := simSkips()
+	skip["retry would start at the deadline"] = "the budgets model's requests have no deadline: it passes none to the step and folds no Policy.Timeout"
+	drivertest.Run(t, drivertest.Driver{
+		Name: "sim budgets model",
+		Skip: skip,
+		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) error {
+			var out error
+			c := DefaultBudgets()
+			c.Clients, c.Duration = 1, time.Hour
+			c.probe = &probe{
+				policy: p,
+				answer: func() (time.Duration, error) {
+					start := time.Now()
+					err := attempt(context.Background())
+					return time.Since(start), err
+				},
+				end: func(err error, r retry.Reason, attempts int32) {
+					switch r {
+					case retry.NoReason:
+						out = nil
+					case retry.UnknownError:
+						out = err
+					default:
+						out = &retry.Error{Reason: r, Attempts: int(attempts), Err: err}
+					}
+				},
+			}
+			if _, err := c.runOne("3-retries", 0, 1); err != nil {
+				return err
+			}
+			return out
 		},
 	})
 }

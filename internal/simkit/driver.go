@@ -85,6 +85,8 @@ func (d driver) decide(now time.Time, attempt int, err error, deadline time.Time
 }
 
 // needsSendEvent reports whether a retry must start in an event of its own
-// at the end of its wait: only a limiter acts at that instant. Without one
-// a model may compute the retry's send time directly.
-func (d driver) needsSendEvent() bool { return d.p.Limiter != nil }
+// at the end of its wait, where the Step's Begin runs: a limiter acts at
+// that instant, and an OnAttempt hook reports the attempt then. Without
+// either a model may compute the retry's send time directly (the decision
+// already kept it before the deadline).
+func (d driver) needsSendEvent() bool { return d.p.Limiter != nil || d.p.Hooks.OnAttempt != nil }

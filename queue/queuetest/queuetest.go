@@ -1671,15 +1671,26 @@ func testNamedQueues(t *testing.T, s queue.Store) {
 // closed after it), to the retry drivers' conformance suite
 // (retry/drivertest): a job run with RunOnce, claimed again whenever it is
 // due, must make the same calls to the policy's hooks, Budget and Limiter
-// as retry.Do. The policy's Timeout becomes the job's deadline and its
-// MaxAttempts the job's max_attempts, as a job row governs them.
+// as retry.Do and end as retry.Do ends, read back from the job: done,
+// dead with the give-up's reason, attempts and last error, or — for an
+// error of no class — that error from RunOnce. The policy's Timeout
+// becomes the job's deadline and its MaxAttempts the job's max_attempts,
+// as a job row governs them.
+//
+// Where retry.Do gives up, the queue keeps the job in three ways, which
+// the suite checks: a refusal by the Budget or the Limiter, and pushback
+// above MaxAfter, leave it due again after the schedule's wait (the
+// give-up is still reported, and an attempt refused before it started was
+// spent by the claim); the end of the worker's context releases it; and a
+// handler's panic is recovered into an error of no class.
 func Driver(name string, open func() (queue.Store, func(), error)) drivertest.Driver {
 	return drivertest.Driver{
 		Name:           name,
-		Durable:        true,
-		NoWaitCancel:   true,
+		Keeps:          []retry.Reason{retry.Budget, retry.CircuitOpen, retry.Limited, retry.Pushback, retry.Canceled},
+		SpendsRefused:  true,
 		RecoversPanics: true,
-		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) {
+		ErrorText:      true, // a dead job keeps its last error as text
+		Run: func(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			jp := *p
 			timeout, maxAttempts := jp.Timeout, jp.MaxAttempts
 			jp.Timeout, jp.MaxAttempts = 0, 0
@@ -1703,25 +1714,55 @@ func Driver(name string, open func() (queue.Store, func(), error)) drivertest.Dr
 				panic(err)
 			}
 			h := func(ctx context.Context, _ []byte) error { return attempt(ctx) }
-			for ctx.Err() == nil {
+			for {
+				if ctx.Err() != nil { // the worker stops: the job stays
+					return jobOutcome(q)
+				}
 				j, err := q.RunOnce(ctx, h)
 				switch {
-				case ctx.Err() != nil:
-					return
 				case j == nil && err == nil: // nothing due: wait for the job's time
-					cur, gerr := q.Get(ctx, "j1")
-					if gerr != nil || cur.State != queue.Pending {
-						return
+					cur, gerr := q.Get(context.Background(), "j1")
+					if gerr != nil {
+						panic(gerr)
+					}
+					if cur.State != queue.Pending {
+						return jobOutcome(q)
 					}
 					time.Sleep(time.Until(time.UnixMilli(cur.AvailableAt)) + time.Millisecond)
-				case j == nil:
+				case j == nil && ctx.Err() == nil:
 					panic(err)
-				case j.State == queue.Done || j.State == queue.Dead || j.State == queue.Leased:
-					return
+				case j != nil && j.State == queue.Leased: // an error of no class, back to the caller
+					return err
+				case j != nil && j.State != queue.Pending:
+					return jobOutcome(q)
 				}
 			}
 		},
 	}
+}
+
+// jobOutcome is the suite's outcome of job j1 of q as its row says: nil
+// when done, a *retry.Error when dead, a *drivertest.Kept when pending.
+func jobOutcome(q *queue.Queue) error {
+	j, err := q.Get(context.Background(), "j1")
+	if err != nil {
+		panic(err)
+	}
+	switch j.State {
+	case queue.Done:
+		return nil
+	case queue.Pending:
+		return &drivertest.Kept{Attempts: j.Attempts}
+	case queue.Dead:
+		reason := map[queue.DeadReason]retry.Reason{queue.Exhausted: retry.Exhausted,
+			queue.DeadlineReached: retry.Deadline, queue.PermanentFailure: retry.PermanentError}[j.DeadReason]
+		var last error
+		if j.LastError != "" {
+			last = errors.New(j.LastError)
+		}
+		return &retry.Error{Reason: reason, Attempts: j.Attempts, Err: last}
+	}
+	return fmt.Errorf("queuetest: job j1 is %s", j.State)
 }
 
 // BenchRecordAndClaim is a busy Worker's turn on s, one op a turn: record
