@@ -158,7 +158,10 @@ type execHandler struct {
 }
 
 // handle is a retry.Handler: exit 0 done, 75 retryable, 65 permanent,
-// anything else (other codes, signals, a failure to start) unknown.
+// anything else (other codes, signals, a failure to start) unknown. When
+// ctx ends while the command runs, its process group is killed and the
+// error wraps ctx's: the worker releases the job at shutdown, as it does
+// for --http.
 func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 	c := exec.CommandContext(ctx, "/bin/sh", "-c", h.cmd)
 	c.Stdin = bytes.NewReader(payload)
@@ -177,6 +180,13 @@ func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 	err := c.Run()
 	if err == nil {
 		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The worker canceled the attempt (shutdown, or the attempt's own
+		// timeout) and the command was killed: the failure says nothing
+		// about the job. Wrapping the context's error lets the attempt step
+		// see it: at shutdown the job is released, not judged.
+		return fmt.Errorf("exec %q: %w (%v)", h.cmd, cerr, err)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
