@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -177,7 +178,12 @@ func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 	c.WaitDelay = time.Second
-	err := c.Run()
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("exec %q: %w", h.cmd, err)
+	}
+	execGroups.Store(c.Process.Pid, struct{}{})
+	err := c.Wait()
+	execGroups.Delete(c.Process.Pid)
 	if err == nil {
 		return nil
 	}
@@ -203,6 +209,18 @@ func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 		return msg
 	}
 	return fmt.Errorf("exec %q: %w", h.cmd, err)
+}
+
+// execGroups holds the process groups of the --exec commands running now,
+// which a second signal kills before the process exits (killExecGroups).
+var execGroups sync.Map // pid (= pgid) → struct{}
+
+// killExecGroups kills every running --exec command's process group.
+func killExecGroups() {
+	execGroups.Range(func(pid, _ any) bool {
+		syscall.Kill(-pid.(int), syscall.SIGKILL)
+		return true
+	})
 }
 
 // tailBuffer keeps the last 1 KiB written to it.
