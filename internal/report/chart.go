@@ -59,6 +59,12 @@ type endLabel struct {
 	series int
 	x0, y0 float64
 	y      float64
+	// inside: the line ends before the right edge, so the label sits
+	// next to its last point, inside the plot, with no leader (a leader
+	// to the edge would read as data where the series has none).
+	inside bool
+	x      float64 // inside: the label's anchor
+	anchor string  // inside: "start" or "end"
 }
 
 type legendItem struct {
@@ -337,10 +343,22 @@ func (l *layout) margins() {
 // are labelled at their own end, inside the plot).
 func (l *layout) endLabelWidth() float64 {
 	widest := 0.0
-	for _, it := range l.legend {
-		widest = math.Max(widest, textWidth(it.name, fontLegend))
+	for i, it := range l.legend {
+		if l.reachesEdge(i) {
+			widest = math.Max(widest, textWidth(it.name, fontLegend))
+		}
 	}
 	return widest
+}
+
+// reachesEdge reports whether series i's line ends at the right edge of
+// the X range (within 2% of it).
+func (l *layout) reachesEdge(i int) bool {
+	pts := l.drawn[i]
+	if len(pts) == 0 {
+		return false
+	}
+	return pts[len(pts)-1].X >= l.x.max-0.02*(l.x.max-l.x.min)
 }
 
 // xTicks chooses as many X ticks as fit without labels touching.
@@ -458,15 +476,25 @@ var lineDashes = [...]string{"", "9 4", "2 3", "12 3 2 3", "5 5", "14 3 3 3 3 3"
 // the bottom when they run off the plot.
 func (l *layout) placeEndLabels() {
 	const gap = 14.0
+	var labs, inside []endLabel
 	for i, pts := range l.drawn {
 		if len(pts) == 0 {
 			continue
 		}
 		p := pts[len(pts)-1]
 		x0, y0 := l.x.px(math.Min(math.Max(p.X, l.x.min), l.x.max)), l.y.px(math.Min(math.Max(p.Y, l.y.min), l.y.max))
-		l.endLabels = append(l.endLabels, endLabel{series: i, x0: x0, y0: y0, y: y0 + 4})
+		if l.reachesEdge(i) {
+			labs = append(labs, endLabel{series: i, x0: x0, y0: y0, y: y0 + 4})
+			continue
+		}
+		e := endLabel{series: i, x0: x0, y0: y0, inside: true, x: x0 + 6, anchor: "start"}
+		if w := textWidth(l.legend[i].name, fontLegend); x0+6+w > l.right {
+			e.x, e.anchor = x0-6, "end"
+		}
+		e.y = math.Min(math.Max(y0-6, l.top+12), l.bottom-4)
+		inside = append(inside, e)
 	}
-	labs := l.endLabels
+	defer func() { l.endLabels = append(labs, inside...) }()
 	slices.SortStableFunc(labs, func(a, b endLabel) int { return cmp.Compare(a.y, b.y) })
 	for i := range labs {
 		labs[i].y = math.Max(labs[i].y, l.top+10)
@@ -921,6 +949,16 @@ func (r *renderer) endLabels(l *layout) {
 		r.raw(`<g class="end-label" data-name="`)
 		r.text(l.c.Series[e.series].Name)
 		r.raw(`">`)
+		if e.inside {
+			r.raw(`<text class="halo end-name" text-anchor="`, e.anchor, `" style="fill:`, color, `" x="`)
+			r.px(e.x)
+			r.raw(`" y="`)
+			r.px(e.y)
+			r.raw(`">`)
+			r.text(l.legend[e.series].name)
+			r.raw("</text></g>\n")
+			continue
+		}
 		r.raw(`<polyline class="leader" stroke="`, color, `" points="`)
 		r.px(e.x0 + 3)
 		r.raw(",")
