@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/internal/report/browser"
+	"github.com/staggerhq/stagger/internal/simkit"
+)
+
+// Every report the command writes — lab, each sim scenario, proxy — renders
+// in a real headless Chromium at 1400×2000. STAGGER_SCREENSHOTS=DIR keeps
+// the PNGs there to be looked at.
+func TestEveryReportScreenshot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every scenario and a browser")
+	}
+	chromium := browser.Require(t)
+	dir := os.Getenv("STAGGER_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string][]string{
+		"lab":   {"lab", "--quiet"},
+		"proxy": {"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--duration", "1s", "--quiet"},
+	}
+	for _, s := range simkit.Scenarios() {
+		runs["sim-"+s.Name] = []string{"sim", s.Name, "--quiet"}
+	}
+	for name, args := range runs {
+		t.Run(name, func(t *testing.T) {
+			html := filepath.Join(dir, name+".html")
+			code, _, errs := runCLI(t, append(args, "--report", html)...)
+			if code != exitOK {
+				t.Fatalf("%v: exit %d: %s", args, code, errs)
+			}
+			shot := filepath.Join(dir, name+".png")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := browser.Screenshot(ctx, chromium, html, shot, 1400, 2000); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(shot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			img, err := png.Decode(f)
+			if err != nil {
+				t.Fatalf("%s: %v", shot, err)
+			}
+			if b := img.Bounds(); b.Dx() != 1400 || b.Dy() != 2000 {
+				t.Fatalf("%s: %v, want 1400×2000", shot, b)
+			}
+		})
+	}
+}
