@@ -27,7 +27,7 @@ func page(res *Result, subtitle string) (report.Page, error) {
 	rows := report.Section{Title: "Rows", Table: &report.Table{Columns: cols, Rows: cells},
 		Notes: []string{"The rows printed by the command (also with --json or --csv)."}}
 	for _, m := range smallMultiples(res.Charts) {
-		c := m.Chart
+		c := mergeCoincident(m.Chart)
 		rc := report.Chart{
 			XMin:     m.xMin,
 			XMax:     m.xMax,
@@ -102,6 +102,66 @@ func smallMultiples(charts []Chart) []multiple {
 		}
 	}
 	return out
+}
+
+// coincide is how close, as a fraction of the chart's Y span, two lines
+// must stay at every X to be drawn as one.
+const coincide = 0.015
+
+// mergeCoincident draws lines that lie on top of each other as one line
+// named after all of them ("credits = grpc"): stacked, they would read as
+// one line of the last colour, with a pile of names at its end.
+func mergeCoincident(c Chart) Chart {
+	if c.Bars || len(c.Series) < 2 {
+		return c
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range c.Series {
+		for _, p := range s.Points {
+			lo, hi = math.Min(lo, p.Y), math.Max(hi, p.Y)
+		}
+	}
+	tol := coincide * (hi - lo)
+	if c.LogY {
+		tol = coincide // in log10 units
+	}
+	var out []Series
+	for _, s := range c.Series {
+		merged := false
+		for i := range out {
+			if sameLine(out[i].Points, s.Points, tol, c.LogY) {
+				out[i].Name += " = " + s.Name
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, s)
+		}
+	}
+	c.Series = out
+	return c
+}
+
+// sameLine reports whether a and b have the same X values and Y values
+// within tol (of log10 Y on a log scale).
+func sameLine(a, b []Point, tol float64, logY bool) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return false
+	}
+	for i := range a {
+		if a[i].X != b[i].X {
+			return false
+		}
+		d := math.Abs(a[i].Y - b[i].Y)
+		if logY && a[i].Y > 0 && b[i].Y > 0 {
+			d = math.Abs(math.Log10(a[i].Y) - math.Log10(b[i].Y))
+		}
+		if d > tol {
+			return false
+		}
+	}
+	return true
 }
 
 // multiple is a chart to draw, with the X range it shares with its
