@@ -37,6 +37,7 @@ type layout struct {
 	legend        []legendItem
 	seriesColor   []string
 	seriesVariant []int
+	seriesDash    []string  // dash pattern per series
 	drawn         [][]Point // Lines: the points drawn per series
 	band          float64   // height of the shade-label band above the plot
 	shadeLabels   []shadeLabel
@@ -137,7 +138,7 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 	l.top = legendBottom + 8 + l.band + l.markBand
 	l.bottom = l.top + plotHeight
 	l.y.lo, l.y.hi = l.bottom, l.top
-	if c.EndLabels && c.Kind == Lines {
+	if l.endLabelsFit() {
 		l.placeEndLabels()
 	}
 	l.height = l.bottom + 24
@@ -160,6 +161,7 @@ func (l *layout) assignStyles(slots []int) {
 			l.empty = false
 		}
 	}
+	l.assignDashes()
 }
 
 // extents measures the data: X and Y of every point (stacked for bars),
@@ -332,7 +334,7 @@ func (l *layout) margins() {
 		l.left += 20
 	}
 	l.right = l.width - padRight
-	if l.c.EndLabels && l.c.Kind == Lines {
+	if l.endLabelsFit() {
 		l.right = l.width - l.endLabelWidth() - 22
 	}
 	l.x.lo, l.x.hi = l.left, l.right
@@ -349,6 +351,25 @@ func (l *layout) endLabelWidth() float64 {
 		}
 	}
 	return widest
+}
+
+// endGap is the least vertical distance between two end labels.
+const endGap = 14.0
+
+// endLabelsFit reports whether the chart asks for end labels and those at
+// the right edge fit the plot's height one above the other; when they do
+// not, the legend alone names the lines.
+func (l *layout) endLabelsFit() bool {
+	if !l.c.EndLabels || l.c.Kind != Lines {
+		return false
+	}
+	n := 0
+	for i := range l.drawn {
+		if l.reachesEdge(i) {
+			n++
+		}
+	}
+	return float64(n-1)*endGap <= plotHeight-10
 }
 
 // reachesEdge reports whether series i's line ends at the right edge of
@@ -456,13 +477,28 @@ func pickRow(rowRight []float64, left, w, gap float64) (int, []float64) {
 	return row, rowRight
 }
 
-// dash returns the dash pattern of series i: its own one on a Dashed
-// Lines chart, otherwise that of its palette variant.
-func (l *layout) dash(i int) string {
-	if l.c.Dashed && l.c.Kind == Lines {
-		return lineDashes[i%len(lineDashes)]
+// dash returns the dash pattern of series i (see assignDashes).
+func (l *layout) dash(i int) string { return l.seriesDash[i] }
+
+// assignDashes gives series i its own pattern on a Dashed Lines chart,
+// otherwise that of its palette variant; a series whose colour and pattern
+// another series of the chart already has (explicit colours can repeat)
+// gets the first pattern of lineDashes that its colour does not have yet,
+// so no two series look alike.
+func (l *layout) assignDashes() {
+	l.seriesDash = make([]string, len(l.c.Series))
+	used := map[[2]string]bool{}
+	for i := range l.c.Series {
+		d := dashes[l.seriesVariant[i]]
+		if l.c.Dashed && l.c.Kind == Lines {
+			d = lineDashes[i%len(lineDashes)]
+		}
+		for k := 0; used[[2]string{l.seriesColor[i], d}] && k < len(lineDashes); k++ {
+			d = lineDashes[k]
+		}
+		used[[2]string{l.seriesColor[i], d}] = true
+		l.seriesDash[i] = d
 	}
-	return dashes[l.seriesVariant[i]]
 }
 
 // lineDashes are the patterns of a Dashed chart's series, in order.
@@ -475,7 +511,7 @@ var lineDashes = [...]string{"", "9 4", "2 3", "12 3 2 3", "5 5", "14 3 3 3 3 3"
 // apart (at least one line of text) from the top down, then back up from
 // the bottom when they run off the plot.
 func (l *layout) placeEndLabels() {
-	const gap = 14.0
+	const gap = endGap
 	var labs, inside []endLabel
 	for i, pts := range l.drawn {
 		if len(pts) == 0 {
