@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"image/png"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,9 +29,21 @@ func TestEveryReportScreenshot(t *testing.T) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The proxy's report needs traffic: a client sends through it while it
+	// runs (an upstream that answers 200, a fault schedule that drops the
+	// first 500 ms).
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer up.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr := ln.Addr().String()
+	ln.Close()
 	runs := map[string][]string{
-		"lab":   {"lab", "--quiet"},
-		"proxy": {"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--duration", "1s", "--quiet"},
+		"lab": {"lab", "--quiet"},
+		"proxy": {"proxy", "--listen", proxyAddr, "--upstream", up.URL, "--duration", "3s", "--quiet",
+			"--fault", "down 500ms at 0s"},
 	}
 	for _, s := range simkit.Scenarios() {
 		runs["sim-"+s.Name] = []string{"sim", s.Name, "--quiet"}
@@ -36,6 +51,22 @@ func TestEveryReportScreenshot(t *testing.T) {
 	for name, args := range runs {
 		t.Run(name, func(t *testing.T) {
 			html := filepath.Join(dir, name+".html")
+			if name == "proxy" {
+				stop := make(chan struct{})
+				defer close(stop)
+				go func() {
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(20 * time.Millisecond):
+						}
+						if resp, err := http.Get("http://" + proxyAddr + "/"); err == nil {
+							resp.Body.Close()
+						}
+					}
+				}()
+			}
 			code, _, errs := runCLI(t, append(args, "--report", html)...)
 			if code != exitOK {
 				t.Fatalf("%v: exit %d: %s", args, code, errs)
