@@ -27,6 +27,9 @@ package main
 // block marks commands that need a service or run until stopped: they must
 // not exit 2 (bad usage); one still running after a few seconds is
 // stopped. "<!-- cli: skip REASON -->" leaves a block out.
+//
+// A sample output (```text) marked "<!-- output: ARGS -->" is compared with
+// what `stagger ARGS` prints, numbers aside (TestDocSampleOutputs).
 
 import (
 	"bytes"
@@ -540,5 +543,60 @@ func TestCLIDocMatchesHelp(t *testing.T) {
 		if !strings.Contains(help.String(), fmt.Sprintf("%d ", c)) {
 			t.Errorf("stagger help does not explain exit %d", c)
 		}
+	}
+}
+
+var numberRE = regexp.MustCompile(`\d+(\.\d+)?`)
+
+// shape is a line with every number replaced by #: what a run must
+// reproduce of a sample output whose counts vary from run to run.
+func shape(line string) string {
+	return strings.Join(strings.Fields(numberRE.ReplaceAllString(line, "#")), " ")
+}
+
+// A sample output in the docs (a ```text block after "<!-- output: ARGS -->")
+// is what `stagger ARGS` prints: every line of the sample, but for "…"
+// elisions, has a line of the same shape (numbers aside) in the real
+// output, in the same order.
+func TestDocSampleOutputs(t *testing.T) {
+	bin := buildStagger(t)
+	root := repoRoot(t)
+	n := 0
+	for _, b := range allBlocks(t, root) {
+		args, ok := strings.CutPrefix(b.marker, "output:")
+		if !ok {
+			continue
+		}
+		n++
+		words, err := shellWords(strings.TrimSpace(args))
+		if err != nil {
+			t.Fatalf("%s:%d: %v", b.file, b.line, err)
+		}
+		cmd := exec.Command(bin, words...)
+		cmd.Dir = t.TempDir()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s:%d: stagger %s: %v", b.file, b.line, args, err)
+		}
+		got := strings.Split(string(out), "\n")
+		at := 0
+		for _, want := range strings.Split(strings.TrimRight(b.body, "\n"), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(want), "…") {
+				continue
+			}
+			ws := shape(want)
+			for at < len(got) && shape(got[at]) != ws {
+				at++
+			}
+			if at == len(got) {
+				t.Errorf("%s:%d: the sample's line %q has no line of its shape (in order) in the output of stagger %s:\n%s",
+					b.file, b.line, want, strings.TrimSpace(args), out)
+				break
+			}
+			at++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no sample output marked in the docs")
 	}
 }
