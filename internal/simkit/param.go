@@ -26,7 +26,12 @@ type Param struct {
 	get   func() string
 	set   func(string) error
 	check func() error
+	arg   string // placeholder of the value in help ("X" for a decimal); "" to judge by the default
 }
+
+// Placeholder is how a help text writes the parameter's value: "X" for a
+// decimal number, "" to judge by the default.
+func (p *Param) Placeholder() string { return p.arg }
 
 // String returns the current value (empty for an unbound Param).
 func (p *Param) String() string {
@@ -121,7 +126,7 @@ func displayFloat(v float64) string {
 
 func floatParam(v *float64, name, usage string, lo, hi float64) *Param {
 	return &Param{
-		Name: name, Usage: usage,
+		Name: name, Usage: usage, arg: "X",
 		get: func() string { return displayFloat(*v) },
 		set: func(s string) error {
 			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
