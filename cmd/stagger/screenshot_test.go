@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func TestEveryReportScreenshot(t *testing.T) {
 		t.Skip("runs every scenario and a browser")
 	}
 	chromium := browser.Require(t)
+	bin := buildStagger(t)
 	dir := os.Getenv("STAGGER_SCREENSHOTS")
 	if dir == "" {
 		dir = t.TempDir()
@@ -67,9 +69,11 @@ func TestEveryReportScreenshot(t *testing.T) {
 					}
 				}()
 			}
-			code, _, errs := runCLI(t, append(args, "--report", html)...)
-			if code != exitOK {
-				t.Fatalf("%v: exit %d: %s", args, code, errs)
+			// The built binary, not run in process: under -race the
+			// scenarios at their defaults take minutes.
+			cmd := exec.Command(bin, append(args, "--report", html)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v: %s", args, err, out)
 			}
 			shot := filepath.Join(dir, name+".png")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

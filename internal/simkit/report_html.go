@@ -109,7 +109,7 @@ func smallMultiples(charts []Chart) []multiple {
 const coincide = 0.015
 
 // mergeCoincident draws lines that lie on top of each other as one line
-// named after all of them ("credits = grpc"): stacked, they would read as
+// named after all of them ("credits ≈ grpc"): stacked, they would read as
 // one line of the last colour, with a pile of names at its end.
 func mergeCoincident(c Chart) Chart {
 	if c.Bars || len(c.Series) < 2 {
@@ -130,7 +130,7 @@ func mergeCoincident(c Chart) Chart {
 		merged := false
 		for i := range out {
 			if sameLine(out[i].Points, s.Points, tol, c.LogY) {
-				out[i].Name += " = " + s.Name
+				out[i].Name += " ≈ " + s.Name
 				merged = true
 				break
 			}
