@@ -201,7 +201,7 @@ func brokerRedrive(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f := newRedriveFlags()
 	help := func(w io.Writer) {
 		fmt.Fprint(w, redriveHelp)
-		printFlags(w, f.fs, map[string]string{"broker": "rabbitmq|jetstream|kafka", "url": "URL", "dlq": "NAME", "reason": "LIST", "subject": "FILTER"})
+		printFlags(w, f.fs, map[string]string{"broker": "rabbitmq|jetstream|kafka", "rate": "X", "url": "URL", "dlq": "NAME", "reason": "LIST", "subject": "FILTER"})
 	}
 	if code, ok := parseFlags(f.fs, args, stdout, stderr, help); !ok {
 		return code

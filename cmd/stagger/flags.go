@@ -316,6 +316,9 @@ func flagArg(kind string, f *flag.Flag) string {
 	case latencyValue:
 		return "auto|D"
 	}
+	if ph, ok := f.Value.(interface{ Placeholder() string }); ok && ph.Placeholder() != "" {
+		return ph.Placeholder()
+	}
 	switch kind {
 	case "duration":
 		return "D"

@@ -45,13 +45,30 @@ func register(c command) {
 }
 
 func main() {
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	// After the first signal the command shuts down cleanly (the proxy writes
 	// its report, a worker lets in-flight jobs finish); a second one ends the
-	// process at once.
-	reset := func() { signal.Reset(os.Interrupt, syscall.SIGTERM) }
-	os.Exit(runSignals(sigs, reset, os.Args[1:], os.Stdout, os.Stderr))
+	// process at once (see runSignals). The second signal is caught, not left
+	// to its default action: a process started with SIGINT ignored (a
+	// background job of a script) would otherwise never see it.
+	os.Exit(runSignals(sigs, func() {}, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitNow ends the process at once on a second signal: it kills the process
+// groups of running --exec commands and exits with the signal's code.
+var exitNow = func(s os.Signal) {
+	killExecGroups()
+	os.Exit(signalCode(s))
+}
+
+// signalCode is the exit code of a process stopped by s: 130 for SIGINT,
+// 143 for SIGTERM.
+func signalCode(s os.Signal) int {
+	if s == syscall.SIGTERM {
+		return exitTerminated
+	}
+	return exitInterrupted
 }
 
 // stopsOnSIGTERM are the commands that run until they are stopped: SIGTERM
@@ -64,9 +81,13 @@ var stopsOnSIGTERM = map[string]bool{"proxy": true, "queue work": true}
 // code: the command's own, exitInterrupted if SIGINT stopped it, whatever
 // the command's verdict, and exitTerminated if SIGTERM stopped a command
 // not in stopsOnSIGTERM.
+//
+// A second signal while the command shuts down calls exitNow, which does
+// not return.
 func runSignals(sigs <-chan os.Signal, onSignal func(), args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	caught := make(chan os.Signal, 1)
+	finished := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -75,10 +96,17 @@ func runSignals(sigs <-chan os.Signal, onSignal func(), args []string, stdout, s
 			onSignal()
 			caught <- s
 			cancel()
-		case <-ctx.Done():
+		case <-finished:
+			return
+		}
+		select {
+		case s := <-sigs:
+			exitNow(s)
+		case <-finished:
 		}
 	}()
 	code := run(ctx, args, stdout, stderr)
+	close(finished)
 	cancel()
 	<-done
 	select {

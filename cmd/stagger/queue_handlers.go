@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -159,7 +160,10 @@ type execHandler struct {
 }
 
 // handle is a retry.Handler: exit 0 done, 75 retryable, 65 permanent,
-// anything else (other codes, signals, a failure to start) unknown.
+// anything else (other codes, signals, a failure to start) unknown. When
+// ctx ends while the command runs, its process group is killed and the
+// error wraps ctx's: the worker releases the job at shutdown, as it does
+// for --http.
 func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 	c := exec.CommandContext(ctx, "/bin/sh", "-c", h.cmd)
 	c.Stdin = bytes.NewReader(payload)
@@ -175,9 +179,21 @@ func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 	c.WaitDelay = time.Second
-	err := c.Run()
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("exec %q: %w", h.cmd, err)
+	}
+	execGroups.Store(c.Process.Pid, struct{}{})
+	err := c.Wait()
+	execGroups.Delete(c.Process.Pid)
 	if err == nil {
 		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The worker canceled the attempt (shutdown, or the attempt's own
+		// timeout) and the command was killed: the failure says nothing
+		// about the job. Wrapping the context's error lets the attempt step
+		// see it: at shutdown the job is released, not judged.
+		return fmt.Errorf("exec %q: %w (%v)", h.cmd, cerr, err)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -194,6 +210,18 @@ func (h *execHandler) handle(ctx context.Context, payload []byte) error {
 		return msg
 	}
 	return fmt.Errorf("exec %q: %w", h.cmd, err)
+}
+
+// execGroups holds the process groups of the --exec commands running now,
+// which a second signal kills before the process exits (killExecGroups).
+var execGroups sync.Map // pid (= pgid) → struct{}
+
+// killExecGroups kills every running --exec command's process group.
+func killExecGroups() {
+	execGroups.Range(func(pid, _ any) bool {
+		syscall.Kill(-pid.(int), syscall.SIGKILL)
+		return true
+	})
 }
 
 // tailBuffer keeps the last 1 KiB written to it.

@@ -373,3 +373,46 @@ func TestQueueDeadAndRequeue(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// At shutdown `queue work --exec` releases the job whose command it had to
+// kill, as --http does: the failure is not judged and the job is pending
+// again at once, not leased until its lease runs out.
+func TestQueueExecReleasedAtShutdown(t *testing.T) {
+	db := tempDB(t)
+	if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "slow"); code != exitOK {
+		t.Fatal(e)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var errOut bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"queue", "work", "--db", db, "--grace", "200ms", "--lease", "10m",
+			"--exec", "touch " + started + "; exec sleep 600"}, io.Discard, &errOut)
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("queue work: exit %d: %s", code, errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("queue work did not stop")
+	}
+	m := showJSON(t, db, "slow")
+	if m["state"] != "pending" {
+		t.Fatalf("after shutdown the job is %v, want pending (released): %v", m["state"], m)
+	}
+	if le, _ := m["last_error"].(string); !strings.Contains(le, "released at shutdown") {
+		t.Fatalf("last_error %q, want it to say the job was released at shutdown", le)
+	}
+}

@@ -37,6 +37,7 @@ type layout struct {
 	legend        []legendItem
 	seriesColor   []string
 	seriesVariant []int
+	seriesDash    []string  // dash pattern per series
 	drawn         [][]Point // Lines: the points drawn per series
 	band          float64   // height of the shade-label band above the plot
 	shadeLabels   []shadeLabel
@@ -59,6 +60,12 @@ type endLabel struct {
 	series int
 	x0, y0 float64
 	y      float64
+	// inside: the line ends before the right edge, so the label sits
+	// next to its last point, inside the plot, with no leader (a leader
+	// to the edge would read as data where the series has none).
+	inside bool
+	x      float64 // inside: the label's anchor
+	anchor string  // inside: "start" or "end"
 }
 
 type legendItem struct {
@@ -119,10 +126,34 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 	if c.Wide {
 		l.width = wideWidth
 	}
+	l.assignStyles(r.slots(c))
+	xe, ye, markTop := l.extents()
+	l.xRange(xe)
+	l.yRange(ye, markTop)
+	legendBottom := l.layoutLegend()
+	l.margins()
+	l.xTicks()
+	rowRight := l.layoutShadeLabels()
+	l.layoutBarMarks(rowRight)
+	l.top = legendBottom + 8 + l.band + l.markBand
+	l.bottom = l.top + plotHeight
+	l.y.lo, l.y.hi = l.bottom, l.top
+	if l.endLabelsFit() {
+		l.placeEndLabels()
+	}
+	l.height = l.bottom + 24
+	if c.XLabel != "" {
+		l.height += 18
+	}
+	l.height += 4
+	return l
+}
 
-	// Colours, assigned in order of first appearance on the page.
-	slots := r.slots(c)
-	for i, s := range c.Series {
+// assignStyles gives each series its colour and palette variant (slots,
+// in order of first appearance on the page) and notes whether any series
+// has a point.
+func (l *layout) assignStyles(slots []int) {
+	for i, s := range l.c.Series {
 		col, v := slotStyle(slots[i])
 		l.seriesColor = append(l.seriesColor, col)
 		l.seriesVariant = append(l.seriesVariant, v)
@@ -130,28 +161,15 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 			l.empty = false
 		}
 	}
+	l.assignDashes()
+}
 
-	// Data extents.
-	var xe, ye extent
+// extents measures the data: X and Y of every point (stacked for bars),
+// shade and mark; markTop is the highest mark or point.
+func (l *layout) extents() (xe, ye extent, markTop float64) {
+	c := l.c
 	if c.Kind == Bars {
-		l.barWidth = c.BarWidth
-		if l.barWidth == 0 {
-			l.barWidth = autoBarWidth(c)
-		}
-		pos, neg := map[float64]float64{}, map[float64]float64{}
-		for _, s := range c.Series {
-			for _, p := range s.Points {
-				xe.add(p.X)
-				xe.add(p.X + l.barWidth)
-				if p.Y >= 0 {
-					pos[p.X] += p.Y
-					ye.add(pos[p.X])
-				} else {
-					neg[p.X] += p.Y
-					ye.add(neg[p.X])
-				}
-			}
-		}
+		l.barExtents(&xe, &ye)
 	} else {
 		l.drawn = make([][]Point, len(c.Series))
 		for i, s := range c.Series {
@@ -172,13 +190,40 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 			xe.add(m.X + l.barWidth)
 		}
 	}
-	markTop := ye.hi
+	markTop = ye.hi
 	for _, m := range c.Marks {
 		ye.add(m.Y)
 		markTop = math.Max(markTop, m.Y)
 	}
+	return xe, ye, markTop
+}
 
-	// X range.
+// barExtents measures a bar chart: bars of one X stack, positive up and
+// negative down.
+func (l *layout) barExtents(xe, ye *extent) {
+	l.barWidth = l.c.BarWidth
+	if l.barWidth == 0 {
+		l.barWidth = autoBarWidth(l.c)
+	}
+	pos, neg := map[float64]float64{}, map[float64]float64{}
+	for _, s := range l.c.Series {
+		for _, p := range s.Points {
+			xe.add(p.X)
+			xe.add(p.X + l.barWidth)
+			if p.Y >= 0 {
+				pos[p.X] += p.Y
+				ye.add(pos[p.X])
+			} else {
+				neg[p.X] += p.Y
+				ye.add(neg[p.X])
+			}
+		}
+	}
+}
+
+// xRange sets the X range: the chart's own, or the data's.
+func (l *layout) xRange(xe extent) {
+	c := l.c
 	l.x.log = c.LogX
 	switch {
 	case c.XMin != c.XMax:
@@ -194,13 +239,17 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 	default:
 		l.x.min, l.x.max = xe.lo, xe.hi
 	}
+}
 
-	// Y range and ticks. The target tick count is fixed, so charts with the
-	// same range get the same ticks.
-	const yTicks = 5
+// yTicks is the target number of Y ticks: fixed, so that charts with the
+// same range get the same ticks.
+const yTicks = 5
+
+// yRange sets the Y range and ticks.
+func (l *layout) yRange(ye extent, markTop float64) {
+	c := l.c
 	l.y.log = c.LogY
-	switch {
-	case c.LogY:
+	if c.LogY {
 		lo, hi := 1.0, 10.0
 		if ye.ok {
 			lo, hi = logExtent(ye.lo, ye.hi)
@@ -213,36 +262,39 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 		}
 		l.y.min, l.y.max = lo, hi
 		l.y.ticks = logTicks(lo, hi, 8)
-	default:
-		lo, hi := 0.0, 0.0
-		if ye.ok {
-			lo, hi = math.Min(0, ye.lo), math.Max(0, ye.hi)
-		}
-		if c.Kind == Lines && len(c.Marks) > 0 && markTop > 0 && markTop >= 0.9*hi {
-			hi = math.Max(hi, markTop*1.12) // room for the label above the mark
-		}
-		var step float64
-		if c.YMax > 0 {
-			hi = c.YMax
-			step = niceStep(hi-lo, yTicks)
-			lo = math.Floor(lo/step+1e-9) * step
-			step = niceStep(hi-lo, yTicks)
-		} else {
-			if hi <= lo {
-				hi = lo + 1
-			}
-			step = niceStep(hi-lo, yTicks)
-			lo = math.Floor(lo/step+1e-9) * step
-			hi = math.Ceil(hi/step-1e-9) * step
-		}
-		l.y.min, l.y.max = cleanZero(lo), cleanZero(hi)
-		l.y.ticks = ticksWithStep(l.y.min, l.y.max, step)
+		return
 	}
+	lo, hi := 0.0, 0.0
+	if ye.ok {
+		lo, hi = math.Min(0, ye.lo), math.Max(0, ye.hi)
+	}
+	if c.Kind == Lines && len(c.Marks) > 0 && markTop > 0 && markTop >= 0.9*hi {
+		hi = math.Max(hi, markTop*1.12) // room for the label above the mark
+	}
+	var step float64
+	if c.YMax > 0 {
+		hi = c.YMax
+		step = niceStep(hi-lo, yTicks)
+		lo = math.Floor(lo/step+1e-9) * step
+		step = niceStep(hi-lo, yTicks)
+	} else {
+		if hi <= lo {
+			hi = lo + 1
+		}
+		step = niceStep(hi-lo, yTicks)
+		lo = math.Floor(lo/step+1e-9) * step
+		hi = math.Ceil(hi/step-1e-9) * step
+	}
+	l.y.min, l.y.max = cleanZero(lo), cleanZero(hi)
+	l.y.ticks = ticksWithStep(l.y.min, l.y.max, step)
+}
 
-	// Legend: rows of items wrapped to the chart width.
+// layoutLegend places the legend items in rows wrapped to the chart width
+// and returns the legend's bottom.
+func (l *layout) layoutLegend() float64 {
 	x, y := 12.0, padTop
 	rows := 0
-	for i, s := range c.Series {
+	for i, s := range l.c.Series {
 		name := s.Name
 		if name == "" {
 			name = "series " + itoa(i+1)
@@ -263,54 +315,98 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 		})
 		x += w
 	}
-	legendBottom := padTop
-	if rows > 0 {
-		legendBottom = padTop + float64(rows)*legendRow + 4
+	if rows == 0 {
+		return padTop
 	}
+	return padTop + float64(rows)*legendRow + 4
+}
 
-	// Left margin: room for the widest Y tick label (at least "0,000", so
-	// that charts of different heights line their plots up) and the Y
-	// axis label.
+// margins sets the plot's left and right edges: room for the widest Y tick
+// label (at least "0,000", so that charts of different heights line their
+// plots up), the Y axis label, and the end labels.
+func (l *layout) margins() {
 	widest := textWidth("0,000", fontTick)
 	for _, t := range l.y.ticks {
 		widest = math.Max(widest, textWidth(t.label, fontTick))
 	}
 	l.left = 10 + widest + 8
-	if c.YLabel != "" {
+	if l.c.YLabel != "" {
 		l.left += 20
 	}
 	l.right = l.width - padRight
-	if c.EndLabels && c.Kind == Lines {
-		widest := 0.0
-		for _, it := range l.legend {
-			widest = math.Max(widest, textWidth(it.name, fontLegend))
-		}
-		l.right = l.width - widest - 22
+	if l.endLabelsFit() {
+		l.right = l.width - l.endLabelWidth() - 22
 	}
 	l.x.lo, l.x.hi = l.left, l.right
+}
 
-	// X ticks: as many as fit without labels touching.
-	plotW := l.right - l.left
-	if c.LogX {
+// endLabelWidth is the room the end labels take right of the plot: the
+// widest name of a series whose line reaches the right edge (the others
+// are labelled at their own end, inside the plot).
+func (l *layout) endLabelWidth() float64 {
+	widest := 0.0
+	for i, it := range l.legend {
+		if l.reachesEdge(i) {
+			widest = math.Max(widest, textWidth(it.name, fontLegend))
+		}
+	}
+	return widest
+}
+
+// endGap is the least vertical distance between two end labels.
+const endGap = 14.0
+
+// endLabelsFit reports whether the chart asks for end labels and those at
+// the right edge fit the plot's height one above the other; when they do
+// not, the legend alone names the lines.
+func (l *layout) endLabelsFit() bool {
+	if !l.c.EndLabels || l.c.Kind != Lines {
+		return false
+	}
+	n := 0
+	for i := range l.drawn {
+		if l.reachesEdge(i) {
+			n++
+		}
+	}
+	return float64(n-1)*endGap <= plotHeight-10
+}
+
+// reachesEdge reports whether series i's line ends at the right edge of
+// the X range (within 2% of it).
+func (l *layout) reachesEdge(i int) bool {
+	pts := l.drawn[i]
+	if len(pts) == 0 {
+		return false
+	}
+	return pts[len(pts)-1].X >= l.x.max-0.02*(l.x.max-l.x.min)
+}
+
+// xTicks chooses as many X ticks as fit without labels touching.
+func (l *layout) xTicks() {
+	if l.c.LogX {
 		for n := 10; n >= 2; n-- {
 			l.x.ticks = logTicks(l.x.min, l.x.max, n)
 			if ticksFit(&l.x, l.x.ticks) {
 				break
 			}
 		}
-	} else {
-		for n := int(plotW / 70); n >= 2; n-- {
-			l.x.ticks = linearTicks(l.x.min, l.x.max, n)
-			if ticksFit(&l.x, l.x.ticks) {
-				break
-			}
+		return
+	}
+	for n := int((l.right - l.left) / 70); n >= 2; n-- {
+		l.x.ticks = linearTicks(l.x.min, l.x.max, n)
+		if ticksFit(&l.x, l.x.ticks) {
+			break
 		}
 	}
+}
 
-	// Shade labels go in a band above the plot, clear of the data and the
-	// marks; labels that would touch move to another row of the band.
-	var rowRight []float64 // right end of the last label in each row
-	for i, sh := range c.Shades {
+// layoutShadeLabels puts the shade labels in a band above the plot, clear
+// of the data and the marks; labels that would touch move to another row
+// of the band. It returns the right end of the last label of each row.
+func (l *layout) layoutShadeLabels() []float64 {
+	var rowRight []float64
+	for i, sh := range l.c.Shades {
 		x0, x1, ok := l.shadeSpan(sh)
 		if !ok || sh.Label == "" {
 			continue
@@ -328,47 +424,38 @@ func (r *renderer) layoutChart(c *Chart) *layout {
 		l.shadeLabels = append(l.shadeLabels, lab)
 	}
 	l.band = float64(len(rowRight)) * shadeRow
+	return rowRight
+}
 
-	// Mark labels of a bar chart go in a band of their own, under the
-	// shade labels and above the plot, joined to their mark by a leader:
-	// inside the plot they would cover bars.
-	if c.Kind == Bars {
-		rowRight = rowRight[:0]
-		for i, m := range c.Marks {
-			x := m.X + l.barWidth/2
-			if m.Label == "" || !l.x.contains(x) {
-				continue
-			}
-			px := l.x.px(x)
-			w := textWidth(m.Label, fontMark)
-			lab := markLabel{mark: i, x: px, anchor: "middle"}
-			left := px - w/2
-			switch {
-			case px+w/2 > l.right:
-				lab.x, lab.anchor, left = px+4, "end", px+4-w
-			case px-w/2 < l.left:
-				lab.x, lab.anchor, left = px-4, "start", px-4
-			}
-			lab.row, rowRight = pickRow(rowRight, left, w, 10)
-			l.markLabels = append(l.markLabels, lab)
+// layoutBarMarks puts the mark labels of a bar chart in a band of their
+// own, under the shade labels and above the plot, joined to their mark by
+// a leader: inside the plot they would cover bars.
+func (l *layout) layoutBarMarks(rowRight []float64) {
+	if l.c.Kind != Bars {
+		return
+	}
+	rowRight = rowRight[:0]
+	for i, m := range l.c.Marks {
+		x := m.X + l.barWidth/2
+		if m.Label == "" || !l.x.contains(x) {
+			continue
 		}
-		if len(rowRight) > 0 {
-			l.markBand = float64(len(rowRight))*markRow + 6 // and a gap above a mark at the top
+		px := l.x.px(x)
+		w := textWidth(m.Label, fontMark)
+		lab := markLabel{mark: i, x: px, anchor: "middle"}
+		left := px - w/2
+		switch {
+		case px+w/2 > l.right:
+			lab.x, lab.anchor, left = px+4, "end", px+4-w
+		case px-w/2 < l.left:
+			lab.x, lab.anchor, left = px-4, "start", px-4
 		}
+		lab.row, rowRight = pickRow(rowRight, left, w, 10)
+		l.markLabels = append(l.markLabels, lab)
 	}
-	l.top = legendBottom + 8 + l.band + l.markBand
-	l.bottom = l.top + plotHeight
-	l.y.lo, l.y.hi = l.bottom, l.top
-	if c.EndLabels && c.Kind == Lines {
-		l.placeEndLabels()
+	if len(rowRight) > 0 {
+		l.markBand = float64(len(rowRight))*markRow + 6 // and a gap above a mark at the top
 	}
-
-	l.height = l.bottom + 24
-	if c.XLabel != "" {
-		l.height += 18
-	}
-	l.height += 4
-	return l
 }
 
 // pickRow puts a label spanning [left, left+w) in the first row of a band
@@ -390,13 +477,28 @@ func pickRow(rowRight []float64, left, w, gap float64) (int, []float64) {
 	return row, rowRight
 }
 
-// dash returns the dash pattern of series i: its own one on a Dashed
-// Lines chart, otherwise that of its palette variant.
-func (l *layout) dash(i int) string {
-	if l.c.Dashed && l.c.Kind == Lines {
-		return lineDashes[i%len(lineDashes)]
+// dash returns the dash pattern of series i (see assignDashes).
+func (l *layout) dash(i int) string { return l.seriesDash[i] }
+
+// assignDashes gives series i its own pattern on a Dashed Lines chart,
+// otherwise that of its palette variant; a series whose colour and pattern
+// another series of the chart already has (explicit colours can repeat)
+// gets the first pattern of lineDashes that its colour does not have yet,
+// so no two series look alike.
+func (l *layout) assignDashes() {
+	l.seriesDash = make([]string, len(l.c.Series))
+	used := map[[2]string]bool{}
+	for i := range l.c.Series {
+		d := dashes[l.seriesVariant[i]]
+		if l.c.Dashed && l.c.Kind == Lines {
+			d = lineDashes[i%len(lineDashes)]
+		}
+		for k := 0; used[[2]string{l.seriesColor[i], d}] && k < len(lineDashes); k++ {
+			d = lineDashes[k]
+		}
+		used[[2]string{l.seriesColor[i], d}] = true
+		l.seriesDash[i] = d
 	}
-	return dashes[l.seriesVariant[i]]
 }
 
 // lineDashes are the patterns of a Dashed chart's series, in order.
@@ -409,16 +511,26 @@ var lineDashes = [...]string{"", "9 4", "2 3", "12 3 2 3", "5 5", "14 3 3 3 3 3"
 // apart (at least one line of text) from the top down, then back up from
 // the bottom when they run off the plot.
 func (l *layout) placeEndLabels() {
-	const gap = 14.0
+	const gap = endGap
+	var labs, inside []endLabel
 	for i, pts := range l.drawn {
 		if len(pts) == 0 {
 			continue
 		}
 		p := pts[len(pts)-1]
 		x0, y0 := l.x.px(math.Min(math.Max(p.X, l.x.min), l.x.max)), l.y.px(math.Min(math.Max(p.Y, l.y.min), l.y.max))
-		l.endLabels = append(l.endLabels, endLabel{series: i, x0: x0, y0: y0, y: y0 + 4})
+		if l.reachesEdge(i) {
+			labs = append(labs, endLabel{series: i, x0: x0, y0: y0, y: y0 + 4})
+			continue
+		}
+		e := endLabel{series: i, x0: x0, y0: y0, inside: true, x: x0 + 6, anchor: "start"}
+		if w := textWidth(l.legend[i].name, fontLegend); x0+6+w > l.right {
+			e.x, e.anchor = x0-6, "end"
+		}
+		e.y = math.Min(math.Max(y0-6, l.top+12), l.bottom-4)
+		inside = append(inside, e)
 	}
-	labs := l.endLabels
+	defer func() { l.endLabels = append(labs, inside...) }()
 	slices.SortStableFunc(labs, func(a, b endLabel) int { return cmp.Compare(a.y, b.y) })
 	for i := range labs {
 		labs[i].y = math.Max(labs[i].y, l.top+10)
@@ -873,6 +985,16 @@ func (r *renderer) endLabels(l *layout) {
 		r.raw(`<g class="end-label" data-name="`)
 		r.text(l.c.Series[e.series].Name)
 		r.raw(`">`)
+		if e.inside {
+			r.raw(`<text class="halo end-name" text-anchor="`, e.anchor, `" style="fill:`, color, `" x="`)
+			r.px(e.x)
+			r.raw(`" y="`)
+			r.px(e.y)
+			r.raw(`">`)
+			r.text(l.legend[e.series].name)
+			r.raw("</text></g>\n")
+			continue
+		}
 		r.raw(`<polyline class="leader" stroke="`, color, `" points="`)
 		r.px(e.x0 + 3)
 		r.raw(",")

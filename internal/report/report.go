@@ -76,9 +76,13 @@ type Chart struct {
 	// Wide draws the chart across the whole width of the page (1296 units
 	// instead of 640), on a row of its own.
 	Wide bool
-	// EndLabels (Lines) names each series at the right end of its line, in
-	// its colour; labels of lines that end close together are spread apart
-	// and joined to their line by a thin leader.
+	// EndLabels (Lines) names each series at the end of its line, in its
+	// colour. Lines that reach the right edge are named right of the plot:
+	// labels of lines that end close together are spread apart and joined
+	// to their line by a thin leader. A line that ends earlier is named
+	// next to its last point, inside the plot, with no leader (one would
+	// read as data). When the names at the edge do not fit the plot's
+	// height, the legend alone names the lines.
 	EndLabels bool
 	// Dashed (Lines) gives every series of the chart its own dash pattern
 	// as well as its own colour, so that lines lying on top of each other

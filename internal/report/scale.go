@@ -188,7 +188,8 @@ func formatCompact(v float64) string {
 }
 
 // textWidth estimates the width in pixels of s in a sans-serif font of the
-// given size: good enough to lay out legends and labels without a font.
+// given size, on the wide side: good enough to lay out legends and labels
+// without a font.
 func textWidth(s string, size float64) float64 {
 	w := 0.0
 	for _, r := range s {
@@ -205,5 +206,6 @@ func textWidth(s string, size float64) float64 {
 			w += 0.56
 		}
 	}
-	return w * size
+	// 10% over the estimate: a label measured short is cut at the edge.
+	return w * size * 1.1
 }

@@ -49,6 +49,25 @@ func validateChart(c *Chart) error {
 	if c.Kind != Bars && c.Kind != Lines {
 		return fmt.Errorf("unknown Kind %d: want Bars (%d) or Lines (%d)", int(c.Kind), int(Bars), int(Lines))
 	}
+	if err := validateAxes(c); err != nil {
+		return err
+	}
+	if err := validateSeries(c); err != nil {
+		return err
+	}
+	if err := validateShades(c); err != nil {
+		return err
+	}
+	for i, m := range c.Marks {
+		if err := checkPoint(c, fmt.Sprintf("Marks[%d] %q", i, m.Label), m.X, m.Y); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateAxes checks the chart's ranges, bar width and log scales.
+func validateAxes(c *Chart) error {
 	for _, f := range []struct {
 		name string
 		v    float64
@@ -79,6 +98,12 @@ func validateChart(c *Chart) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// validateSeries checks names and colours are distinct, every point is
+// drawable, and a bar chart has at most MaxBars bars.
+func validateSeries(c *Chart) error {
 	seen := make(map[string]int, len(c.Series))
 	colored := map[Color]int{}
 	bars := 0
@@ -107,6 +132,12 @@ func validateChart(c *Chart) error {
 	if c.Kind == Bars && bars > MaxBars {
 		return fmt.Errorf("%d bars: more than MaxBars (%d); aggregate into wider bars", bars, MaxBars)
 	}
+	return nil
+}
+
+// validateShades checks every shade is a finite range, positive on a log
+// X axis.
+func validateShades(c *Chart) error {
 	for i, sh := range c.Shades {
 		field := fmt.Sprintf("Shades[%d] %q", i, sh.Label)
 		if err := finite(field+".From", sh.From); err != nil {
@@ -122,11 +153,6 @@ func validateChart(c *Chart) error {
 			if err := positive(field+".From", sh.From); err != nil {
 				return err
 			}
-		}
-	}
-	for i, m := range c.Marks {
-		if err := checkPoint(c, fmt.Sprintf("Marks[%d] %q", i, m.Label), m.X, m.Y); err != nil {
-			return err
 		}
 	}
 	return nil

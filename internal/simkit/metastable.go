@@ -219,12 +219,19 @@ func (c *MetastableConfig) Run(ctx context.Context, o Options) (*Result, error) 
 		}},
 	}
 	secs := int(c.Duration / time.Second)
-	good := Chart{Title: "goodput per second", XLabel: "time (s)", YLabel: "successful requests/s"}
-	load := Chart{Title: "attempts per second at the server", XLabel: "time (s)", YLabel: "attempts/s"}
+	// One goodput and one load chart per strategy: with every strategy's
+	// cuts on one chart, eight lines lay on top of each other.
+	var shades []Shade
 	for _, l := range c.CutLens {
-		good.Shades = append(good.Shades, Shade{From: c.CutAt.Seconds(), To: (c.CutAt + l).Seconds(), Label: "cut " + l.String()})
+		shades = append(shades, Shade{From: c.CutAt.Seconds(), To: (c.CutAt + l).Seconds(), Label: "cut " + l.String()})
 	}
-	load.Shades = good.Shades
+	good := make([]Chart, len(strategies))
+	load := make([]Chart, len(strategies))
+	for si, s := range strategies {
+		name := metastableStrategies[s]
+		good[si] = Chart{Title: "goodput per second: " + name, XLabel: "time (s)", YLabel: "successful requests/s", Shades: shades}
+		load[si] = Chart{Title: "attempts per second at the server: " + name, XLabel: "time (s)", YLabel: "attempts/s", Shades: shades}
+	}
 	tips := map[string]time.Duration{}
 	for si, s := range strategies {
 		name := metastableStrategies[s]
@@ -241,12 +248,12 @@ func (c *MetastableConfig) Run(ctx context.Context, o Options) (*Result, error) 
 			}
 			res.Table.Rows = append(res.Table.Rows, []any{name, l.Seconds(), run.requests, run.attempts, run.timeouts,
 				run.wasted, run.maxWait.Seconds(), g, a, state})
-			label := fmt.Sprintf("%s, cut %v", name, l)
-			good.Series = append(good.Series, Series{Name: label, Points: bucketPoints(run.goodput, time.Second, 1)})
-			load.Series = append(load.Series, Series{Name: label, Points: bucketPoints(run.load, time.Second, 1)})
+			label := fmt.Sprintf("cut %v", l)
+			good[si].Series = append(good[si].Series, Series{Name: label, Points: bucketPoints(run.goodput, time.Second, 1)})
+			load[si].Series = append(load[si].Series, Series{Name: label, Points: bucketPoints(run.load, time.Second, 1)})
 		}
 	}
-	res.Charts = []Chart{good, load}
+	res.Charts = append(good, load...)
 	for _, s := range strategies {
 		name := metastableStrategies[s]
 		if t, ok := tips[name]; ok {

@@ -26,7 +26,12 @@ type Param struct {
 	get   func() string
 	set   func(string) error
 	check func() error
+	arg   string // placeholder of the value in help ("X" for a decimal); "" to judge by the default
 }
+
+// Placeholder is how a help text writes the parameter's value: "X" for a
+// decimal number, "" to judge by the default.
+func (p *Param) Placeholder() string { return p.arg }
 
 // String returns the current value (empty for an unbound Param).
 func (p *Param) String() string {
@@ -109,10 +114,20 @@ func inRange[T int | time.Duration](v *T, lo, hi T) func() error {
 	}
 }
 
+// displayFloat prints a setting with the precision a reader needs: whole
+// numbers from 1000 up (a default of 40000/3 reads 13333), else six
+// significant digits.
+func displayFloat(v float64) string {
+	if math.Abs(v) >= 1000 && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
 func floatParam(v *float64, name, usage string, lo, hi float64) *Param {
 	return &Param{
-		Name: name, Usage: usage,
-		get: func() string { return strconv.FormatFloat(*v, 'g', -1, 64) },
+		Name: name, Usage: usage, arg: "X",
+		get: func() string { return displayFloat(*v) },
 		set: func(s string) error {
 			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -191,7 +206,7 @@ func floatsParam(v *[]float64, name, usage string, lo, hi float64) *Param {
 		get: func() string {
 			parts := make([]string, len(*v))
 			for i, f := range *v {
-				parts[i] = strconv.FormatFloat(f, 'g', -1, 64)
+				parts[i] = displayFloat(f)
 			}
 			return strings.Join(parts, ",")
 		},

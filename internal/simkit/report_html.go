@@ -2,6 +2,7 @@ package simkit
 
 import (
 	"io"
+	"math"
 
 	"github.com/staggerhq/stagger/internal/report"
 )
@@ -25,8 +26,11 @@ func page(res *Result, subtitle string) (report.Page, error) {
 	sec := report.Section{Title: res.Title, Notes: res.Notes}
 	rows := report.Section{Title: "Rows", Table: &report.Table{Columns: cols, Rows: cells},
 		Notes: []string{"The rows printed by the command (also with --json or --csv)."}}
-	for _, c := range res.Charts {
+	for _, m := range smallMultiples(res.Charts) {
+		c := mergeCoincident(m.Chart)
 		rc := report.Chart{
+			XMin:     m.xMin,
+			XMax:     m.xMax,
 			Title:    c.Title,
 			Kind:     report.Lines,
 			XLabel:   c.XLabel,
@@ -63,6 +67,129 @@ func page(res *Result, subtitle string) (report.Page, error) {
 		},
 		Sections: []report.Section{sec, rows},
 	}, nil
+}
+
+// spreadLimit is the ratio between the largest and the smallest series
+// peak of a linear chart beyond which the small series would be flat lines
+// at zero: such a chart is drawn as small multiples.
+const spreadLimit = 30
+
+// smallMultiples splits every line chart without a log scale whose series
+// peak orders of magnitude apart into one chart per series, each on its
+// own Y scale, so that the small series stay readable.
+// The multiples share the X range of the chart they come from.
+func smallMultiples(charts []Chart) []multiple {
+	var out []multiple
+	for _, c := range charts {
+		if c.Bars || c.LogY || len(c.Series) < 2 || peakSpread(c) < spreadLimit {
+			out = append(out, multiple{Chart: c})
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, s := range c.Series {
+			for _, p := range s.Points {
+				lo, hi = math.Min(lo, p.X), math.Max(hi, p.X)
+			}
+		}
+		for _, sh := range c.Shades {
+			lo, hi = math.Min(lo, sh.From), math.Max(hi, sh.To)
+		}
+		for _, s := range c.Series {
+			one := c
+			one.Title = c.Title + " — " + s.Name + " (own scale)"
+			one.Series = []Series{s}
+			out = append(out, multiple{Chart: one, xMin: lo, xMax: hi})
+		}
+	}
+	return out
+}
+
+// coincide is how close, as a fraction of the chart's Y span, two lines
+// must stay at every X to be drawn as one.
+const coincide = 0.015
+
+// mergeCoincident draws lines that lie on top of each other as one line
+// named after all of them ("credits ≈ grpc"): stacked, they would read as
+// one line of the last colour, with a pile of names at its end.
+func mergeCoincident(c Chart) Chart {
+	if c.Bars || len(c.Series) < 2 {
+		return c
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range c.Series {
+		for _, p := range s.Points {
+			lo, hi = math.Min(lo, p.Y), math.Max(hi, p.Y)
+		}
+	}
+	tol := coincide * (hi - lo)
+	if c.LogY {
+		tol = coincide // in log10 units
+	}
+	var out []Series
+	for _, s := range c.Series {
+		merged := false
+		for i := range out {
+			if sameLine(out[i].Points, s.Points, tol, c.LogY) {
+				out[i].Name += " ≈ " + s.Name
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, s)
+		}
+	}
+	c.Series = out
+	return c
+}
+
+// sameLine reports whether a and b have the same X values and Y values
+// within tol (of log10 Y on a log scale).
+func sameLine(a, b []Point, tol float64, logY bool) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return false
+	}
+	for i := range a {
+		if a[i].X != b[i].X {
+			return false
+		}
+		d := math.Abs(a[i].Y - b[i].Y)
+		if logY && a[i].Y > 0 && b[i].Y > 0 {
+			d = math.Abs(math.Log10(a[i].Y) - math.Log10(b[i].Y))
+		}
+		if d > tol {
+			return false
+		}
+	}
+	return true
+}
+
+// multiple is a chart to draw, with the X range it shares with its
+// siblings (none when xMin == xMax).
+type multiple struct {
+	Chart
+	xMin, xMax float64
+}
+
+// peakSpread is the largest series peak over the smallest positive one
+// (0 when fewer than two series have a positive peak).
+func peakSpread(c Chart) float64 {
+	lo, hi := math.Inf(1), 0.0
+	n := 0
+	for _, s := range c.Series {
+		peak := 0.0
+		for _, p := range s.Points {
+			peak = math.Max(peak, p.Y)
+		}
+		if peak > 0 {
+			n++
+			lo, hi = math.Min(lo, peak), math.Max(hi, peak)
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	return hi / lo
 }
 
 // positive reports whether every y value of c is > 0 (a log axis needs it).
