@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreClaimOrderAndEligibility", testStoreClaim},
 		{"StoreRecordFencing", testStoreRecord},
 		{"StoreExtend", testStoreExtend},
+		{"StoreExpiredLeaseNotExtended", testLeaseExpiredNotExtended},
 		{"StoreBury", testStoreBury},
 		{"StoreListAndGet", testStoreList},
 		{"StoreRequeue", testStoreRequeue},
@@ -77,6 +78,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
 		{"WorkerQueues", testWorkerQueues},
+		{"FleetLimitPausedWorker", testFleetPausedWorker},
 		{"StatsByQueue", testStatsByQueue},
 	}
 	for _, tc := range tests {
