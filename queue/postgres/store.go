@@ -775,12 +775,12 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 }
 
 // extendSQL sets lease_until = available_at = $3, updated_at = $4 on the
-// jobs still leased with their attempt ($1 ids, $2 attempts) and returns
-// (id, attempt) of each.
+// jobs still leased with their attempt ($1 ids, $2 attempts) whose lease
+// has not run out at $4, and returns (id, attempt) of each.
 func (s *Store) extendSQL() string {
 	return `UPDATE ` + s.jobs + ` j SET lease_until = $3, available_at = $3, updated_at = $4
 		FROM unnest($1::text[], $2::int[]) AS l(id, attempt)
-		WHERE j.id = l.id AND ` + leaseHeld("l.attempt") + `
+		WHERE j.id = l.id AND ` + leaseHeld("l.attempt") + ` AND j.lease_until > $4
 		RETURNING j.id, l.attempt`
 }
 
