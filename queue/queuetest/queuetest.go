@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RetryDelayRatios", testRetryDelay},
 		{"AfterRaisesDelay", testAfter},
 		{"DeadlineEquality", testDeadline},
+		{"DeadlineCheckedAtStart", testDeadlineAtStart},
 		{"Exhausted", testExhausted},
 		{"Permanent", testPermanent},
 		{"Snooze", testSnooze},
