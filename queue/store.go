@@ -21,7 +21,7 @@ var (
 	// attempt owns the job now; nothing was written.
 	ErrLeaseLost = errors.New("queue: lease lost")
 	// ErrClockBackwards: the clock read after the handler is earlier than
-	// the one read at the claim. See Queue.RunOnce for the state it leaves.
+	// the one read at the claim or at its start. See Queue.RunOnce for the state it leaves.
 	ErrClockBackwards = errors.New("queue: clock went backwards")
 )
 
