@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/staggerhq/stagger/queue"
@@ -167,6 +168,10 @@ const (
 type storeOptions struct {
 	sqliteSync string
 	mode       openMode
+	// startWait is how long to wait for a PostgreSQL server down at
+	// start; onWait is told of each wait.
+	startWait time.Duration
+	onWait    func(err error, wait time.Duration)
 }
 
 // openStore opens the store named by --db: a postgres:// URL or an SQLite
@@ -177,7 +182,7 @@ func openStore(ctx context.Context, db string, o storeOptions) (queue.Store, fun
 		return nil, nil, fmt.Errorf("%w: --db must not be empty", queue.ErrInvalid)
 	}
 	if isPostgres(db) {
-		s, err := openPostgres(ctx, pgDSN(db), o.mode == openReadOnly)
+		s, err := openPostgres(ctx, pgDSN(db), o.mode == openReadOnly, o)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--db %s: %w", redactDSN(db), redactErr(db, err))
 		}
