@@ -275,10 +275,10 @@ func checkFleetPausedWorker(s queue.Store) error {
 	}
 	<-ra.done // the heartbeat canceled A's handler
 	if cause := context.Cause(ra.ctx); !errors.Is(cause, queue.ErrLeaseLost) {
-		return fmt.Errorf("A's handler ended with cause %v, want %v", cause, queue.ErrLeaseLost)
+		return fmt.Errorf("worker A's handler ended with cause %v, want %v", cause, queue.ErrLeaseLost)
 	}
 	if rb.ctx.Err() != nil {
-		return fmt.Errorf("B's handler was canceled: %v", context.Cause(rb.ctx))
+		return fmt.Errorf("worker B's handler was canceled: %v", context.Cause(rb.ctx))
 	}
 	if st, err := s.Stats(ctx, queue.DefaultQueue, clock.Now()); err != nil || st.Leased-st.LeasedExpired != 1 {
 		return fmt.Errorf("after A woke: %d live leases, %v; want 1 (b's)", st.Leased-st.LeasedExpired, err)
