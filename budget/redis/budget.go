@@ -330,6 +330,9 @@ func (b *Budget) down(now time.Time) bool {
 	if until == 0 {
 		return false
 	}
+	if b.closed.Load() {
+		return now.UnixNano() < until // no flusher after Close: the caller probes
+	}
 	if now.UnixNano() >= until && b.probing.CompareAndSwap(false, true) {
 		b.probeAt.Store(now.UnixNano())
 		b.poke()

@@ -238,3 +238,27 @@ func TestEmptyRestartResumesLastReserve(t *testing.T) {
 		t.Fatal("retry refused when the key may have expired on its own: it starts from Initial")
 	}
 }
+
+// TestClosedBudgetProbesItself: after Close there is no flusher to probe,
+// so a Retry past the backoff calls Redis itself, and the circuit closes
+// when it answers.
+func TestClosedBudgetProbesItself(t *testing.T) {
+	up := RedisClient(t)
+	sw := &switchable{up: up, down: closedPortClient(t)}
+	b, err := New(Config{Client: sw, Key: testKey(t, up), SpendBatch: 1, Cooldown: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if b.Retry(t0) {
+		t.Fatal("retry allowed with Redis down")
+	}
+	b.Close()
+	sw.isUp.Store(true)
+	if b.Retry(t0.Add(500 * time.Millisecond)) {
+		t.Fatal("retry allowed within the cooldown")
+	}
+	if !b.Retry(t0.Add(time.Second)) {
+		t.Fatal("retry refused past the cooldown with Redis back, after Close")
+	}
+}
