@@ -66,10 +66,14 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 	}}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r := s.Begin(hctx, time.UnixMilli(a.t0)); r != retry.NoReason {
+	// The step begins at the start, not at the claim: a job that waited
+	// for a handler (prefetched) past its deadline is not started, as the
+	// deadline is the time by which an attempt must have started.
+	begin := max(q.now(), a.t0)
+	if r := s.Begin(hctx, time.UnixMilli(begin)); r != retry.NoReason {
 		// Not started. The attempt was spent by the claim and is not
 		// given back (as when a lease expires).
-		o.Now = max(q.now(), a.t0)
+		o.Now = begin
 		switch {
 		case ctx.Err() != nil: // shut down before the handler started: release
 			o.State, o.AvailableAt = Pending, o.Now
@@ -103,10 +107,10 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		a.err = errors.Join(ErrLeaseLost, herr)
 		return
 	}
-	if t1 < a.t0 {
+	if t1 < begin {
 		// No decision with this clock: Abort frees the slot undecided.
-		back := fmt.Errorf("%w: read %d ms after the claim at %d ms", ErrClockBackwards, t1, a.t0)
-		o.Now = a.t0 // the later reading is not trusted
+		back := fmt.Errorf("%w: read %d ms after the start at %d ms", ErrClockBackwards, t1, begin)
+		o.Now = begin // the later reading is not trusted
 		if herr == nil {
 			o.State = Done
 			a.out, a.rec, a.err = o, true, back

@@ -90,9 +90,9 @@ type Config struct {
 	// LimitedClaimer. The zero value limits nothing.
 	Limits Limits
 	// Now is the queue's clock: the current Unix time in milliseconds,
-	// read at the claim and after the handler, the time stored in the
-	// rows. nil means the system clock. Every worker of one store should
-	// read the same time.
+	// read at the claim, when the handler starts and after it, the time
+	// stored in the rows. nil means the system clock. Every worker of one
+	// store should read the same time.
 	Now func() int64
 	// Trace, if set, carries the trace context from the enqueuer to the
 	// handler: EnqueueMany (and NewRowsContext) store ctx's trace context

@@ -151,7 +151,7 @@ func (m *MemoryStore) Extend(ctx context.Context, leases []Lease, now, leaseUnti
 	defer m.mu.Unlock()
 	for i := range leases {
 		j, ok := m.jobs[leases[i].ID]
-		leases[i].Held = ok && j.State == Leased && j.Attempts == leases[i].Attempt
+		leases[i].Held = ok && j.State == Leased && j.Attempts == leases[i].Attempt && j.LeaseUntil > now
 		if leases[i].Held {
 			j.LeaseUntil, j.AvailableAt, j.UpdatedAt = leaseUntil, leaseUntil, now
 		}

@@ -237,8 +237,10 @@ var errNilHandler = errors.New("queue: nil handler")
 // (expired leases on their last attempt, passed deadlines; Store.Bury);
 // with nothing due it returns nil, nil.
 //
-// The clock is read at the claim and after the handler. If the second
-// reading is earlier, RunOnce returns ErrClockBackwards and records only
+// The clock is read at the claim, when the handler starts (a job whose
+// deadline has passed by then is not started: it is dead, reason
+// DeadlineReached, as the attempt step decides) and after the handler. If
+// the last reading is earlier than the others, RunOnce returns ErrClockBackwards and records only
 // what does not depend on the clock: a successful job is done (its effect
 // happened), a failed one stays leased with its error, exactly as for an
 // unknown error, so the decision is taken again, with a sane clock, by the

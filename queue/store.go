@@ -21,7 +21,7 @@ var (
 	// attempt owns the job now; nothing was written.
 	ErrLeaseLost = errors.New("queue: lease lost")
 	// ErrClockBackwards: the clock read after the handler is earlier than
-	// the one read at the claim. See Queue.RunOnce for the state it leaves.
+	// the one read at the claim or at its start. See Queue.RunOnce for the state it leaves.
 	ErrClockBackwards = errors.New("queue: clock went backwards")
 )
 
@@ -35,7 +35,12 @@ var (
 // A claim's attempt number is the lease's fencing token: the transitions
 // that end or extend an attempt (Record, Extend) apply only while the row is
 // still leased with that attempt count, so a worker whose lease expired and
-// was taken over can never overwrite the newer attempt.
+// was taken over can never overwrite the newer attempt. An extension also
+// needs the lease to be live (LeaseUntil > now): a worker paused past its
+// lease (GC pause, VM freeze, SIGSTOP) cannot revive it after the slot it
+// held under Limits.MaxInFlight went to another job. A late outcome of an
+// expired lease that no newer claim took is still written: it ends the
+// lease (or, Leased, keeps it expired) and never makes it live again.
 type Store interface {
 	// Insert stores each job whose ID is not stored yet, all in one
 	// transaction (all or nothing), and returns for every input, in order,
@@ -61,8 +66,10 @@ type Store interface {
 	Record(ctx context.Context, outcomes []Outcome) error
 
 	// Extend sets LeaseUntil = AvailableAt = leaseUntil (and UpdatedAt =
-	// now) for each lease still held (State Leased, Attempts == Attempt),
-	// setting leases[i].Held accordingly — the heartbeat of a long handler.
+	// now) for each lease still held (State Leased, Attempts == Attempt,
+	// LeaseUntil > now), setting leases[i].Held accordingly — the
+	// heartbeat of a long handler. A lease that ran out is not extended,
+	// even when no other claim took the job: its slot may be another's.
 	Extend(ctx context.Context, leases []Lease, now, leaseUntil int64) error
 
 	// Bury moves up to limit jobs (of every queue) that can never be

@@ -379,122 +379,179 @@ func (w *Worker) Run(ctx context.Context) error {
 // once every running handler's outcome is committed, or as soon as rec
 // ends (Run gave up): outcomes are committed with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
-	q, w := l.q, l.w
-	st := &loopState{finished: make(chan *attempt, l.concurrency)}
-	_, merged := q.store.(RecordClaimer)
-	var async *committer
-	if !merged || l.batch >= splitTurn {
-		async = &committer{l: l, in: make(chan []*attempt, l.concurrency), done: make(chan struct{})}
-		go async.run(rec)
+	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{finished: make(chan *attempt, l.concurrency)}}
+	_, r.merged = l.q.store.(RecordClaimer)
+	if !r.merged || l.batch >= splitTurn {
+		r.async = &committer{l: l, in: make(chan []*attempt, l.concurrency), done: make(chan struct{})}
+		go r.async.run(rec)
 		defer func() {
-			close(async.in)
-			<-async.done
+			close(r.async.in)
+			<-r.async.done
 		}()
 	}
-	for {
-		if rec.Err() != nil {
-			return // abandoned: handlers still running send to a buffered channel
+	for r.turn() {
+	}
+}
+
+// laneRun is one run of a lane's loop: its contexts (see loop), what it
+// knows about its handlers, and how it commits outcomes.
+type laneRun struct {
+	l              *lane
+	ctx, hctx, rec context.Context
+	st             *loopState
+	// merged: the store is a RecordClaimer; async, when set, commits
+	// outcomes beside the claims (see committer).
+	merged bool
+	async  *committer
+}
+
+// turn is one turn of the loop: take the finished handlers and start the
+// prefetched jobs, then either wait for a handler (nothing to claim or
+// commit now) or commit the outcomes and claim. It reports whether the
+// loop goes on.
+func (r *laneRun) turn() bool {
+	l, st := r.l, r.st
+	if r.rec.Err() != nil {
+		return false // abandoned: handlers still running send to a buffered channel
+	}
+	if st.busy > 0 {
+		runtime.Gosched() // let handlers that are about to finish report first
+	}
+	st.drain()
+	l.dispatch(r.hctx, st)
+	stopping := r.ctx.Err() != nil
+	if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
+		return false
+	}
+	n := r.claimSize(stopping)
+	if n == 0 && (len(st.queued) == 0 || len(st.buf) > 0) {
+		r.awaitHandler(stopping)
+		return true
+	}
+	if !r.handOff(n) {
+		return true
+	}
+	return r.commitAndClaim(n)
+}
+
+// claimSize is how many jobs this turn claims: none while shutting down
+// or while prefetched jobs wait for a handler; otherwise one per idle
+// handler (after lingering for the latest claim's short handlers) plus the
+// prefetch, up to the batch.
+func (r *laneRun) claimSize(stopping bool) int {
+	l, st := r.l, r.st
+	if stopping || len(st.buf) > 0 {
+		return 0
+	}
+	if st.busy < l.concurrency {
+		st.linger(r.ctx)
+	}
+	idle := l.concurrency - st.busy
+	return min(idle+st.prefetch(l.concurrency, l.q), l.batch)
+}
+
+// awaitHandler waits for a handler to finish, or for the shutdown, when
+// every handler is busy (or shutting down) or prefetched jobs wait for
+// one. Outcomes are committed with the claim that follows the last
+// prefetched job's start — or, when no handler frees up for a quarter of
+// the lease (handlers hung), once the prefetched jobs go stale and are
+// released: the finished handlers' leases are not extended, and must not
+// run out uncommitted.
+func (r *laneRun) awaitHandler(stopping bool) {
+	st := r.st
+	var done <-chan struct{}
+	if !stopping {
+		done = r.ctx.Done()
+	}
+	var stale <-chan time.Time
+	if len(st.buf) > 0 {
+		stale = st.staleTimer.C
+	}
+	select {
+	case a := <-st.finished:
+		st.take(a)
+	case <-done:
+	case <-r.rec.Done():
+	case <-stale:
+		r.l.release(st)
+	}
+}
+
+// handOff gives the queued outcomes to the committer when they are
+// committed beside the claims (see committer): always on a store that is
+// not a RecordClaimer, on one that is for big turns (and turns that claim
+// nothing). It reports whether the turn goes on to commit and claim: not
+// when Run gave up meanwhile, nor when the outcomes were handed off and
+// nothing is to be claimed.
+func (r *laneRun) handOff(n int) bool {
+	st := r.st
+	if r.async == nil || len(st.queued) == 0 || r.merged && n > 0 && n < splitTurn {
+		return true
+	}
+	select {
+	case r.async.in <- st.queued:
+	case <-r.rec.Done():
+		return false
+	}
+	st.queued = nil
+	return n > 0
+}
+
+// commitAndClaim commits the queued outcomes (unless handed off) and
+// claims up to n jobs (none: the outcomes only), starts those it can and
+// arms the release of the rest; with nothing due it waits (see idle). After a failed commit it
+// waits a jittered poll. It reports whether the loop goes on.
+func (r *laneRun) commitAndClaim(n int) bool {
+	l, st, q := r.l, r.st, r.l.q
+	wake := q.waitChan() // before the claim, so no enqueue is missed
+	start := time.Now()
+	jobs, t0, settled, err := l.commit(r.ctx, r.rec, st.queued, n)
+	if settled {
+		st.queued = nil
+	}
+	if err != nil {
+		if r.rec.Err() != nil {
+			return false
 		}
-		if st.busy > 0 {
-			runtime.Gosched() // let handlers that are about to finish report first
+		l.w.report(err)
+		// A shutting-down loop still waits between failed commits,
+		// until Run gives up.
+		var stop <-chan struct{}
+		if r.ctx.Err() == nil {
+			stop = r.ctx.Done()
 		}
-		st.drain()
-		l.dispatch(hctx, st)
-		stopping := ctx.Err() != nil
-		if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
-			return
-		}
-		n := 0
-		if !stopping && len(st.buf) == 0 {
-			if st.busy < l.concurrency {
-				st.linger(ctx)
-			}
-			idle := l.concurrency - st.busy
-			n = min(idle+st.prefetch(l.concurrency, q), l.batch)
-		}
-		if n == 0 && (len(st.queued) == 0 || len(st.buf) > 0) {
-			// Every handler is busy (or shutting down), or prefetched jobs
-			// wait for one: wait for one to finish, or for the shutdown.
-			// Outcomes are committed with the claim that follows the last
-			// prefetched job's start — or, when no handler frees up for a
-			// quarter of the lease (handlers hung), once the prefetched
-			// jobs go stale and are released: the finished handlers'
-			// leases are not extended, and must not run out uncommitted.
-			var done <-chan struct{}
-			if !stopping {
-				done = ctx.Done()
-			}
-			var stale <-chan time.Time
-			if len(st.buf) > 0 {
-				stale = st.staleTimer.C
-			}
-			select {
-			case a := <-st.finished:
-				st.take(a)
-			case <-done:
-			case <-rec.Done():
-			case <-stale:
-				l.release(st)
-			}
-			continue
-		}
-		if async != nil && len(st.queued) > 0 && (!merged || n == 0 || n >= splitTurn) {
-			// Outcomes are committed beside the claims (see committer):
-			// on a RecordClaimer, for big turns only.
-			select {
-			case async.in <- st.queued:
-			case <-rec.Done():
-				continue
-			}
-			st.queued = nil
-			if n == 0 {
-				continue
-			}
-		}
-		wake := q.waitChan() // before the claim, so no enqueue is missed
-		start := time.Now()
-		jobs, t0, settled, err := l.commit(ctx, rec, st.queued, n)
-		if settled {
-			st.queued = nil
-		}
-		if err != nil {
-			if rec.Err() != nil {
-				return
-			}
-			w.report(err)
-			// A shutting-down loop still waits between failed commits,
-			// until Run gives up.
-			var stop <-chan struct{}
-			if ctx.Err() == nil {
-				stop = ctx.Done()
-			}
-			st.wait(rec.Done(), stop, jitter(w.cfg.PollInterval))
-			continue
-		}
-		if n > 0 {
-			st.claimed(start, len(jobs))
-		}
-		st.buf, st.bufT0 = jobs, t0
-		l.dispatch(hctx, st)
-		if len(st.buf) > 0 {
-			st.armStale(q.cfg.Lease / 4)
-		}
-		if n > 0 && len(jobs) == 0 {
-			// Nothing due: wait for an enqueue, a notification, the next
-			// jittered poll or the first due time known here (a retry's),
-			// a handler to finish, or the shutdown (which may have begun
-			// during the claim).
-			d, due := jitter(w.cfg.PollInterval), int64(0)
-			if until, at, ok := q.untilDue(t0); ok && until < d {
-				d, due = until, at
-			}
-			if st.wait(wake, ctx.Done(), d) && due != 0 && q.now() < due {
-				// Slept until the due time, and the queue's clock has
-				// not reached it: it does not follow the timers (a
-				// test's manual clock). The poll finds the job instead.
-				q.dropDue(due)
-			}
-		}
+		st.wait(r.rec.Done(), stop, jitter(l.w.cfg.PollInterval))
+		return true
+	}
+	if n > 0 {
+		st.claimed(start, len(jobs))
+	}
+	st.buf, st.bufT0 = jobs, t0
+	l.dispatch(r.hctx, st)
+	if len(st.buf) > 0 {
+		st.armStale(q.cfg.Lease / 4)
+	}
+	if n > 0 && len(jobs) == 0 {
+		r.idle(wake, t0)
+	}
+	return true
+}
+
+// idle waits, after a claim at t0 found nothing due, for an enqueue or a
+// notification (wake), the next jittered poll or the first due time known
+// here (a retry's), a handler to finish, or the shutdown (which may have
+// begun during the claim).
+func (r *laneRun) idle(wake <-chan struct{}, t0 int64) {
+	q := r.l.q
+	d, due := jitter(r.l.w.cfg.PollInterval), int64(0)
+	if until, at, ok := q.untilDue(t0); ok && until < d {
+		d, due = until, at
+	}
+	if r.st.wait(wake, r.ctx.Done(), d) && due != 0 && q.now() < due {
+		// Slept until the due time, and the queue's clock has not
+		// reached it: it does not follow the timers (a test's manual
+		// clock). The poll finds the job instead.
+		q.dropDue(due)
 	}
 }
 

@@ -36,10 +36,29 @@
 // # When Redis is unreachable
 //
 // The budget fails closed: Retry answers false (no retries) until Redis
-// answers again, checking at most once per Cooldown; the local reservation,
-// already paid for, is still used. Request always answers true — a budget
-// must never refuse original work — and keeps counting earnings locally (up
-// to Max) to push later.
+// answers again; the local reservation, already paid for, is still used.
+// Request always answers true — a budget must never refuse original work —
+// and keeps counting earnings locally (up to Max) to push later.
+//
+// A down Redis costs callers nothing but that fast answer: after a failed
+// call no caller contacts Redis again (a circuit breaker). Once the
+// backoff has passed (Cooldown, doubling after each failed probe up to
+// MaxCooldown, back to Cooldown after a success), the next Retry wakes the
+// background flusher to probe Redis and answers at once itself; retries go
+// back to Redis after a probe succeeded. Only the call that meets the
+// outage (and calls queued behind it) waits, at most OpTimeout. Times are
+// those passed to Request and Retry.
+//
+// # When Redis restarts empty
+//
+// A Redis that restarts without its data (no persistence, a failover to an
+// empty replica) has lost the reserve. Starting it again from Initial —
+// full by default — would hand the fleet a burst of retries it never
+// earned, right after an outage. Instead the first process to reach the
+// empty server sets the reserve to the last one it saw (the reply of its
+// last successful call); Initial is used only by a process that never saw
+// the key, or when the key may have expired on its own (KeyTTL set and
+// the last sighting at least KeyTTL ago).
 package redisbudget
 
 import (
@@ -64,6 +83,10 @@ const (
 	DefaultReserveTTL = time.Second            // Config.ReserveTTL
 	DefaultOpTimeout  = 250 * time.Millisecond // Config.OpTimeout
 	DefaultCooldown   = time.Second            // Config.Cooldown
+	// MaxCooldown bounds the circuit's backoff: the wait between probes of
+	// a Redis that stays down doubles from Cooldown up to this (or up to
+	// Cooldown, if larger).
+	MaxCooldown = 30 * time.Second
 	// MaxKeyLen bounds Config.Key.
 	MaxKeyLen = 512
 )
@@ -115,7 +138,8 @@ type Config struct {
 	// OpTimeout bounds each Redis call; 0 means DefaultOpTimeout.
 	OpTimeout time.Duration
 	// Cooldown is how long retries stay refused, without a Redis call,
-	// after Redis failed; 0 means DefaultCooldown.
+	// after Redis failed (doubling while it stays down, see MaxCooldown);
+	// 0 means DefaultCooldown.
 	Cooldown time.Duration
 }
 
@@ -137,8 +161,21 @@ type Budget struct {
 	pending    atomic.Int64 // earnings not yet pushed
 	reserved   atomic.Int64 // retries paid for in Redis, not yet used
 	reservedAt atomic.Int64 // unix nanos of the last reservation
-	downUntil  atomic.Int64 // unix nanos: no Redis calls before this
 	refundDue  atomic.Bool
+
+	// The circuit: downUntil is 0 while Redis answers, else the time
+	// (unix nanos, callers' clock) before which nobody calls it; fails
+	// counts failed calls in a row; probing says a probe is due or
+	// running, at probeAt.
+	downUntil atomic.Int64
+	fails     atomic.Int64
+	probing   atomic.Bool
+	probeAt   atomic.Int64
+	lastNow   atomic.Int64 // the latest time a caller passed, unix nanos
+
+	// The last reserve a call returned, +1 (0: none yet), and when.
+	seen   atomic.Int64
+	seenAt atomic.Int64
 
 	mu sync.Mutex // one script call at a time per process
 
@@ -206,6 +243,7 @@ func or[T int64 | time.Duration](v, def T) T {
 
 // Request counts the original's earning locally and always allows it.
 func (b *Budget) Request(now time.Time) bool {
+	b.lastNow.Store(now.UnixNano())
 	// Pending earnings beyond Max would be capped away anyway.
 	if p := b.pending.Load(); p < b.max {
 		p = b.pending.Add(b.earn)
@@ -233,12 +271,17 @@ func (b *Budget) poke() {
 
 // Retry allows a retry if this process holds a fresh reservation, or if
 // the shared reserve grants one (reserving up to SpendBatch). It answers
-// false — fail closed — when Redis cannot be reached.
+// false — fail closed — when Redis cannot be reached, without calling it
+// while the circuit is open (see the package doc).
 func (b *Budget) Retry(now time.Time) bool {
+	b.lastNow.Store(now.UnixNano())
 	if !b.expired(now) && b.takeReserved() {
 		b.localGrants.Add(1)
 		b.granted.Add(1)
 		return true
+	}
+	if b.down(now) {
+		return b.fallback()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -248,29 +291,65 @@ func (b *Budget) Retry(now time.Time) bool {
 		b.granted.Add(1)
 		return true
 	}
-	if now.UnixNano() >= b.downUntil.Load() {
-		got, err := b.exec(now, b.spendBatch, true)
-		if err == nil {
-			if got == 0 {
-				b.refused.Add(1)
-				return false
-			}
-			// One of the granted retries is this one; keep the rest.
-			if got > 1 {
-				b.reserved.Add(got - 1)
-				b.reservedAt.Store(now.UnixNano())
-			}
-			b.granted.Add(1)
-			return true
-		}
+	if b.down(now) { // the call we waited for failed
+		return b.fallback()
 	}
-	// Redis is down: fail closed, but an old reservation is still paid for.
+	got, err := b.exec(now, b.spendBatch, true)
+	if err != nil {
+		return b.fallback()
+	}
+	if got == 0 {
+		b.refused.Add(1)
+		return false
+	}
+	// One of the granted retries is this one; keep the rest.
+	if got > 1 {
+		b.reserved.Add(got - 1)
+		b.reservedAt.Store(now.UnixNano())
+	}
+	b.granted.Add(1)
+	return true
+}
+
+// fallback is Retry's answer without Redis: fail closed, but an old
+// reservation is still paid for.
+func (b *Budget) fallback() bool {
 	if b.takeReserved() {
 		b.granted.Add(1)
 		return true
 	}
 	b.refused.Add(1)
 	return false
+}
+
+// down reports whether the circuit is open at now: Redis failed and no
+// probe has succeeded since. Past the backoff it asks the flusher for one
+// probe (and stays open until the probe succeeds).
+func (b *Budget) down(now time.Time) bool {
+	until := b.downUntil.Load()
+	if until == 0 {
+		return false
+	}
+	if b.closed.Load() {
+		return now.UnixNano() < until // no flusher after Close: the caller probes
+	}
+	if now.UnixNano() >= until && b.probing.CompareAndSwap(false, true) {
+		b.probeAt.Store(now.UnixNano())
+		b.poke()
+	}
+	return true
+}
+
+// failed opens the circuit at now for the backoff of the fails-th failure
+// in a row: Cooldown, doubled per failure, at most max(MaxCooldown,
+// Cooldown).
+func (b *Budget) failed(now time.Time) {
+	n := b.fails.Add(1)
+	wait, limit := b.cooldown, max(MaxCooldown, b.cooldown)
+	for i := int64(1); i < n && wait < limit; i++ {
+		wait *= 2
+	}
+	b.downUntil.Store(now.Add(min(wait, limit)).UnixNano())
 }
 
 func (b *Budget) takeReserved() bool {
@@ -300,10 +379,10 @@ func (b *Budget) exec(now time.Time, want int64, refund bool) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opTimeout)
 	defer cancel()
 	b.calls.Add(1)
-	granted, _, err := b.run(ctx, earned, back*b.cost, want, b.keyTTLms)
+	granted, reserve, err := b.run(ctx, earned, back*b.cost, want, b.keyTTLms, b.seed(now))
 	if err != nil {
 		b.errs.Add(1)
-		b.downUntil.Store(now.Add(b.cooldown).UnixNano())
+		b.failed(now)
 		// Keep what was not delivered: earnings (capped) and the reservation.
 		if earned > 0 {
 			if p := b.pending.Add(earned); p > b.max {
@@ -313,15 +392,29 @@ func (b *Budget) exec(now time.Time, want int64, refund bool) (int64, error) {
 		b.reserved.Add(back)
 		return 0, err
 	}
+	b.fails.Store(0)
 	b.downUntil.Store(0)
+	b.seen.Store(reserve + 1)
+	b.seenAt.Store(now.UnixNano())
 	return granted, nil
+}
+
+// seed is the reserve an empty key starts from at now: the last one seen,
+// unless none was or the key may have expired since (KeyTTL); else
+// Initial.
+func (b *Budget) seed(now time.Time) int64 {
+	s := b.seen.Load()
+	if s == 0 || b.keyTTLms > 0 && now.UnixNano()-b.seenAt.Load() >= b.keyTTLms*int64(time.Millisecond) {
+		return b.initial
+	}
+	return s - 1
 }
 
 // run calls the script once (budget.lua documents the arguments) and
 // returns the retries granted and the reserve left.
-func (b *Budget) run(ctx context.Context, earned, refund, want, ttlms int64) (granted, reserve int64, err error) {
+func (b *Budget) run(ctx context.Context, earned, refund, want, ttlms, initial int64) (granted, reserve int64, err error) {
 	res, err := script.Run(ctx, b.c, []string{b.key},
-		b.max, b.cost, b.need, earned, refund, want, b.initial, ttlms).Int64Slice()
+		b.max, b.cost, b.need, earned, refund, want, initial, ttlms).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected script reply %v", res)
 	}
@@ -342,8 +435,18 @@ func (b *Budget) Flush(ctx context.Context) error {
 	if b.pending.Load() == 0 && b.reserved.Load() == 0 {
 		return nil
 	}
-	_, err := b.exec(time.Now(), 0, true)
+	_, err := b.exec(b.now(), 0, true)
 	return err
+}
+
+// now is the latest time a caller passed (the system clock before any):
+// the flusher's and Flush's time, so that every decision reads the
+// callers' clock.
+func (b *Budget) now() time.Time {
+	if n := b.lastNow.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Now()
 }
 
 // Close stops the flusher and flushes. The Budget keeps answering
@@ -366,18 +469,23 @@ func (b *Budget) flusher() {
 		case <-b.kick:
 		}
 		b.mu.Lock()
-		now := time.Now()
-		if now.UnixNano() >= b.downUntil.Load() &&
-			(b.pending.Load() >= b.earnBatch*b.earn || b.refundDue.Load()) {
-			_, _ = b.exec(now, 0, false)
+		switch {
+		case b.probing.Load():
+			// The circuit's probe, at the time of the Retry that asked
+			// for it: it also pushes what is pending.
+			_, _ = b.exec(time.Unix(0, b.probeAt.Load()), 0, false)
+			b.probing.Store(false)
+		case b.downUntil.Load() == 0 && (b.pending.Load() >= b.earnBatch*b.earn || b.refundDue.Load()):
+			_, _ = b.exec(b.now(), 0, false)
 		}
 		b.mu.Unlock()
 	}
 }
 
-// Credits reads the shared reserve (Initial if the key does not exist).
+// Credits reads the shared reserve (if the key does not exist: what it
+// would start from, see the package doc).
 func (b *Budget) Credits(ctx context.Context) (int64, error) {
-	_, reserve, err := b.run(ctx, 0, 0, 0, -1) // ttl < 0: read only
+	_, reserve, err := b.run(ctx, 0, 0, 0, -1, b.seed(b.now())) // ttl < 0: read only
 	return reserve, err
 }
 

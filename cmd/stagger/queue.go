@@ -85,6 +85,9 @@ type queueFlags struct {
 	base, cap, lease, timeout time.Duration
 	maxPayload                int
 	limits                    queue.Limits // --max-in-flight, --rate, --burst
+	// work's --db-wait, and its log of each wait
+	startWait time.Duration
+	onWait    func(err error, wait time.Duration)
 }
 
 // The shared flags a subcommand has follow from what it does: every one
@@ -243,7 +246,7 @@ func intFlag(name string, v, lo, hi int) error {
 // prints the error and returns the exit code: 2 for a bad --db value, 1 for
 // a store that cannot be opened (missing, unreachable, not a queue).
 func (f *queueFlags) open(ctx context.Context, stderr io.Writer, mode openMode) (*queue.Queue, func() error, int) {
-	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync, mode: mode})
+	s, closeFn, err := openStore(ctx, f.db, storeOptions{sqliteSync: f.sqliteSync, mode: mode, startWait: f.startWait, onWait: f.onWait})
 	if err != nil && ctx.Err() != nil {
 		// Stopped (SIGINT, SIGTERM) before anything was done: not bad
 		// usage; main turns the signal into the exit code.
@@ -523,8 +526,12 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f.fs.DurationVar(&poll, "poll", queue.DefaultPollInterval, "mean idle polling interval (jittered ±50%)")
 	f.fs.DurationVar(&sweep, "sweep", queue.DefaultSweepInterval, "mean interval of the sweep that buries jobs that can never run again")
 	f.fs.DurationVar(&grace, "grace", queue.DefaultGrace, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
+	f.fs.DurationVar(&f.startWait, "db-wait", 5*time.Minute, "how long to wait for a PostgreSQL server that is down or starting up at start (0: fail at once)")
 	if code, ok := f.parse(args, stdout, stderr); !ok {
 		return code
+	}
+	if f.startWait < 0 || f.startWait > maxDBWait {
+		return usageError(stderr, f.fs.Name(), "--db-wait must be in [0, %v], got %v", maxDBWait, f.startWait)
 	}
 	for _, err := range []error{
 		intFlag("--concurrency", concurrency, 1, queue.MaxConcurrency),
@@ -556,6 +563,9 @@ func queueWork(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	logger, err := newLogger(stderr, logFormat)
 	if err != nil {
 		return usageError(stderr, f.fs.Name(), "%v", err)
+	}
+	f.onWait = func(err error, wait time.Duration) {
+		logger.Warn("database not ready, waiting", "db", redact.String(f.db), "error", redact.Error(err, f.db).Error(), "retry_in", wait.String())
 	}
 	h, err := hf.build()
 	if err != nil {

@@ -80,7 +80,7 @@ func queueCommands(db string) [][]string {
 	return [][]string{
 		{"enqueue", "--db", db, "--id", "a"},
 		{"run-once", "--db", db, "--exec", "true"},
-		{"work", "--db", db, "--exec", "true"},
+		{"work", "--db", db, "--exec", "true", "--db-wait", "0"}, // fail at once (TestQueueWorkWaitsForDB waits)
 		{"stats", "--db", db},
 		{"stats", "--db", db, "--json"},
 		{"dead", "--db", db},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -175,6 +176,10 @@ const (
 type storeOptions struct {
 	sqliteSync string
 	mode       openMode
+	// startWait is how long to wait for a PostgreSQL server down at
+	// start; onWait is told of each wait.
+	startWait time.Duration
+	onWait    func(err error, wait time.Duration)
 }
 
 // openStore opens the store named by --db: a postgres:// URL or an SQLite
@@ -186,7 +191,7 @@ func openStore(ctx context.Context, db string, o storeOptions) (queue.Store, fun
 		return nil, nil, err
 	}
 	if pg {
-		s, err := openPostgres(ctx, pgDSN(db), o.mode == openReadOnly)
+		s, err := openPostgres(ctx, pgDSN(db), o.mode == openReadOnly, o)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--db %s: %w", redact.String(db), redact.Error(err, db))
 		}

@@ -18,16 +18,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"net"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // Options configure a Store; zero fields take their defaults.
@@ -52,7 +59,24 @@ type Options struct {
 	// index, which each later claim walks until a vacuum removes them.
 	// Default DefaultVacuumAfter; NoVacuum leaves it to autovacuum.
 	VacuumAfter int
+	// StartWait is how long Open and New keep trying to reach a server
+	// that is down or not ready (connection refused or reset, a timeout,
+	// SQLSTATE class 08, 53300 too many connections, 57P01-57P03 shutting
+	// down or starting up) before they fail: a worker started during an
+	// outage waits for the server as a running worker rides it out. Waits
+	// grow exponentially from 100ms to 5s, jittered (retry.Do); a canceled
+	// ctx ends them at once. Other errors (a login refused, a bad schema)
+	// fail at once. 0, the default: the first failure is returned. At most
+	// MaxStartWait.
+	StartWait time.Duration
+	// OnStartRetry, when set, is called before each wait of StartWait with
+	// the failure (it never holds the connection string's password) and
+	// the wait, for a log line.
+	OnStartRetry func(err error, wait time.Duration)
 }
+
+// MaxStartWait bounds Options.StartWait.
+const MaxStartWait = 24 * time.Hour
 
 // Defaults and bounds of Options.VacuumAfter.
 const (
@@ -78,6 +102,8 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: Schema must match %s, got %q", queue.ErrInvalid, schemaName, o.Schema)
 	case o.InboxLease < 10*time.Millisecond || o.InboxLease > 24*time.Hour:
 		return fmt.Errorf("%w: InboxLease must be in [10ms, 24h], got %v", queue.ErrInvalid, o.InboxLease)
+	case o.StartWait < 0 || o.StartWait > MaxStartWait:
+		return fmt.Errorf("%w: StartWait must be in [0, %v] (0: no wait), got %v", queue.ErrInvalid, MaxStartWait, o.StartWait)
 	case o.VacuumAfter < NoVacuum:
 		return fmt.Errorf("%w: VacuumAfter must be a count of jobs >= 1 (0 means %d, NoVacuum turns it off), got %d", queue.ErrInvalid, DefaultVacuumAfter, o.VacuumAfter)
 	}
@@ -155,30 +181,84 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	s.inbox = &Inbox{s: s}
 	s.vac.init()
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start checks (read-only) or migrates the schema, waiting up to
+// StartWait for a server that is down or not ready.
+func (s *Store) start(ctx context.Context) error {
+	if s.opts.StartWait == 0 {
+		return s.open(ctx)
+	}
+	p := &retry.Policy{
+		MaxAttempts: math.MaxInt32,
+		Timeout:     s.opts.StartWait,
+		Schedule:    backoff.Exponential{Base: 100 * time.Millisecond, Cap: 5 * time.Second},
+	}
+	if f := s.opts.OnStartRetry; f != nil {
+		p.Hooks.OnRetry = func(e retry.Event) { f(e.Err, e.Delay) }
+	}
+	err := retry.Do(ctx, p, func(ctx context.Context) error {
+		err := s.open(ctx)
+		if err == nil || !serverDown(err) {
+			return retry.Permanent(err)
+		}
+		return retry.Retryable(err)
+	})
+	var re *retry.Error
+	if errors.As(err, &re) && re.Err != nil && re.Reason == retry.PermanentError {
+		return re.Err // not a wait: the error as without StartWait
+	}
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("postgres: the server was not ready within StartWait (%v): %w", s.opts.StartWait, err)
+	}
+	return err
+}
+
+// serverDown reports whether err says the server is down or not ready,
+// which waiting may cure.
+func serverDown(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		c := pe.Code
+		return strings.HasPrefix(c, "08") || c == "53300" || c == "57P01" || c == "57P02" || c == "57P03"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// open checks (read-only) or migrates the schema.
+func (s *Store) open(ctx context.Context) error {
+	pool, opts := s.pool, s.opts
 	if opts.ReadOnly {
 		var found bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.jobs).Scan(&found); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return fmt.Errorf("postgres: %w", err)
 		}
 		if !found {
-			return nil, fmt.Errorf("postgres: no queue table %s (read-only: nothing was created)", s.jobs)
+			return fmt.Errorf("postgres: no queue table %s (read-only: nothing was created)", s.jobs)
 		}
 		if found, err := hasColumn(ctx, pool, s.jobs, "queue"); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return fmt.Errorf("postgres: %w", err)
 		} else if !found {
-			return nil, fmt.Errorf("postgres: the queue table %s predates named queues: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", s.jobs)
+			return fmt.Errorf("postgres: the queue table %s predates named queues: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", s.jobs)
 		}
 		if found, err := hasColumn(ctx, pool, s.jobs, "trace"); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return fmt.Errorf("postgres: %w", err)
 		} else if !found {
 			s.readCols = colsNoTrace // a table of before the trace column: read it as empty
 		}
-		return s, nil
+		return nil
 	}
 	if err := s.migrate(ctx); err != nil {
-		return nil, fmt.Errorf("postgres: migrating: %w", err)
+		return fmt.Errorf("postgres: migrating: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -776,12 +856,12 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 }
 
 // extendSQL sets lease_until = available_at = $3, updated_at = $4 on the
-// jobs still leased with their attempt ($1 ids, $2 attempts) and returns
-// (id, attempt) of each.
+// jobs still leased with their attempt ($1 ids, $2 attempts) whose lease
+// has not run out at $4, and returns (id, attempt) of each.
 func (s *Store) extendSQL() string {
 	return `UPDATE ` + s.jobs + ` j SET lease_until = $3, available_at = $3, updated_at = $4
 		FROM unnest($1::text[], $2::int[]) AS l(id, attempt)
-		WHERE j.id = l.id AND ` + leaseHeld("l.attempt") + `
+		WHERE j.id = l.id AND ` + leaseHeld("l.attempt") + ` AND j.lease_until > $4
 		RETURNING j.id, l.attempt`
 }
 

@@ -62,10 +62,28 @@ func TestClaimCostAfterHistory(t *testing.T) {
 			if failed || (tc.after != postgres.NoVacuum && runs != 1) {
 				t.Fatalf("vacuums: %d finished, failed %v", runs, failed)
 			}
+			// A vacuum removes only the rows no snapshot of the database
+			// may still see: a transaction of another session (another
+			// test, another package's run on the same server) that was
+			// open during it keeps them, and the claim walks their index
+			// entries. The store guarantees the vacuum, not the server's
+			// horizon: the vacuum reports the dead rows it had to keep.
+			var kept int64
+			if tc.after != postgres.NoVacuum {
+				if err := s.Pool().QueryRow(ctx, `SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+					s.Schema()+".stagger_jobs").Scan(&kept); err != nil {
+					t.Fatal(err)
+				}
+			}
 			buf := claimBuffers(t, s, now)
-			t.Logf("the claim on the empty queue read %d buffers", buf)
-			if buf > tc.bufMax || buf < tc.bufMin {
-				t.Errorf("the claim read %d buffers, want [%d, %d]", buf, tc.bufMin, tc.bufMax)
+			t.Logf("the claim on the empty queue read %d buffers (the vacuum kept %d dead rows)", buf, kept)
+			switch {
+			case buf < tc.bufMin:
+				t.Errorf("the claim read %d buffers, want at least %d", buf, tc.bufMin)
+			case buf > tc.bufMax && kept == 0:
+				t.Errorf("the claim read %d buffers after a vacuum that removed every dead row, want at most %d", buf, tc.bufMax)
+			case buf > tc.bufMax:
+				t.Logf("another session's snapshot kept %d dead rows from the vacuum: the claim's cost is not the store's to bound this run", kept)
 			}
 		})
 	}

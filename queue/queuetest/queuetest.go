@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"StoreClaimOrderAndEligibility", testStoreClaim},
 		{"StoreRecordFencing", testStoreRecord},
 		{"StoreExtend", testStoreExtend},
+		{"StoreExpiredLeaseNotExtended", testLeaseExpiredNotExtended},
 		{"StoreBury", testStoreBury},
 		{"StoreListAndGet", testStoreList},
 		{"StoreRequeue", testStoreRequeue},
@@ -58,6 +59,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RetryDelayRatios", testRetryDelay},
 		{"AfterRaisesDelay", testAfter},
 		{"DeadlineEquality", testDeadline},
+		{"DeadlineCheckedAtStart", testDeadlineAtStart},
 		{"Exhausted", testExhausted},
 		{"Permanent", testPermanent},
 		{"Snooze", testSnooze},
@@ -77,6 +79,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RunOnceBuriesBeforeClaiming", testRunOnceBuries},
 		{"ConcurrentRunOnce", testConcurrentRunOnce},
 		{"WorkerQueues", testWorkerQueues},
+		{"FleetLimitPausedWorker", testFleetPausedWorker},
 		{"StatsByQueue", testStatsByQueue},
 	}
 	for _, tc := range tests {
