@@ -126,7 +126,9 @@ type Transport struct {
 	// MaxHosts bounds the per-host registry; 0 means DefaultMaxHosts.
 	MaxHosts int
 	// NestedRetries lets this transport retry requests whose context says
-	// an upstream owner already retries. Off by default: one owner.
+	// an upstream owner already retries, with a budget of its own (the
+	// upstream ledger's attempts are not counted on). Off by default: one
+	// owner.
 	NestedRetries bool
 	// MaxDrain is how many bytes of a failed response are read before it
 	// is closed; 0 means DefaultMaxDrain, negative means none.
@@ -323,6 +325,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := &call{t: t, req: req, ctx: req.Context()}
 	c.start(t.state(req.URL.Host))
+	if err := c.exhausted(); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
 	return c.run()
 }
 
@@ -342,6 +348,7 @@ type call struct {
 	tmo      [1]string    // the first attempt's TimeoutHeader value
 	started  time.Time    // the attempt's start (Begin's now)
 	first    http.Request // the first attempt's request
+	budget   []string     // MaxAttemptsHeader's value (ledger.go)
 
 	// What reaches the wire, for a request net/http re-sends by itself
 	// (see wire.go); wire is false for the rest.
@@ -383,6 +390,7 @@ func (c *call) start(st *hostState) {
 	}
 	c.step.Policy = p
 	c.classify = c.t.base.Classify
+	c.ledger(prev)
 }
 
 func (c *call) now() time.Time {
@@ -583,10 +591,11 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	} else {
 		r = c.req.WithContext(ctx)
 	}
-	h := make(http.Header, len(c.req.Header)+3)
+	h := make(http.Header, len(c.req.Header)+4)
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
+	c.setBudget(h)
 	if c.upstream > 0 {
 		h[AttemptHeader] = attemptValue(c.upstream)
 	} else {
