@@ -1,10 +1,32 @@
 package broker
 
 import (
+	"context"
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
 )
+
+// EncodeLedger writes, through set, the ledger of the work ctx carries
+// ([retry.DeliveryFrom]) as the state headers a consumer continues from
+// (StateFrom, State.Encode): the attempts made so far, the attempt budget
+// and the deadline. It reports false, writing nothing, when ctx carries
+// no work. The adapters' publishers call it, so a handler that hands its
+// work to a broker publishes with the ledger in one call.
+func EncodeLedger(ctx context.Context, set func(key, value string)) bool {
+	d, ok := retry.DeliveryFrom(ctx)
+	if !ok {
+		return false
+	}
+	StateFrom(d).Encode(set)
+	return true
+}
+
+// Budget is the attempt budget of a delivery whose state is st: the
+// smaller of the Policy's MaxAttempts and the budget the message carries
+// (State.MaxAttempts, from the producer's ledger), so a producer can
+// shorten a consumer's budget but never extend it.
+func (p *Processor) Budget(st State) int { return p.budget(st) }
 
 // budget is the attempt budget of a delivery whose state is st: the
 // smaller of the Policy's MaxAttempts and the budget the message carries
@@ -22,15 +44,16 @@ func (p *Processor) budget(st State) int {
 // a first-attempt time later than start (which would push Policy.Timeout's
 // deadline later) is taken as start, and a message whose attempts already
 // reached its budget is dead-lettered unhandled with reason "exhausted",
-// as retry.Do would stop: no attempt is left for it. It returns the
+// as retry.Do would stop: no attempt is left for it. (A message without a
+// carried budget, such as a redrive's, runs as before.) It returns the
 // outcome and true when the message must not be handled.
 func (p *Processor) ledger(s *retry.Step, st *State, start time.Time) (Outcome, bool) {
 	if !st.FirstAttempt.IsZero() && st.FirstAttempt.After(start) {
 		st.FirstAttempt = start
 		s.Delivery.First = start
 	}
-	if st.Attempts < s.Delivery.MaxAttempts {
-		return Outcome{}, false
+	if st.MaxAttempts == 0 || st.Attempts < s.Delivery.MaxAttempts {
+		return Outcome{}, false // no ledger's budget, or attempts left
 	}
 	dl := st.Deadline
 	if p.Policy != nil && p.Policy.Timeout > 0 && !st.FirstAttempt.IsZero() {
