@@ -237,8 +237,9 @@ func (c *Client) Budget(target string) budget.Budget {
 // call is the state of one RPC: its Step and its classing rules.
 type call struct {
 	c *Client
-	s retry.Step
-	m Method
+	s      retry.Step
+	m      Method
+	budget string // MaxAttemptsKey's value (ledger.go)
 }
 
 // newCall starts the ledger of one call.
@@ -253,6 +254,7 @@ func (c *Client) newCall(ctx context.Context, target, method string) *call {
 	if _, ok := UpstreamAttempt(ctx); ok && !c.NestedRetries {
 		k.s.Delivery.MaxAttempts = 1
 	}
+	k.ledger(ctx)
 	return k
 }
 
@@ -274,9 +276,12 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			return err
 		}
 		k := c.newCall(ctx, cc.Target(), method)
+		if err := k.exhausted(); err != nil {
+			return statusErr(ctx, err)
+		}
 		err := k.s.Do(ctx, func(actx context.Context) error {
 			var trailer metadata.MD
-			err := invoker(outgoing(actx, &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
+			err := invoker(outgoing(budgetMD(actx, k.budget), &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
 			return attemptDeadline(ctx, actx, k.classify(err, trailer))
 		})
 		return statusErr(ctx, err)
@@ -403,6 +408,9 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		rs := &retryStream{call: c.newCall(ctx, cc.Target(), method), ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
+		if err := rs.exhausted(); err != nil {
+			return nil, statusErr(ctx, err)
+		}
 		rs.max = c.MaxBuffer
 		if rs.max == 0 {
 			rs.max = DefaultMaxBuffer
@@ -449,7 +457,7 @@ func (r *retryStream) start() error {
 		}
 		r.ended = false
 		r.actx = r.s.Context()
-		cs, err := r.streamer(outgoing(r.actx, &r.s.Delivery), r.desc, r.cc, r.method, r.opts...)
+		cs, err := r.streamer(outgoing(budgetMD(r.actx, r.budget), &r.s.Delivery), r.desc, r.cc, r.method, r.opts...)
 		if err == nil {
 			for _, m := range r.sent {
 				if err = cs.SendMsg(m); err != nil {
