@@ -236,7 +236,7 @@ func (c *Client) Budget(target string) budget.Budget {
 
 // call is the state of one RPC: its Step and its classing rules.
 type call struct {
-	c *Client
+	c      *Client
 	s      retry.Step
 	m      Method
 	budget string // MaxAttemptsKey's value (ledger.go)
