@@ -122,3 +122,28 @@ func TestLimitsNeedAStoreThatEnforcesThem(t *testing.T) {
 		}
 	}
 }
+
+// TestNewJobAttempts: a job's attempts already made must be in
+// [0, max_attempts); the first claim is the next attempt.
+func TestNewJobAttempts(t *testing.T) {
+	ctx := context.Background()
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []queue.NewJob{{ID: "a", Attempts: -1}, {ID: "b", Attempts: 3, MaxAttempts: 3}, {ID: "c", Attempts: math.MaxInt32, MaxAttempts: 5}} {
+		if _, _, err := q.Enqueue(ctx, j); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "attempts") {
+			t.Errorf("%+v: %v, want an error naming attempts", j, err)
+		}
+	}
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "d", Attempts: 4, MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	var got retry.Delivery
+	if _, err := q.RunOnce(ctx, func(ctx context.Context, _ []byte) error { got, _ = retry.DeliveryFrom(ctx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempt != 5 || got.MaxAttempts != 5 {
+		t.Errorf("first claim: attempt %d of %d, want 5 of 5", got.Attempt, got.MaxAttempts)
+	}
+}
