@@ -3,6 +3,7 @@ module github.com/staggerhq/stagger/conformance
 go 1.25.0
 
 require (
+	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/nats-io/nats.go v1.53.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/staggerhq/stagger v0.1.0
@@ -19,6 +20,7 @@ require (
 require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/nats-io/nkeys v0.4.15 // indirect
