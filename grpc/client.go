@@ -259,8 +259,15 @@ func (c *Client) newCall(ctx context.Context, target, method string) *call {
 }
 
 // outgoing adds the attempt's metadata to ctx.
-func outgoing(ctx context.Context, d *retry.Delivery) context.Context {
+func outgoing(ctx context.Context, d *retry.Delivery, budget string) context.Context {
 	n := d.Attempt
+	if budget != "" { // the ledger's budget (ledger.go), in the same call
+		if n > 1 {
+			return metadata.AppendToOutgoingContext(ctx, AttemptKey, strconv.Itoa(n),
+				RequestIDKey, d.ID, PreviousAttemptsKey, strconv.Itoa(n-1), MaxAttemptsKey, budget)
+		}
+		return metadata.AppendToOutgoingContext(ctx, AttemptKey, "1", RequestIDKey, d.ID, MaxAttemptsKey, budget)
+	}
 	if n > 1 {
 		return metadata.AppendToOutgoingContext(ctx, AttemptKey, strconv.Itoa(n),
 			RequestIDKey, d.ID, PreviousAttemptsKey, strconv.Itoa(n-1))
@@ -281,7 +288,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		}
 		err := k.s.Do(ctx, func(actx context.Context) error {
 			var trailer metadata.MD
-			err := invoker(outgoing(budgetMD(actx, k.budget), &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
+			err := invoker(outgoing(actx, &k.s.Delivery, k.budget), method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
 			return attemptDeadline(ctx, actx, k.classify(err, trailer))
 		})
 		return statusErr(ctx, err)
@@ -457,7 +464,7 @@ func (r *retryStream) start() error {
 		}
 		r.ended = false
 		r.actx = r.s.Context()
-		cs, err := r.streamer(outgoing(budgetMD(r.actx, r.budget), &r.s.Delivery), r.desc, r.cc, r.method, r.opts...)
+		cs, err := r.streamer(outgoing(r.actx, &r.s.Delivery, r.budget), r.desc, r.cc, r.method, r.opts...)
 		if err == nil {
 			for _, m := range r.sent {
 				if err = cs.SendMsg(m); err != nil {

@@ -41,7 +41,7 @@ func (k *call) ledger(ctx context.Context) {
 	}
 	if n, ok := UpstreamAttempt(ctx); ok {
 		if k.c.NestedRetries {
-			k.budget = strconv.Itoa(budget) // every layer its own owner, asked for
+			k.budget = budgetValue(budget) // every layer its own owner, asked for
 			return
 		}
 		d.Attempt, d.MaxAttempts = n-1, n
@@ -56,7 +56,7 @@ func (k *call) ledger(ctx context.Context) {
 		budget = prev.MaxAttempts
 	}
 	if budget > 0 {
-		k.budget = strconv.Itoa(budget)
+		k.budget = budgetValue(budget)
 	}
 }
 
@@ -70,12 +70,19 @@ func (k *call) exhausted() error {
 	return &retry.Error{Reason: retry.Exhausted, Attempts: d.Attempt}
 }
 
-// budgetMD adds the call's MaxAttemptsKey to ctx's outgoing metadata.
-func budgetMD(ctx context.Context, budget string) context.Context {
-	if budget == "" {
-		return ctx
+// budgets are the MaxAttemptsKey values of small budgets, made once.
+var budgets = func() (v [17]string) {
+	for i := 1; i < len(v); i++ {
+		v[i] = strconv.Itoa(i)
 	}
-	return metadata.AppendToOutgoingContext(ctx, MaxAttemptsKey, budget)
+	return v
+}()
+
+func budgetValue(n int) string {
+	if n > 0 && n < len(budgets) {
+		return budgets[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // delivery is the ledger of an incoming call as the handler gets it
