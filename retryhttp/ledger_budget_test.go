@@ -114,3 +114,26 @@ func TestGuardToTransportLedger(t *testing.T) {
 		t.Errorf("the bottom saw attempt %q of %q, want 3 of 5", got[0], got[1])
 	}
 }
+
+// TestTransportOutsideLedger: a context whose Delivery has no budget
+// calls under the Policy alone, even inside the last attempt of work.
+func TestTransportOutsideLedger(t *testing.T) {
+	var n int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	tr := retryhttp.New(nil, &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(0)})
+	work := retry.Delivery{ID: "w", Attempt: 3, MaxAttempts: 3, Source: "queue"}
+	ctx := retry.Delivery{ID: work.ID}.NewContext(work.NewContext(context.Background()))
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n != 2 {
+		t.Errorf("sent %d requests, want the Policy's 2", n)
+	}
+}
