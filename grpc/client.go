@@ -83,7 +83,11 @@ var ErrInvalid = errors.New("staggergrpc: invalid configuration")
 // malformed value stops the retries.
 //
 // A call made inside a handler of a [Server] interceptor (an upstream
-// owner already retries) makes one attempt, unless NestedRetries is set.
+// owner already retries) makes one attempt, carrying the incoming attempt
+// number and budget (stagger-max-attempts), unless NestedRetries is set. A
+// call inside other work that has a budget (retry.DeliveryFrom: a queue
+// job, a broker message) counts on from that work's attempts, within its
+// budget and deadline.
 // Configure a Client before its first use; it is safe for concurrent use.
 type Client struct {
 	// Policy holds the retry rules; nil means the zero Policy. Its Budget

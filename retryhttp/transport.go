@@ -92,8 +92,9 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //     AttemptHeader and needs an attempt left and the Budget's retry, or
 //     it is stopped before anything is written.
 //   - Every attempt carries the call's ledger: AttemptHeader,
-//     RequestIDHeader (the same on every attempt) and, with a deadline,
-//     TimeoutHeader. A request whose context says that an upstream owner
+//     MaxAttemptsHeader, RequestIDHeader (the same on every attempt) and,
+//     with a deadline, TimeoutHeader. A call inside work that has an
+//     attempt budget counts on from that work's attempts (ledger.go). A request whose context says that an upstream owner
 //     already retries ([UpstreamAttempt], set by [Guard]) is sent once, so
 //     stacked layers do not multiply attempts.
 //
