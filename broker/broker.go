@@ -75,6 +75,11 @@ const (
 	HeaderOrigin = "x-stagger-origin"
 	// HeaderID carries the message ID where the broker has no field for it.
 	HeaderID = "x-stagger-id"
+	// HeaderMaxAttempts is the work's attempt budget, carried from the
+	// producer's ledger: the highest attempt number any consumer may make
+	// for it. A consumer's Processor makes at most min(this, its Policy's
+	// MaxAttempts).
+	HeaderMaxAttempts = "x-stagger-max-attempts"
 )
 
 // The W3C Trace Context headers (W3C Recommendation "Trace Context"), as a
@@ -184,6 +189,11 @@ type State struct {
 	Error        string        // last error text
 	Reason       string        // dead letters only
 	Origin       string        // original destination
+	// MaxAttempts is the work's attempt budget (0: none), carried from the
+	// producer's ledger (StateFrom) unchanged on every forward: the
+	// Processor makes at most min(MaxAttempts, its Policy's) attempts,
+	// counted on from Attempts.
+	MaxAttempts int
 	// Deadline is when the work must be done by (zero: none), carried from
 	// the producer's ledger (StateFrom) unchanged on every forward; the
 	// Processor also applies Policy.Timeout from FirstAttempt. A delivery
@@ -193,10 +203,12 @@ type State struct {
 
 // StateFrom is the state a producer writes (State.Encode) on a message
 // that carries on work whose ledger is d — a handler that hands its work
-// to a broker: the attempts made so far and the deadline, so the consumer
-// continues with what is left rather than a fresh budget.
+// to a broker: the attempts made so far, the attempt budget and the
+// deadline, so the consumer continues with what is left rather than a
+// fresh budget. The adapters' publishers write it from a context in one
+// call.
 func StateFrom(d retry.Delivery) State {
-	return State{Attempts: d.Attempt, FirstAttempt: d.First, Deadline: d.Deadline}
+	return State{Attempts: d.Attempt, MaxAttempts: d.MaxAttempts, FirstAttempt: d.First, Deadline: d.Deadline}
 }
 
 // IsStateHeader reports whether key is one of the headers State.Encode
@@ -206,7 +218,7 @@ func StateFrom(d retry.Delivery) State {
 func IsStateHeader(key string) bool {
 	switch key {
 	case HeaderAttempt, HeaderDelay, HeaderDue, HeaderFirstAttempt, HeaderFirstFailure,
-		HeaderError, HeaderReason, HeaderOrigin, HeaderState, HeaderDeadline:
+		HeaderError, HeaderReason, HeaderOrigin, HeaderState, HeaderDeadline, HeaderMaxAttempts:
 		return true
 	}
 	return false
@@ -230,6 +242,11 @@ func (s State) EncodeBytes(buf []byte, set func(key string, value []byte)) []byt
 		n := len(buf)
 		buf = strconv.AppendInt(buf, int64(s.Attempts), 10)
 		put(HeaderAttempt, n)
+	}
+	if s.MaxAttempts > 0 {
+		n := len(buf)
+		buf = strconv.AppendInt(buf, int64(s.MaxAttempts), 10)
+		put(HeaderMaxAttempts, n)
 	}
 	if s.Prev > 0 {
 		n := len(buf)
@@ -285,6 +302,13 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 			return s, fmt.Errorf("broker: header %s must be <= %d, got %d", HeaderAttempt, math.MaxInt32, n)
 		}
 		s.Attempts = int(n)
+	}
+	if n, ok, err = num(HeaderMaxAttempts, 1); err != nil {
+		return s, err
+	} else if ok {
+		// A budget from the wire is clamped, never trusted beyond what an
+		// attempt number can be; the Processor bounds it by its Policy.
+		s.MaxAttempts = int(min(n, wire.MaxAttempt))
 	}
 	if n, ok, err = num(HeaderDelay, 0); err != nil {
 		return s, err

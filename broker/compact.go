@@ -18,10 +18,12 @@ import (
 //
 //	1 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms>[ <adapter's fields>][\n<last error>]
 //	2 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms>[ <adapter's fields>][\n<last error>]
+//	3 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms> <max attempts>[ <adapter's fields>][\n<last error>]
 //
 // times in Unix milliseconds, 0 for unset. Version 2 is written only for a
-// state with a deadline, so consumers that read only version 1 keep
-// working for every other message. See [State.AppendCompact].
+// state with a deadline and version 3 only for one with an attempt budget
+// (State.MaxAttempts), so consumers that read only version 1 keep working
+// for every other message. See [State.AppendCompact].
 const HeaderState = "x-stagger-state"
 
 // compactVersion is the first field of HeaderState; compactDeadline the
@@ -29,6 +31,7 @@ const HeaderState = "x-stagger-state"
 const (
 	compactVersion  = '1'
 	compactDeadline = '2'
+	compactBudget   = '3'
 )
 
 // AppendCompact appends s as a HeaderState value to buf: the five numbers,
@@ -47,15 +50,22 @@ func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
 	if !s.Deadline.IsZero() {
 		version = compactDeadline
 	}
+	if s.MaxAttempts > 0 {
+		version = compactBudget
+	}
 	buf = append(buf, version, ' ')
 	buf = strconv.AppendInt(buf, int64(s.Attempts), 10)
 	for _, n := range [...]int64{s.Prev.Milliseconds(), ms(s.Due), ms(s.FirstAttempt), ms(s.FirstFailure)} {
 		buf = append(buf, ' ')
 		buf = strconv.AppendInt(buf, n, 10)
 	}
-	if version == compactDeadline {
+	if version >= compactDeadline {
 		buf = append(buf, ' ')
 		buf = strconv.AppendInt(buf, ms(s.Deadline), 10)
+	}
+	if version == compactBudget {
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, int64(s.MaxAttempts), 10)
 	}
 	if extra != nil {
 		buf = append(buf, ' ')
@@ -74,16 +84,13 @@ func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
 func ParseCompact(v []byte) (State, []byte, error) {
 	var s State
 	line, errText, _ := bytes.Cut(v, []byte{'\n'})
-	if len(line) < 2 || line[0] != compactVersion && line[0] != compactDeadline || line[1] != ' ' {
-		return s, nil, CompactError(v, "the version (want 1 or 2)")
+	if len(line) < 2 || line[0] < compactVersion || line[0] > compactBudget || line[1] != ' ' {
+		return s, nil, CompactError(v, "the version (want 1, 2 or 3)")
 	}
 	rest := line[2:]
-	var nums [6]int64
-	names := [...]string{"attempts", "delay", "due", "first attempt", "first failure", "deadline"}
-	count := 5
-	if line[0] == compactDeadline {
-		count = 6
-	}
+	var nums [7]int64
+	names := [...]string{"attempts", "delay", "due", "first attempt", "first failure", "deadline", "max attempts"}
+	count := 5 + int(line[0]-compactVersion)
 	for i := range count {
 		tok := rest
 		sp := bytes.IndexByte(rest, ' ')
@@ -105,9 +112,13 @@ func ParseCompact(v []byte) (State, []byte, error) {
 		return s, nil, CompactError(v, "attempts")
 	}
 	s.Attempts = int(nums[0])
+	if nums[6] > math.MaxInt32 {
+		return s, nil, CompactError(v, "max attempts")
+	}
+	s.MaxAttempts = int(nums[6])
 	s.Prev = time.Duration(min(nums[1], int64(backoff.MaxDelay/time.Millisecond))) * time.Millisecond
 	var times [4]time.Time
-	for i, n := range nums[2:] {
+	for i, n := range nums[2:6] {
 		if n > 0 {
 			times[i] = time.UnixMilli(n)
 		}

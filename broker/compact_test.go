@@ -88,12 +88,27 @@ func TestProcessorCarriedDeadline(t *testing.T) {
 
 func TestCompactMalformed(t *testing.T) {
 	for _, c := range []struct{ v, field string }{
-		{"", "version"}, {"3 0 0 0 0 0", "version"}, {"2 0 0 0 0 0", "deadline"}, {"2 0 0 0 0 0 x", "deadline"}, {"1 a 0 0 0 0", "attempts"}, {"1 1 0 0 0", "first failure"},
+		{"", "version"}, {"4 0 0 0 0 0 0 0", "version"}, {"3 0 0 0 0 0 0", "max attempts"}, {"3 0 0 0 0 0 0 3000000000", "max attempts"}, {"2 0 0 0 0 0", "deadline"}, {"2 0 0 0 0 0 x", "deadline"}, {"1 a 0 0 0 0", "attempts"}, {"1 1 0 0 0", "first failure"},
 		{"1 1 -5 0 0 0", "delay"}, {"1 3000000000 0 0 0 0", "attempts"}, {"1 1 0 0 0 99999999999999999999", "first failure"},
 	} {
 		_, _, err := broker.ParseCompact([]byte(c.v))
 		if err == nil || !strings.Contains(err.Error(), broker.HeaderState) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%q: err %v, want one naming %s and %s", c.v, err, broker.HeaderState, c.field)
 		}
+	}
+}
+
+// TestLedgerBudgetRoundTrip: the attempt budget survives both header forms.
+func TestLedgerBudgetRoundTrip(t *testing.T) {
+	st := broker.State{Attempts: 2, MaxAttempts: 5, Deadline: time.UnixMilli(1_700_000_000_000)}
+	got, _, err := broker.ParseCompact(st.AppendCompact(nil, nil))
+	if err != nil || got.MaxAttempts != 5 || got.Attempts != 2 || !got.Deadline.Equal(st.Deadline) {
+		t.Errorf("compact: %+v, %v", got, err)
+	}
+	h := map[string]string{}
+	st.Encode(func(k, v string) { h[k] = v })
+	got, err = broker.DecodeState(func(k string) (string, bool) { v, ok := h[k]; return v, ok })
+	if err != nil || got.MaxAttempts != 5 || got.Attempts != 2 {
+		t.Errorf("headers %v: %+v, %v", h, got, err)
 	}
 }

@@ -156,10 +156,12 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
 	s := retry.Step{Policy: p.Policy, Delivery: retry.Delivery{
-		ID: id, Attempt: st.Attempts, Source: p.Source,
+		ID: id, Attempt: st.Attempts, MaxAttempts: p.budget(st), Source: p.Source,
 		First: st.FirstAttempt, Prev: st.Prev, Deadline: st.Deadline,
 	}}
-	s.Delivery.MaxAttempts = s.MaxAttempts() // for the handler's DeliveryFrom
+	if o, done := p.ledger(&s, &st, start); done {
+		return o
+	}
 	if r := s.Begin(ctx, start); r != retry.NoReason {
 		if ctx.Err() != nil {
 			// Shutting down before the attempt: not an attempt; the

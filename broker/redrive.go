@@ -186,12 +186,13 @@ func (o *RedriveOptions) matches(dl DeadLetter, now time.Time) bool {
 }
 
 // state is the state a redriven message carries: none, or with KeepState
-// its attempts and history without the dead-letter reason or a due time.
+// its attempts and history without the dead-letter reason, a due time or
+// the producer's attempt budget (a redrive grants the consumer's again).
 func (o *RedriveOptions) state(st State) State {
 	if !o.KeepState {
 		return State{}
 	}
-	st.Reason, st.Due = "", time.Time{}
+	st.Reason, st.Due, st.MaxAttempts = "", time.Time{}, 0
 	return st
 }
 

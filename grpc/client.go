@@ -83,7 +83,11 @@ var ErrInvalid = errors.New("staggergrpc: invalid configuration")
 // malformed value stops the retries.
 //
 // A call made inside a handler of a [Server] interceptor (an upstream
-// owner already retries) makes one attempt, unless NestedRetries is set.
+// owner already retries) makes one attempt, carrying the incoming attempt
+// number and budget (stagger-max-attempts), unless NestedRetries is set. A
+// call inside other work that has a budget (retry.DeliveryFrom: a queue
+// job, a broker message) counts on from that work's attempts, within its
+// budget and deadline.
 // Configure a Client before its first use; it is safe for concurrent use.
 type Client struct {
 	// Policy holds the retry rules; nil means the zero Policy. Its Budget
@@ -240,6 +244,7 @@ type call struct {
 	s       retry.Step
 	m       Method
 	trailer metadata.MD // the attempt's trailer, for its pushback
+	budget  string      // MaxAttemptsKey's value (ledger.go)
 }
 
 // newCall starts the ledger of one call.
@@ -255,12 +260,20 @@ func (c *Client) newCall(ctx context.Context, target, method string) *call {
 	if _, ok := UpstreamAttempt(ctx); ok && !c.NestedRetries {
 		k.s.Delivery.MaxAttempts = 1
 	}
+	k.ledger(ctx)
 	return k
 }
 
 // outgoing adds the attempt's metadata to ctx.
-func outgoing(ctx context.Context, d *retry.Delivery) context.Context {
+func outgoing(ctx context.Context, d *retry.Delivery, budget string) context.Context {
 	n := d.Attempt
+	if budget != "" { // the ledger's budget (ledger.go), in the same call
+		if n > 1 {
+			return metadata.AppendToOutgoingContext(ctx, AttemptKey, strconv.Itoa(n),
+				RequestIDKey, d.ID, PreviousAttemptsKey, strconv.Itoa(n-1), MaxAttemptsKey, budget)
+		}
+		return metadata.AppendToOutgoingContext(ctx, AttemptKey, "1", RequestIDKey, d.ID, MaxAttemptsKey, budget)
+	}
 	if n > 1 {
 		return metadata.AppendToOutgoingContext(ctx, AttemptKey, strconv.Itoa(n),
 			RequestIDKey, d.ID, PreviousAttemptsKey, strconv.Itoa(n-1))
@@ -276,9 +289,12 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			return err
 		}
 		k := c.newCall(ctx, cc.Target(), method)
+		if err := k.exhausted(); err != nil {
+			return statusErr(ctx, err)
+		}
 		err := k.s.Do(ctx, func(actx context.Context) error {
 			k.trailer = nil
-			return invoker(outgoing(actx, &k.s.Delivery), method, req, reply, cc, append(opts, grpc.Trailer(&k.trailer))...)
+			return invoker(outgoing(actx, &k.s.Delivery, k.budget), method, req, reply, cc, append(opts, grpc.Trailer(&k.trailer))...)
 		})
 		return statusErr(ctx, k.marked(err))
 	}
@@ -424,6 +440,9 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		rs := &retryStream{call: c.newCall(ctx, cc.Target(), method), ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
+		if err := rs.exhausted(); err != nil {
+			return nil, statusErr(ctx, err)
+		}
 		rs.max = c.MaxBuffer
 		if rs.max == 0 {
 			rs.max = DefaultMaxBuffer
@@ -483,7 +502,7 @@ func (r *retryStream) start() error {
 		}
 		r.ended = false
 		r.actx = r.s.Context()
-		cs, err := r.streamer(outgoing(r.actx, &r.s.Delivery), r.desc, r.cc, r.method, r.opts...)
+		cs, err := r.streamer(outgoing(r.actx, &r.s.Delivery, r.budget), r.desc, r.cc, r.method, r.opts...)
 		if err == nil {
 			for _, m := range r.sent {
 				if err = cs.SendMsg(m); err != nil {

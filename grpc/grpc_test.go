@@ -324,9 +324,9 @@ func TestStackedServicesOneOwner(t *testing.T) {
 	if bottom.calls.Load() != 3 || st.Calls() != 3 {
 		t.Errorf("bottom received %d attempts (server counted %d), want 3", bottom.calls.Load(), st.Calls())
 	}
-	// Each layer's single attempt is its own attempt 1; the logical request
-	// ID, carried down by every layer, ties the bottom's three attempts to
-	// the one request the top caller made.
+	// Each layer's single attempt carries the top caller's attempt number;
+	// the logical request ID, carried down by every layer, ties the
+	// bottom's three attempts to the one request the top caller made.
 	ids := map[string]bool{}
 	for _, md := range bottom.seen {
 		if v := md.Get(staggergrpc.RequestIDKey); len(v) == 1 {

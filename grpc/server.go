@@ -43,6 +43,15 @@ const TrackedAttempts = 16
 // removed from the handler's incoming metadata, so a Client call made
 // inside the handler sends a fresh one.
 //
+// The handler's context carries the call's ledger as a retry.Delivery
+// (Source "grpc"): the request ID, the attempt number, the attempt budget
+// (stagger-max-attempts, clamped to MaxAttempts) and the deadline, so work
+// it hands on (queue.Handoff, a broker's publisher) or a Client call it
+// makes continues from them. A call whose request ID was seen before
+// without a higher attempt number is counted as a repeat (Stats.Repeats):
+// grpc-go's own retries or hedges below a Client re-send the attempt's
+// metadata, and show up there.
+//
 // The zero value counts and marks; it is safe for concurrent use.
 type Server struct {
 	// Limiter, if set, must grant a slot for each call; a refused call
@@ -55,7 +64,16 @@ type Server struct {
 	// handler: a call whose deadline is further away runs with now +
 	// MaxTimeout instead. 0 or negative means DefaultMaxTimeout.
 	MaxTimeout time.Duration
+	// MaxAttempts bounds the attempt budget a client's stagger-max-attempts
+	// gives the work (the handler's Delivery.MaxAttempts): a larger budget
+	// counts as MaxAttempts. 0 or negative means DefaultMaxBudget.
+	MaxAttempts int
+	// MaxIDs bounds the table of request IDs that repeats are counted
+	// against; the oldest is evicted first. 0 means 16384; negative turns
+	// repeat counting off.
+	MaxIDs int
 
+	ids       wire.Repeats
 	byAttempt [TrackedAttempts + 1]atomic.Int64 // [0]: unmarked
 	shed      atomic.Int64
 }
@@ -70,6 +88,15 @@ type Stats struct {
 	Unmarked int64
 	// Shed counts calls refused by the Limiter.
 	Shed int64
+	// Repeats counts calls whose stagger-request-id had been seen before,
+	// without an attempt number or with one no higher than the highest
+	// seen for it: re-sends no attempt number marks, such as grpc-go's own
+	// retries (or a hedge) below a Client, which repeat the metadata of
+	// the attempt they re-send. They are counted in ByAttempt too.
+	Repeats int64
+	// Evicted counts IDs dropped from the full table; a repeat of one of
+	// them counts as new.
+	Evicted int64
 }
 
 // Calls is the number of calls counted.
@@ -90,6 +117,7 @@ func (s *Server) Stats() Stats {
 		st.ByAttempt[i-1] += s.byAttempt[i].Load()
 	}
 	st.Shed = s.shed.Load()
+	st.Repeats, st.Evicted = s.ids.Repeats(), s.ids.Evicted()
 	return st
 }
 
@@ -167,7 +195,8 @@ func (s *Server) admit(ctx context.Context) (context.Context, error) {
 		}
 		return nil, status.Error(codes.Unavailable, "staggergrpc: overloaded, call shed")
 	}
-	return context.WithValue(checkedID(ctx, md), upstreamKey{}, max(n, 1)), nil
+	d := s.delivery(ctx, md, n)
+	return d.NewContext(context.WithValue(checkedID(ctx, md), upstreamKey{}, max(n, 1))), nil
 }
 
 func (s *Server) release(err error) {

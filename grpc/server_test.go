@@ -16,6 +16,7 @@ import (
 
 	staggergrpc "github.com/staggerhq/stagger/grpc"
 	"github.com/staggerhq/stagger/internal/wire/wiretest"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // probe is a health server that hands each call's context to seen.
@@ -86,7 +87,8 @@ func TestPreviousAttemptsOverflow(t *testing.T) {
 // number, a deadline or a request ID beyond the rule.
 func TestServerHostileMetadata(t *testing.T) {
 	const maxTimeout = 3 * time.Second
-	srv := &staggergrpc.Server{MaxTimeout: maxTimeout}
+	const maxBudget = 4
+	srv := &staggergrpc.Server{MaxTimeout: maxTimeout, MaxAttempts: maxBudget}
 	var mu sync.Mutex
 	var bad []string
 	check := func(ctx context.Context) {
@@ -97,6 +99,9 @@ func TestServerHostileMetadata(t *testing.T) {
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > maxTimeout {
 			bad = append(bad, "deadline in "+time.Until(dl).String())
+		}
+		if d, ok := retry.DeliveryFrom(ctx); !ok || d.MaxAttempts < 0 || d.MaxAttempts > maxBudget || d.Attempt < 1 || time.Until(d.Deadline) > maxTimeout {
+			bad = append(bad, fmt.Sprintf("delivery %d of %d, deadline in %v", d.Attempt, d.MaxAttempts, time.Until(d.Deadline)))
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		for _, id := range md.Get(staggergrpc.RequestIDKey) {
@@ -109,7 +114,7 @@ func TestServerHostileMetadata(t *testing.T) {
 		}
 	}
 	hc := listenProbe(t, &probe{seen: check}, srv)
-	keys := []string{staggergrpc.AttemptKey, staggergrpc.PreviousAttemptsKey, staggergrpc.RequestIDKey}
+	keys := []string{staggergrpc.AttemptKey, staggergrpc.PreviousAttemptsKey, staggergrpc.RequestIDKey, staggergrpc.MaxAttemptsKey}
 	unary := srv.Unary()
 	for _, h := range wiretest.Cases(keys...) {
 		md := metadata.MD{}

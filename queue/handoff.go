@@ -21,19 +21,29 @@ import (
 //     then: [ScopedID](caller, d.ID) keeps one job per caller's logical
 //     request however often it is handed over, and callers cannot collide;
 //     Handoff returns an error wrapping ErrInvalid when j.ID is empty;
-//   - MaxAttempts: at most d's attempts left after the current one
-//     (d.MaxAttempts − d.Attempt), when d has an attempt budget;
+//   - Attempts: d.Attempt, the attempts made so far (the current one
+//     counts), so the job's attempts count on from them: its first claim
+//     is attempt d.Attempt+1;
+//   - MaxAttempts: the smaller of j.MaxAttempts (what the queue allows,
+//     counted like d's attempts, from the work's first) and d.MaxAttempts
+//     (the work's budget), when they are set — so the job never gets more
+//     attempts than the work has left;
 //   - Deadline: at most d.Deadline, when d has one.
 //
 // It returns an error wrapping ErrInvalid when d has no attempt left.
 func Handoff(d retry.Delivery, j NewJob) (NewJob, error) {
 	if d.MaxAttempts > 0 {
-		left := d.MaxAttempts - d.Attempt
-		if left < 1 {
+		if d.Attempt >= d.MaxAttempts {
 			return j, fmt.Errorf("%w: the work has no attempt left (%d of %d made)", ErrInvalid, d.Attempt, d.MaxAttempts)
 		}
-		if j.MaxAttempts == 0 || j.MaxAttempts > left {
-			j.MaxAttempts = left
+		if j.MaxAttempts == 0 || j.MaxAttempts > d.MaxAttempts {
+			j.MaxAttempts = d.MaxAttempts
+		}
+	}
+	if d.Attempt > 0 {
+		j.Attempts = max(j.Attempts, d.Attempt)
+		if j.MaxAttempts > 0 && j.Attempts >= j.MaxAttempts {
+			return j, fmt.Errorf("%w: the work has no attempt left under the job's max_attempts (%d of %d made)", ErrInvalid, j.Attempts, j.MaxAttempts)
 		}
 	}
 	if j.ID == "" {

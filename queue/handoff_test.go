@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -47,8 +48,24 @@ func TestHandoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		dl, _ := ctx.Deadline()
-		if j.MaxAttempts != 3 || j.Deadline != dl.UnixMilli() {
-			t.Errorf("job max_attempts %d deadline %d; want 3 and %d", j.MaxAttempts, j.Deadline, dl.UnixMilli())
+		if j.Attempts != 2 || j.MaxAttempts != 5 || j.Deadline != dl.UnixMilli() {
+			t.Errorf("job attempts %d of %d deadline %d; want 2 of 5 and %d", j.Attempts, j.MaxAttempts, j.Deadline, dl.UnixMilli())
+		}
+		// The queue counts on: attempts 3, 4, 5, then the job is dead.
+		var got []int
+		for range 5 {
+			run, err := q.RunOnce(ctx, func(ctx context.Context, _ []byte) error {
+				d, _ := retry.DeliveryFrom(ctx)
+				got = append(got, d.Attempt, d.MaxAttempts)
+				return retry.Retryable(errors.New("still busy"))
+			})
+			if run == nil && err == nil {
+				break // nothing due: the job is dead
+			}
+			time.Sleep(time.Minute)
+		}
+		if want := []int{3, 5, 4, 5, 5, 5}; !slices.Equal(got, want) {
+			t.Errorf("the queue ran attempts (number, budget) %v, want %v", got, want)
 		}
 		// Nothing left: refused.
 		if _, err := queue.Handoff(retry.Delivery{ID: "x", Attempt: 5, MaxAttempts: 5}, queue.NewJob{}); !errors.Is(err, queue.ErrInvalid) {
@@ -57,7 +74,7 @@ func TestHandoff(t *testing.T) {
 		// A job's own smaller budget and earlier deadline stay.
 		nj, _ := queue.Handoff(retry.Delivery{ID: "y", Attempt: 1, MaxAttempts: 9, Deadline: time.UnixMilli(5000)},
 			queue.NewJob{ID: "own", MaxAttempts: 2, Deadline: 4000})
-		if nj.ID != "own" || nj.MaxAttempts != 2 || nj.Deadline != 4000 {
+		if nj.ID != "own" || nj.Attempts != 1 || nj.MaxAttempts != 2 || nj.Deadline != 4000 {
 			t.Errorf("handoff %+v", nj)
 		}
 	})
@@ -103,5 +120,30 @@ func TestLimitsNeedAStoreThatEnforcesThem(t *testing.T) {
 		if _, err := queue.New(queue.NewMemoryStore(), queue.Config{Limits: l}); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "Limits.") {
 			t.Errorf("%+v: %v, want an error naming the Limits field", l, err)
 		}
+	}
+}
+
+// TestNewJobAttempts: a job's attempts already made must be in
+// [0, max_attempts); the first claim is the next attempt.
+func TestNewJobAttempts(t *testing.T) {
+	ctx := context.Background()
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []queue.NewJob{{ID: "a", Attempts: -1}, {ID: "b", Attempts: 3, MaxAttempts: 3}, {ID: "c", Attempts: math.MaxInt32, MaxAttempts: 5}} {
+		if _, _, err := q.Enqueue(ctx, j); !errors.Is(err, queue.ErrInvalid) || !strings.Contains(err.Error(), "attempts") {
+			t.Errorf("%+v: %v, want an error naming attempts", j, err)
+		}
+	}
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "d", Attempts: 4, MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	var got retry.Delivery
+	if _, err := q.RunOnce(ctx, func(ctx context.Context, _ []byte) error { got, _ = retry.DeliveryFrom(ctx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempt != 5 || got.MaxAttempts != 5 {
+		t.Errorf("first claim: attempt %d of %d, want 5 of 5", got.Attempt, got.MaxAttempts)
 	}
 }

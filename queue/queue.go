@@ -95,6 +95,11 @@ type NewJob struct {
 	// AvailableAt delays the first attempt (Unix ms, before Deadline);
 	// 0 means now.
 	AvailableAt int64
+	// Attempts is the number of attempts the work already had before it
+	// reached the queue — on another driver, carried by its ledger
+	// (Handoff sets it): the job's first claim is attempt Attempts+1, and
+	// MaxAttempts counts these too. It must be in [0, MaxAttempts).
+	Attempts int
 }
 
 // Enqueue stores a job unless one with the same ID exists. It returns the
@@ -191,6 +196,9 @@ func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 	case maxA < 0 || maxA > MaxMaxAttempts:
 		return Job{}, fmt.Errorf("%w: max_attempts must be in [1, %d], got %d", ErrInvalid, MaxMaxAttempts, maxA)
 	}
+	if j.Attempts < 0 || j.Attempts >= maxA {
+		return Job{}, fmt.Errorf("%w: attempts (already made) must be in [0, max_attempts %d), got %d", ErrInvalid, maxA, j.Attempts)
+	}
 	dl := j.Deadline
 	switch {
 	case dl == 0:
@@ -208,7 +216,7 @@ func (q *Queue) newRow(j NewJob, now int64) (Job, error) {
 		return Job{}, fmt.Errorf("%w: available_at (%d ms) must be >= 0 and before the deadline (%d ms)", ErrInvalid, at, dl)
 	}
 	return Job{
-		ID: j.ID, Queue: name, Payload: j.Payload, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
+		ID: j.ID, Queue: name, Payload: j.Payload, Attempts: j.Attempts, MaxAttempts: maxA, AvailableAt: at, Deadline: dl,
 		State: Pending, CreatedAt: now, UpdatedAt: now,
 	}, nil
 }

@@ -2,11 +2,9 @@ package retryhttp
 
 import (
 	"context"
-	"hash/maphash"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,7 +94,8 @@ func ParseAttempt(v string) (int, bool) { return wire.ParseAttempt(v) }
 // further down does not multiply the upstream owner's retries with its own.
 //
 // The ledger of the request travels into the handler: its logical request
-// ID (RequestIDHeader, else IdempotencyKeyHeader), its attempt number and
+// ID (RequestIDHeader, else IdempotencyKeyHeader), its attempt number, its
+// attempt budget (MaxAttemptsHeader, clamped to MaxAttempts) and
 // its deadline (TimeoutHeader) are put in the context as a
 // [retry.Delivery] ([retry.DeliveryFrom], Source "http"; Attempt 1 for a
 // request without an attempt number), and the
@@ -178,13 +177,17 @@ type Guard struct {
 	// means DefaultMaxTimeout. The server's own deadline (one the
 	// request's context already has) is never extended either way.
 	MaxTimeout time.Duration
+	// MaxAttempts bounds the attempt budget a request's MaxAttemptsHeader
+	// can give the work (the handler's Delivery.MaxAttempts): a larger
+	// budget counts as MaxAttempts. 0 or negative means DefaultMaxBudget.
+	MaxAttempts int
 
 	inflight  atomic.Int64
 	unmarked  atomic.Int64
 	malformed atomic.Int64
 	shed      atomic.Int64
 	byAttempt [TrackedAttempts]atomic.Int64
-	ids       idTable
+	ids       wire.Repeats
 }
 
 // GuardStats is a snapshot of a Guard's counters.
@@ -236,8 +239,8 @@ func (g *Guard) Stats() GuardStats {
 	s := GuardStats{
 		Unmarked:  g.unmarked.Load(),
 		Malformed: g.malformed.Load(),
-		Repeats:   g.ids.repeats.Load(),
-		Evicted:   g.ids.evicted.Load(),
+		Repeats:   g.ids.Repeats(),
+		Evicted:   g.ids.Evicted(),
 		Shed:      g.shed.Load(),
 		InFlight:  g.inflight.Load(),
 	}
@@ -265,12 +268,16 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header[TimeoutHeader]; len(v) == 1 {
 		timeout, _ = wire.ParseTimeoutMs(v[0], g.MaxTimeout)
 	}
+	budget := 0
+	if v := r.Header[MaxAttemptsHeader]; len(v) == 1 {
+		budget, _ = wire.ParseMaxAttempts(v[0], g.MaxAttempts)
+	}
 	id := wireID(r.Header, RequestIDHeader)
 	if id == "" {
 		id = wireID(r.Header, IdempotencyKeyHeader)
 	}
 	if id != "" && g.MaxIDs >= 0 {
-		g.ids.seen(id, attempt, g.MaxIDs)
+		g.ids.Seen(id, attempt, g.MaxIDs)
 	}
 
 	n := g.inflight.Add(1)
@@ -280,7 +287,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.inflight.Add(-1)
-	if attempt > 0 || id != "" || timeout > 0 {
+	if attempt > 0 || id != "" || timeout > 0 || budget > 0 {
 		ctx := r.Context()
 		if timeout > 0 {
 			own, ok := ctx.Deadline()
@@ -293,7 +300,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if attempt > 0 {
 			ctx = WithUpstreamAttempt(ctx, attempt)
 		}
-		d := retry.Delivery{ID: id, Attempt: max(attempt, 1), Source: "http"}
+		d := retry.Delivery{ID: id, Attempt: max(attempt, 1), MaxAttempts: budget, Source: "http"}
 		d.Deadline, _ = ctx.Deadline()
 		r = r.WithContext(d.NewContext(ctx))
 	}
@@ -307,52 +314,6 @@ func wireID(h http.Header, k string) string {
 		return v[0]
 	}
 	return ""
-}
-
-// idTable remembers logical request IDs (as 64-bit hashes) with the
-// highest attempt number seen for each, oldest first out.
-type idTable struct {
-	mu      sync.Mutex
-	seed    maphash.Seed
-	last    map[uint64]int // hash → highest attempt seen (0: unmarked only)
-	order   []uint64       // hashes in the order first seen (a ring)
-	next    int            // the ring's oldest entry once it is full
-	repeats atomic.Int64
-	evicted atomic.Int64
-}
-
-// seen records a request for id with attempt (0: unmarked) and counts it
-// as a repeat when the ID was seen with that attempt number or a higher
-// one, or the request is unmarked. size bounds the table (0: 16384).
-func (t *idTable) seen(id string, attempt, size int) {
-	if size == 0 {
-		size = 16384
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.last == nil {
-		t.seed = maphash.MakeSeed()
-		t.last = make(map[uint64]int)
-	}
-	h := maphash.String(t.seed, id)
-	if prev, ok := t.last[h]; ok {
-		if attempt == 0 || attempt <= prev {
-			t.repeats.Add(1)
-		}
-		if attempt > prev {
-			t.last[h] = attempt
-		}
-		return
-	}
-	if len(t.order) < size {
-		t.order = append(t.order, h)
-	} else {
-		delete(t.last, t.order[t.next])
-		t.evicted.Add(1)
-		t.order[t.next] = h
-		t.next = (t.next + 1) % len(t.order)
-	}
-	t.last[h] = attempt
 }
 
 func (g *Guard) shedRequest(w http.ResponseWriter, r *http.Request, attempt int) {

@@ -23,7 +23,8 @@ func TestGuardHostileHeaders(t *testing.T) {
 	var mu sync.Mutex
 	var bad []string
 	served := 0
-	g := &retryhttp.Guard{MaxTimeout: maxTimeout, Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	const maxBudget = 4
+	g := &retryhttp.Guard{MaxTimeout: maxTimeout, MaxAttempts: maxBudget, Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		served++
@@ -43,12 +44,15 @@ func TestGuardHostileHeaders(t *testing.T) {
 			if d.Attempt < 1 || d.Attempt > retryhttp.MaxAttemptHeader || time.Until(d.Deadline) > maxTimeout {
 				bad = append(bad, "delivery attempt or deadline")
 			}
+			if d.MaxAttempts < 0 || d.MaxAttempts > maxBudget {
+				bad = append(bad, "delivery budget "+r.Header.Get(retryhttp.MaxAttemptsHeader))
+			}
 		}
 	})}
 	srv := httptest.NewServer(g)
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	cases := wiretest.Cases(retryhttp.AttemptHeader, retryhttp.TimeoutHeader, retryhttp.RequestIDHeader, retryhttp.IdempotencyKeyHeader)
+	cases := wiretest.Cases(retryhttp.AttemptHeader, retryhttp.MaxAttemptsHeader, retryhttp.TimeoutHeader, retryhttp.RequestIDHeader, retryhttp.IdempotencyKeyHeader)
 	for _, h := range cases {
 		_, _ = wiretest.Send(addr, "/", h) // refused (400, 431) or served: either way, no crash
 	}

@@ -77,3 +77,32 @@ func TestGuardRefusesBadIDs(t *testing.T) {
 		t.Errorf("a repeated request ID header: Delivery ID %q, want none", d.ID)
 	}
 }
+
+// TestGuardBoundsClientBudget: a request's Stagger-Max-Attempts reaches
+// the handler's Delivery clamped to Guard.MaxAttempts (DefaultMaxBudget
+// unset), so a client cannot give the work it hands on more attempts than
+// the server allows; anything but a decimal integer >= 1 is ignored.
+func TestGuardBoundsClientBudget(t *testing.T) {
+	for _, c := range []struct {
+		max  int
+		v    []string
+		want int
+	}{
+		{0, []string{"5"}, 5},
+		{0, []string{"999999999999999999999999"}, retryhttp.DefaultMaxBudget},
+		{0, []string{"11"}, retryhttp.DefaultMaxBudget},
+		{3, []string{"5"}, 3},
+		{50, []string{"20"}, 20},
+		{0, []string{"0"}, 0},
+		{0, []string{"-5"}, 0},
+		{0, []string{"NaN"}, 0},
+		{0, []string{"1e3"}, 0},
+		{0, []string{"5", "6"}, 0},
+	} {
+		d, _, _ := guardSees(&retryhttp.Guard{MaxAttempts: c.max}, context.Background(),
+			http.Header{retryhttp.MaxAttemptsHeader: c.v, retryhttp.AttemptHeader: {"2"}})
+		if d.MaxAttempts != c.want || d.Attempt != 2 {
+			t.Errorf("MaxAttempts %d, header %q: Delivery %d of %d, want 2 of %d", c.max, c.v, d.Attempt, d.MaxAttempts, c.want)
+		}
+	}
+}

@@ -92,8 +92,9 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 //     AttemptHeader and needs an attempt left and the Budget's retry, or
 //     it is stopped before anything is written.
 //   - Every attempt carries the call's ledger: AttemptHeader,
-//     RequestIDHeader (the same on every attempt) and, with a deadline,
-//     TimeoutHeader. A request whose context says that an upstream owner
+//     MaxAttemptsHeader, RequestIDHeader (the same on every attempt) and,
+//     with a deadline, TimeoutHeader. A call inside work that has an
+//     attempt budget counts on from that work's attempts (ledger.go). A request whose context says that an upstream owner
 //     already retries ([UpstreamAttempt], set by [Guard]) is sent once, so
 //     stacked layers do not multiply attempts.
 //
@@ -126,7 +127,9 @@ type Transport struct {
 	// MaxHosts bounds the per-host registry; 0 means DefaultMaxHosts.
 	MaxHosts int
 	// NestedRetries lets this transport retry requests whose context says
-	// an upstream owner already retries. Off by default: one owner.
+	// an upstream owner already retries, with a budget of its own (the
+	// upstream ledger's attempts are not counted on). Off by default: one
+	// owner.
 	NestedRetries bool
 	// MaxDrain is how many bytes of a failed response are read before it
 	// is closed; 0 means DefaultMaxDrain, negative means none.
@@ -321,6 +324,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := &call{t: t, req: req, ctx: req.Context()}
 	c.start(t.state(req.URL.Host))
+	if err := c.exhausted(); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
 	return c.run()
 }
 
@@ -339,6 +346,7 @@ type call struct {
 	tmo      [1]string    // the first attempt's TimeoutHeader value
 	started  time.Time    // the attempt's start (Begin's now)
 	first    http.Request // the first attempt's request
+	budget   []string     // MaxAttemptsHeader's value (ledger.go)
 
 	// What reaches the wire, for a request net/http re-sends by itself
 	// (see wire.go); wire is false for the rest.
@@ -379,6 +387,7 @@ func (c *call) start(st *hostState) {
 		p = &st.step[1]
 	}
 	c.step.Policy = p
+	c.ledger(prev)
 }
 
 func (c *call) now() time.Time {
@@ -581,10 +590,11 @@ func (c *call) attemptRequest(ctx context.Context) (*http.Request, error) {
 	} else {
 		r = c.req.WithContext(ctx)
 	}
-	h := make(http.Header, len(c.req.Header)+3)
+	h := make(http.Header, len(c.req.Header)+4)
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
+	c.setBudget(h)
 	if c.upstream > 0 {
 		h[AttemptHeader] = attemptValue(c.upstream)
 	} else {

@@ -55,3 +55,25 @@ func ExampleConsumer() {
 		log.Fatal(err)
 	}
 }
+
+// A handler that hands its work to JetStream publishes with the context
+// it was given: the message carries the work's ledger, so the consumer's
+// attempts count on from the producer's (3, 4, 5 here) rather than from
+// the server's delivery count alone, and its Delivery keeps the work's
+// deadline. It needs a NATS server, so this example is compiled, not run.
+func ExamplePublish() {
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := retry.Delivery{ID: "order-42", Attempt: 2, MaxAttempts: 5, Source: "queue",
+		Deadline: time.Now().Add(20 * time.Second)}.NewContext(context.Background())
+	if _, err := stagjs.Publish(ctx, js, "orders.in", "order-42", []byte(`{"sku":"tea"}`)); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -14,8 +14,10 @@
 //
 // Each failure is decided by the shared retry.Policy.Decide; a retry is a
 // NakWithDelay of exactly the decided delay, so the server redelivers it no
-// sooner. The attempt number is the server's delivery count (NumDelivered):
-// a delivery that crashed or timed out counts, as the durable queue counts claims.
+// sooner. The attempt number is the server's delivery count (NumDelivered),
+// counted on from the attempts the producer's ledger says were made before
+// the message was published (Publish, broker.EncodeLedger): a delivery that
+// crashed or timed out counts, as the durable queue counts claims.
 //
 // A dead letter is published on a subject of its own under DLQSubject,
 // naming the original's stream, the consumer, the stream sequence and the
@@ -266,7 +268,7 @@ func NewConsumer(js jetstream.JetStream, opts Options) (*Consumer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Consumer{js: js, opts: opts, log: log,
-		proc: &broker.Processor{Handler: opts.Handler, Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now, Trace: opts.Trace}}
+		proc: &broker.Processor{Handler: ackBounded(opts.Handler), Policy: opts.Policy, Inbox: opts.Inbox, Source: "jetstream", Now: opts.Now, Trace: opts.Trace}}
 	cfg := c.ConsumerConfig()
 	c.ackWaits = cfg.BackOff
 	if len(c.ackWaits) == 0 {
@@ -570,26 +572,18 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		FirstFailure: stored,
 		Origin:       m.Subject(),
 	}
-	if v := m.Headers().Get(broker.HeaderDeadline); v != "" {
-		// The producer's ledger (broker.StateFrom): the work's deadline.
-		if ms, ok := broker.ParseDecimal([]byte(v)); ok && ms > 0 {
-			st.Deadline = time.UnixMilli(ms)
-		} else {
-			c.log.Warn("jetstream: ignoring a malformed "+broker.HeaderDeadline+" header (want Unix milliseconds)",
-				slog.String("id", id), slog.String("value", v[:min(len(v), 64)]))
-		}
-	}
+	c.ledger(m.Headers(), id, &st)
 	actx := ctx
-	if c.opts.Policy.AttemptTimeout == 0 && md.delivered >= uint64(c.proc.MaxAttempts()) {
+	if c.opts.Policy.AttemptTimeout == 0 && c.lastDelivery(md.delivered, st) {
 		// The last delivery: past its ack wait the server gives up on the
 		// message and the advisory mover dead-letters it, so a success
 		// after that must not happen. (Earlier deliveries are left
 		// unbounded: a late success there is a duplicate run, the
 		// redelivery's, not a wrong dead letter, and a timer per message
 		// would cost the hot path.)
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, c.attemptBound(md.delivered))
-		defer cancel()
+		var stop func()
+		actx, stop = bound(ctx, c.attemptBound(md.delivered))
+		defer stop()
 	}
 	pctx := actx
 	if c.proc.Trace != nil {

@@ -793,11 +793,8 @@ func ParseDeadLetter(r *kgo.Record) (broker.DeadLetter, error) {
 }
 
 // Publish produces an original message with the x-stagger-id header set to
-// id (the key an inbox deduplicates on) and waits for its acknowledgement.
+// id (the key an inbox deduplicates on) and the ledger of the work ctx
+// carries ([NewRecord]), and waits for its acknowledgement.
 func Publish(ctx context.Context, cl *kgo.Client, topic, id string, key, value []byte) error {
-	r := &kgo.Record{Topic: topic, Key: key, Value: value}
-	if id != "" {
-		r.Headers = []kgo.RecordHeader{{Key: broker.HeaderID, Value: []byte(id)}}
-	}
-	return cl.ProduceSync(ctx, r).FirstErr()
+	return cl.ProduceSync(ctx, NewRecord(ctx, topic, id, key, value)).FirstErr()
 }

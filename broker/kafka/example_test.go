@@ -116,3 +116,21 @@ func ExampleConsumer() {
 	// order-2 attempt 1/3 (kafka)
 	// DLQ: order-2 reason=permanent attempts=1 error="malformed order" origin=orders/0/1
 }
+
+// A handler that hands its work to Kafka builds its record (or calls
+// Publish) with the context it was given: the record carries the work's
+// ledger, so a consumer counts on from attempt 2 of 5 and keeps the
+// deadline instead of starting a fresh budget.
+func ExampleNewRecord() {
+	ctx := retry.Delivery{ID: "order-42", Attempt: 2, MaxAttempts: 5, Source: "http",
+		Deadline: time.UnixMilli(1_700_000_020_000)}.NewContext(context.Background())
+	r := kafka.NewRecord(ctx, "orders", "order-42", []byte("order-42"), []byte(`{"sku":"tea"}`))
+	for _, h := range r.Headers {
+		fmt.Printf("%s: %s\n", h.Key, h.Value)
+	}
+	// Output:
+	// x-stagger-id: order-42
+	// x-stagger-attempt: 2
+	// x-stagger-max-attempts: 5
+	// x-stagger-deadline: 1700000020000
+}

@@ -40,7 +40,7 @@ func TestStateRoundTrip(t *testing.T) {
 func TestStateMalformed(t *testing.T) {
 	for _, c := range []struct{ v, field string }{
 		{"", "version"},
-		{"3 1 0 0 0 0 0 0 t", "version"},
+		{"4 1 0 0 0 0 0 0 0 0 t", "version"},
 		{"1 x 0 0 0 0 0 0 t", "attempts"},
 		{"1 -1 0 0 0 0 0 0 t", "attempts"},
 		{"1 1 0 0 0 0 0 t", "offset"},

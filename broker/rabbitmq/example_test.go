@@ -96,3 +96,30 @@ func ExampleParseDeadLetter() {
 	log.Printf("%s: %s after %d attempts: %s (from %s)", dl.ID, dl.Reason, dl.Attempts, dl.Error, dl.Origin)
 	d.Ack(false)
 }
+
+// A handler that hands its work to RabbitMQ publishes with the context it
+// was given: the message carries the work's ledger (attempts made, attempt
+// budget, deadline), so the consumer counts on from it instead of starting
+// a fresh budget. It needs a RabbitMQ server, so this example is compiled,
+// not run.
+func ExamplePublisher_Publish_ledger() {
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	pub, err := rabbitmq.NewPublisher(conn, rabbitmq.NewTopology("orders", nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pub.Close()
+	handOff := func(ctx context.Context, order []byte) error {
+		d, _ := retry.DeliveryFrom(ctx) // e.g. attempt 2 of 5, from a Guard-ed request
+		return pub.Publish(ctx, d.ID, order)
+	}
+	ctx := retry.Delivery{ID: "order-42", Attempt: 2, MaxAttempts: 5, Source: "queue",
+		Deadline: time.Now().Add(20 * time.Second)}.NewContext(context.Background())
+	if err := handOff(ctx, []byte(`{"sku":"tea"}`)); err != nil {
+		log.Fatal(err)
+	}
+}

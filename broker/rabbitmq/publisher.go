@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/staggerhq/stagger/broker"
 )
 
 // ErrUnroutable is returned when RabbitMQ returned a mandatory publish: no
@@ -197,17 +199,35 @@ func NewPublisher(conn *amqp.Connection, topo Topology) (*Publisher, error) {
 }
 
 // Publish sends body as a persistent message with MessageId id (the key an
-// inbox deduplicates on) and waits for the confirm.
+// inbox deduplicates on) and waits for the confirm. When ctx carries work
+// ([retry.DeliveryFrom]: a handler handing its work on), the message
+// carries its ledger in the state headers (broker.EncodeLedger): the
+// consumer counts on from the attempts made, within the attempts and the
+// deadline that are left.
 func (p *Publisher) Publish(ctx context.Context, id string, body []byte) error {
-	wait, err := p.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
+	msg := amqp.Publishing{
 		MessageId:    id,
 		DeliveryMode: amqp.Persistent,
 		Body:         body,
-	})
+	}
+	msg.Headers = ledgerTable(ctx)
+	wait, err := p.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, msg)
 	if err != nil {
 		return err
 	}
 	return wait(ctx)
+}
+
+// ledgerTable is the state headers of the work ctx carries; nil when none.
+func ledgerTable(ctx context.Context) amqp.Table {
+	var h amqp.Table
+	broker.EncodeLedger(ctx, func(k, v string) {
+		if h == nil {
+			h = amqp.Table{}
+		}
+		h[k] = v
+	})
+	return h
 }
 
 // Close closes the publisher's channel.

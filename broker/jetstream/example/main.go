@@ -99,10 +99,12 @@ func run() error {
 	go func() { stopped <- c.Run(rctx) }()
 	defer func() { stop(); <-stopped }() // a graceful stop before the streams go
 	fmt.Printf("on JetStream (stream %s, MaxDeliver %d, ack-timeout BackOff %v):\n", name, c.ConsumerConfig().MaxDeliver, c.ConsumerConfig().BackOff)
-	if _, err := js.Publish(ctx, name+".orders", []byte("pay 10 EUR"), jetstream.WithMsgID("order-1")); err != nil {
+	// stagjs.Publish writes the ledger of the work ctx carries (none here:
+	// these are new orders) with the message ID, in one call.
+	if _, err := stagjs.Publish(ctx, js, name+".orders", "order-1", []byte("pay 10 EUR")); err != nil {
 		return err
 	}
-	if _, err := js.Publish(ctx, name+".orders", []byte("{broken"), jetstream.WithMsgID("order-2")); err != nil {
+	if _, err := stagjs.Publish(ctx, js, name+".orders", "order-2", []byte("{broken")); err != nil {
 		return err
 	}
 

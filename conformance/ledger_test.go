@@ -1,0 +1,522 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker"
+	stagjs "github.com/staggerhq/stagger/broker/jetstream"
+	"github.com/staggerhq/stagger/broker/kafka"
+	"github.com/staggerhq/stagger/broker/rabbitmq"
+	staggergrpc "github.com/staggerhq/stagger/grpc"
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/queue/sqlite"
+	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retryhttp"
+)
+
+// The drivers a logical request crosses, in the order of the full chain.
+const (
+	hopHTTP   = "http"
+	hopQueue  = "queue"
+	hopRabbit = "rabbitmq"
+	hopJS     = "jetstream"
+	hopKafka  = "kafka"
+	hopGRPC   = "grpc"
+)
+
+var hops = []string{hopHTTP, hopQueue, hopRabbit, hopJS, hopKafka, hopGRPC}
+
+// The logical request's ledger: a budget of 5 attempts and a 20 s deadline.
+const (
+	budget   = 5
+	lifetime = 20 * time.Second
+	// own is every hop's own attempt bound: above the ledger's budget, as
+	// the queue's default of 10 is, so only the ledger can keep the sum
+	// at 5.
+	own = 10
+)
+
+// tick is every schedule's wait: the test runs in real time on real
+// servers, so the waits are tiny rather than virtual.
+var tick = backoff.Constant(time.Millisecond)
+
+// seen is one attempt as its handler saw it.
+type seen struct {
+	hop      string
+	attempt  int
+	max      int
+	deadline time.Time
+}
+
+// flow is one logical request: the drivers it goes through and, for each,
+// the local attempt at which its handler hands the work to the next one.
+type flow struct {
+	name      string
+	route     []string
+	handoffAt int
+	deadline  time.Time
+
+	mu    sync.Mutex
+	seen  []seen
+	local map[string]int
+}
+
+func (f *flow) record(hop string, d retry.Delivery) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen = append(f.seen, seen{hop: hop, attempt: d.Attempt, max: d.MaxAttempts, deadline: d.Deadline})
+	f.local[hop]++
+	return f.local[hop]
+}
+
+func (f *flow) snapshot() []seen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.seen)
+}
+
+// lab is one server of every kind on loopback, each running the same
+// handler: it fails every attempt, and on its flow's handoffAt-th local
+// attempt hands the work to the next driver of the flow (with the
+// publishing helper each driver offers, passing the handler's context)
+// and succeeds.
+type lab struct {
+	t     *testing.T
+	mu    sync.Mutex
+	flows map[string]*flow
+
+	httpURL    string
+	httpFirst  *http.Client // a caller that starts the work: MaxAttempts = the budget
+	httpNext   *http.Client // a call that carries it on: its own bound
+	q          *queue.Queue
+	rabbit     *rabbitmq.Publisher
+	js         jetstream.JetStream
+	jsSubject  string
+	kcl        *kgo.Client
+	ktopic     string
+	grpcFirst  healthpb.HealthClient
+	grpcNext   healthpb.HealthClient
+	errFailing error
+}
+
+func (l *lab) flow(name string) *flow {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.flows[name]
+}
+
+// handle is every driver's handler for the work named name.
+func (l *lab) handle(ctx context.Context, hop, name string) error {
+	f := l.flow(name)
+	if f == nil {
+		return retry.Permanent(fmt.Errorf("unknown flow %q", name))
+	}
+	d, ok := retry.DeliveryFrom(ctx)
+	if !ok {
+		l.t.Errorf("%s: %s's handler has no Delivery", name, hop)
+	}
+	local := f.record(hop, d)
+	if i := slices.Index(f.route, hop); local == f.handoffAt && i+1 < len(f.route) {
+		if err := l.handoff(ctx, f, f.route[i+1]); err == nil {
+			return nil
+		}
+	}
+	return retry.Retryable(l.errFailing)
+}
+
+// handoff hands f's work to the driver next, from a handler's context.
+func (l *lab) handoff(ctx context.Context, f *flow, next string) error {
+	d, _ := retry.DeliveryFrom(ctx)
+	switch next {
+	case hopHTTP:
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.httpURL+"/"+f.name, nil)
+		resp, err := l.httpNext.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	case hopQueue:
+		j, err := queue.Handoff(d, queue.NewJob{ID: "job-" + f.name, Payload: []byte(f.name)})
+		if err != nil {
+			return err
+		}
+		_, _, err = l.q.Enqueue(ctx, j)
+		return err
+	case hopRabbit:
+		return l.rabbit.Publish(ctx, f.name, []byte(f.name))
+	case hopJS:
+		_, err := stagjs.Publish(ctx, l.js, l.jsSubject, f.name, []byte(f.name))
+		return err
+	case hopKafka:
+		return kafka.Publish(ctx, l.kcl, l.ktopic, f.name, nil, []byte(f.name))
+	case hopGRPC:
+		_, err := l.grpcNext.Check(ctx, &healthpb.HealthCheckRequest{Service: f.name})
+		if status.Code(err) == codes.Unavailable {
+			return nil // the hop ran, and failed as every hop does
+		}
+		return err
+	}
+	return fmt.Errorf("unknown hop %q", next)
+}
+
+// start makes the first attempt of f's work on its first driver, with
+// the ledger's budget and deadline.
+func (l *lab) start(f *flow) error {
+	ctx, cancel := context.WithDeadline(context.Background(), f.deadline)
+	defer cancel()
+	work := retry.Delivery{ID: f.name, MaxAttempts: budget, Deadline: f.deadline, Source: "retry"}.NewContext(context.Background())
+	switch f.route[0] {
+	case hopHTTP:
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.httpURL+"/"+f.name, nil)
+		resp, err := l.httpFirst.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	case hopQueue:
+		_, _, err := l.q.Enqueue(ctx, queue.NewJob{ID: "job-" + f.name, Payload: []byte(f.name), MaxAttempts: budget, Deadline: f.deadline.UnixMilli()})
+		return err
+	case hopRabbit:
+		return l.rabbit.Publish(work, f.name, []byte(f.name))
+	case hopJS:
+		_, err := stagjs.Publish(work, l.js, l.jsSubject, f.name, []byte(f.name))
+		return err
+	case hopKafka:
+		return kafka.Publish(work, l.kcl, l.ktopic, f.name, nil, []byte(f.name))
+	case hopGRPC:
+		_, err := l.grpcFirst.Check(ctx, &healthpb.HealthCheckRequest{Service: f.name})
+		if status.Code(err) == codes.Unavailable || err == nil {
+			return nil
+		}
+		return err
+	}
+	return fmt.Errorf("unknown hop %q", f.route[0])
+}
+
+// unavailable skips the test when a server is not running, except under
+// CI=true, where it fails.
+func unavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s unreachable: %v", what, err)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func newLab(t *testing.T) *lab {
+	l := &lab{t: t, flows: map[string]*flow{}, errFailing: errors.New("the dependency is down")}
+	unique := fmt.Sprintf("stg-ledger-%d", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	consumer := &retry.Policy{MaxAttempts: own, Schedule: tick}
+
+	// RabbitMQ.
+	amqpURL := env("STAGGER_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	if err != nil {
+		unavailable(t, "RabbitMQ at STAGGER_AMQP_URL (default 127.0.0.1:5672)", errors.New("dial failed"))
+	}
+	t.Cleanup(func() { conn.Close() })
+	// NATS JetStream.
+	nc, err := nats.Connect(env("STAGGER_NATS_URL", "nats://127.0.0.1:4222"), nats.Timeout(3*time.Second))
+	if err != nil {
+		unavailable(t, "NATS at STAGGER_NATS_URL (default 127.0.0.1:4222)", err)
+	}
+	t.Cleanup(nc.Close)
+
+	topo := rabbitmq.NewTopology(unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_ = topo.Delete(ch)
+		}
+	})
+	if l.rabbit, err = rabbitmq.NewPublisher(conn, topo); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rabbitmq.NewConsumer(rabbitmq.Options{URL: amqpURL, Topology: topo, Policy: consumer,
+		Handler: func(ctx context.Context, p []byte) error { return l.handle(ctx, hopRabbit, string(p)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, rc.Run)
+
+	if l.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	stream := strings.ReplaceAll(unique, "-", "_")
+	l.jsSubject = stream + ".in"
+	if _, err := l.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{l.jsSubject}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, s := range []string{stream, stream + "_DLQ", stream + "_ADV"} {
+			_ = l.js.DeleteStream(ctx, s)
+		}
+	})
+	jc, err := stagjs.NewConsumer(l.js, stagjs.Options{Stream: stream, Consumer: "work", Policy: consumer, AckWait: 5 * time.Second,
+		Handler: func(ctx context.Context, p []byte) error { return l.handle(ctx, hopJS, string(p)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := jc.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run(t, jc.Run)
+
+	// Kafka: franz-go's in-process kfake cluster.
+	topics := kafka.NewTopics(unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics.All()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	l.ktopic = topics.Main
+	if l.kcl, err = kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.kcl.Close)
+	kc, err := kafka.NewConsumer(kafka.Options{Brokers: cluster.ListenAddrs(), Topics: topics, Group: unique, Policy: consumer,
+		Handler: func(ctx context.Context, p []byte) error { return l.handle(ctx, hopKafka, string(p)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, kc.Run)
+
+	// The queue, on SQLite.
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "q.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if l.q, err = queue.New(st, queue.Config{Policy: consumer}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, func(ctx context.Context) error {
+		h := func(ctx context.Context, p []byte) error { return l.handle(ctx, hopQueue, string(p)) }
+		for ctx.Err() == nil {
+			if j, err := l.q.RunOnce(ctx, h); j == nil && err == nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return ctx.Err()
+	})
+
+	// HTTP: a Guard-ed service.
+	srv := httptest.NewServer(&retryhttp.Guard{Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := l.handle(r.Context(), hopHTTP, strings.TrimPrefix(r.URL.Path, "/")); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})})
+	t.Cleanup(srv.Close)
+	l.httpURL = srv.URL
+	l.httpFirst = &http.Client{Transport: retryhttp.New(nil, &retry.Policy{MaxAttempts: budget, Schedule: tick})}
+	l.httpNext = &http.Client{Transport: retryhttp.New(nil, consumer)}
+
+	// gRPC: a service behind the Server interceptors.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := &staggergrpc.Server{}
+	gsrv := grpc.NewServer(grpc.ChainUnaryInterceptor(gs.Unary()))
+	healthpb.RegisterHealthServer(gsrv, &healthFn{check: func(ctx context.Context, name string) error {
+		if err := l.handle(ctx, hopGRPC, name); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+		return nil
+	}})
+	go gsrv.Serve(lis)
+	t.Cleanup(gsrv.Stop)
+	dialGRPC := func(p *retry.Policy) healthpb.HealthClient {
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor((&staggergrpc.Client{Policy: p}).Unary()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return healthpb.NewHealthClient(cc)
+	}
+	l.grpcFirst = dialGRPC(&retry.Policy{MaxAttempts: budget, Schedule: tick})
+	l.grpcNext = dialGRPC(consumer)
+	return l
+}
+
+// run runs a driver's loop until the test ends.
+func run(t *testing.T, loop func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- loop(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("a driver's loop returned %v", err)
+		}
+	})
+}
+
+type healthFn struct {
+	healthpb.UnimplementedHealthServer
+	check func(ctx context.Context, name string) error
+}
+
+func (h *healthFn) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if err := h.check(ctx, req.Service); err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// TestLedgerAcrossDrivers: one logical request with a budget of 5
+// attempts and a 20 s deadline, failing everywhere, handed from each
+// driver to each other one (after its second attempt), and along the full
+// chain HTTP → queue → RabbitMQ → JetStream → Kafka → gRPC and back
+// (after each driver's first attempt): the sum of the attempts every hop
+// made is 5, the attempt numbers run 1 … 5 without going back, every hop
+// sees the budget of 5, and the deadline never grows.
+func TestLedgerAcrossDrivers(t *testing.T) {
+	l := newLab(t)
+	var flows []*flow
+	add := func(name string, route []string, at int) {
+		f := &flow{name: name, route: route, handoffAt: at, deadline: time.Now().Add(lifetime).Truncate(time.Millisecond), local: map[string]int{}}
+		l.mu.Lock()
+		l.flows[name] = f
+		l.mu.Unlock()
+		flows = append(flows, f)
+	}
+	for _, a := range hops {
+		for _, b := range hops {
+			if a != b {
+				add(a+"-to-"+b, []string{a, b}, 2)
+			}
+		}
+	}
+	add("chain", hops, 1)
+	back := slices.Clone(hops)
+	slices.Reverse(back)
+	add("chain-back", back, 1)
+	var wg sync.WaitGroup
+	for _, f := range flows {
+		wg.Go(func() {
+			if err := l.start(f); err != nil {
+				t.Errorf("%s: start: %v", f.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Wait for every flow to spend its budget, then a little longer: an
+	// attempt beyond the budget would show up in that time.
+	deadline := time.Now().Add(15 * time.Second)
+	for _, f := range flows {
+		for len(f.snapshot()) < budget && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, f := range flows {
+		check(t, f)
+	}
+}
+
+// slack is how much later than the previous one a hop's deadline may
+// read. Queue rows and broker headers carry the deadline itself, in Unix
+// milliseconds: a millisecond. HTTP (Stagger-Timeout-Ms) and gRPC
+// (grpc-timeout) carry the time left, so that the two clocks need not
+// agree, and the receiver counts it from the request's arrival: the
+// deadline reads later by the request's time in transit (tens of
+// milliseconds on a loaded machine), never by more than that — a second
+// here, where a deadline started over would read 20 s or the queue's
+// default of hours.
+func slack(hop string) time.Duration {
+	if hop == hopHTTP || hop == hopGRPC {
+		return time.Second
+	}
+	return time.Millisecond
+}
+
+func check(t *testing.T, f *flow) {
+	t.Helper()
+	got := f.snapshot()
+	var nums []int
+	for _, s := range got {
+		nums = append(nums, s.attempt)
+	}
+	desc := func() string {
+		var b strings.Builder
+		for _, s := range got {
+			fmt.Fprintf(&b, " %s:%d/%d", s.hop, s.attempt, s.max)
+		}
+		return b.String()
+	}
+	if len(got) != budget || !slices.Equal(nums, []int{1, 2, 3, 4, 5}) {
+		t.Errorf("%s: attempts%s; want 5 attempts numbered 1 … 5 in all", f.name, desc())
+	}
+	prev := f.deadline
+	for i, s := range got {
+		if s.max != budget {
+			t.Errorf("%s: attempt %d on %s saw a budget of %d, want %d", f.name, i+1, s.hop, s.max, budget)
+		}
+		switch {
+		case s.deadline.IsZero():
+			t.Errorf("%s: attempt %d on %s has no deadline, want the work's", f.name, i+1, s.hop)
+		case s.deadline.After(prev.Add(slack(s.hop))):
+			t.Errorf("%s: attempt %d on %s has deadline %v, later than %v before it", f.name, i+1, s.hop, s.deadline, prev)
+		default:
+			prev = s.deadline
+		}
+	}
+	if len(f.route) == 2 {
+		want := []string{f.route[0], f.route[0], f.route[1], f.route[1], f.route[1]}
+		var hopsSeen []string
+		for _, s := range got {
+			hopsSeen = append(hopsSeen, s.hop)
+		}
+		if !slices.Equal(hopsSeen, want) {
+			t.Errorf("%s: hops %v, want %v (two attempts, then what is left)", f.name, hopsSeen, want)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package staggergrpc
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/staggerhq/stagger/internal/wire"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// MaxAttemptsKey carries the logical request's attempt budget: the highest
+// attempt number any hop may make for it (the ledger's MaxAttempts). A
+// [Client] sends it on every attempt — its Policy's MaxAttempts for a call
+// that starts the work, the budget of the work its context carries for a
+// call that carries it on — and a [Server] reads it, clamped to
+// Server.MaxAttempts, into the handler's retry.Delivery.
+const MaxAttemptsKey = "stagger-max-attempts"
+
+// DefaultMaxBudget is the largest attempt budget a client's
+// stagger-max-attempts gives the work when Server.MaxAttempts is not set.
+const DefaultMaxBudget = wire.DefaultMaxBudget
+
+// ledger continues the work ctx carries. Inside a Server's handler (an
+// upstream owner retries, NestedRetries unset) the call makes one attempt
+// numbered as the incoming call's, with its budget; inside other work that
+// has a budget (a queue job, a broker message: retry.DeliveryFrom) the
+// call's attempts count on from that work's, up to the smaller of the
+// Policy's MaxAttempts and the work's budget, within its deadline.
+func (k *call) ledger(ctx context.Context) {
+	d := &k.s.Delivery
+	own := k.s.Policy.MaxAttempts
+	if own <= 0 {
+		own = retry.DefaultMaxAttempts
+	}
+	budget := own
+	prev, hasPrev := retry.DeliveryFrom(ctx)
+	if d.ID == "" && hasPrev && prev.ID != "" {
+		d.ID = prev.ID
+	}
+	if n, ok := UpstreamAttempt(ctx); ok {
+		if k.c.NestedRetries {
+			k.budget = budgetValue(budget) // every layer its own owner, asked for
+			return
+		}
+		d.Attempt, d.MaxAttempts = n-1, n
+		budget = 0
+		if hasPrev {
+			budget = prev.MaxAttempts
+		}
+	} else if hasPrev && prev.MaxAttempts > 0 && prev.Attempt > 0 {
+		d.Attempt = prev.Attempt
+		d.MaxAttempts = min(own, prev.MaxAttempts)
+		d.Deadline = prev.Deadline
+		budget = prev.MaxAttempts
+	}
+	if budget > 0 {
+		k.budget = budgetValue(budget)
+	}
+}
+
+// exhausted is the error of a call whose carried ledger has no attempt
+// left: nothing is sent.
+func (k *call) exhausted() error {
+	d := &k.s.Delivery
+	if d.Attempt == 0 || d.Attempt < d.MaxAttempts {
+		return nil
+	}
+	return &retry.Error{Reason: retry.Exhausted, Attempts: d.Attempt}
+}
+
+// budgets are the MaxAttemptsKey values of small budgets, made once.
+var budgets = func() (v [17]string) {
+	for i := 1; i < len(v); i++ {
+		v[i] = strconv.Itoa(i)
+	}
+	return v
+}()
+
+func budgetValue(n int) string {
+	if n > 0 && n < len(budgets) {
+		return budgets[n]
+	}
+	return strconv.Itoa(n)
+}
+
+// delivery is the ledger of an incoming call as the handler gets it
+// ([retry.DeliveryFrom], Source "grpc"): the request ID when it is one
+// readable value, the attempt number n (1 for an unmarked call), the
+// budget clamped to MaxAttempts, and the handler's deadline (grpc-timeout
+// clamped to MaxTimeout). It also counts the call against the repeat table.
+func (s *Server) delivery(ctx context.Context, md metadata.MD, n int) retry.Delivery {
+	d := retry.Delivery{Attempt: max(n, 1), Source: "grpc"}
+	if v := md.Get(RequestIDKey); len(v) == 1 && wire.ValidID(v[0]) {
+		d.ID = v[0]
+	}
+	if v := md.Get(MaxAttemptsKey); len(v) == 1 {
+		d.MaxAttempts, _ = wire.ParseMaxAttempts(v[0], s.MaxAttempts)
+	}
+	d.Deadline, _ = ctx.Deadline()
+	if d.ID != "" && s.MaxIDs >= 0 {
+		s.ids.Seen(d.ID, n, s.MaxIDs)
+	}
+	return d
+}
