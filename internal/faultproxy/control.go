@@ -315,6 +315,19 @@ func (c *Control) Handler() http.Handler {
 		}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": r.Method + " " + r.URL.Path + ": method not allowed; want " + strings.Join(allow, ", ")})
+			return
+		}
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no route " + r.Method + " " + r.URL.Path +
 			"; the routes: /proxies, /proxies/{proxy}, /faults, /faults/{name}, /stats, /stats/reset (see docs/proxy.md)"})
 	})
@@ -428,6 +441,8 @@ func decodeJSON(b []byte, v any) error {
 			return errorf("request body: one JSON object, got more after it")
 		}
 		return nil
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf("request body: malformed JSON: it ends early")
 	case errors.Is(err, io.EOF):
 		return errorf("request body: empty; want a JSON object")
 	case errors.As(err, &te):
