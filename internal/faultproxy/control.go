@@ -27,6 +27,7 @@ const (
 var (
 	ErrBadRequest = errors.New("bad request")
 	ErrNoProxy    = errors.New("no such proxy")
+	errNotTracked = errors.New("not tracked")
 )
 
 func errorf(format string, a ...any) error {
@@ -192,6 +193,12 @@ func info(p Proxy) ProxyInfo {
 	return ProxyInfo{Name: p.Name(), Kind: p.Kind(), Listen: p.Addr(), Upstream: p.Upstream(), Faults: p.Faults().Counts()}
 }
 
+// RequestAttempts is the answer of GET /stats/requests/{id}.
+type RequestAttempts struct {
+	ID       string `json:"id"`
+	Attempts int    `json:"attempts"`
+}
+
 // FaultRequest is the body of POST /faults and PUT /faults/{name}; a body
 // that does not start with '{' is the clause itself.
 type FaultRequest struct {
@@ -211,6 +218,7 @@ type FaultRequest struct {
 //	PUT    /faults/{name}            replace it (or add it), counts kept
 //	DELETE /faults/{name}            remove it
 //	GET    /stats                    the counts (?timeline=1: and the windows)
+//	GET    /stats/requests/{id}      the attempts of one logical request
 //	POST   /stats/reset              start the counts afresh
 //
 // /faults and /stats act on the default proxy (the first) or on
@@ -308,6 +316,20 @@ func (c *Control) Handler() http.Handler {
 		}))
 		mux.HandleFunc("GET "+prefix+"/stats", c.withProxy(func(w http.ResponseWriter, r *http.Request, p Proxy) {
 			writeJSON(w, http.StatusOK, p.Stats(r.URL.Query().Get("timeline") == "1"))
+		}))
+		mux.HandleFunc("GET "+prefix+"/stats/requests/{id}", c.withProxy(func(w http.ResponseWriter, r *http.Request, p Proxy) {
+			rc, ok := p.(RequestCounter)
+			if !ok {
+				writeErr(w, fmt.Errorf("%w: proxy %q keeps no per-request counts; read max_attempts in /stats", errNotTracked, p.Name()))
+				return
+			}
+			id := r.PathValue("id")
+			n, ok := rc.Attempts(id)
+			if !ok {
+				writeErr(w, fmt.Errorf("%w: no attempt carried request ID %q", errNotTracked, id))
+				return
+			}
+			writeJSON(w, http.StatusOK, RequestAttempts{ID: id, Attempts: n})
 		}))
 		mux.HandleFunc("POST "+prefix+"/stats/reset", c.withProxy(func(w http.ResponseWriter, r *http.Request, p Proxy) {
 			p.ResetStats()
@@ -458,7 +480,7 @@ func decodeJSON(b []byte, v any) error {
 func writeErr(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrNoFault), errors.Is(err, ErrNoProxy):
+	case errors.Is(err, ErrNoFault), errors.Is(err, ErrNoProxy), errors.Is(err, errNotTracked):
 		code = http.StatusNotFound
 	case errors.Is(err, ErrExists):
 		code = http.StatusConflict
@@ -466,7 +488,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	}
 	msg := err.Error()
-	for _, e := range []error{ErrBadRequest, ErrNoProxy} {
+	for _, e := range []error{ErrBadRequest, ErrNoProxy, errNotTracked} {
 		msg = strings.TrimPrefix(msg, e.Error()+": ")
 	}
 	writeJSON(w, code, map[string]string{"error": msg})

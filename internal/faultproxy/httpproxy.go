@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -59,6 +60,42 @@ type HTTPProxy struct {
 	srv            *http.Server
 	closeOnce      sync.Once
 	now            func() time.Time
+	ids            atomic.Pointer[idCounts]
+}
+
+// MaxTrackedIDs bounds the request IDs whose attempts an HTTPProxy keeps
+// one by one (Attempts); attempts of further IDs are in the totals only.
+const MaxTrackedIDs = 1 << 16
+
+// idCounts is the attempts of each logical request, for Attempts.
+type idCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *idCounts) add(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.n[id]; ok || len(c.n) < MaxTrackedIDs {
+		c.n[id]++
+	}
+}
+
+// RequestCounter is a proxy that keeps the attempts of each logical
+// request (GET /stats/requests/{id}).
+type RequestCounter interface {
+	// Attempts returns the attempts that carried id, and false when the
+	// proxy did not track it (never seen, or past MaxTrackedIDs).
+	Attempts(id string) (int, bool)
+}
+
+// Attempts returns the attempts of the logical request id.
+func (p *HTTPProxy) Attempts(id string) (int, bool) {
+	c := p.ids.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.n[id]
+	return n, ok
 }
 
 // StartHTTP listens on cfg.Listen and forwards to cfg.Upstream.
@@ -91,6 +128,7 @@ func NewHTTP(name string, u *url.URL, window time.Duration, groupBy string) *HTT
 	p := &HTTPProxy{name: name, upstream: u.Redacted(), faults: NewSet(false, nil), window: window,
 		group: http.CanonicalHeaderKey(groupBy), start: time.Now(), now: time.Now}
 	p.rec.Store(newRecorder(p.start, window))
+	p.ids.Store(&idCounts{n: map[string]int{}})
 	p.next = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
@@ -118,8 +156,9 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := p.rec.Load()
 	pend := rec.Arrive(p.now())
 	id := ""
-	if v := r.Header[p.group]; len(v) == 1 && validID(v[0]) {
+	if v := r.Header[p.group]; len(v) == 1 && wire.ValidID(v[0]) {
 		id = v[0]
+		p.ids.Load().add(id)
 	}
 	attempt := 0
 	if v := r.Header[retryhttp.AttemptHeader]; len(v) == 1 {
@@ -131,17 +170,6 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.faults.PlanHTTP(r).Serve(w, r, p.next, p.now, func(o labkit.Outcome) { rec.Finish(pend, id, attempt, o) })
 }
 
-func validID(s string) bool {
-	if s == "" || len(s) > labkit.MaxIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
 
 // Name returns the proxy's name.
 func (p *HTTPProxy) Name() string { return p.name }
@@ -184,6 +212,7 @@ func (p *HTTPProxy) Stats(timeline bool) Stats {
 // flight are counted where they started.
 func (p *HTTPProxy) ResetStats() {
 	p.rec.Store(newRecorder(p.now(), p.window))
+	p.ids.Store(&idCounts{n: map[string]int{}})
 	for i := range p.byAttempt {
 		p.byAttempt[i].Store(0)
 	}
