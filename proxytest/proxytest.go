@@ -262,7 +262,9 @@ type apiError struct {
 	msg  string
 }
 
-func (e *apiError) Error() string { return fmt.Sprintf("proxytest: control API: %d: %s", e.code, e.msg) }
+func (e *apiError) Error() string {
+	return fmt.Sprintf("proxytest: control API: %d: %s", e.code, e.msg)
+}
 
 // do calls the control API for the proxy p steers.
 func (p *Proxy) do(method, path string, in, out any) error {

@@ -170,7 +170,6 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.faults.PlanHTTP(r).Serve(w, r, p.next, p.now, func(o labkit.Outcome) { rec.Finish(pend, id, attempt, o) })
 }
 
-
 // Name returns the proxy's name.
 func (p *HTTPProxy) Name() string { return p.name }
 
