@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-retryablehttp"
+
 	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/proxytest"
 )
 
 // waitLine waits until out holds a line starting with prefix and returns
@@ -199,5 +202,29 @@ func TestProxyControlFlagsRefused(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, %s; want 2 and %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// go-retryablehttp through proxytest: its default policy retries a 503
+// until RetryMax, and the proxy counts every attempt of the one request.
+func TestProxytestRetryablehttp(t *testing.T) {
+	up := newUpstream(t, nil)
+	p := proxytest.Start(t, up.srv.URL, proxytest.WithGroupBy("Idempotency-Key"), proxytest.WithWindow(time.Minute))
+	if _, err := p.AddFault("status 503 p=1"); err != nil {
+		t.Fatal(err)
+	}
+	c := retryablehttp.NewClient()
+	c.RetryMax, c.RetryWaitMin, c.RetryWaitMax, c.Logger = 3, time.Millisecond, 5*time.Millisecond, nil
+	req, _ := retryablehttp.NewRequest("POST", p.URL+"/charge", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "charge-1")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("want retries exhausted, got %d", resp.StatusCode)
+	}
+	if err := p.CheckAttempts("charge-1", 4); err != nil {
+		t.Error(err)
+	}
+	if err := p.CheckAmplification(4); err != nil {
+		t.Error(err)
 	}
 }
