@@ -227,7 +227,7 @@ func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, cou
 		r.close(true)
 		return
 	}
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 32<<10) // 64 KiB a connection: --max-conns of them bound the memory
 	var sent int64
 	began := time.Now()
 	for {
