@@ -630,7 +630,7 @@ type proxyWindow struct {
 func (p *proxy) stats(timeline bool) proxyStats {
 	s := p.rec.Stats(timeline)
 	out := proxyStats{
-		Upstream: p.cfg.upstream.Redacted(), Faults: append([]string{}, p.cfg.faults.clauses...),
+		Upstream: p.cfg.upstream.Redacted(), Faults: append(append([]string{}, p.cfg.faults.clauses...), clausesOf(p.rt)...),
 		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
 		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
 		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
@@ -720,8 +720,8 @@ func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 		groupNotes = append(groupNotes, fmt.Sprintf("%d requests were refused with 413 before reaching the upstream (body over --max-body %d bytes); they are not counted as attempts.", n, p.cfg.maxBody))
 	}
 	faults := "no faults"
-	if len(f.clauses) > 0 {
-		faults = "faults: " + strings.Join(f.clauses, "; ")
+	if all := append(append([]string{}, f.clauses...), clausesOf(p.rt)...); len(all) > 0 {
+		faults = "faults: " + strings.Join(all, "; ")
 	}
 	return report.Page{
 		Title:    "stagger proxy — what arrived on the way to " + p.cfg.upstream.Redacted(),

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,5 +228,32 @@ func TestProxytestRetryablehttp(t *testing.T) {
 	}
 	if err := p.CheckAmplification(4); err != nil {
 		t.Error(err)
+	}
+}
+
+// Through the command's own listener, a reset fault resets the connection
+// (the client reads ECONNRESET), a cut one cuts the body, and both count
+// as dropped.
+func TestProxyResetAndCutCommand(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, strings.Repeat("y", 5000)) })
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done, out := runProxyCLI(t, ctx, "--upstream", up.srv.URL, "--report", "", "--fault", "reset path=/reset", "--fault", "cut 10 path=/cut")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	_, err := client.Get("http://" + addr + "/reset")
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("reset: %v, want ECONNRESET", err)
+	}
+	resp, err := client.Get("http://" + addr + "/cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if len(b) != 10 || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("cut: read %d bytes, %v", len(b), err)
+	}
+	cancel()
+	if code := <-done; code != exitOK || !strings.Contains(out.String(), "2 attempts, 0 accepted, 0 down, 0 busy, 2 dropped") {
+		t.Errorf("exit %d: %s", code, out.String())
 	}
 }

@@ -57,3 +57,7 @@ func (c *limitConn) Close() error {
 	c.release.Do(func() { <-c.l.sem })
 	return err
 }
+
+// NetConn returns the connection underneath, so a reset fault can set
+// SO_LINGER on the TCP connection (faultproxy.SetLinger0).
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
