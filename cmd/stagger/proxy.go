@@ -305,7 +305,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if ctlAddr != "" {
 			fmt.Fprintln(stdout, controlLine(ctlAddr))
 		}
-		if all := append(append([]string{}, cfg.faults.clauses...), clausesOf(p.rt)...); len(all) > 0 {
+		if all := append(append([]string{}, cfg.faults.clauses...), p.rt.Clauses()...); len(all) > 0 {
 			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(all, "; "))
 		}
 	}
@@ -630,7 +630,7 @@ type proxyWindow struct {
 func (p *proxy) stats(timeline bool) proxyStats {
 	s := p.rec.Stats(timeline)
 	out := proxyStats{
-		Upstream: p.cfg.upstream.Redacted(), Faults: append(append([]string{}, p.cfg.faults.clauses...), clausesOf(p.rt)...),
+		Upstream: p.cfg.upstream.Redacted(), Faults: append(append([]string{}, p.cfg.faults.clauses...), p.rt.Clauses()...),
 		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
 		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
 		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
@@ -720,7 +720,7 @@ func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 		groupNotes = append(groupNotes, fmt.Sprintf("%d requests were refused with 413 before reaching the upstream (body over --max-body %d bytes); they are not counted as attempts.", n, p.cfg.maxBody))
 	}
 	faults := "no faults"
-	if all := append(append([]string{}, f.clauses...), clausesOf(p.rt)...); len(all) > 0 {
+	if all := append(append([]string{}, f.clauses...), p.rt.Clauses()...); len(all) > 0 {
 		faults = "faults: " + strings.Join(all, "; ")
 	}
 	return report.Page{

@@ -175,7 +175,7 @@ func runTCPProxy(ctx context.Context, cfg *proxyConfig, stdout, stderr io.Writer
 			fmt.Fprintln(stdout, controlLine(ctlAddr))
 		}
 		if len(cfg.runtime) > 0 {
-			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(clausesOf(p.Faults()), "; "))
+			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(p.Faults().Clauses(), "; "))
 		}
 	}
 	var stop <-chan time.Time

@@ -48,11 +48,8 @@ func (p *proxy) Close() error            { return nil } // runProxy closes it
 // Stats is what the control API's GET /stats returns: the counts of
 // /_stagger/stats in the shape every proxy of the API shares.
 func (p *proxy) Stats(timeline bool) faultproxy.Stats {
-	s := faultproxy.Stats{Name: p.cfg.name, Kind: "http", Listen: p.addr, Upstream: p.Upstream(), UptimeMS: p.now().Sub(p.start).Milliseconds(),
-		InFlight: p.inflight.Load(), ByAttempt: map[string]int64{}}
-	s.Faults = append(append(s.Faults, p.cfg.faults.clauses...), clausesOf(p.rt)...)
-	s.Counts = p.rt.Counts()
-	s.FromRecorder(p.rec.Stats(timeline))
+	s := faultproxy.BaseStats(p, p.now().Sub(p.start), p.inflight.Load(), p.rec.Stats(timeline))
+	s.Faults = append(append([]string{}, p.cfg.faults.clauses...), s.Faults...)
 	for i := range p.byAttempt {
 		if n := p.byAttempt[i].Load(); n > 0 {
 			s.ByAttempt[faultproxy.AttemptKey(i)] = n
@@ -74,14 +71,6 @@ func (p *proxy) ResetStats() {
 	}
 	p.oversized.Store(0)
 	p.rt.ResetCounts()
-}
-
-func clausesOf(s *faultproxy.Set) []string {
-	var out []string
-	for _, a := range s.Snapshot() {
-		out = append(out, a.Fault.String())
-	}
-	return out
 }
 
 // Limits of the control API's server.

@@ -192,13 +192,7 @@ func (p *HTTPProxy) Faults() *Set { return p.faults }
 
 // Stats returns what it counted.
 func (p *HTTPProxy) Stats(timeline bool) Stats {
-	s := Stats{Name: p.name, Kind: "http", Listen: p.Addr(), Upstream: p.upstream, UptimeMS: since(p.start, p.now()),
-		InFlight: p.inflight.Load(), ByAttempt: map[string]int64{}}
-	for _, f := range p.faults.Snapshot() {
-		s.Faults = append(s.Faults, f.Fault.String())
-	}
-	s.Counts = p.faults.Counts()
-	s.FromRecorder(p.rec.Load().Stats(timeline))
+	s := BaseStats(p, p.now().Sub(p.start), p.inflight.Load(), p.rec.Load().Stats(timeline))
 	for i := range p.byAttempt {
 		if n := p.byAttempt[i].Load(); n > 0 {
 			s.ByAttempt[AttemptKey(i)] = n

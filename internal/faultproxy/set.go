@@ -191,6 +191,15 @@ func (s *Set) Counts() []FaultCount {
 	return out
 }
 
+// Clauses returns every fault as its clause, in order.
+func (s *Set) Clauses() []string {
+	var out []string
+	for _, a := range s.Snapshot() {
+		out = append(out, a.Fault.String())
+	}
+	return out
+}
+
 // ResetCounts zeroes every fault's counts.
 func (s *Set) ResetCounts() {
 	s.mu.Lock()

@@ -61,6 +61,15 @@ type Window struct {
 	BytesDown int64 `json:"bytes_down,omitempty"`
 }
 
+// BaseStats is what every proxy shows: who it is, its run-time faults with
+// their counts, and the recorder's counts.
+func BaseStats(p Proxy, uptime time.Duration, inflight int64, rec labkit.Stats) Stats {
+	s := Stats{Name: p.Name(), Kind: p.Kind(), Listen: p.Addr(), Upstream: p.Upstream(), UptimeMS: uptime.Milliseconds(),
+		InFlight: inflight, ByAttempt: map[string]int64{}, Faults: p.Faults().Clauses(), Counts: p.Faults().Counts()}
+	s.FromRecorder(rec)
+	return s
+}
+
 // FromRecorder fills the counts of s from a recorder's stats.
 func (s *Stats) FromRecorder(r labkit.Stats) {
 	s.WindowMS = r.Window.Milliseconds()
@@ -88,6 +97,3 @@ func AttemptKey(i int) string {
 	}
 	return strconv.Itoa(i)
 }
-
-// since is d in whole milliseconds.
-func since(start, now time.Time) int64 { return now.Sub(start).Milliseconds() }

@@ -301,13 +301,7 @@ func (p *TCPProxy) Faults() *Set { return p.faults }
 
 // Stats returns what it counted: connections as attempts, and bytes.
 func (p *TCPProxy) Stats(timeline bool) Stats {
-	s := Stats{Name: p.name, Kind: "tcp", Listen: p.Addr(), Upstream: p.upstream, UptimeMS: since(p.start, p.now()),
-		InFlight: p.inflight.Load(), ByAttempt: map[string]int64{}}
-	for _, f := range p.faults.Snapshot() {
-		s.Faults = append(s.Faults, f.Fault.String())
-	}
-	s.Counts = p.faults.Counts()
-	s.FromRecorder(p.rec.Load().Stats(timeline))
+	s := BaseStats(p, p.now().Sub(p.start), p.inflight.Load(), p.rec.Load().Stats(timeline))
 	s.Requests, s.RequestsAccepted, s.MaxAttempts, s.AttemptsPerRequest = nil, nil, nil, nil
 	bw := p.bytes.Load()
 	s.BytesUp, s.BytesDown, s.PeakBytes, s.PeakBytesAtMS = bw.totals()
