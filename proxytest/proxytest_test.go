@@ -2,8 +2,10 @@ package proxytest
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +102,41 @@ func TestStartRefusesBadUpstream(t *testing.T) {
 	}
 	if _, err := New("tcp://nohost"); err == nil || !strings.Contains(err.Error(), "host:port") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// A TCP proxy in process, in front of a real Redis: a latency fault holds
+// the answer, and the connections are counted.
+func TestStartTCP(t *testing.T) {
+	addr := os.Getenv("STAGGER_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("Redis at %s is unreachable (set STAGGER_REDIS_ADDR): %v", addr, err)
+	} else {
+		c.Close()
+	}
+	p := Start(t, "tcp://"+addr, WithWindow(time.Hour))
+	if _, err := p.AddFault("latency 80ms dir=up"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	io.WriteString(c, "PING\r\n")
+	b := make([]byte, 7)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "+PONG\r\n" || time.Since(start) < 80*time.Millisecond {
+		t.Fatalf("%q %v after %v", b, err, time.Since(start))
+	}
+	c.Close()
+	if err := p.CheckPeak(0); err == nil || !strings.Contains(err.Error(), "peak of 1 attempts") {
+		t.Errorf("CheckPeak: %v", err)
 	}
 }

@@ -369,8 +369,11 @@ type proxy struct {
 	rp    *httputil.ReverseProxy
 	// rt holds the run-time faults (--fault clauses such as "status 503
 	// p=0.3", and the control API's); addr is where it listens.
-	rt       *faultproxy.Set
-	addr     string
+	rt   *faultproxy.Set
+	addr string
+	// ids counts the attempts of each logical request, for the control
+	// API's GET /stats/requests/{id}; replaced by a reset.
+	ids      atomic.Pointer[faultproxy.IDCounts]
 	inflight atomic.Int64
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
 	// unreadable; the last entry: TrackedAttempts and above).
@@ -392,6 +395,7 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 	}
 	p := &proxy{cfg: cfg, start: start, now: time.Now, rt: faultproxy.NewSet(false, nil)}
 	p.rec.p.Store(rec)
+	p.ids.Store(faultproxy.NewIDCounts())
 	for _, f := range cfg.runtime {
 		if _, err := p.rt.Add(f); err != nil {
 			panic("stagger proxy: " + err.Error()) // parseProxy checked the names
@@ -454,6 +458,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := arrived.Sub(p.start)
 	id, attempt := p.identify(r)
 	p.byAttempt[min(attempt, retryhttp.TrackedAttempts)].Add(1)
+	if id != "" {
+		p.ids.Load().Add(id)
+	}
 	f := p.cfg.faults
 
 	if f.isDropped(t) {

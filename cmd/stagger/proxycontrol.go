@@ -45,6 +45,10 @@ func (p *proxy) Upstream() string        { return p.cfg.upstream.Redacted() }
 func (p *proxy) Faults() *faultproxy.Set { return p.rt }
 func (p *proxy) Close() error            { return nil } // runProxy closes it
 
+// Attempts returns the attempts of the logical request id
+// (faultproxy.RequestCounter).
+func (p *proxy) Attempts(id string) (int, bool) { return p.ids.Load().Get(id) }
+
 // Stats is what the control API's GET /stats returns: the counts of
 // /_stagger/stats in the shape every proxy of the API shares.
 func (p *proxy) Stats(timeline bool) faultproxy.Stats {
@@ -70,6 +74,7 @@ func (p *proxy) ResetStats() {
 		p.byAttempt[i].Store(0)
 	}
 	p.oversized.Store(0)
+	p.ids.Store(faultproxy.NewIDCounts())
 	p.rt.ResetCounts()
 }
 

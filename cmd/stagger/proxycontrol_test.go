@@ -91,6 +91,19 @@ func TestProxyControlAndThresholds(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &s); code != 200 || err != nil || s.Total != 3 || s.Down != 2 || s.Accepted != 1 || *s.MaxAttempts != 3 || s.Name != "main" {
 		t.Fatalf("GET /stats: %d %v %s", code, err, body)
 	}
+	if code, body := ctlCall(t, "GET", ctl+"/stats/requests/order-1", ""); code != 200 || !strings.Contains(body, `"attempts": 3`) {
+		t.Errorf("GET /stats/requests/order-1: %d %s", code, body)
+	}
+	px, err := proxytest.Connect(ctl, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := px.CheckAttempts("order-1", 3); err != nil {
+		t.Error(err)
+	}
+	if err := px.CheckAttempts("order-1", 1); err == nil || !strings.Contains(err.Error(), `request "order-1" made 3 attempts, want 1`) {
+		t.Errorf("CheckAttempts through the command's API: %v", err)
+	}
 	if code, body := ctlCall(t, "GET", ctl+"/faults/nope", ""); code != 404 || !strings.Contains(body, "no such fault") {
 		t.Errorf("unknown fault: %d %s", code, body)
 	}

@@ -60,25 +60,39 @@ type HTTPProxy struct {
 	srv            *http.Server
 	closeOnce      sync.Once
 	now            func() time.Time
-	ids            atomic.Pointer[idCounts]
+	ids            atomic.Pointer[IDCounts]
 }
 
-// MaxTrackedIDs bounds the request IDs whose attempts an HTTPProxy keeps
-// one by one (Attempts); attempts of further IDs are in the totals only.
+// MaxTrackedIDs bounds the request IDs whose attempts an IDCounts keeps
+// one by one; attempts of further IDs are in the totals only.
 const MaxTrackedIDs = 1 << 16
 
-// idCounts is the attempts of each logical request, for Attempts.
-type idCounts struct {
+// IDCounts is the attempts of each logical request, at most MaxTrackedIDs
+// of them, for GET /stats/requests/{id}. The zero value is not usable:
+// call NewIDCounts. It is safe for concurrent use.
+type IDCounts struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-func (c *idCounts) add(id string) {
+// NewIDCounts returns an empty IDCounts.
+func NewIDCounts() *IDCounts { return &IDCounts{n: map[string]int{}} }
+
+// Add counts an attempt of id.
+func (c *IDCounts) Add(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.n[id]; ok || len(c.n) < MaxTrackedIDs {
 		c.n[id]++
 	}
+}
+
+// Get returns the attempts of id, false when it was not tracked.
+func (c *IDCounts) Get(id string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.n[id]
+	return n, ok
 }
 
 // RequestCounter is a proxy that keeps the attempts of each logical
@@ -90,13 +104,7 @@ type RequestCounter interface {
 }
 
 // Attempts returns the attempts of the logical request id.
-func (p *HTTPProxy) Attempts(id string) (int, bool) {
-	c := p.ids.Load()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.n[id]
-	return n, ok
-}
+func (p *HTTPProxy) Attempts(id string) (int, bool) { return p.ids.Load().Get(id) }
 
 // StartHTTP listens on cfg.Listen and forwards to cfg.Upstream.
 func StartHTTP(cfg Config) (*HTTPProxy, error) {
@@ -128,7 +136,7 @@ func NewHTTP(name string, u *url.URL, window time.Duration, groupBy string) *HTT
 	p := &HTTPProxy{name: name, upstream: u.Redacted(), faults: NewSet(false, nil), window: window,
 		group: http.CanonicalHeaderKey(groupBy), start: time.Now(), now: time.Now}
 	p.rec.Store(newRecorder(p.start, window))
-	p.ids.Store(&idCounts{n: map[string]int{}})
+	p.ids.Store(NewIDCounts())
 	p.next = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
@@ -158,7 +166,7 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := ""
 	if v := r.Header[p.group]; len(v) == 1 && wire.ValidID(v[0]) {
 		id = v[0]
-		p.ids.Load().add(id)
+		p.ids.Load().Add(id)
 	}
 	attempt := 0
 	if v := r.Header[retryhttp.AttemptHeader]; len(v) == 1 {
@@ -205,7 +213,7 @@ func (p *HTTPProxy) Stats(timeline bool) Stats {
 // flight are counted where they started.
 func (p *HTTPProxy) ResetStats() {
 	p.rec.Store(newRecorder(p.now(), p.window))
-	p.ids.Store(&idCounts{n: map[string]int{}})
+	p.ids.Store(NewIDCounts())
 	for i := range p.byAttempt {
 		p.byAttempt[i].Store(0)
 	}

@@ -250,6 +250,11 @@ func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, cou
 					// the bytes before it and itself fit the rate.
 					k = min(k, max(rate/20, 1))
 					due := began.Add(time.Duration(float64(sent+k) / float64(rate) * float64(time.Second)))
+					if now := time.Now(); now.Sub(due) > 50*time.Millisecond {
+						// Idle for a while: no burst of the time not used.
+						began = now.Add(-time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
+						due = now.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))
+					}
 					if d := time.Until(due); d > 0 {
 						time.Sleep(d)
 					}
