@@ -118,9 +118,11 @@ func StartHTTP(cfg Config) (*HTTPProxy, error) {
 	}
 	p := NewHTTP(cfg.Name, u, cfg.Window, cfg.GroupBy)
 	p.ln = ln
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: log.New(io.Discard, "", 0)}
-	go p.srv.Serve(ln)
+	// The limits of `stagger proxy`'s defaults: headers, a whole request,
+	// an idle connection, and the connections open at once.
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: time.Minute,
+		MaxHeaderBytes: 64 << 10, ErrorLog: log.New(io.Discard, "", 0)}
+	go p.srv.Serve(NewLimitListener(ln, DefaultMaxConns))
 	return p, nil
 }
 

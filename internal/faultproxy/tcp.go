@@ -12,8 +12,8 @@ import (
 	"github.com/staggerhq/stagger/internal/labkit"
 )
 
-// DefaultMaxConns bounds the connections a TCP proxy relays at once; more
-// wait in the kernel's backlog.
+// DefaultMaxConns bounds the connections a proxy (HTTP or TCP) serves at
+// once; more wait in the kernel's backlog.
 const DefaultMaxConns = 1024
 
 // TCPProxy relays TCP connections for any protocol (PostgreSQL, Redis,
