@@ -14,15 +14,11 @@ import (
 // Plan is what the faults do to one HTTP attempt: wait, then answer a
 // status, reset the connection, or forward and cut the answer.
 type Plan struct {
-	Wait   time.Duration  // delay faults, added up
-	Status *labkit.Fault  // answer this status fault's answer
-	Reset  bool           // reset the connection, no answer
-	Cut    int64          // forward and cut the body after Cut bytes; -1 not cut
-	Fired  []FaultApplied // the faults that applied, for the caller's log
+	Wait   time.Duration // delay faults, added up
+	Status *labkit.Fault // answer this status fault's answer
+	Reset  bool          // reset the connection, no answer
+	Cut    int64         // forward and cut the body after Cut bytes; -1 not cut
 }
-
-// FaultApplied names a fault that applied to an attempt.
-type FaultApplied struct{ Name string }
 
 // PlanHTTP decides, for an attempt, which faults apply: each fault whose
 // match holds applies with its probability; delays add up, and the first

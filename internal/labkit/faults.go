@@ -258,6 +258,7 @@ const (
 	dirNone Direction = 0
 )
 
+// String names the direction as the dir= option does: down, up or both.
 func (d Direction) String() string {
 	switch d {
 	case DirUp:
