@@ -300,3 +300,20 @@ func waitFor(t *testing.T, ok func() bool, what string) {
 }
 
 var _ = labkit.Down
+
+func TestIDCountsBounded(t *testing.T) {
+	c := NewIDCounts()
+	for i := range MaxTrackedIDs + 10 {
+		c.Add(fmt.Sprint("id-", i))
+	}
+	c.Add("id-0")
+	if n, ok := c.Get("id-0"); n != 2 || !ok {
+		t.Errorf("id-0: %d %v, want 2 attempts", n, ok)
+	}
+	if _, ok := c.Get(fmt.Sprint("id-", MaxTrackedIDs)); ok {
+		t.Errorf("an ID past the bound of %d was tracked", MaxTrackedIDs)
+	}
+	if len(c.n) != MaxTrackedIDs {
+		t.Errorf("tracked %d IDs", len(c.n))
+	}
+}

@@ -65,7 +65,7 @@ type HTTPProxy struct {
 
 // MaxTrackedIDs bounds the request IDs whose attempts an IDCounts keeps
 // one by one; attempts of further IDs are in the totals only.
-const MaxTrackedIDs = 1 << 16
+const MaxTrackedIDs = 1 << 14
 
 // IDCounts is the attempts of each logical request, at most MaxTrackedIDs
 // of them, for GET /stats/requests/{id}. The zero value is not usable:
