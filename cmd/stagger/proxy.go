@@ -282,6 +282,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	p.addr = l.Addr().String()
 	ctlAddr := ""
 	if cfg.control != "" {
+		p.ids.Store(faultproxy.NewIDCounts())
 		stop, bound, err := startControl(cfg.control, p, cfg.window)
 		if err != nil {
 			l.Close()
@@ -372,7 +373,8 @@ type proxy struct {
 	rt   *faultproxy.Set
 	addr string
 	// ids counts the attempts of each logical request, for the control
-	// API's GET /stats/requests/{id}; replaced by a reset.
+	// API's GET /stats/requests/{id} (nil without --control); replaced by
+	// a reset.
 	ids      atomic.Pointer[faultproxy.IDCounts]
 	inflight atomic.Int64
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
@@ -395,7 +397,6 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 	}
 	p := &proxy{cfg: cfg, start: start, now: time.Now, rt: faultproxy.NewSet(false, nil)}
 	p.rec.p.Store(rec)
-	p.ids.Store(faultproxy.NewIDCounts())
 	for _, f := range cfg.runtime {
 		if _, err := p.rt.Add(f); err != nil {
 			panic("stagger proxy: " + err.Error()) // parseProxy checked the names
@@ -458,8 +459,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := arrived.Sub(p.start)
 	id, attempt := p.identify(r)
 	p.byAttempt[min(attempt, retryhttp.TrackedAttempts)].Add(1)
-	if id != "" {
-		p.ids.Load().Add(id)
+	if c := p.ids.Load(); c != nil && id != "" {
+		c.Add(id)
 	}
 	f := p.cfg.faults
 

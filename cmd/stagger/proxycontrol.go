@@ -47,7 +47,12 @@ func (p *proxy) Close() error            { return nil } // runProxy closes it
 
 // Attempts returns the attempts of the logical request id
 // (faultproxy.RequestCounter).
-func (p *proxy) Attempts(id string) (int, bool) { return p.ids.Load().Get(id) }
+func (p *proxy) Attempts(id string) (int, bool) {
+	if c := p.ids.Load(); c != nil {
+		return c.Get(id)
+	}
+	return 0, false
+}
 
 // Stats is what the control API's GET /stats returns: the counts of
 // /_stagger/stats in the shape every proxy of the API shares.
@@ -74,7 +79,9 @@ func (p *proxy) ResetStats() {
 		p.byAttempt[i].Store(0)
 	}
 	p.oversized.Store(0)
-	p.ids.Store(faultproxy.NewIDCounts())
+	if p.ids.Load() != nil {
+		p.ids.Store(faultproxy.NewIDCounts())
+	}
 	p.rt.ResetCounts()
 }
 
