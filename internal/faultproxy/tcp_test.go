@@ -192,3 +192,61 @@ func TestTCPUpstreamDown(t *testing.T) {
 	c.Close()
 	waitFor(t, func() bool { return p.Stats(false).Failed == 1 }, "a connection to a closed port counted as failed")
 }
+
+// TestTCPChangeUnderTraffic flips a fault between kinds while four clients
+// open connections: every connection and every byte is counted.
+func TestTCPChangeUnderTraffic(t *testing.T) {
+	p := startTCP(t)
+	stop, changed := make(chan struct{}), make(chan int)
+	go func() {
+		clauses := []string{"latency 1ms", "slicer 2", "latency 0s jitter=1ms dir=both"}
+		n := 0
+		for ; ; n++ {
+			select {
+			case <-stop:
+				changed <- n
+				return
+			default:
+			}
+			f, _ := p.Faults().Parse(clauses[n%len(clauses)])
+			p.Faults().Put("flip", f)
+			if n%5 == 4 {
+				p.Faults().Remove("flip")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	const clients, each = 4, 40
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			for range each {
+				line, _, err := ping(t, p, 10*time.Second)
+				if err == nil && line != "+PONG\r\n" {
+					err = errors.New("answer " + line)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	n := <-changed
+	waitFor(t, func() bool { return p.Stats(false).Total == clients*each }, "every connection counted")
+	s := p.Stats(false)
+	if s.Accepted != clients*each || s.BytesUp != clients*each*6 || s.BytesDown != clients*each*7 {
+		t.Errorf("after %d changes: %d connections, %d accepted, %d bytes up, %d down; want %d, %d, %d, %d",
+			n, s.Total, s.Accepted, s.BytesUp, s.BytesDown, clients*each, clients*each, clients*each*6, clients*each*7)
+	}
+	if got, err := p.Faults().Get("flip"); err == nil && got.Matched > int64(clients*each) {
+		t.Errorf("the fault matched %d of %d connections", got.Matched, clients*each)
+	}
+}
