@@ -119,7 +119,13 @@ func startControl(addr string, main faultproxy.Proxy, window time.Duration) (sto
 
 // controlLine is the line printed once the control API listens.
 func controlLine(addr string) string {
-	return "control API: http://" + addr + " (GET /faults, POST /faults, GET /stats; see docs/proxy.md)"
+	line := "control API: http://" + addr + " (GET /faults, POST /faults, GET /stats; see docs/proxy.md)"
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			line += "\nwarning: the control API is not on a loopback address: whoever reaches it can change the faults and start proxies"
+		}
+	}
+	return line
 }
 
 // controlAddr reads --control: host:port, an empty host meaning 127.0.0.1.
