@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/report"
@@ -69,6 +70,19 @@ type proxyConfig struct {
 	maxConns                                    int
 	quiet                                       bool
 	args                                        []string
+
+	// name is the proxy's name in the control API; control its address
+	// ("" for none); runtime the run-time fault clauses of --fault; tcp
+	// relays TCP (--upstream tcp://host:port) instead of HTTP.
+	name    string
+	control string
+	runtime []labkit.Fault
+	tcp     bool
+	// CI: thresholds checked at exit (0: none) and the JSON summary file.
+	maxAmplification float64
+	maxPeak          int
+	maxAttempts      int
+	summary          string
 }
 
 // parseProxy parses and validates every flag; it returns exit code -1 when
@@ -92,12 +106,18 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		rt       = defaultReadTimeout
 		it       = defaultIdleTimeout
 		maxConns = defaultMaxConns
+		name     = "main"
+		control  string
+		maxAmp   float64
+		maxPeak  int
+		maxAtt   int
+		summary  string
 	)
 	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
 	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
 	fs.StringVar(&upstream, "upstream", "", "URL of the service to forward to (http or https), required")
 	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
-		" (times since the proxy started, durations with a unit)")
+		" (times since the proxy started, durations with a unit); or run-time faults: "+labkit.RuntimeFaultGrammar)
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
 	fs.Var(durationValue{p: &horizon, positive: true, max: 30 * 24 * time.Hour}, "horizon",
 		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", labkit.MaxWindows))
@@ -114,6 +134,12 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.Var(durationValue{p: &it, positive: true, max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
 	fs.Var(intValue{&maxConns, 1, 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
 	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
+	fs.StringVar(&name, "name", "main", "the proxy's name in the control API")
+	fs.StringVar(&control, "control", "", "serve the control API (HTTP+JSON: faults, proxies, stats) on this host:port, such as 127.0.0.1:8474; an empty host is 127.0.0.1")
+	fs.Var(floatValue{p: &maxAmp, max: 1e6}, "max-amplification", "at exit, fail (exit 1) when attempts per logical request exceed this (0: no check)")
+	fs.Var(intValue{&maxPeak, 0, 1 << 30}, "max-peak", "at exit, fail (exit 1) when the peak attempts (connections for TCP) in one --window exceed this (0: no check)")
+	fs.Var(intValue{&maxAtt, 0, 1 << 20}, "max-attempts", "at exit, fail (exit 1) when one logical request made more attempts than this (0: no check)")
+	fs.StringVar(&summary, "summary", "", "write a JSON summary on exit, meant to be diffed between runs (counts, peak, amplification, faults, thresholds; no times)")
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, fs) }); !ok {
 		return nil, code
 	}
@@ -124,12 +150,16 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		return usageErr("--upstream is required: the URL of the service to forward to")
 	}
 	u, err := url.Parse(upstream)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	tcp := err == nil && u.Scheme == "tcp"
+	if tcp && (u.Host == "" || u.Port() == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "") {
+		return usageErr("--upstream %s: want tcp://host:port for a TCP proxy, such as tcp://127.0.0.1:6379", redact.String(upstream))
+	}
+	if !tcp && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "") {
 		shown := "(unparseable)"
 		if err == nil {
 			shown = redact.String(upstream) // never print a password or a token
 		}
-		return usageErr("--upstream %s: want an http or https URL with a host and no user, query or fragment, such as http://127.0.0.1:9000", shown)
+		return usageErr("--upstream %s: want an http or https URL with a host and no user, query or fragment, such as http://127.0.0.1:9000 (or tcp://host:port for any protocol)", shown)
 	}
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return usageErr("--listen %q: want host:port, such as %s", listen, defaultProxyListen)
@@ -137,9 +167,26 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	if horizon < window || horizon/window > labkit.MaxWindows {
 		return usageErr("--horizon %v: want between the --window (%v) and %d windows (%v)", horizon, window, labkit.MaxWindows, window*labkit.MaxWindows)
 	}
-	sched, err := parseFaults(faults)
+	schedValues, runtime, err := splitFaults(faults, tcp)
 	if err != nil {
 		return usageErr("%v", err)
+	}
+	sched, err := parseFaults(schedValues)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if !labkit.ValidFaultName(name) {
+		return usageErr("--name %q: want 1 to %d letters, digits, '-', '_' or '.'", name, labkit.MaxFaultName)
+	}
+	if control != "" {
+		if control, err = controlAddr(control); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	if summary != "" {
+		if err := checkReportPath(summary); err != nil {
+			return usageErr("--summary: %v", err)
+		}
 	}
 	if !validHeaderName(idHeader) {
 		return usageErr("--id-header %q: want a header name such as %s", idHeader, labkit.HeaderRequestID)
@@ -168,7 +215,8 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	}
 	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep, record: record,
 		duration: duration, group: group, maxBody: int64(maxBody),
-		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args}, -1
+		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args,
+		name: name, control: control, runtime: runtime, tcp: tcp, maxAmplification: maxAmp, maxPeak: maxPeak, maxAttempts: maxAtt, summary: summary}, -1
 }
 
 // faultList collects --fault values; they are parsed together afterwards.
@@ -203,6 +251,16 @@ func proxyUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "  cap N                   at most N attempts in flight; more get 503 at once")
 	fmt.Fprintln(w, "  retry-after D           send Retry-After with the 503s (whole seconds, rounded up)")
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run-time faults (also through --control), each with p=F (probability), name=NAME and,")
+	fmt.Fprintln(w, "for HTTP, method=M path=/PREFIX header=NAME[:VALUE]:")
+	fmt.Fprintln(w, "  status CODE [retry-after=D|retry-after=date:D] [body=TEXT]   answer CODE (400-599)")
+	fmt.Fprintln(w, "  delay D [jitter=J]      wait D±J before forwarding")
+	fmt.Fprintln(w, "  cut N                   close the connection after N bytes of the answer's body")
+	fmt.Fprintln(w, "  reset                   reset the connection (TCP RST), no answer")
+	fmt.Fprintln(w, "With --upstream tcp://host:port (any protocol), each with dir=down|up|both:")
+	fmt.Fprintln(w, "  latency D [jitter=J]; bandwidth RATE; slow-close D; timeout D; slicer N [delay=D];")
+	fmt.Fprintln(w, "  limit-data N; reset-peer [D]")
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
 	printFlags(w, fs, map[string]string{"listen": "HOST:PORT", "upstream": "URL", "fault": "CLAUSE", "report": "FILE", "id-header": "NAME"})
 }
@@ -212,12 +270,28 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if cfg == nil {
 		return code
 	}
+	if cfg.tcp {
+		return runTCPProxy(ctx, cfg, stdout, stderr)
+	}
 	l, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "stagger proxy: --listen %s: %v\n", cfg.listen, err)
 		return exitUsage
 	}
 	p := newProxy(cfg, time.Now())
+	p.addr = l.Addr().String()
+	ctlAddr := ""
+	if cfg.control != "" {
+		p.ids.Store(faultproxy.NewIDCounts())
+		stop, bound, err := startControl(cfg.control, p, cfg.window)
+		if err != nil {
+			l.Close()
+			fmt.Fprintf(stderr, "stagger proxy: --control %s: %v\n", cfg.control, err)
+			return exitUsage
+		}
+		defer stop()
+		ctlAddr = bound
+	}
 	if err := p.startRecord(); err != nil {
 		l.Close()
 		fmt.Fprintf(stderr, "stagger proxy: --record %s: %v\n", cfg.record, err)
@@ -229,8 +303,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !cfg.quiet {
 		fmt.Fprintf(stdout, "stagger proxy: listening on http://%s -> %s; stats at http://%s%s\n",
 			l.Addr(), cfg.upstream.Redacted(), l.Addr(), statsPath)
-		if len(cfg.faults.clauses) > 0 {
-			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(cfg.faults.clauses, "; "))
+		if ctlAddr != "" {
+			fmt.Fprintln(stdout, controlLine(ctlAddr))
+		}
+		if all := append(append([]string{}, cfg.faults.clauses...), p.rt.Clauses()...); len(all) > 0 {
+			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(all, "; "))
 		}
 	}
 	var stop <-chan time.Time
@@ -265,6 +342,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		fmt.Fprintf(stdout, "report: %s\n", cfg.report)
 	}
+	if passed, ok := finishCI(cfg, p.Stats(false), stdout, stderr); !passed || !ok {
+		failed = true
+	}
 	if failed {
 		return exitFail
 	}
@@ -284,10 +364,18 @@ func quoteArgs(args []string) []string {
 
 // proxy is the handler: faults, forwarding and counting.
 type proxy struct {
-	cfg      *proxyConfig
-	start    time.Time
-	rec      *labkit.WindowedRecorder
-	rp       *httputil.ReverseProxy
+	cfg   *proxyConfig
+	start time.Time
+	rec   recorderRef
+	rp    *httputil.ReverseProxy
+	// rt holds the run-time faults (--fault clauses such as "status 503
+	// p=0.3", and the control API's); addr is where it listens.
+	rt   *faultproxy.Set
+	addr string
+	// ids counts the attempts of each logical request, for the control
+	// API's GET /stats/requests/{id} (nil without --control); replaced by
+	// a reset.
+	ids      atomic.Pointer[faultproxy.IDCounts]
 	inflight atomic.Int64
 	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
 	// unreadable; the last entry: TrackedAttempts and above).
@@ -307,7 +395,13 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 	if err != nil {
 		panic("stagger proxy: " + err.Error()) // parseProxy checked the same rules
 	}
-	p := &proxy{cfg: cfg, start: start, rec: rec, now: time.Now}
+	p := &proxy{cfg: cfg, start: start, now: time.Now, rt: faultproxy.NewSet(false, nil)}
+	p.rec.p.Store(rec)
+	for _, f := range cfg.runtime {
+		if _, err := p.rt.Add(f); err != nil {
+			panic("stagger proxy: " + err.Error()) // parseProxy checked the names
+		}
+	}
 	up := cfg.upstream
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -347,30 +441,38 @@ func (p *proxy) server() *http.Server {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var a *recAttempt
-	if p.tl != nil && r.URL.Path != statsPath { // --record: every attempt the proxy counts
-		w, r, a = p.tl.arrive(w, r, p.now)
-		defer a.done()
-	}
 	if r.URL.Path == statsPath {
 		p.serveStats(w, r)
 		return
 	}
 	if fits, abandoned := p.bodyFits(w, r); !fits {
-		if abandoned {
-			a.abandon() // the client stopped sending its body: no answer to record
+		if abandoned && p.tl != nil {
+			// The client stopped sending its body: an attempt that was
+			// abandoned, not an answer (an oversized body is no attempt).
+			_, _, a := p.tl.arrive(w, r, p.now)
+			a.abandon()
+			a.done()
 		}
 		return
 	}
+	if p.tl != nil { // --record: every attempt the proxy counts
+		var a *recAttempt
+		w, r, a = p.tl.arrive(w, r, p.now)
+		defer a.done()
+	}
 	arrived := p.now()
-	pend := p.rec.Arrive(arrived)
+	rec := p.rec.load() // one recorder for the attempt, whatever a reset does meanwhile
+	pend := rec.Arrive(arrived)
 	t := arrived.Sub(p.start)
 	id, attempt := p.identify(r)
 	p.byAttempt[min(attempt, retryhttp.TrackedAttempts)].Add(1)
+	if c := p.ids.Load(); c != nil && id != "" {
+		c.Add(id)
+	}
 	f := p.cfg.faults
 
 	if f.isDropped(t) {
-		p.rec.Finish(pend, id, attempt, labkit.Dropped)
+		rec.Finish(pend, id, attempt, labkit.Dropped)
 		panic(http.ErrAbortHandler) // the server closes the connection: no answer at all
 	}
 	// The lab gateway's decision, on the lab's timeline.
@@ -378,7 +480,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o == labkit.Busy {
 		p.inflight.Add(-1)
 		p.refuse(w, labkit.Busy)
-		p.rec.Finish(pend, id, attempt, labkit.Busy)
+		rec.Finish(pend, id, attempt, labkit.Busy)
 		return
 	}
 	defer p.inflight.Add(-1)
@@ -388,17 +490,19 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-timer.C:
 		case <-r.Context().Done():
 			timer.Stop()
-			p.rec.Finish(pend, id, attempt, labkit.Abandoned) // the client gave up first
+			rec.Finish(pend, id, attempt, labkit.Abandoned) // the client gave up first
 			return
 		}
 	}
 	if o == labkit.Down {
 		p.refuse(w, labkit.Down)
-		p.rec.Finish(pend, id, attempt, labkit.Down)
+		rec.Finish(pend, id, attempt, labkit.Down)
 		return
 	}
-	// ServeAttempt wraps w in the StatusWriter ErrorHandler marks.
-	labkit.ServeAttempt(p.rp, w, r, func(o labkit.Outcome) { p.rec.Finish(pend, id, attempt, o) })
+	// The run-time faults, then forwarding: Plan.Serve calls
+	// labkit.ServeAttempt, which wraps w in the StatusWriter ErrorHandler
+	// marks.
+	p.rt.PlanHTTP(r).Serve(w, r, p.rp, p.now, func(o labkit.Outcome) { rec.Finish(pend, id, attempt, o) })
 }
 
 // bodyFits refuses a request whose body is over --max-body before any of
@@ -541,7 +645,7 @@ type proxyWindow struct {
 func (p *proxy) stats(timeline bool) proxyStats {
 	s := p.rec.Stats(timeline)
 	out := proxyStats{
-		Upstream: p.cfg.upstream.Redacted(), Faults: append([]string{}, p.cfg.faults.clauses...),
+		Upstream: p.cfg.upstream.Redacted(), Faults: append(append([]string{}, p.cfg.faults.clauses...), p.rt.Clauses()...),
 		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
 		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
 		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
@@ -631,8 +735,8 @@ func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 		groupNotes = append(groupNotes, fmt.Sprintf("%d requests were refused with 413 before reaching the upstream (body over --max-body %d bytes); they are not counted as attempts.", n, p.cfg.maxBody))
 	}
 	faults := "no faults"
-	if len(f.clauses) > 0 {
-		faults = "faults: " + strings.Join(f.clauses, "; ")
+	if all := append(append([]string{}, f.clauses...), p.rt.Clauses()...); len(all) > 0 {
+		faults = "faults: " + strings.Join(all, "; ")
 	}
 	return report.Page{
 		Title:    "stagger proxy — what arrived on the way to " + p.cfg.upstream.Redacted(),

@@ -2,58 +2,18 @@ package main
 
 import (
 	"net"
-	"sync"
+
+	"github.com/staggerhq/stagger/internal/faultproxy"
 )
 
-// limitListener accepts at most n connections open at once: Accept waits
-// for one to close, so a client beyond the cap waits in the kernel's
-// backlog instead of costing the proxy a goroutine and a buffer (what
-// golang.org/x/net/netutil.LimitListener does, with the standard library).
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
+// limitListener accepts at most n connections open at once
+// (faultproxy.LimitListener): a client beyond the cap waits in the
+// kernel's backlog instead of costing the proxy a goroutine and a buffer.
+type limitListener struct{ *faultproxy.LimitListener }
 
 func newLimitListener(l net.Listener, n int) *limitListener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-// Accept waits for a free slot, then for a connection.
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, l: l}, nil
-}
-
-// Close closes the listener and wakes an Accept waiting for a slot.
-func (l *limitListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
+	return &limitListener{faultproxy.NewLimitListener(l, n)}
 }
 
 // open returns the number of connections holding a slot.
-func (l *limitListener) open() int { return len(l.sem) }
-
-type limitConn struct {
-	net.Conn
-	l       *limitListener
-	release sync.Once
-}
-
-// Close closes the connection and frees its slot (once).
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.release.Do(func() { <-c.l.sem })
-	return err
-}
+func (l *limitListener) open() int { return l.Open() }

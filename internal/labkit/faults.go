@@ -3,7 +3,14 @@ package labkit
 import (
 	"errors"
 	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrInvalid is wrapped by every validation error of this package; the
@@ -171,4 +178,509 @@ func (f Faults) End() time.Duration {
 		end = max(end, s.To)
 	}
 	return end
+}
+
+// The runtime fault grammar: one fault per clause, with a name, a
+// probability and (HTTP) a match, added and removed while a proxy runs
+// (`stagger proxy --fault` and its control API, package proxytest). The
+// first word is the kind, the words after it key=value options:
+//
+//	status CODE [retry-after=D | retry-after=date:D] [body=TEXT]   HTTP: answer CODE (400-599) instead of forwarding
+//	delay D [jitter=J]          HTTP: wait D±J before forwarding
+//	cut N                       HTTP: forward, then close the connection after N bytes of the response body
+//	reset                       HTTP: reset the connection (TCP RST), no answer
+//	latency D [jitter=J]        TCP: hold each chunk of data D±J
+//	bandwidth RATE              TCP: at most RATE bytes a second (1024, 64KB, 2MB)
+//	slow-close D                TCP: wait D before passing a close on
+//	timeout D                   TCP: pass no data; close after D (0: hold for ever)
+//	slicer N [delay=D]          TCP: write data in slices of at most N bytes, D apart
+//	limit-data N                TCP: close the connection once N bytes have passed
+//	reset-peer [D]              TCP: reset the connection after D (default at once)
+//
+// Options of every kind: p=F (the probability it applies, toxiproxy's
+// toxicity, 0 to 1; default 1), name=NAME. HTTP kinds: method=METHOD,
+// path=/PREFIX, header=NAME or header=NAME:VALUE (all given must match).
+// TCP kinds: dir=down (upstream to client, the default), up or both. A
+// value may be double-quoted with Go escapes: body="try later".
+const RuntimeFaultGrammar = `status CODE [retry-after=D|retry-after=date:D] [body=TEXT]; delay D [jitter=J]; cut N; reset; ` +
+	`latency D [jitter=J]; bandwidth RATE; slow-close D; timeout D; slicer N [delay=D]; limit-data N; reset-peer [D]; ` +
+	`options: p=F name=NAME method=M path=/P header=NAME[:VALUE] dir=down|up|both`
+
+// FaultKind names a runtime fault.
+type FaultKind string
+
+// The runtime fault kinds.
+const (
+	FaultStatus    FaultKind = "status"     // HTTP: answer a status of choice
+	FaultDelay     FaultKind = "delay"      // HTTP: wait before forwarding
+	FaultCut       FaultKind = "cut"        // HTTP: cut the response mid-body
+	FaultReset     FaultKind = "reset"      // HTTP: reset the connection
+	FaultLatency   FaultKind = "latency"    // TCP: delay data
+	FaultBandwidth FaultKind = "bandwidth"  // TCP: limit bytes a second
+	FaultSlowClose FaultKind = "slow-close" // TCP: delay the close
+	FaultTimeout   FaultKind = "timeout"    // TCP: hold data, close later or never
+	FaultSlicer    FaultKind = "slicer"     // TCP: small writes
+	FaultLimitData FaultKind = "limit-data" // TCP: close after N bytes
+	FaultResetPeer FaultKind = "reset-peer" // TCP: reset after a while
+)
+
+// TCP reports whether k is a fault of the TCP proxy (any protocol), as
+// opposed to one of the HTTP proxy.
+func (k FaultKind) TCP() bool {
+	switch k {
+	case FaultStatus, FaultDelay, FaultCut, FaultReset:
+		return false
+	}
+	return true
+}
+
+// IsRuntimeFault reports whether a clause's first word names a runtime
+// fault kind. "latency" is both a timeline clause of the HTTP proxy
+// (latency D) and a TCP fault; the caller knows which proxy it is.
+func IsRuntimeFault(word string) bool {
+	switch FaultKind(strings.ToLower(word)) {
+	case FaultStatus, FaultDelay, FaultCut, FaultReset, FaultLatency, FaultBandwidth,
+		FaultSlowClose, FaultTimeout, FaultSlicer, FaultLimitData, FaultResetPeer:
+		return true
+	}
+	return false
+}
+
+// Direction is the way data flows through a TCP fault.
+type Direction uint8
+
+// Directions: DirDown is upstream to client (the answers), DirUp client to
+// upstream (the requests).
+const (
+	DirDown Direction = 1
+	DirUp   Direction = 2
+	DirBoth           = DirDown | DirUp
+	dirNone Direction = 0
+)
+
+// String names the direction as the dir= option does: down, up or both.
+func (d Direction) String() string {
+	switch d {
+	case DirUp:
+		return "up"
+	case DirBoth:
+		return "both"
+	}
+	return "down"
+}
+
+// Fault is one parsed runtime fault clause.
+type Fault struct {
+	Name     string    // unique within a proxy; "" lets the proxy name it after Kind
+	Kind     FaultKind // what it does
+	Toxicity float64   // probability it applies to an attempt or a connection, [0, 1]
+
+	// HTTP match: every one given must hold.
+	Method      string // exact method, upper case; "" any
+	PathPrefix  string // the path starts with it; "" any
+	Header      string // canonical header name that must be present; "" none
+	HeaderValue string // with HeaderSet, the value it must have
+	HeaderSet   bool   // header=NAME:VALUE was given (VALUE may be empty)
+
+	Status         int           // status: the code, 400-599
+	RetryAfter     time.Duration // status: Retry-After, whole seconds (rounded up); 0 none
+	RetryAfterDate bool          // status: send Retry-After as an HTTP date RetryAfter ahead
+	Body           string        // status: the body; "" a short default
+	Delay          time.Duration // delay, latency: base; slow-close, timeout, reset-peer: the wait; slicer: between slices
+	Jitter         time.Duration // delay, latency: ± uniformly
+	Bytes          int64         // cut, limit-data: bytes let through; slicer: slice size; bandwidth: bytes a second
+	Dir            Direction     // TCP: the direction(s) it acts on
+}
+
+// MaxFaultBody bounds a status fault's body; MaxFaultName a fault's name.
+const (
+	MaxFaultBody = 64 << 10
+	MaxFaultName = 64
+	maxFaultLen  = MaxFaultBody + 4096
+	maxFaultSize = 1 << 40
+	// maxRuntimeFaultTime bounds every duration of a runtime fault.
+	maxRuntimeFaultTime = 24 * time.Hour
+)
+
+// ParseFault parses one runtime fault clause. Errors name the option and
+// the rule it broke.
+func ParseFault(clause string) (Fault, error) {
+	if len(clause) > maxFaultLen {
+		return Fault{}, fmt.Errorf("fault: %d bytes, over the limit of %d", len(clause), maxFaultLen)
+	}
+	words, err := faultWords(clause)
+	if err != nil {
+		return Fault{}, err
+	}
+	if len(words) == 0 {
+		return Fault{}, errors.New("fault: empty; want one of: " + RuntimeFaultGrammar)
+	}
+	f := Fault{Kind: FaultKind(strings.ToLower(words[0])), Toxicity: 1, Dir: dirNone}
+	if !IsRuntimeFault(words[0]) {
+		return Fault{}, fmt.Errorf("unknown fault %q; want one of: %s", words[0], RuntimeFaultGrammar)
+	}
+	var args []string
+	opts := words[1:]
+	for len(opts) > 0 && !strings.Contains(opts[0], "=") {
+		args, opts = append(args, opts[0]), opts[1:]
+	}
+	wantArgs := func(n int, form string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s: want %q", f.Kind, form)
+		}
+		return nil
+	}
+	dur := func(what, v string, positive bool) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("%s %s %q: want a duration with a unit, such as 700ms or 2s", f.Kind, what, v)
+		case d < 0, positive && d == 0, d > maxRuntimeFaultTime:
+			rule := ">= 0"
+			if positive {
+				rule = "> 0"
+			}
+			return 0, fmt.Errorf("%s %s %v: must be %s and <= %v", f.Kind, what, d, rule, maxRuntimeFaultTime)
+		}
+		return d, nil
+	}
+	switch f.Kind {
+	case FaultStatus:
+		if err := wantArgs(1, "status CODE"); err != nil {
+			return Fault{}, err
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 400 || n > 599 {
+			return Fault{}, fmt.Errorf("status: code %q: want a whole number from 400 to 599, such as 429 or 503", args[0])
+		}
+		f.Status = n
+	case FaultDelay, FaultLatency:
+		if err := wantArgs(1, string(f.Kind)+" D"); err != nil {
+			return Fault{}, err
+		}
+		if f.Delay, err = dur("D", args[0], false); err != nil {
+			return Fault{}, err
+		}
+	case FaultCut, FaultLimitData, FaultSlicer, FaultBandwidth:
+		form := map[FaultKind]string{FaultCut: "cut N", FaultLimitData: "limit-data N", FaultSlicer: "slicer N", FaultBandwidth: "bandwidth RATE"}[f.Kind]
+		if err := wantArgs(1, form); err != nil {
+			return Fault{}, err
+		}
+		n, err := parseBytes(args[0])
+		if err != nil || (n == 0 && f.Kind != FaultCut && f.Kind != FaultLimitData) {
+			return Fault{}, fmt.Errorf("%s: %q: want a whole number of bytes, >= 1 (0 allowed for cut and limit-data), at most 1TB, with an optional unit KB or MB (1024-based)", f.Kind, args[0])
+		}
+		f.Bytes = n
+	case FaultReset:
+		if err := wantArgs(0, "reset"); err != nil {
+			return Fault{}, err
+		}
+	case FaultSlowClose, FaultTimeout:
+		if err := wantArgs(1, string(f.Kind)+" D"); err != nil {
+			return Fault{}, err
+		}
+		if f.Delay, err = dur("D", args[0], f.Kind == FaultSlowClose); err != nil {
+			return Fault{}, err
+		}
+	case FaultResetPeer:
+		if len(args) > 1 {
+			return Fault{}, errors.New(`reset-peer: want "reset-peer" or "reset-peer D"`)
+		}
+		if len(args) == 1 {
+			if f.Delay, err = dur("D", args[0], false); err != nil {
+				return Fault{}, err
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, o := range opts {
+		k, v, _ := strings.Cut(o, "=")
+		k = strings.ToLower(k)
+		if seen[k] {
+			return Fault{}, fmt.Errorf("%s: option %s given twice", f.Kind, k)
+		}
+		seen[k] = true
+		allowed := map[string]bool{"p": true, "toxicity": true, "name": true}
+		if f.Kind.TCP() {
+			allowed["dir"] = true
+		} else {
+			allowed["method"], allowed["path"], allowed["header"] = true, true, true
+		}
+		switch f.Kind {
+		case FaultStatus:
+			allowed["retry-after"], allowed["body"] = true, true
+		case FaultDelay, FaultLatency:
+			allowed["jitter"] = true
+		case FaultSlicer:
+			allowed["delay"] = true
+		}
+		if !allowed[k] {
+			names := make([]string, 0, len(allowed))
+			for n := range allowed {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			return Fault{}, fmt.Errorf("%s: unknown option %q; want one of %s", f.Kind, k, strings.Join(names, ", "))
+		}
+		switch k {
+		case "p", "toxicity":
+			if seen["p"] && seen["toxicity"] {
+				return Fault{}, fmt.Errorf("%s: give p or toxicity, not both", f.Kind)
+			}
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsNaN(x) || x < 0 || x > 1 {
+				return Fault{}, fmt.Errorf("%s %s=%q: want a probability from 0 to 1, such as 0.25", f.Kind, k, v)
+			}
+			f.Toxicity = x
+		case "name":
+			if !validFaultName(v) {
+				return Fault{}, fmt.Errorf("%s name=%q: want 1 to %d letters, digits, '-', '_' or '.'", f.Kind, v, MaxFaultName)
+			}
+			f.Name = v
+		case "dir":
+			switch strings.ToLower(v) {
+			case "down", "downstream":
+				f.Dir = DirDown
+			case "up", "upstream":
+				f.Dir = DirUp
+			case "both":
+				f.Dir = DirBoth
+			default:
+				return Fault{}, fmt.Errorf("%s dir=%q: want down, up or both", f.Kind, v)
+			}
+		case "method":
+			if !isToken(v) {
+				return Fault{}, fmt.Errorf("%s method=%q: want a method such as GET or POST", f.Kind, v)
+			}
+			f.Method = strings.ToUpper(v)
+		case "path":
+			if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, " \t\r\n?#") {
+				return Fault{}, fmt.Errorf("%s path=%q: want a path prefix starting with /, without a query", f.Kind, v)
+			}
+			f.PathPrefix = v
+		case "header":
+			name, val, set := strings.Cut(v, ":")
+			if !isToken(name) || strings.ContainsAny(val, "\r\n\x00") {
+				return Fault{}, fmt.Errorf("%s header=%q: want NAME or NAME:VALUE, such as X-Canary:1", f.Kind, v)
+			}
+			f.Header, f.HeaderValue, f.HeaderSet = http.CanonicalHeaderKey(name), strings.TrimSpace(val), set
+		case "retry-after":
+			d, isDate := strings.CutPrefix(v, "date:")
+			if f.RetryAfter, err = dur("retry-after", d, true); err != nil {
+				return Fault{}, err
+			}
+			f.RetryAfterDate = isDate
+		case "body":
+			if len(v) > MaxFaultBody {
+				return Fault{}, fmt.Errorf("status body: %d bytes, over the limit of %d", len(v), MaxFaultBody)
+			}
+			f.Body = v
+		case "jitter":
+			if f.Jitter, err = dur("jitter", v, false); err != nil {
+				return Fault{}, err
+			}
+		case "delay":
+			if f.Delay, err = dur("delay", v, false); err != nil {
+				return Fault{}, err
+			}
+		}
+	}
+	if f.Kind.TCP() && f.Dir == dirNone {
+		f.Dir = DirDown
+	}
+	return f, nil
+}
+
+// Applies reports whether the fault applies, given u uniform in [0, 1).
+func (f *Fault) Applies(u float64) bool { return u < f.Toxicity }
+
+// Matches reports whether an HTTP request with this method, path and
+// header getter falls under the fault.
+func (f *Fault) Matches(method, path string, header func(string) (string, bool)) bool {
+	if f.Method != "" && f.Method != method {
+		return false
+	}
+	if f.PathPrefix != "" && !strings.HasPrefix(path, f.PathPrefix) {
+		return false
+	}
+	if f.Header != "" {
+		v, ok := header(f.Header)
+		if !ok || (f.HeaderSet && v != f.HeaderValue) {
+			return false
+		}
+	}
+	return true
+}
+
+// Wait returns Delay with its jitter applied, given u uniform in [0, 1):
+// uniformly in [Delay-Jitter, Delay+Jitter], never below 0.
+func (f *Fault) Wait(u float64) time.Duration {
+	if f.Jitter == 0 {
+		return f.Delay
+	}
+	return max(0, f.Delay-f.Jitter+time.Duration(u*float64(2*f.Jitter)))
+}
+
+// RetryAfterValue is the Retry-After header for an answer at now: whole
+// seconds (rounded up), or an HTTP date; "" for none.
+func (f *Fault) RetryAfterValue(now time.Time) string {
+	switch {
+	case f.RetryAfter <= 0:
+		return ""
+	case f.RetryAfterDate:
+		return now.Add(f.RetryAfter).UTC().Format(http.TimeFormat)
+	}
+	return strconv.FormatInt(int64((f.RetryAfter+time.Second-1)/time.Second), 10)
+}
+
+// String is the clause in its normal form; ParseFault reads it back to the
+// same Fault.
+func (f Fault) String() string {
+	var b strings.Builder
+	b.WriteString(string(f.Kind))
+	switch f.Kind {
+	case FaultStatus:
+		b.WriteString(" " + strconv.Itoa(f.Status))
+	case FaultDelay, FaultLatency, FaultSlowClose, FaultTimeout, FaultResetPeer:
+		b.WriteString(" " + f.Delay.String())
+	case FaultCut, FaultLimitData, FaultSlicer, FaultBandwidth:
+		b.WriteString(" " + strconv.FormatInt(f.Bytes, 10))
+	}
+	opt := func(k, v string) { b.WriteString(" " + k + "=" + quoteFaultValue(v)) }
+	if f.RetryAfter > 0 {
+		v := f.RetryAfter.String()
+		if f.RetryAfterDate {
+			v = "date:" + v
+		}
+		opt("retry-after", v)
+	}
+	if f.Body != "" {
+		opt("body", f.Body)
+	}
+	if f.Jitter > 0 {
+		opt("jitter", f.Jitter.String())
+	}
+	if f.Kind == FaultSlicer && f.Delay > 0 {
+		opt("delay", f.Delay.String())
+	}
+	if f.Toxicity != 1 {
+		opt("p", strconv.FormatFloat(f.Toxicity, 'g', -1, 64))
+	}
+	if f.Method != "" {
+		opt("method", f.Method)
+	}
+	if f.PathPrefix != "" {
+		opt("path", f.PathPrefix)
+	}
+	if f.Header != "" {
+		v := f.Header
+		if f.HeaderSet {
+			v += ":" + f.HeaderValue
+		}
+		opt("header", v)
+	}
+	if f.Kind.TCP() && f.Dir != DirDown {
+		opt("dir", f.Dir.String())
+	}
+	if f.Name != "" {
+		opt("name", f.Name)
+	}
+	return b.String()
+}
+
+func quoteFaultValue(v string) string {
+	if v == "" || strings.ContainsAny(v, " \t\r\n\";\\") || !utf8.ValidString(v) {
+		return strconv.Quote(v)
+	}
+	for _, r := range v {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(v)
+		}
+	}
+	return v
+}
+
+// faultWords splits a clause on blanks; a value may be double-quoted
+// (key="a b") with Go escapes.
+func faultWords(s string) ([]string, error) {
+	var words []string
+	for {
+		s = strings.TrimLeft(s, " \t\r\n")
+		if s == "" {
+			return words, nil
+		}
+		i := strings.IndexAny(s, " \t\r\n\"")
+		if i < 0 {
+			return append(words, s), nil
+		}
+		if s[i] != '"' {
+			words, s = append(words, s[:i]), s[i:]
+			continue
+		}
+		// A quoted value: find its closing quote.
+		j := i + 1
+		for ; j < len(s) && s[j] != '"'; j++ {
+			if s[j] == '\\' {
+				j++
+			}
+		}
+		if j >= len(s) {
+			return nil, fmt.Errorf("fault: the quote at byte %d is not closed", i)
+		}
+		v, err := strconv.Unquote(s[i : j+1])
+		if err != nil {
+			return nil, fmt.Errorf("fault: %s: not a Go-quoted string: %v", s[i:j+1], err)
+		}
+		if j+1 < len(s) && !strings.ContainsRune(" \t\r\n", rune(s[j+1])) {
+			return nil, fmt.Errorf("fault: text right after the quoted value %s", s[i:j+1])
+		}
+		words, s = append(words, s[:i]+v), s[j+1:]
+	}
+}
+
+// parseBytes reads 1024, 64KB or 2MB (1024-based units).
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	u := strings.ToUpper(v)
+	switch {
+	case strings.HasSuffix(u, "KB"):
+		mult, u = 1<<10, u[:len(u)-2]
+	case strings.HasSuffix(u, "MB"):
+		mult, u = 1<<20, u[:len(u)-2]
+	case strings.HasSuffix(u, "B"):
+		u = u[:len(u)-1]
+	}
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || n < 0 || n > maxFaultSize/mult {
+		return 0, errors.New("bad size")
+	}
+	return n * mult, nil
+}
+
+func validFaultName(s string) bool {
+	if s == "" || len(s) > MaxFaultName {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidFaultName reports whether s may name a fault or a proxy: 1 to 64
+// letters, digits, '-', '_' or '.'.
+func ValidFaultName(s string) bool { return validFaultName(s) }
+
+func isToken(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,400 @@
+package faultproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/staggerhq/stagger/internal/labkit"
+)
+
+// DefaultMaxConns bounds the connections a proxy (HTTP or TCP) serves at
+// once; more wait in the kernel's backlog.
+const DefaultMaxConns = 1024
+
+// TCPProxy relays TCP connections for any protocol (PostgreSQL, Redis,
+// AMQP, gRPC) through run-time faults, toxiproxy's toxics, and counts
+// connections and bytes per window. A connection is one attempt:
+// accepted when it ends normally, dropped when a fault closed or reset it,
+// failed when the upstream could not be reached.
+type TCPProxy struct {
+	name, upstream string
+	faults         *Set
+	window         time.Duration
+	start          time.Time
+	now            func() time.Time
+	ln             net.Listener
+	sem            chan struct{}
+	rec            atomic.Pointer[labkit.WindowedRecorder]
+	bytes          atomic.Pointer[byteWindows]
+	inflight       atomic.Int64
+
+	mu     sync.Mutex
+	conns  map[*relay]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// StartTCP listens on cfg.Listen and relays each connection to
+// cfg.Upstream (host:port, or tcp://host:port).
+func StartTCP(cfg Config) (*TCPProxy, error) {
+	up := strings.TrimPrefix(cfg.Upstream, "tcp://")
+	if _, _, err := net.SplitHostPort(up); err != nil || strings.ContainsAny(up, "/@?#") {
+		return nil, errorf("upstream: want host:port or tcp://host:port, such as 127.0.0.1:6379")
+	}
+	ln, err := listen(cfg.Listen)
+	if err != nil {
+		return nil, err
+	}
+	w := cfg.Window
+	if w <= 0 {
+		w = labkit.DefaultWindow
+	}
+	p := &TCPProxy{name: cfg.Name, upstream: up, faults: NewSet(true, nil), window: w, start: time.Now(), now: time.Now,
+		ln: ln, sem: make(chan struct{}, DefaultMaxConns), conns: map[*relay]struct{}{}}
+	p.rec.Store(newRecorder(p.start, w))
+	p.bytes.Store(newByteWindows(p.start, w))
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+func (p *TCPProxy) accept() {
+	defer p.wg.Done()
+	for {
+		p.sem <- struct{}{}
+		c, err := p.ln.Accept()
+		if err != nil {
+			<-p.sem
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // EMFILE and the like: do not spin
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer func() { <-p.sem }()
+			p.serve(c)
+		}()
+	}
+}
+
+// relay is one client connection and its upstream.
+type relay struct {
+	client, up net.Conn
+	faulted    atomic.Bool // a fault closed or reset it
+	once       sync.Once
+}
+
+func (r *relay) close(reset bool) {
+	r.once.Do(func() {
+		if reset {
+			r.faulted.Store(true)
+			SetLinger0(r.client)
+			if r.up != nil {
+				SetLinger0(r.up)
+			}
+		}
+		r.client.Close()
+		if r.up != nil {
+			r.up.Close()
+		}
+	})
+}
+
+func (p *TCPProxy) serve(c net.Conn) {
+	rec := p.rec.Load()
+	pend := rec.Arrive(p.now())
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
+	r := &relay{client: c}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		rec.Finish(pend, "", 0, labkit.Abandoned)
+		return
+	}
+	p.conns[r] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, r)
+		p.mu.Unlock()
+	}()
+
+	// The faults that apply to this connection, decided once.
+	var down, up []*labkit.Fault
+	for _, a := range p.faults.Snapshot() {
+		applies := a.Applies(p.faults.rand())
+		a.Count(applies)
+		if !applies {
+			continue
+		}
+		if a.Dir&labkit.DirDown != 0 {
+			down = append(down, &a.Fault)
+		}
+		if a.Dir&labkit.DirUp != 0 {
+			up = append(up, &a.Fault)
+		}
+	}
+	upc, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	if err != nil {
+		c.Close()
+		rec.Finish(pend, "", 0, labkit.Failed)
+		return
+	}
+	r.up = upc
+	for _, f := range slicesConcat(down, up) {
+		if f.Kind == labkit.FaultResetPeer {
+			t := time.AfterFunc(f.Delay, func() { r.close(true) })
+			defer t.Stop()
+		}
+	}
+	bw := p.bytes.Load()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.pump(r, c, upc, up, func(n int64) { bw.add(p.now(), n, 0) }) }()
+	go func() { defer wg.Done(); p.pump(r, upc, c, down, func(n int64) { bw.add(p.now(), 0, n) }) }()
+	wg.Wait()
+	r.close(false)
+	o := labkit.Accepted
+	if r.faulted.Load() {
+		o = labkit.Dropped
+	}
+	rec.Finish(pend, "", 0, o)
+}
+
+func slicesConcat(a, b []*labkit.Fault) []*labkit.Fault {
+	out := append([]*labkit.Fault{}, a...)
+	for _, f := range b {
+		dup := false
+		for _, g := range out {
+			dup = dup || g == f
+		}
+		if !dup {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// pump copies src to dst through the faults of its direction, and passes
+// src's end on as a half close (after slow-close's wait).
+func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, count func(int64)) {
+	var (
+		slowClose, sliceDelay     time.Duration
+		hasLatency, hold, limited bool
+		holdFor                   time.Duration
+		jitter                    *labkit.Fault
+		rate, limit               int64
+		sliceN                    int64
+	)
+	for _, f := range faults {
+		switch f.Kind {
+		case labkit.FaultLatency:
+			hasLatency, jitter = true, f
+		case labkit.FaultBandwidth:
+			rate = f.Bytes
+		case labkit.FaultSlowClose:
+			slowClose = f.Delay
+		case labkit.FaultTimeout:
+			hold, holdFor = true, f.Delay
+		case labkit.FaultSlicer:
+			sliceN, sliceDelay = f.Bytes, f.Delay
+		case labkit.FaultLimitData:
+			limited, limit = true, f.Bytes
+		}
+	}
+	if hold {
+		// Pass nothing; close after holdFor (0: never — until the other
+		// side or the proxy closes).
+		if holdFor > 0 {
+			t := time.AfterFunc(holdFor, func() { r.close(true) })
+			defer t.Stop()
+		}
+		io.Copy(io.Discard, src)
+		r.close(false)
+		return
+	}
+	if limited && limit == 0 {
+		r.close(true)
+		return
+	}
+	buf := make([]byte, 32<<10) // 64 KiB a connection: --max-conns of them bound the memory
+	var sent int64
+	began := time.Now()
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			b := buf[:n]
+			if limited && sent+int64(len(b)) >= limit {
+				b = b[:limit-sent]
+			}
+			if hasLatency {
+				time.Sleep(jitter.Wait(p.faults.rand()))
+			}
+			for len(b) > 0 {
+				k := int64(len(b))
+				if sliceN > 0 {
+					k = min(k, sliceN)
+				}
+				if rate > 0 {
+					// Pieces of a twentieth of a second, each written once
+					// the bytes before it and itself fit the rate.
+					k = min(k, max(rate/20, 1))
+					due := began.Add(time.Duration(float64(sent+k) / float64(rate) * float64(time.Second)))
+					if now := time.Now(); now.Sub(due) > 50*time.Millisecond {
+						// Idle for a while: no burst of the time not used.
+						began = now.Add(-time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
+						due = now.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))
+					}
+					if d := time.Until(due); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				if _, werr := dst.Write(b[:k]); werr != nil {
+					r.close(false)
+					return
+				}
+				sent += k
+				count(k)
+				b = b[k:]
+				if sliceN > 0 && len(b) > 0 && sliceDelay > 0 {
+					time.Sleep(sliceDelay)
+				}
+			}
+			if limited && sent >= limit {
+				r.close(true)
+				return
+			}
+		}
+		if err != nil {
+			if slowClose > 0 {
+				time.Sleep(slowClose)
+			}
+			if tc, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(err, io.EOF) {
+				tc.CloseWrite()
+				return
+			}
+			r.close(false)
+			return
+		}
+	}
+}
+
+// Name returns the proxy's name.
+func (p *TCPProxy) Name() string { return p.name }
+
+// Kind returns "tcp".
+func (p *TCPProxy) Kind() string { return "tcp" }
+
+// Addr returns the address it listens on.
+func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
+
+// Upstream returns host:port.
+func (p *TCPProxy) Upstream() string { return p.upstream }
+
+// Faults returns its run-time faults.
+func (p *TCPProxy) Faults() *Set { return p.faults }
+
+// Stats returns what it counted: connections as attempts, and bytes.
+func (p *TCPProxy) Stats(timeline bool) Stats {
+	s := BaseStats(p, p.now().Sub(p.start), p.inflight.Load(), p.rec.Load().Stats(timeline))
+	s.Requests, s.RequestsAccepted, s.MaxAttempts, s.AttemptsPerRequest = nil, nil, nil, nil
+	bw := p.bytes.Load()
+	s.BytesUp, s.BytesDown, s.PeakBytes, s.PeakBytesAtMS = bw.totals()
+	if timeline {
+		bw.fill(s.Timeline)
+	}
+	return s
+}
+
+// ResetStats starts the counts afresh (the faults' too).
+func (p *TCPProxy) ResetStats() {
+	now := p.now()
+	p.rec.Store(newRecorder(now, p.window))
+	p.bytes.Store(newByteWindows(now, p.window))
+	p.faults.ResetCounts()
+}
+
+// Close stops listening and closes every connection.
+func (p *TCPProxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	err := p.ln.Close()
+	for r := range p.conns {
+		r.close(false)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+// byteWindows counts bytes per window, keeping the last maxByteWindows.
+type byteWindows struct {
+	start  time.Time
+	width  time.Duration
+	mu     sync.Mutex
+	up     int64
+	down   int64
+	ring   [maxByteWindows][2]int64
+	newest int64
+	peak   int64
+	peakAt int64
+}
+
+const maxByteWindows = 4096
+
+func newByteWindows(start time.Time, w time.Duration) *byteWindows {
+	return &byteWindows{start: start, width: w, newest: -1}
+}
+
+func (b *byteWindows) add(now time.Time, up, down int64) {
+	k := int64(now.Sub(b.start) / b.width)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.up += up
+	b.down += down
+	for b.newest < k {
+		b.newest++
+		b.ring[b.newest%maxByteWindows] = [2]int64{}
+	}
+	if k < b.newest-maxByteWindows+1 || k < 0 {
+		return
+	}
+	w := &b.ring[k%maxByteWindows]
+	w[0] += up
+	w[1] += down
+	if t := w[0] + w[1]; t > b.peak {
+		b.peak, b.peakAt = t, k
+	}
+}
+
+func (b *byteWindows) totals() (up, down, peak, peakAtMS int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.up, b.down, b.peak, (time.Duration(b.peakAt) * b.width).Milliseconds()
+}
+
+// fill adds the bytes to the timeline's windows it still keeps.
+func (b *byteWindows) fill(tl []Window) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range tl {
+		k := int64(time.Duration(tl[i].StartMS) * time.Millisecond / b.width)
+		if k <= b.newest && k > b.newest-maxByteWindows && k >= 0 {
+			tl[i].BytesUp, tl[i].BytesDown = b.ring[k%maxByteWindows][0], b.ring[k%maxByteWindows][1]
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package faultproxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// redisAddr is a real Redis (STAGGER_REDIS_ADDR, default 127.0.0.1:6379);
+// the TCP faults are measured on its connections. Unreachable, the test
+// skips, except under CI=true.
+func redisAddr(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("STAGGER_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Redis at %s: %v", addr, err)
+		}
+		t.Skipf("Redis at %s is unreachable (set STAGGER_REDIS_ADDR): %v", addr, err)
+	}
+	c.Close()
+	return addr
+}
+
+func startTCP(t *testing.T, clauses ...string) *TCPProxy {
+	t.Helper()
+	p, err := StartTCP(Config{Name: "redis", Upstream: redisAddr(t), Kind: "tcp", Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	for _, c := range clauses {
+		addFault(t, p.Faults(), c)
+	}
+	return p
+}
+
+// ping sends PING through p and reads the answer line, with a deadline.
+func ping(t *testing.T, p *TCPProxy, deadline time.Duration) (string, time.Duration, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(deadline))
+	start := time.Now()
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return "", 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return line, time.Since(start), err
+}
+
+func TestTCPCountsConnectionsAndBytes(t *testing.T) {
+	p := startTCP(t)
+	for range 3 {
+		if line, _, err := ping(t, p, 10*time.Second); err != nil || line != "+PONG\r\n" {
+			t.Fatalf("%q %v", line, err)
+		}
+	}
+	waitFor(t, func() bool { return p.Stats(false).Total == 3 }, "3 connections counted")
+	s := p.Stats(true)
+	if s.Accepted != 3 || s.Peak != 3 || s.BytesUp != 3*6 || s.BytesDown != 3*7 || s.PeakBytes != 3*13 {
+		t.Errorf("counted %+v; want 3 accepted connections, peak 3, 18 bytes up, 21 down, 39 in the peak window", s)
+	}
+	if len(s.Timeline) != 1 || s.Timeline[0].BytesUp != 18 || s.Timeline[0].BytesDown != 21 {
+		t.Errorf("timeline %+v", s.Timeline)
+	}
+}
+
+func TestTCPLatency(t *testing.T) {
+	p := startTCP(t, "latency 150ms jitter=20ms")
+	line, took, err := ping(t, p, 10*time.Second)
+	if err != nil || line != "+PONG\r\n" || took < 130*time.Millisecond {
+		t.Fatalf("%q %v after %v; want PONG after at least 130ms", line, err, took)
+	}
+	p.Faults().Clear()
+	addFault(t, p.Faults(), "latency 150ms dir=up")
+	line, took, err = ping(t, p, 10*time.Second)
+	if err != nil || line != "+PONG\r\n" || took < 150*time.Millisecond {
+		t.Fatalf("upstream: %q %v after %v", line, err, took)
+	}
+}
+
+func TestTCPTimeoutHolds(t *testing.T) {
+	p := startTCP(t, "timeout 0s")
+	_, _, err := ping(t, p, 300*time.Millisecond)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("got %v; want no answer (a read deadline)", err)
+	}
+	p.Faults().Clear()
+	addFault(t, p.Faults(), "timeout 100ms")
+	_, took, err := ping(t, p, 10*time.Second)
+	if err == nil || took < 100*time.Millisecond {
+		t.Fatalf("got %v after %v; want the connection closed after 100ms", err, took)
+	}
+	waitFor(t, func() bool { return p.Stats(false).Dropped >= 1 }, "the timed-out connection counted as dropped")
+}
+
+func TestTCPResetPeer(t *testing.T) {
+	p := startTCP(t, "reset-peer 50ms")
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("got %v; want a connection reset", err)
+	}
+	waitFor(t, func() bool { return p.Stats(false).Dropped == 1 }, "the reset connection counted as dropped")
+}
+
+func TestTCPLimitData(t *testing.T) {
+	p := startTCP(t, "limit-data 3")
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "PING\r\n")
+	got, err := io.ReadAll(c)
+	if string(got) != "+PO" {
+		t.Fatalf("read %q, %v; want the first 3 bytes, then the end", got, err)
+	}
+}
+
+func TestTCPSlicerAndBandwidth(t *testing.T) {
+	p := startTCP(t, "slicer 1 delay=5ms")
+	line, took, err := ping(t, p, 10*time.Second)
+	if err != nil || line != "+PONG\r\n" || took < 30*time.Millisecond {
+		t.Fatalf("slicer: %q %v after %v; want 7 one-byte slices 5ms apart (>= 30ms)", line, err, took)
+	}
+	p.Faults().Clear()
+	addFault(t, p.Faults(), "bandwidth 20000 dir=up")
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	val := strings.Repeat("x", 8000)
+	start := time.Now()
+	io.WriteString(c, "SET stagger:faultproxy:bw "+val+"\r\n")
+	line, err = bufio.NewReader(c).ReadString('\n')
+	if took := time.Since(start); err != nil || line != "+OK\r\n" || took < 380*time.Millisecond {
+		t.Fatalf("bandwidth: %q %v after %v; want +OK after at least 0.4s (8 KB at 20 KB/s)", line, err, took)
+	}
+}
+
+func TestTCPSlowClose(t *testing.T) {
+	p := startTCP(t, "slow-close 200ms")
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	io.WriteString(c, "QUIT\r\n")
+	got, err := io.ReadAll(c)
+	if took := time.Since(start); err != nil || string(got) != "+OK\r\n" || took < 200*time.Millisecond {
+		t.Fatalf("read %q, %v after %v; want +OK and the close 200ms later", got, err, took)
+	}
+}
+
+func TestTCPUpstreamDown(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	p, err := StartTCP(Config{Name: "gone", Upstream: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, _ := net.Dial("tcp", p.Addr())
+	io.ReadAll(c)
+	c.Close()
+	waitFor(t, func() bool { return p.Stats(false).Failed == 1 }, "a connection to a closed port counted as failed")
+}
+
+// TestTCPChangeUnderTraffic flips a fault between kinds while four clients
+// open connections: every connection and every byte is counted.
+func TestTCPChangeUnderTraffic(t *testing.T) {
+	p := startTCP(t)
+	stop, changed := make(chan struct{}), make(chan int)
+	go func() {
+		clauses := []string{"latency 1ms", "slicer 2", "latency 0s jitter=1ms dir=both"}
+		n := 0
+		for ; ; n++ {
+			select {
+			case <-stop:
+				changed <- n
+				return
+			default:
+			}
+			f, _ := p.Faults().Parse(clauses[n%len(clauses)])
+			p.Faults().Put("flip", f)
+			if n%5 == 4 {
+				p.Faults().Remove("flip")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	const clients, each = 4, 40
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			for range each {
+				line, _, err := ping(t, p, 10*time.Second)
+				if err == nil && line != "+PONG\r\n" {
+					err = errors.New("answer " + line)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	n := <-changed
+	waitFor(t, func() bool { return p.Stats(false).Total == clients*each }, "every connection counted")
+	s := p.Stats(false)
+	if s.Accepted != clients*each || s.BytesUp != clients*each*6 || s.BytesDown != clients*each*7 {
+		t.Errorf("after %d changes: %d connections, %d accepted, %d bytes up, %d down; want %d, %d, %d, %d",
+			n, s.Total, s.Accepted, s.BytesUp, s.BytesDown, clients*each, clients*each, clients*each*6, clients*each*7)
+	}
+	if got, err := p.Faults().Get("flip"); err == nil && got.Matched > int64(clients*each) {
+		t.Errorf("the fault matched %d of %d connections", got.Matched, clients*each)
+	}
+}
