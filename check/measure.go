@@ -94,7 +94,8 @@ type PolicyResult struct {
 	Recovered bool
 	Recovery  time.Duration
 	// Metastable says the run ended still failing long after the fault:
-	// not recovered by its end.
+	// goodput not back at its end (open loop; averaged over its last 5
+	// windows), or callers unfinished (closed loop).
 	Metastable bool
 	// Latency is what the callers waited.
 	Latency Latency
@@ -228,9 +229,11 @@ func (m *meter) result(name string, p *plan, span time.Duration) PolicyResult {
 			r.Recovery = max(0, m.lastDone-end)
 		}
 	} else {
-		r.Recovered, r.Recovery = m.recovery(p, span)
+		r.Recovered, r.Recovery, r.Metastable = m.recovery(p, span)
 	}
-	r.Metastable = !r.Recovered
+	if !r.Recovered {
+		r.Metastable = true
+	}
 	return r
 }
 
@@ -240,13 +243,13 @@ func (m *meter) result(name string, p *plan, span time.Duration) PolicyResult {
 const recoverySpan = 5
 
 // recovery finds the first window at or after the fault's end from which
-// goodput, averaged over recoverySpan windows, stays within the tolerance
-// of its level before the fault (the offered load, when the fault starts
-// before a steady level could be seen).
-func (m *meter) recovery(p *plan, span time.Duration) (bool, time.Duration) {
+// goodput, averaged over recoverySpan windows, is within the tolerance of
+// its level before the fault (the offered load, when the fault starts
+// before a steady level could be seen); metastable says the last
+// recoverySpan windows of the run are not.
+func (m *meter) recovery(p *plan, span time.Duration) (recovered bool, at time.Duration, metastable bool) {
 	ws := m.windows
-	full := int(span / m.window) // windows wholly inside the run
-	full = min(full, len(ws))
+	full := min(int(span/m.window), len(ws)) // windows wholly inside the run
 	start, end := p.faults.Start(), p.faults.End()
 	steady := int((p.e.Callers.Ramp + m.window - 1) / m.window)
 	var base float64
@@ -260,11 +263,8 @@ func (m *meter) recovery(p *plan, span time.Duration) (bool, time.Duration) {
 		base = p.e.Callers.Rate * m.window.Seconds() // the offered load
 	}
 	need := (1 - p.e.tolerance()) * base
-	first := int((end + m.window - 1) / m.window)
-	if first >= full {
-		return false, 0
-	}
-	// ok[i]: the mean of windows [i, i+recoverySpan) (cut at the end) is high enough
+	// good: the mean goodput of windows [i, i+recoverySpan), cut at the
+	// run's end, is high enough
 	good := func(i int) bool {
 		j := min(i+recoverySpan, full)
 		var s int64
@@ -273,15 +273,15 @@ func (m *meter) recovery(p *plan, span time.Duration) (bool, time.Duration) {
 		}
 		return float64(s)/float64(j-i) >= need
 	}
-	at := -1
-	for i := full - 1; i >= first; i-- {
-		if !good(i) {
-			break
+	first := int((end + m.window - 1) / m.window)
+	if first >= full {
+		return false, 0, true
+	}
+	metastable = !good(max(first, full-recoverySpan))
+	for i := first; i < full; i++ {
+		if good(i) {
+			return true, max(0, time.Duration(i)*m.window-end), metastable
 		}
-		at = i
 	}
-	if at < 0 {
-		return false, 0
-	}
-	return true, max(0, time.Duration(at)*m.window-end)
+	return false, 0, metastable
 }
