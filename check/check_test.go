@@ -66,9 +66,11 @@ type recorder struct {
 	errs, logs []string
 }
 
-func (r *recorder) Errorf(format string, a ...any) { r.errs = append(r.errs, fmt.Sprintf(format, a...)) }
-func (r *recorder) Logf(format string, a ...any)   { r.logs = append(r.logs, fmt.Sprintf(format, a...)) }
-func (r *recorder) Helper()                        {}
+func (r *recorder) Errorf(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, a...))
+}
+func (r *recorder) Logf(format string, a ...any) { r.logs = append(r.logs, fmt.Sprintf(format, a...)) }
+func (r *recorder) Helper()                      {}
 
 // TestCheckFailsAStampede: a policy that retries at once, 10 times, fails
 // the guard's thresholds, and the failure says which measure, the limit,
