@@ -104,6 +104,11 @@ type PolicyResult struct {
 	// Events is the number of events the virtual run handled (0 in real
 	// time).
 	Events uint64
+	// Lateness is, in real time with an open loop, the most a logical
+	// request started after its scheduled arrival: how much the machine
+	// held the run back (a loaded machine stalls goroutines for tens of
+	// milliseconds). 0 in virtual time.
+	Lateness time.Duration
 }
 
 // MaxWindowAmplification returns the highest amplification of any window

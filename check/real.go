@@ -119,8 +119,7 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		return PolicyResult{}, 0, fmt.Errorf("the gateway cannot listen: %w", err)
 	}
 	g := &gateway{dep: newDepModel(p, rand.New(rand.NewPCG(e.Seed, 2)))}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
-	srv.SetKeepAlivesEnabled(true)
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	url := "http://" + l.Addr().String()
 	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true}
@@ -157,6 +156,7 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		reqs []realReq
 		wg   sync.WaitGroup
 	)
+	var late time.Duration // the most an arrival or a caller's start came after its time
 	one := func(n int) {
 		s := time.Since(start)
 		id := []string{strconv.Itoa(n)}
@@ -231,6 +231,7 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 			case <-runCtx.Done():
 				break gen
 			}
+			late = max(late, time.Since(start)-t)
 			wg.Add(1)
 			go func() { defer wg.Done(); one(n) }()
 		}
@@ -291,7 +292,9 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		span = (elapsed/p.window + 1) * p.window
 		span = min(span, p.limit)
 	}
-	return m.result(pol.Name, p, span), span, nil
+	r := m.result(pol.Name, p, span)
+	r.Lateness = late
+	return r, span, nil
 }
 
 // transportCall sends one logical request through a transport under test
