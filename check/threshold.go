@@ -60,7 +60,8 @@ func badThreshold(measure, format string, a ...any) Threshold {
 }
 
 // MaxAmplification limits attempts per logical request over the whole
-// run; a failure names the window with the highest amplification.
+// run; a failure names the first window by whose end the attempts so far
+// per request so far passed the limit.
 func MaxAmplification(x float64) Threshold {
 	if !finite(x) || x < 1 {
 		return badThreshold("amplification", "the limit must be a finite number >= 1, got %v", x)
@@ -68,8 +69,15 @@ func MaxAmplification(x float64) Threshold {
 	lim := fmt.Sprintf("%.3g", x)
 	return Threshold{Measure: "amplification", Limit: lim, eval: func(r *Result, p *PolicyResult) Verdict {
 		v := Verdict{Measure: "amplification", Limit: lim, Value: fmt.Sprintf("%.3f", p.Amplification), OK: p.Amplification <= x}
-		if a, w := p.MaxWindowAmplification(); a > 0 {
-			v.Window = fmt.Sprintf("%s: %.2f attempts per request", span(w.Start, r.Window), a)
+		if !v.OK {
+			var att, req int64
+			for _, w := range p.Windows {
+				att, req = att+w.Attempts, req+w.Requests
+				if req > 0 && float64(att) > x*float64(req) {
+					v.Window = fmt.Sprintf("%s: %d attempts for %d requests so far", span(w.Start, r.Window), att, req)
+					break
+				}
+			}
 		}
 		return v
 	}}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const (
+	minePolicy  = `{"name": "mine", "maxAttempts": 5, "schedule": {"kind": "exponential", "base": "100ms", "cap": "2s", "jitter": "full"}, "budget": {"kind": "token-bucket"}}`
+	stormPolicy = `{"name": "storm", "maxAttempts": 1000, "schedule": {"kind": "constant", "delay": "20ms"}}`
+	grpcConfig  = `{"methodConfig": [{"name": [{}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}], "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`
+)
+
+// TestCheckCommand: the lab's outage by default; a threshold that holds
+// exits 0, one that fails exits 1, and the JUnit file has one test case
+// per policy × threshold with the failures marked.
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	mine := writeFile(t, dir, "mine.json", minePolicy)
+	storm := writeFile(t, dir, "storm.json", stormPolicy)
+	sc := writeFile(t, dir, "service-config.json", grpcConfig)
+
+	code, out, errOut := runCLI(t, "check", "--policy", mine, "--policy", sc, "--max-amplification", "5", "--max-peak", "10")
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	for _, want := range []string{"lab outage", "virtual time", "mine", "service-config", "PASS: 4 of 4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	junit, report := filepath.Join(dir, "junit.xml"), filepath.Join(dir, "r.html")
+	code, out, _ = runCLI(t, "check", "--policy", mine, "--policy", storm, "--max-amplification", "5", "--max-peak", "10",
+		"--junit", junit, "--report", report)
+	if code != exitFail || !strings.Contains(out, "FAIL storm: amplification 16.000 exceeds 5") || !strings.Contains(out, "FAIL: 2 of 4") {
+		t.Fatalf("a storm must fail: exit %d\n%s", code, out)
+	}
+	b, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js struct {
+		Suites []struct {
+			Tests    int `xml:"tests,attr"`
+			Failures int `xml:"failures,attr"`
+			Cases    []struct {
+				Class   string `xml:"classname,attr"`
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(b, &js); err != nil {
+		t.Fatal(err)
+	}
+	s := js.Suites[0]
+	if s.Tests != 4 || s.Failures != 2 || len(s.Cases) != 4 {
+		t.Fatalf("junit: %d tests, %d failures, %d cases; want 4, 2, 4", s.Tests, s.Failures, len(s.Cases))
+	}
+	for _, c := range s.Cases {
+		if (c.Failure != nil) != (c.Class == "stagger.check.storm") {
+			t.Errorf("junit case %s %s: failure %v", c.Class, c.Name, c.Failure)
+		}
+	}
+	if rb, err := os.ReadFile(report); err != nil || !strings.Contains(string(rb), "attempts received per window") {
+		t.Fatalf("report: %v", err)
+	}
+}
+
+func TestCheckJSON(t *testing.T) {
+	dir := t.TempDir()
+	mine := writeFile(t, dir, "mine.json", minePolicy)
+	code, out, _ := runCLI(t, "check", "--policy", mine, "--rate", "100", "--fault", "down 2s at 2s", "--duration", "10s", "--latency", "20ms",
+		"--max-amplification", "1.5", "--recover-within", "2s", "--not-metastable", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	var res struct {
+		Clock    string `json:"clock"`
+		OK       bool   `json:"ok"`
+		Policies []struct {
+			Name          string  `json:"name"`
+			Requests      int64   `json:"requests"`
+			Attempts      int64   `json:"attempts"`
+			Amplification float64 `json:"amplification"`
+			Recovered     bool    `json:"recovered"`
+		} `json:"policies"`
+		Verdicts []struct {
+			OK bool `json:"OK"`
+		} `json:"verdicts"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	p := res.Policies[0]
+	if !res.OK || res.Clock != "virtual" || len(res.Verdicts) != 3 || p.Requests < 900 || p.Attempts <= p.Requests || !p.Recovered {
+		t.Fatalf("unexpected result: %+v", res)
+	}
+}
+
+// TestCheckBadInput: every bad policy file, flag or threshold exits 2 with
+// a message naming the field (or flag) and the rule, and writes nothing.
+func TestCheckBadInput(t *testing.T) {
+	dir := t.TempDir()
+	mine := writeFile(t, dir, "mine.json", minePolicy)
+	junit := filepath.Join(dir, "out.xml")
+	for name, c := range map[string]struct {
+		file string // a policy file's body; "" uses mine
+		args []string
+		want string
+	}{
+		"bool for number":  {file: `{"maxAttempts": true}`, want: "maxAttempts: want a whole number, got a boolean"},
+		"fraction":         {file: `{"maxAttempts": 2.5}`, want: "maxAttempts: want a whole number"},
+		"huge":             {file: `{"hedge": {"delay": "10ms", "quantile": 1e999}}`, want: "hedge.quantile"},
+		"NaN string":       {file: `{"hedge": {"delay": "10ms", "quantile": "NaN"}}`, want: "hedge.quantile: want a finite number, got a string"},
+		"negative":         {file: `{"maxAttempts": -1}`, want: "maxAttempts: must be >= 1"},
+		"negative dur":     {file: `{"attemptTimeout": "-1s"}`, want: "attemptTimeout: must be >= 0"},
+		"no unit":          {file: `{"timeout": "5"}`, want: `timeout: want a duration with a unit`},
+		"unknown field":    {file: `{"maxAttempt": 3}`, want: `unknown field "maxAttempt"`},
+		"unknown nested":   {file: `{"schedule": {"kind": "constant", "delay": "1s", "dealy": "1s"}}`, want: `unknown field "dealy"`},
+		"bad kind":         {file: `{"budget": {"kind": "bucket"}}`, want: "budget.kind: want token-bucket, grpc or ratio"},
+		"malformed":        {file: `{"maxAttempts": 3`, want: "malformed JSON"},
+		"two values":       {file: `{} {}`, want: "malformed JSON"},
+		"grpc bad":         {file: `{"methodConfig": [{"name": [{}], "retryPolicy": {"maxAttempts": 4}}]}`, want: "initialBackoff is required"},
+		"no policy":        {args: []string{"check"}, want: "--policy FILE is required"},
+		"NaN threshold":    {args: []string{"--max-amplification", "NaN"}, want: "--max-amplification: want a finite number"},
+		"Inf threshold":    {args: []string{"--max-amplification", "+Inf"}, want: "want a finite number"},
+		"neg peak":         {args: []string{"--max-peak", "-3"}, want: "--max-peak"},
+		"neg recover":      {args: []string{"--recover-within", "-1s"}, want: "--recover-within"},
+		"bad fault":        {args: []string{"--fault", "down 1s"}, want: `--fault "down 1s"`},
+		"bad refusal":      {args: []string{"--refusal", "teapot"}, want: "--refusal"},
+		"baseline alone":   {args: []string{"--baseline", "mine"}, want: "--baseline and --max-load"},
+		"unknown baseline": {args: []string{"--baseline", "theirs", "--max-load", "1.2"}, want: `--baseline "theirs"`},
+		"report dir":       {args: []string{"--report", filepath.Join(dir, "nope", "r.html")}, want: "--report"},
+		"rate and callers": {args: []string{"--rate", "10", "--callers", "3"}, want: "exclude each other"},
+	} {
+		args := []string{"check", "--junit", junit}
+		if c.file != "" {
+			args = append(args, "--policy", writeFile(t, dir, "p.json", c.file))
+		} else if len(c.args) == 0 || c.args[0] != "check" {
+			args = append(args, "--policy", mine)
+		}
+		if len(c.args) > 0 && c.args[0] == "check" {
+			args = []string{"check", "--junit", junit}
+		} else {
+			args = append(args, c.args...)
+		}
+		code, out, errOut := runCLI(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming %q (stdout %q)", name, code, errOut, c.want, out)
+		}
+		if _, err := os.Stat(junit); err == nil {
+			t.Fatalf("%s: a JUnit file was written for bad input", name)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("stray files in %s: %v", dir, ents)
+	}
+}
+
+func TestCheckReal(t *testing.T) {
+	dir := t.TempDir()
+	mine := writeFile(t, dir, "mine.json", minePolicy)
+	code, out, _ := runCLI(t, "check", "--policy", mine, "--real", "--max-amplification", "5")
+	if code != exitOK || !strings.Contains(out, "real time") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+}
