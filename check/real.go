@@ -184,15 +184,15 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 			}
 			return retry.Permanent(fmt.Errorf("gateway answered %d", resp.StatusCode))
 		}
-		var err error
 		switch {
 		case pol.wrap != nil:
-			err = transportCall(runCtx, client, url, id, &rq)
+			transportCall(runCtx, client, url, id, &rq)
 		default:
 			pp := shared
 			if !ownRand { // a seeded source per goroutine: a PCG is not safe for concurrent use
 				pp.Rand = rand.NewPCG(e.Seed, uint64(n))
 			}
+			var err error
 			if hedge != nil {
 				err = hedge.Do(runCtx, &pp, work)
 			} else {
@@ -299,10 +299,11 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 
 // transportCall sends one logical request through a transport under test
 // and records how it ended.
-func transportCall(ctx context.Context, client *http.Client, url string, id []string, rq *realReq) error {
+func transportCall(ctx context.Context, client *http.Client, url string, id []string, rq *realReq) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
 	if err != nil {
-		return err
+		rq.other = "error"
+		return
 	}
 	req.Header[labkit.HeaderRequestID] = id
 	resp, err := client.Do(req)
@@ -313,16 +314,15 @@ func transportCall(ctx context.Context, client *http.Client, url string, id []st
 		} else {
 			rq.other = "error"
 		}
-		return err
+		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
 		rq.ok = true
-		return nil
+		return
 	}
 	rq.other = "status " + strconv.Itoa(resp.StatusCode)
-	return nil
 }
 
 // warm opens the connections the first callers will use before the clock

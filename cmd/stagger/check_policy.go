@@ -172,7 +172,12 @@ func loadPolicy(path string) (check.Policy, error) {
 	if len(b) > maxPolicyFile {
 		return check.Policy{}, fmt.Errorf("the file is larger than %d bytes", maxPolicyFile)
 	}
-	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	return parsePolicy(strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)), b)
+}
+
+// parsePolicy parses a policy file's contents; name is the policy's name
+// unless the file gives one.
+func parsePolicy(name string, b []byte) (check.Policy, error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return check.Policy{}, jsonError(err)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/staggerhq/stagger/check"
 )
 
 func writeFile(t *testing.T, dir, name, body string) string {
@@ -181,4 +183,29 @@ func TestCheckReal(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "real time") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
+}
+
+// FuzzParsePolicy: any policy file is parsed without a panic, and one
+// that parses makes a valid retry policy (and hedge).
+func FuzzParsePolicy(f *testing.F) {
+	for _, s := range []string{minePolicy, stormPolicy, grpcConfig, `{}`, `{"hedge": {"delay": "10ms", "quantile": 0.9}}`,
+		`{"budget": {"kind": "ratio", "ratio": 0.1, "span": "10s"}, "limiter": {"kind": "bulkhead", "size": 3}}`,
+		`{"schedule": {"kind": "decorrelated", "base": "10ms", "cap": "1s"}}`, `{"maxAttempts": true}`, `[1, 2]`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := parsePolicy("fuzz", b)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("a multi-line error: %q", err)
+			}
+			return
+		}
+		if p.Name == "" || !p.Virtual() {
+			t.Fatalf("a parsed policy without a name or not runnable: %+v", p)
+		}
+		if err := (&check.Experiment{Policies: []check.Policy{p}, Callers: check.ClosedLoop(1)}).Validate(); err != nil {
+			t.Fatalf("a parsed policy makes an invalid experiment: %v", err)
+		}
+	})
 }
