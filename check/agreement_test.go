@@ -22,7 +22,7 @@ const (
 	// longer (other processes took the CPU) measured the machine, not
 	// the policy, and is run again, at most agreementReruns times in all.
 	agreementLate   = 15 * time.Millisecond
-	agreementReruns = 15
+	agreementReruns = 45
 	// agreementT is the largest |t| (Welch) accepted: with 30 seeds a side
 	// and the same distribution, |t| > 4 happens about once in 5,000
 	// comparisons.

@@ -77,7 +77,8 @@ const (
 type vreq struct {
 	d        retry.Delivery
 	start    time.Duration
-	hedgeAt  time.Duration // when the next hedge is due; -1: none
+	hedgeAt  time.Duration // when the scheduled hedge is due; -1: none scheduled
+	due      time.Duration // when the next hedge is due (the last attempt's start + the delay)
 	caller   int32         // closed loop: the caller; -1: open loop
 	inFlight int16         // attempts in flight
 	pend     int16         // evSend and evHedge events scheduled for it
@@ -284,10 +285,21 @@ func (v *vrun) send(id int32, now time.Duration) {
 	if bound > 0 && bound < vd.delay {
 		v.schedule(now+bound, evTimeout, a)
 	}
-	if v.h != nil && int(r.inFlight) < v.maxInFlight && r.d.Attempt < v.maxAttempts {
-		r.hedgeAt = now + v.h.CurrentDelay()
-		v.schedule(r.hedgeAt, evHedge, id)
+	if v.h != nil {
+		r.due = now + v.h.CurrentDelay()
+		v.hedgeLater(id)
 	}
+}
+
+// hedgeLater schedules request id's next hedge, when it is due, if
+// another attempt may still start (Hedge.Do's rule) and none is scheduled.
+func (v *vrun) hedgeLater(id int32) {
+	r := &v.reqs[id]
+	if r.hedgeAt >= 0 || int(r.inFlight) >= v.maxInFlight || r.d.Attempt >= v.maxAttempts {
+		return
+	}
+	r.hedgeAt = max(r.due, v.eng.Now())
+	v.schedule(r.hedgeAt, evHedge, id)
 }
 
 // leave takes an attempt away from the dependency: answered, or its
@@ -343,24 +355,28 @@ func (v *vrun) handle(ev simkit.Event) {
 	case evHedge:
 		r := &v.reqs[ev.ID]
 		r.pend--
-		if r.done || r.hedgeAt != now || int(r.inFlight) >= v.maxInFlight || r.d.Attempt >= v.maxAttempts {
+		if r.hedgeAt != now {
+			v.releaseReq(ev.ID)
+			return // replaced by a later one
+		}
+		r.hedgeAt = -1
+		if r.done || int(r.inFlight) >= v.maxInFlight || r.d.Attempt >= v.maxAttempts {
 			v.releaseReq(ev.ID)
 			return
 		}
-		r.hedgeAt = -1
 		// a hedge needs a Limiter slot and time before the deadline (Begin)
 		// and the Budget's Retry, as retry.Hedge asks them; one refused is
 		// not sent, and the next is due Delay later
 		s := retry.Step{Policy: v.quiet, Delivery: r.d}
 		if s.Begin(background, v.eng.Time()) != retry.NoReason {
-			r.hedgeAt = now + v.h.Delay
-			v.schedule(r.hedgeAt, evHedge, ev.ID)
+			r.due = now + v.h.Delay
+			v.hedgeLater(ev.ID)
 			return
 		}
 		if v.pp.Budget != nil && !v.pp.Budget.Retry(v.eng.Time()) {
 			s.Postpone() // nothing was sent: the slot goes back as served
-			r.hedgeAt = now + v.h.Delay
-			v.schedule(r.hedgeAt, evHedge, ev.ID)
+			r.due = now + v.h.Delay
+			v.hedgeLater(ev.ID)
 			return
 		}
 		r.d = s.Delivery
@@ -411,6 +427,7 @@ func (v *vrun) ended(id, aid int32, now time.Duration, err error) {
 		v.finish(id, now, false, dq.Reason)
 	case r.inFlight > 0:
 		// the others carry the request on; the next hedge comes when due
+		v.hedgeLater(id)
 	default:
 		// the last attempt in flight failed: the Policy decides, as
 		// Step.End would (the Budget's Retry included)
