@@ -54,3 +54,17 @@ func ExampleRun_openLoop() {
 	fmt.Println(p.Amplification < 1.2, p.Recovered, p.Metastable, p.GaveUp["budget"] > 0)
 	// Output: true true false true
 }
+
+// A change to a policy, compared with the policy on the main branch: no
+// more than 1.2 times its load.
+func ExampleAtMost() {
+	onMain := &retry.Policy{MaxAttempts: 3}
+	changed := &retry.Policy{MaxAttempts: 6, Schedule: backoff.Constant(50 * time.Millisecond)}
+	res, err := check.Run(context.Background(), check.LabOutage(check.Retry("main", onMain), check.Retry("change", changed)))
+	if err != nil {
+		panic(err)
+	}
+	vs, _ := res.Evaluate(check.AtMost(1.2, "main"))
+	fmt.Println(vs[1])
+	// Output: change: load vs main 2.00× attempts (24 vs 12), 1.50× peak (12 vs 8) exceeds 1.2× main (window [400µs, 200.4ms))
+}
