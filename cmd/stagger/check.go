@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -36,7 +37,7 @@ func checkUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "service config (methodConfig.retryPolicy, retryThrottling).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
-	printFlags(w, fs, map[string]string{"policy": "FILE", "fault": "CLAUSE", "report": "FILE", "junit": "FILE", "refusal": "KIND", "baseline": "NAME"})
+	printFlags(w, fs, map[string]string{"policy": "FILE", "fault": "CLAUSE", "report": "FILE", "junit": "FILE", "refusal": "KIND", "baseline": "NAME", "experiment": "FILE"})
 }
 
 // floatValue is a finite number >= min (> min when open).
@@ -89,7 +90,7 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		constant, queue, notMetastable               bool
 		ramp, think, latency, latencyExp, perFlight  time.Duration
 		retryAfter, hang, duration, window, recover  time.Duration
-		refusal, baseline                            string
+		refusal, baseline, expFile                   string
 		seed                                         = e.Seed
 	)
 	const maxDur = 24 * time.Hour
@@ -124,8 +125,14 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 	fs.BoolVar(&cfg.json, "json", false, "print the result as JSON")
 	fs.StringVar(&cfg.report, "report", "", "write the HTML report to this file")
 	fs.StringVar(&cfg.junit, "junit", "", "write a JUnit XML file: one test case per policy × threshold")
+	fs.StringVar(&expFile, "experiment", "", "a JSON object of these flags' settings, keyed by flag name (\"rate\": 200, \"fault\": [\"down 5s at 5s\"], \"max-peak\": 80); the command line wins")
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { checkUsage(w, fs) }); !ok {
 		return nil, code
+	}
+	if expFile != "" {
+		if err := applyExperimentFile(fs, expFile); err != nil {
+			return nil, usageError(stderr, name, "--experiment %s: %v", expFile, err)
+		}
 	}
 	set := func(n string) bool { return flagWasSet(fs, n) }
 	if len(cfg.policies) == 0 {
@@ -220,6 +227,126 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		return nil, usageError(stderr, name, "%v", err)
 	}
 	return cfg, exitOK
+}
+
+// applyExperimentFile sets the flags an --experiment file names (a JSON
+// object keyed by flag name) and the command line did not set, each through
+// its flag's own rule: a number flag takes a JSON number, a switch true or
+// false, a duration or a name a string, --policy and --fault a string or
+// an array of strings (a policy file's path is relative to the
+// experiment file's directory).
+func applyExperimentFile(fs *flag.FlagSet, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPolicyFile+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxPolicyFile {
+		return fmt.Errorf("the file is larger than %d bytes", maxPolicyFile)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]json.RawMessage
+	if err := dec.Decode(&m); err != nil {
+		return jsonError(err)
+	}
+	if m == nil {
+		return errors.New("want a JSON object of flag settings")
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fl := fs.Lookup(k)
+		if fl == nil || k == "experiment" {
+			return fmt.Errorf("unknown field %q (want the name of a stagger check flag, such as \"rate\" or \"max-peak\")", k)
+		}
+		if flagWasSet(fs, k) {
+			continue // the command line wins
+		}
+		vals, err := experimentValues(fl, m[k])
+		if err != nil {
+			return fmt.Errorf("%s: %v", k, err)
+		}
+		for _, v := range vals {
+			if k == "policy" && !filepath.IsAbs(v) {
+				v = filepath.Join(filepath.Dir(path), v)
+			}
+			if err := fs.Set(k, v); err != nil {
+				return fmt.Errorf("%s: %v", k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// experimentValues returns the flag values of one --experiment field,
+// checking its JSON type against the flag's kind.
+func experimentValues(fl *flag.Flag, raw json.RawMessage) ([]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, jsonError(err)
+	}
+	kind := func(v any) string {
+		switch v.(type) {
+		case bool:
+			return "a boolean"
+		case json.Number:
+			return "a number"
+		case string:
+			return "a string"
+		case []any:
+			return "an array"
+		case nil:
+			return "null"
+		}
+		return "an object"
+	}
+	if bf, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+		b, ok := v.(bool)
+		if !ok {
+			return nil, fmt.Errorf("want true or false, got %s", kind(v))
+		}
+		return []string{strconv.FormatBool(b)}, nil
+	}
+	switch fl.Value.(type) {
+	case intValue, uintValue, floatValue:
+		n, ok := v.(json.Number)
+		if !ok {
+			return nil, fmt.Errorf("want a number, got %s", kind(v))
+		}
+		return []string{n.String()}, nil
+	case *faultList:
+		if s, ok := v.(string); ok {
+			return []string{s}, nil
+		}
+		arr, ok := v.([]any)
+		if !ok {
+			return nil, fmt.Errorf("want a string or an array of strings, got %s", kind(v))
+		}
+		out := make([]string, 0, len(arr))
+		for i, e := range arr {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("[%d]: want a string, got %s", i, kind(e))
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return nil, fmt.Errorf("want a string, got %s", kind(v))
+	}
+	return []string{s}, nil
 }
 
 func hasPolicy(ps []check.Policy, name string) bool {

@@ -96,7 +96,7 @@ func jsonError(err error) error {
 			want = "a string"
 		case "bool":
 			want = "true or false"
-		case "struct", "ptr":
+		case "struct", "ptr", "map":
 			want = "an object"
 		}
 		if te.Type.String() == "*string" {
@@ -110,6 +110,8 @@ func jsonError(err error) error {
 			got = "a number (durations are strings with a unit, such as \"100ms\")"
 		case strings.HasPrefix(got, "number"):
 			got = "the " + got + " (out of range or not whole)"
+		case got == "array" || got == "object":
+			got = "an " + got
 		default:
 			got = "a " + got
 		}

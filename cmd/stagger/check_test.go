@@ -209,3 +209,37 @@ func FuzzParsePolicy(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckExperimentFile: an --experiment file sets flags by name, each
+// through its own rule; the command line wins; a policy path is relative
+// to the file.
+func TestCheckExperimentFile(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "mine.json", minePolicy)
+	exp := writeFile(t, dir, "exp.json", `{"policy": ["mine.json"], "rate": 100, "fault": "down 2s at 2s", "duration": "10s",
+		"latency": "20ms", "max-amplification": 1.5, "not-metastable": true, "seed": 3}`)
+	code, out, errOut := runCLI(t, "check", "--experiment", exp)
+	if code != exitOK || !strings.Contains(out, "faults: down 2s at 2s") || !strings.Contains(out, "PASS: 2 of 2") || !strings.Contains(out, "seed 3") {
+		t.Fatalf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	code, out, _ = runCLI(t, "check", "--experiment", exp, "--max-amplification", "1")
+	if code != exitFail || !strings.Contains(out, "exceeds 1 ") {
+		t.Fatalf("the command line's threshold must win: exit %d\n%s", code, out)
+	}
+	for name, c := range map[string]struct{ body, want string }{
+		"bool for number": {`{"rate": true}`, "rate: want a number, got a boolean"},
+		"number for bool": {`{"real": 1}`, "real: want true or false, got a number"},
+		"string number":   {`{"max-peak": "80"}`, "max-peak: want a number, got a string"},
+		"NaN-ish":         {`{"max-amplification": 1e999}`, "max-amplification: want a finite number"},
+		"negative":        {`{"max-peak": -1}`, "max-peak: must be between 1"},
+		"unknown":         {`{"rates": 100}`, `unknown field "rates"`},
+		"bad fault":       {`{"fault": ["down 1s"]}`, `--fault "down 1s"`},
+		"not an object":   {`[1]`, "want an object"},
+	} {
+		p := writeFile(t, dir, "bad.json", c.body)
+		code, _, errOut := runCLI(t, "check", "--experiment", p, "--policy", filepath.Join(dir, "mine.json"))
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 naming %q", name, code, errOut, c.want)
+		}
+	}
+}
