@@ -461,15 +461,24 @@ func printCheck(w io.Writer, res *check.Result, vs []check.Verdict, ok bool) {
 
 // checkJSON is the --json output.
 type checkJSON struct {
-	Experiment string          `json:"experiment"`
-	Clock      string          `json:"clock"`
-	Seed       uint64          `json:"seed"`
-	Faults     []string        `json:"faults"`
-	WindowMS   float64         `json:"window_ms"`
-	Policies   []policyJSON    `json:"policies"`
-	Skipped    []string        `json:"skipped,omitempty"`
-	Verdicts   []check.Verdict `json:"verdicts"`
-	OK         bool            `json:"ok"`
+	Experiment string        `json:"experiment"`
+	Clock      string        `json:"clock"`
+	Seed       uint64        `json:"seed"`
+	Faults     []string      `json:"faults"`
+	WindowMS   float64       `json:"window_ms"`
+	Policies   []policyJSON  `json:"policies"`
+	Skipped    []string      `json:"skipped,omitempty"`
+	Verdicts   []verdictJSON `json:"verdicts"`
+	OK         bool          `json:"ok"`
+}
+
+type verdictJSON struct {
+	Policy  string `json:"policy"`
+	Measure string `json:"measure"`
+	Limit   string `json:"limit"`
+	Value   string `json:"value"`
+	Window  string `json:"window,omitempty"`
+	OK      bool   `json:"ok"`
 }
 
 type policyJSON struct {
@@ -493,9 +502,9 @@ type policyJSON struct {
 
 func writeCheckJSON(w io.Writer, res *check.Result, vs []check.Verdict, ok bool) error {
 	out := checkJSON{Experiment: res.Experiment.Name, Clock: res.Clock, Seed: res.Seed, Faults: res.Experiment.Faults,
-		WindowMS: msOf(res.Window), Skipped: res.Skipped, Verdicts: vs, OK: ok}
-	if out.Verdicts == nil {
-		out.Verdicts = []check.Verdict{}
+		WindowMS: msOf(res.Window), Skipped: res.Skipped, Verdicts: []verdictJSON{}, OK: ok}
+	for _, v := range vs {
+		out.Verdicts = append(out.Verdicts, verdictJSON{Policy: v.Policy, Measure: v.Measure, Limit: v.Limit, Value: v.Value, Window: v.Window, OK: v.OK})
 	}
 	for _, p := range res.Policies {
 		pj := policyJSON{Name: p.Name, Requests: p.Requests, Attempts: p.Attempts, Accepted: p.Accepted, Successes: p.Successes,

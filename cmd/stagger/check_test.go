@@ -104,14 +104,15 @@ func TestCheckJSON(t *testing.T) {
 			Recovered     bool    `json:"recovered"`
 		} `json:"policies"`
 		Verdicts []struct {
-			OK bool `json:"OK"`
+			Policy string `json:"policy"`
+			OK     bool   `json:"ok"`
 		} `json:"verdicts"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	p := res.Policies[0]
-	if !res.OK || res.Clock != "virtual" || len(res.Verdicts) != 3 || p.Requests < 900 || p.Attempts <= p.Requests || !p.Recovered {
+	if !res.OK || res.Clock != "virtual" || len(res.Verdicts) != 3 || !res.Verdicts[0].OK || res.Verdicts[0].Policy != "mine" || p.Requests < 900 || p.Attempts <= p.Requests || !p.Recovered {
 		t.Fatalf("unexpected result: %+v", res)
 	}
 }
