@@ -37,7 +37,8 @@ func checkUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "service config (methodConfig.retryPolicy, retryThrottling).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
-	printFlags(w, fs, map[string]string{"policy": "FILE", "fault": "CLAUSE", "report": "FILE", "junit": "FILE", "refusal": "KIND", "baseline": "NAME", "experiment": "FILE"})
+	printFlags(w, fs, map[string]string{"policy": "FILE", "fault": "CLAUSE", "report": "FILE", "junit": "FILE", "refusal": "KIND", "baseline": "NAME", "experiment": "FILE",
+		"rate": "X", "dep-rate": "X", "max-amplification": "X", "max-load": "X", "tolerance": "X"})
 }
 
 // floatValue is a finite number >= min (> min when open).
