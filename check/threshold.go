@@ -107,7 +107,9 @@ func RecoversWithin(d time.Duration) Threshold {
 		v := Verdict{Measure: "recovery", Limit: lim, OK: p.Recovered && p.Recovery <= d}
 		if p.Recovered {
 			v.Value = p.Recovery.String()
-			v.Window = span(r.FaultEnd, p.Recovery)
+			if p.Recovery > 0 {
+				v.Window = span(r.FaultEnd, p.Recovery)
+			}
 		} else {
 			v.Value = "never"
 			v.Window = span(r.FaultEnd, r.Duration-r.FaultEnd)

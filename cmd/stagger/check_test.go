@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -243,4 +244,77 @@ func TestCheckExperimentFile(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 naming %q", name, code, errOut, c.want)
 		}
 	}
+}
+
+// TestCheckDocs runs the command lines of docs/check.md and the README
+// with docs/check.md's policy file, as written.
+func TestCheckDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/check.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := func(src, lang string) string {
+		i := strings.Index(src, "```"+lang+"\n")
+		if i < 0 {
+			t.Fatalf("no %s block", lang)
+		}
+		rest := src[i+len(lang)+4:]
+		return rest[:strings.Index(rest, "```")]
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "retry.json", block(string(doc), "json"))
+	t.Chdir(dir)
+	line := strings.ReplaceAll(block(string(doc), "sh"), "\\\n", " ")
+	rm := regexp.MustCompile("`(stagger check [^`]*)`").FindStringSubmatch(string(readme))
+	if rm == nil {
+		t.Fatal("the README shows no stagger check command")
+	}
+	for _, cmd := range []string{line, rm[1]} {
+		args := shellWords(t, strings.TrimSpace(cmd))
+		if args[0] != "stagger" {
+			t.Fatalf("not a stagger command: %q", cmd)
+		}
+		os.Remove("check.xml")
+		code, out, errOut := runCLI(t, args[1:]...)
+		if code != exitOK || !strings.Contains(out, "PASS") {
+			t.Errorf("%s: exit %d, stderr %q\n%s", cmd, code, errOut, out)
+		}
+		if _, err := os.Stat("check.xml"); err != nil {
+			t.Errorf("%s wrote no JUnit file: %v", cmd, err)
+		}
+	}
+}
+
+// shellWords splits a command line on spaces, keeping "double-quoted"
+// words whole (what the docs' commands use).
+func shellWords(t *testing.T, s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, in := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted, in = !quoted, true
+		case r == ' ' && !quoted:
+			if in {
+				out = append(out, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unbalanced quotes in %q", s)
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out
 }
