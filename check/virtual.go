@@ -249,12 +249,22 @@ func (v *vrun) finish(id int32, now time.Duration, ok bool, reason retry.Reason)
 	v.releaseReq(id)
 }
 
+// stepPolicy is the policy Begin runs with: the policy itself, or for a
+// hedged one its copy without hooks (a hedged policy's hooks do not fire
+// in virtual time).
+func (v *vrun) stepPolicy() *retry.Policy {
+	if v.h != nil {
+		return v.quiet
+	}
+	return v.pp
+}
+
 // startRequest starts a logical request at now: the Step's Begin for its
 // first attempt (the Budget's Request, a Limiter slot, the deadline).
 func (v *vrun) startRequest(now time.Duration, caller int32) {
 	id := v.newReq(now, caller)
 	v.m.request(now)
-	s := retry.Step{Policy: v.pp}
+	s := retry.Step{Policy: v.stepPolicy()}
 	if reason := s.Begin(background, v.eng.Time()); reason != retry.NoReason {
 		v.finish(id, now, false, reason)
 		return
@@ -345,7 +355,7 @@ func (v *vrun) handle(ev simkit.Event) {
 			v.releaseReq(ev.ID)
 			return
 		}
-		s := retry.Step{Policy: v.pp, Delivery: r.d}
+		s := retry.Step{Policy: v.stepPolicy(), Delivery: r.d}
 		if reason := s.Begin(background, v.eng.Time()); reason != retry.NoReason {
 			v.finish(ev.ID, now, false, reason)
 			return
