@@ -119,3 +119,25 @@ func TestRealRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestVirtualRunsThePolicysHooks: the virtual run goes through the
+// policy's own Step, so its hooks see every attempt, retry and give-up
+// the dependency counted.
+func TestVirtualRunsThePolicysHooks(t *testing.T) {
+	var attempts, retries, giveUps, successes int64
+	p := &retry.Policy{Hooks: retry.Hooks{
+		OnAttempt: func(retry.Event) { attempts++ },
+		OnRetry:   func(retry.Event) { retries++ },
+		OnGiveUp:  func(retry.Event) { giveUps++ },
+		OnSuccess: func(retry.Event) { successes++ },
+	}}
+	r := runOne(t, outage(2, check.Retry("hooked", p)))
+	var gave int64
+	for _, n := range r.GaveUp {
+		gave += n
+	}
+	if attempts != r.Attempts || successes != r.Successes || giveUps != gave || retries != r.Attempts-r.Requests {
+		t.Fatalf("hooks: %d attempts, %d retries, %d give-ups, %d successes; the run: %d attempts, %d requests, %d give-ups, %d successes",
+			attempts, retries, giveUps, successes, r.Attempts, r.Requests, gave, r.Successes)
+	}
+}
