@@ -27,6 +27,7 @@ type verdict struct {
 	delay      time.Duration // until the answer (or the drop)
 	retryAfter time.Duration // with a 503
 	served     bool          // the attempt counts in flight until it is answered
+	queued     bool          // over Concurrency with Overload Queue: served later (serve)
 	outcome    labkit.Outcome
 }
 
@@ -36,7 +37,7 @@ type verdict struct {
 type depModel struct {
 	d        Dependency
 	fc       *labkit.FaultClauses
-	cap      int
+	cap      int // the clause "cap N": refused at once
 	interval time.Duration // 1/Rate
 	tat      time.Duration // when the rate cap serves the next attempt
 	inFlight int
@@ -44,11 +45,7 @@ type depModel struct {
 }
 
 func newDepModel(p *plan, rng *rand.Rand) *depModel {
-	m := &depModel{d: p.e.Dependency, fc: p.faults, rng: rng}
-	m.cap = m.d.Concurrency
-	if c := p.faults.Capacity; c > 0 && (m.cap == 0 || c < m.cap) {
-		m.cap = c
-	}
+	m := &depModel{d: p.e.Dependency, fc: p.faults, rng: rng, cap: p.faults.Capacity}
 	if m.d.Rate > 0 {
 		m.interval = time.Duration(math.Round(float64(time.Second) / m.d.Rate))
 	}
@@ -84,6 +81,12 @@ func (m *depModel) decide(t time.Duration) verdict {
 	if m.cap > 0 && m.inFlight >= m.cap {
 		return m.refuse(labkit.Busy)
 	}
+	if c := m.d.Concurrency; c > 0 && m.inFlight >= c {
+		if m.d.Overload == Queue {
+			return verdict{queued: true}
+		}
+		return m.refuse(labkit.Busy)
+	}
 	var wait time.Duration
 	if m.interval > 0 {
 		switch {
@@ -96,6 +99,17 @@ func (m *depModel) decide(t time.Duration) verdict {
 			return m.refuse(labkit.Busy)
 		}
 	}
+	return m.serve(t, wait)
+}
+
+// room reports whether a queued attempt may be served now.
+func (m *depModel) room() bool {
+	return m.inFlight < m.d.Concurrency && (m.cap == 0 || m.inFlight < m.cap)
+}
+
+// serve starts serving an attempt at t (after wait for the rate cap): its
+// latency and its answer, the fault timeline read at t.
+func (m *depModel) serve(t, wait time.Duration) verdict {
 	m.inFlight++
 	lat := m.fc.LatencyAt(t) + m.d.Latency + wait + time.Duration(m.inFlight)*m.d.PerInFlight
 	if m.d.LatencyExp > 0 {

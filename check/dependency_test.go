@@ -141,3 +141,36 @@ func TestVirtualRunsThePolicysHooks(t *testing.T) {
 			attempts, retries, giveUps, successes, r.Attempts, r.Requests, gave, r.Successes)
 	}
 }
+
+// TestConcurrencyQueue: over its Concurrency a queueing dependency makes
+// attempts wait their turn (none refused), in both clocks, and one whose
+// caller gives up while it waits leaves the queue.
+func TestConcurrencyQueue(t *testing.T) {
+	e := check.Experiment{
+		Policies:   []check.Policy{check.Retry("once", &retry.Policy{MaxAttempts: 1})},
+		Callers:    check.ClosedLoop(12),
+		Dependency: check.Dependency{Latency: 50 * time.Millisecond, Concurrency: 4, Overload: check.Queue},
+	}
+	for _, run := range []func(context.Context, check.Experiment) (*check.Result, error){check.Run, check.RunReal} {
+		res, err := run(context.Background(), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := res.Policies[0]
+		// 12 callers, 4 at a time, 50 ms each: three rounds
+		if p.Successes != 12 || p.Accepted != 12 || p.Latency.Max < 150*time.Millisecond || p.Latency.Max > 300*time.Millisecond {
+			t.Fatalf("%s: %d successes, %d accepted, max latency %v; want 12, 12, about 150ms", res.Clock, p.Successes, p.Accepted, p.Latency.Max)
+		}
+	}
+	e.Policies = []check.Policy{check.Retry("impatient", &retry.Policy{MaxAttempts: 1, AttemptTimeout: 75 * time.Millisecond})}
+	res, err := check.Run(context.Background(), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the first 4 are served in 50 ms; the next 4 wait 50 ms and need 50
+	// more, past 75 ms; the last 4 would start after 75 ms: they time out
+	// in the queue and leave it
+	if p := res.Policies[0]; p.Successes != 4 || p.GaveUp["exhausted"] != 8 || p.Attempts != 12 {
+		t.Fatalf("impatient callers: %d successes, gave up %v", p.Successes, p.GaveUp)
+	}
+}

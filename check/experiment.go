@@ -124,14 +124,18 @@ func (c Callers) requests() int {
 	return c.Requests
 }
 
-// Overload is what a dependency does with an attempt above its Rate.
+// Overload is what a dependency does with an attempt above its
+// Concurrency or its Rate.
 type Overload uint8
 
 const (
 	// Refuse refuses it at once, as Refusal says.
 	Refuse Overload = iota
-	// Queue makes it wait its turn: served attempts are spaced 1/Rate
-	// apart, first come first served, and the wait adds to the latency.
+	// Queue makes it wait its turn, first come first served: over
+	// Concurrency until an attempt in flight ends, over Rate so that
+	// served attempts are spaced 1/Rate apart. The wait adds to the
+	// latency; an attempt whose caller gives up while it waits leaves the
+	// queue.
 	Queue
 )
 
@@ -172,8 +176,9 @@ type Dependency struct {
 	Latency     time.Duration // the latency of an attempt with nothing else in flight
 	LatencyExp  time.Duration // mean of an exponential extra latency; 0: none (a constant latency)
 	PerInFlight time.Duration // latency added per attempt in flight: the collapse model's 0.01 s
-	// Concurrency, when > 0, caps the attempts in flight; one more is
-	// refused at once (the clause "cap N" sets the same cap).
+	// Concurrency, when > 0, caps the attempts in flight; Overload says
+	// what happens to one more (the clause "cap N" is a cap that always
+	// refuses at once, as the lab's gateway does).
 	Concurrency int
 	// Rate, when > 0, caps the attempts served per second; Overload says
 	// what happens to one above it.

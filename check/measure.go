@@ -166,6 +166,13 @@ func (m *meter) attempt(t time.Duration, ok bool) {
 	}
 }
 
+// acceptedAt counts an attempt that arrived at t (and was counted then)
+// as accepted: its answer was decided later (it waited in a queue).
+func (m *meter) acceptedAt(t time.Duration) {
+	m.win(t).Accepted++
+	m.accepted++
+}
+
 func (m *meter) success(t, start time.Duration) {
 	m.m.Success(t)
 	m.win(t).Successes++

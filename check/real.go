@@ -55,10 +55,33 @@ func RunReal(ctx context.Context, e Experiment) (*Result, error) {
 // gateway is the real-time dependency: the virtual run's rules (depModel)
 // under a lock, answering over HTTP, counting in a labkit.Recorder.
 type gateway struct {
-	mu    sync.Mutex
-	dep   *depModel
-	start time.Time
-	rec   *labkit.Recorder
+	mu      sync.Mutex
+	dep     *depModel
+	start   time.Time
+	rec     *labkit.Recorder
+	waiters []*waiter // attempts queued over Concurrency, first come first served
+}
+
+// waiter is a queued attempt's handler, waiting for the verdict wake
+// gives it when the dependency has room.
+type waiter struct {
+	ch   chan verdict // buffered: wake never blocks
+	gone bool         // its caller hung up; wake skips it
+}
+
+// leave ends a served attempt and serves queued ones while there is room.
+func (g *gateway) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.dep.leave()
+	for len(g.waiters) > 0 && g.dep.room() {
+		w := g.waiters[0]
+		g.waiters = g.waiters[1:]
+		if w.gone {
+			continue
+		}
+		w.ch <- g.dep.serve(time.Since(g.start), 0)
+	}
 }
 
 const warmPath = "/warm"
@@ -71,15 +94,32 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	g.mu.Lock()
 	v := g.dep.decide(now.Sub(g.start))
+	var wt *waiter
+	if v.queued {
+		wt = &waiter{ch: make(chan verdict, 1)}
+		g.waiters = append(g.waiters, wt)
+	}
 	g.mu.Unlock()
 	id, attempt := labkit.Identify(r.Header)
+	if wt != nil {
+		select {
+		case v = <-wt.ch:
+		case <-r.Context().Done(): // the caller gave up while it waited
+			g.mu.Lock()
+			wt.gone = true
+			g.mu.Unlock()
+			select {
+			case <-wt.ch: // served in the meantime: give the slot back
+				g.leave()
+			default:
+			}
+			g.rec.Record(now, id, attempt, labkit.Abandoned)
+			return
+		}
+	}
 	g.rec.Record(now, id, attempt, v.outcome)
 	if v.served {
-		defer func() {
-			g.mu.Lock()
-			g.dep.leave()
-			g.mu.Unlock()
-		}()
+		defer g.leave()
 	}
 	if v.delay > 0 {
 		t := time.NewTimer(v.delay)

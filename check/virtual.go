@@ -2,6 +2,7 @@ package check
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -94,7 +95,9 @@ type vatt struct {
 	answer     answer
 	pend       int8 // evAnswer and evTimeout events scheduled for it
 	served     bool // counted in flight at the dependency
+	queued     bool // waiting in the dependency's queue (in fifo)
 	over       bool // answered, timed out or canceled
+	at         time.Duration // when it arrived
 	retryAfter time.Duration
 }
 
@@ -114,6 +117,8 @@ type vrun struct {
 	freeAtt     []int32
 	left        []int32 // closed loop: requests left per caller
 	lastDone    time.Duration
+	fifo        []int32 // attempts queued at the dependency (over its Concurrency)
+	head        int
 }
 
 var background = context.Background()
@@ -217,7 +222,7 @@ func (v *vrun) releaseReq(id int32) {
 
 // releaseAtt frees an attempt that is over, with no event scheduled.
 func (v *vrun) releaseAtt(id int32) {
-	if a := &v.atts[id]; a.over && a.pend == 0 {
+	if a := &v.atts[id]; a.over && a.pend == 0 && !a.queued {
 		v.freeAtt = append(v.freeAtt, id)
 	}
 }
@@ -279,11 +284,16 @@ func (v *vrun) startRequest(now time.Duration, caller int32) {
 func (v *vrun) send(id int32, now time.Duration) {
 	r := &v.reqs[id]
 	vd := v.dep.decide(now)
-	v.m.attempt(now, vd.answer == answerOK)
-	a := v.newAtt(vatt{req: id, next: r.first, answer: vd.answer, retryAfter: vd.retryAfter, served: vd.served})
+	v.m.attempt(now, vd.answer == answerOK && !vd.queued)
+	a := v.newAtt(vatt{req: id, next: r.first, answer: vd.answer, retryAfter: vd.retryAfter, served: vd.served, queued: vd.queued, at: now})
 	r.first = a
 	r.inFlight++
-	v.schedule(now+vd.delay, evAnswer, a)
+	if vd.queued {
+		v.fifo = append(v.fifo, a)
+		vd.delay = math.MaxInt64 - now // the answer's time is not known yet
+	} else {
+		v.schedule(now+vd.delay, evAnswer, a)
+	}
 	// the attempt's bound, as Step.Context makes it: AttemptTimeout cut to
 	// the time left before the deadline
 	bound := v.pp.AttemptTimeout
@@ -326,8 +336,35 @@ func (v *vrun) leave(aid int32) {
 	if a.served {
 		a.served = false
 		v.dep.leave()
+		v.wake()
 	}
 	a.over = true
+}
+
+// wake serves queued attempts while the dependency has room, first come
+// first served; one whose caller gave up while it waited is dropped.
+func (v *vrun) wake() {
+	now := v.eng.Now()
+	for v.head < len(v.fifo) && v.dep.room() {
+		aid := v.fifo[v.head]
+		v.head++
+		a := &v.atts[aid]
+		a.queued = false
+		if a.over {
+			v.releaseAtt(aid)
+			continue
+		}
+		vd := v.dep.serve(now, 0)
+		a.answer, a.retryAfter, a.served = vd.answer, vd.retryAfter, vd.served
+		if vd.answer == answerOK {
+			v.m.acceptedAt(a.at)
+		}
+		v.schedule(now+vd.delay, evAnswer, aid)
+	}
+	if v.head > 1024 && v.head*2 > len(v.fifo) {
+		v.fifo = v.fifo[:copy(v.fifo, v.fifo[v.head:])]
+		v.head = 0
+	}
 }
 
 func (v *vrun) handle(ev simkit.Event) {

@@ -106,9 +106,9 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 	fs.Var(durationValue{p: &latency, max: maxDur}, "latency", "the dependency's latency (default 26.2ms, the lab's round trip)")
 	fs.Var(durationValue{p: &latencyExp, max: maxDur}, "latency-exp", "mean of an exponential extra latency (a distribution)")
 	fs.Var(durationValue{p: &perFlight, max: maxDur}, "per-in-flight", "latency added per attempt in flight (the collapse model: 10ms with --latency 1s)")
-	fs.Var(intValue{&concurrency, 0, 1 << 30}, "concurrency", "attempts in flight the dependency serves; more are refused (0: no cap)")
+	fs.Var(intValue{&concurrency, 0, 1 << 30}, "concurrency", "attempts in flight the dependency serves; more are refused, or wait with --queue (0: no cap)")
 	fs.Var(floatValue{p: &depRate, min: 0}, "dep-rate", "attempts per second the dependency serves (0: no cap)")
-	fs.BoolVar(&queue, "queue", false, "over --dep-rate, attempts wait their turn instead of being refused")
+	fs.BoolVar(&queue, "queue", false, "over --concurrency or --dep-rate, attempts wait their turn instead of being refused")
 	fs.StringVar(&refusal, "refusal", "503", "how the dependency refuses: 503, retry-after, timeout or drop")
 	fs.Var(durationValue{p: &retryAfter, max: maxDur}, "retry-after", "the Retry-After of --refusal retry-after (default 1s)")
 	fs.Var(durationValue{p: &hang, max: maxDur}, "hang", "how long --refusal timeout holds an attempt (default 30s)")
@@ -146,8 +146,8 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		return nil, usageError(stderr, name, "--rate (open loop) and --callers (closed loop) exclude each other")
 	case set("constant") && !set("rate"):
 		return nil, usageError(stderr, name, "--constant needs --rate")
-	case set("queue") && !set("dep-rate"):
-		return nil, usageError(stderr, name, "--queue needs --dep-rate")
+	case set("queue") && !set("dep-rate") && !set("concurrency"):
+		return nil, usageError(stderr, name, "--queue needs --concurrency or --dep-rate")
 	}
 	if len(cfg.faults) > 0 {
 		if _, err := parseFaults(cfg.faults); err != nil {
