@@ -37,7 +37,7 @@ type verdict struct {
 type depModel struct {
 	d        Dependency
 	fc       *labkit.FaultClauses
-	cap      int // the clause "cap N": refused at once
+	cap      int           // the clause "cap N": refused at once
 	interval time.Duration // 1/Rate
 	tat      time.Duration // when the rate cap serves the next attempt
 	inFlight int

@@ -93,10 +93,10 @@ type vatt struct {
 	req        int32
 	next       int32 // the request's next attempt in flight; -1: none
 	answer     answer
-	pend       int8 // evAnswer and evTimeout events scheduled for it
-	served     bool // counted in flight at the dependency
-	queued     bool // waiting in the dependency's queue (in fifo)
-	over       bool // answered, timed out or canceled
+	pend       int8          // evAnswer and evTimeout events scheduled for it
+	served     bool          // counted in flight at the dependency
+	queued     bool          // waiting in the dependency's queue (in fifo)
+	over       bool          // answered, timed out or canceled
 	at         time.Duration // when it arrived
 	retryAfter time.Duration
 }
