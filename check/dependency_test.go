@@ -174,3 +174,15 @@ func TestConcurrencyQueue(t *testing.T) {
 		t.Fatalf("impatient callers: %d successes, gave up %v", p.Successes, p.GaveUp)
 	}
 }
+
+func TestRunCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e := outage(1, check.Retry("p", nil))
+	if _, err := check.Run(ctx, e); err == nil {
+		t.Fatal("a canceled context ran to the end")
+	}
+	if _, err := check.RunReal(ctx, e); err == nil {
+		t.Fatal("a canceled context ran in real time")
+	}
+}

@@ -16,8 +16,8 @@ import (
 // End after it; Hedge rules for a hedged policy). Nothing waits: an hour
 // of timeline takes as long as its events. The result is a pure function
 // of the experiment and its Seed. Transport policies cannot run in
-// virtual time and are listed in Result.Skipped. ctx is checked between
-// policies.
+// virtual time and are listed in Result.Skipped. ctx is checked every
+// 4,096 events.
 func Run(ctx context.Context, e Experiment) (*Result, error) {
 	p, err := e.plan()
 	if err != nil {
@@ -32,7 +32,10 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 			res.Skipped = append(res.Skipped, pol.Name+": an http.RoundTripper runs in real time only (RunReal)")
 			continue
 		}
-		r, span := runVirtual(p, pol)
+		r, span, err := runVirtual(ctx, p, pol)
+		if err != nil {
+			return res, err
+		}
 		res.Duration = max(res.Duration, span)
 		res.Policies = append(res.Policies, r)
 	}
@@ -123,7 +126,7 @@ type vrun struct {
 
 var background = context.Background()
 
-func runVirtual(p *plan, pol Policy) (PolicyResult, time.Duration) {
+func runVirtual(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Duration, error) {
 	e := p.e
 	seed := e.Seed
 	pp, h := runPolicy(pol, seed, 0x9e3779b97f4a7c15)
@@ -167,6 +170,11 @@ func runVirtual(p *plan, pol Policy) (PolicyResult, time.Duration) {
 		if !ok || ev.At >= p.limit {
 			break
 		}
+		if eng.Processed()%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return PolicyResult{}, 0, err
+			}
+		}
 		switch ev.Kind {
 		case evArrival:
 			if t := arr.next(); t < p.limit {
@@ -186,7 +194,7 @@ func runVirtual(p *plan, pol Policy) (PolicyResult, time.Duration) {
 	}
 	r := v.m.result(pol.Name, p, span)
 	r.Events = eng.Processed()
-	return r, span
+	return r, span, nil
 }
 
 func (v *vrun) newReq(now time.Duration, caller int32) int32 {
