@@ -100,6 +100,9 @@ func TestCheckFailsAStampede(t *testing.T) {
 			t.Errorf("the failure %q does not say %q", rec.errs[1], want)
 		}
 	}
+	if doc, err := os.ReadFile("../docs/check.md"); err != nil || !strings.Contains(string(doc), "\n"+rec.errs[0]+"\n") {
+		t.Errorf("docs/check.md does not show the failure as it is: %q (%v)", rec.errs[0], err)
+	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.html"))
 	if len(files) != 1 || len(rec.logs) != 1 || !strings.Contains(rec.logs[0], files[0]) {
 		t.Fatalf("want one report named in the log; files %v, log %q", files, rec.logs)
