@@ -40,8 +40,8 @@ func budgetExperiment(seed uint64) check.Experiment {
 		})},
 		Callers:    check.OpenLoop(300, true),
 		Dependency: check.Dependency{Latency: 20 * time.Millisecond, LatencyExp: 5 * time.Millisecond},
-		Faults:     []string{"down 200ms at 200ms"},
-		Duration:   700 * time.Millisecond,
+		Faults:     []string{"down 150ms at 150ms"},
+		Duration:   500 * time.Millisecond,
 		Window:     100 * time.Millisecond,
 		Seed:       seed,
 	}
@@ -58,8 +58,8 @@ func hedgeExperiment(seed uint64) check.Experiment {
 		})},
 		Callers:    check.OpenLoop(300, true),
 		Dependency: check.Dependency{Latency: 10 * time.Millisecond, LatencyExp: 10 * time.Millisecond},
-		Faults:     []string{"slow 60ms at 200ms for 300ms"},
-		Duration:   700 * time.Millisecond,
+		Faults:     []string{"slow 60ms at 150ms for 250ms"},
+		Duration:   500 * time.Millisecond,
 		Window:     100 * time.Millisecond,
 		Seed:       seed,
 	}
@@ -71,7 +71,7 @@ func hedgeExperiment(seed uint64) check.Experiment {
 // experiment (skipped under -short).
 func TestVirtualPredictsReal(t *testing.T) {
 	if testing.Short() {
-		t.Skip("real-time agreement runs 2 × 30 loopback runs of 0.7 s; run without -short")
+		t.Skip("real-time agreement runs 2 × 30 loopback runs of 0.5 s; run without -short")
 	}
 	if raceEnabled {
 		// The race detector makes every loopback exchange several times

@@ -18,9 +18,9 @@ import (
 )
 
 // RunReal runs the experiment in real time, each policy in a run of its
-// own on a fresh loopback gateway (127.0.0.1, a random port) that plays
-// the dependency and the faults and counts every attempt that reaches it
-// (the lab's recorder). Callers are goroutines: a retry policy runs
+// own on a fresh loopback gateway (127.0.0.1, a random port, HTTP/2
+// without TLS) that plays the dependency and the faults and counts every
+// attempt that reaches it (the lab's recorder). Callers are goroutines: a retry policy runs
 // retry.Do, a hedged one Hedge.Do, a transport carries the requests
 // itself. A run lasts as long as its timeline (the experiment's Duration,
 // or until a closed loop's callers are done), so keep real-time
@@ -159,10 +159,17 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		return PolicyResult{}, 0, fmt.Errorf("the gateway cannot listen: %w", err)
 	}
 	g := &gateway{dep: newDepModel(p, rand.New(rand.NewPCG(e.Seed, 2)))}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/2 without TLS (h2c): a caller that gives up on an attempt (its
+	// timeout, a hedge's loser) resets a stream instead of closing a
+	// connection, so a run does not spend a loaded machine on dials and
+	// stays the experiment it describes.
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, Protocols: &protos,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxRealRequests * 4}}
 	go func() { _ = srv.Serve(l) }()
 	url := "http://" + l.Addr().String()
-	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true}
+	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true, Protocols: &protos}
 	defer base.CloseIdleConnections()
 	var rt http.RoundTripper = base
 	if pol.wrap != nil {
