@@ -95,7 +95,7 @@ func TestCheckFailsAStampede(t *testing.T) {
 			t.Errorf("the failure %q does not say %q", rec.errs[0], want)
 		}
 	}
-	for _, want := range []string{"peak per window", fmt.Sprintf("%d attempts exceeds 130 attempts", p.Peak), "window [" + (p.PeakAt - 200*time.Millisecond).String()} {
+	for _, want := range []string{"peak per window", fmt.Sprintf("%d attempts exceeds 130 attempts", p.Peak), "window [" + (p.PeakAt - 200*time.Millisecond).Round(100*time.Microsecond).String()} {
 		if !strings.Contains(rec.errs[1], want) {
 			t.Errorf("the failure %q does not say %q", rec.errs[1], want)
 		}

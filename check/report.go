@@ -27,11 +27,11 @@ func (r *Result) page(vs []Verdict) report.Page {
 	for _, p := range r.Policies {
 		rec := "never"
 		if p.Recovered {
-			rec = p.Recovery.String()
+			rec = p.Recovery.Round(100 * time.Microsecond).String()
 		}
 		sum.Rows = append(sum.Rows, []string{p.Name, fmt.Sprint(p.Requests), fmt.Sprint(p.Attempts),
 			fmt.Sprintf("%.3f", p.Amplification), fmt.Sprint(p.Peak), fmt.Sprintf("%.1f", p.Goodput), rec,
-			giveUps(p.GaveUp), fmt.Sprint(p.Unfinished), p.Latency.P50.String(), p.Latency.P99.String()})
+			giveUps(p.GaveUp), fmt.Sprint(p.Unfinished), p.Latency.P50.Round(100 * time.Microsecond).String(), p.Latency.P99.Round(100 * time.Microsecond).String()})
 	}
 	main := report.Section{Title: "What the dependency received", Table: sum}
 	var shades []report.Shade

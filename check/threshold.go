@@ -51,8 +51,9 @@ func (v Verdict) String() string {
 	return s
 }
 
+// span names the window [from, from+width), to the 0.1 ms.
 func span(from, width time.Duration) string {
-	return fmt.Sprintf("[%v, %v)", from, from+width)
+	return fmt.Sprintf("[%v, %v)", from.Round(100*time.Microsecond), (from + width).Round(100*time.Microsecond))
 }
 
 func badThreshold(measure, format string, a ...any) Threshold {

@@ -429,9 +429,9 @@ func printCheck(w io.Writer, res *check.Result, vs []check.Verdict, ok bool) {
 	for _, p := range res.Policies {
 		rec := "never"
 		if p.Recovered {
-			rec = p.Recovery.String()
+			rec = p.Recovery.Round(100 * time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%d\t%.1f\t%s\t%d\t%v\t\n", p.Name, p.Requests, p.Attempts, p.Amplification, p.Peak, p.Goodput, rec, p.Unfinished, p.Latency.P99)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%d\t%.1f\t%s\t%d\t%v\t\n", p.Name, p.Requests, p.Attempts, p.Amplification, p.Peak, p.Goodput, rec, p.Unfinished, p.Latency.P99.Round(100*time.Microsecond))
 	}
 	tw.Flush()
 	for _, s := range res.Skipped {
