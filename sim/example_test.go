@@ -9,8 +9,8 @@ import (
 	"github.com/staggerhq/stagger/sim"
 )
 
-// Simulate the four-caller outage in virtual time: 4 callers against a
-// gateway that is down for 700 ms, retrying immediately (20 ms) or with
+// Simulate the four-caller outage in virtual time: 4 callers, starting
+// 12 ms apart, against a gateway that is down for 700 ms, retrying immediately (20 ms) or with
 // exponential backoff and full jitter, using the shipped retry.Policy and
 // backoff schedules. The seed fixes every random draw, so the table is the
 // same on every run.
@@ -26,8 +26,8 @@ func ExampleRun() {
 	// outage — 4 callers, gateway down 700ms, each retries until accepted
 	//
 	// strategy   callers  attempts  accepted  peak/200ms  distinct waits  last accept ms  attempts/request
-	// immediate        4        64         4          20               1             716             16.00
-	// expo-full        4        22         4          12              18            1008              5.50
+	// immediate        4        64         4          18               1             741             16.00
+	// expo-full        4        23         4          11              19            1311              5.75
 }
 
 // Write a result's rows as CSV (WriteJSON and WriteReport work alike).
@@ -43,7 +43,7 @@ func ExampleResult_WriteCSV() {
 	}
 	// Output:
 	// strategy,callers,attempts,accepted,peak,distinct_waits,last_accept_ms,attempts_per_request
-	// expo-full,8,46,8,24,36,1569,5.75
+	// expo-full,8,47,8,22,37,1590,5.88
 }
 
 // List the scenarios of `stagger sim list` and the parameters of one.
@@ -60,7 +60,8 @@ func ExampleScenarios() {
 	// outage herd brooker2015 budgets collapse layers littles-law metastable spiral backoff bimodal limits hedge
 	// --callers 4
 	// --outage 700ms
-	// --rtt 26ms
+	// --rtt 26.2ms
+	// --ramp 48ms
 	// --window 200ms
 	// --wait 20ms
 	// --base 60ms

@@ -57,6 +57,7 @@ type proxyConfig struct {
 	horizon  time.Duration
 	maxReqs  int
 	report   string // "" for none
+	record   string // timeline file (--record); "" for none
 	duration time.Duration
 	group    grouping
 	maxBody  int64
@@ -78,6 +79,7 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		horizon  = labkit.DefaultHorizon
 		maxReqs  = labkit.DefaultMaxRequests
 		rep      = defaultProxyReport
+		record   string
 		duration time.Duration
 		idHeader = labkit.HeaderRequestID
 		groupBy  string
@@ -98,6 +100,7 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", labkit.MaxWindows))
 	fs.Var(intValue{&maxReqs, 1, 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
 	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
+	fs.StringVar(&record, "record", "", "write what the upstream did per --window to this timeline file (JSON lines, written on exit; see docs/proxy.md)")
 	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
 	fs.StringVar(&idHeader, "id-header", labkit.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
 	fs.StringVar(&groupBy, "group-by", "header:"+labkit.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
@@ -157,7 +160,10 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 			return usageErr("--report: %v", err)
 		}
 	}
-	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep,
+	if err := checkRecord(record, window); err != nil {
+		return usageErr("%v", err)
+	}
+	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep, record: record,
 		duration: duration, group: group, maxBody: int64(maxBody),
 		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args}, -1
 }
@@ -209,6 +215,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	p := newProxy(cfg, time.Now())
+	if err := p.startRecord(); err != nil {
+		l.Close()
+		fmt.Fprintf(stderr, "stagger proxy: --record %s: %v\n", cfg.record, err)
+		return exitFail
+	}
 	srv := p.server()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(newLimitListener(l, cfg.maxConns)) }()
@@ -236,6 +247,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdown)
+	if err := p.stopRecord(stdout); err != nil {
+		fmt.Fprintf(stderr, "stagger proxy: --record %s: %v\n", cfg.record, err)
+		failed = true
+	}
 
 	s := p.rec.Stats(true)
 	fmt.Fprintln(stdout, p.summaryLine(s))
@@ -276,6 +291,8 @@ type proxy struct {
 	byAttempt [retryhttp.TrackedAttempts + 1]atomic.Int64
 	// now is the clock (time.Now); tests may replace it.
 	now func() time.Time
+	// tl writes the timeline file (--record); nil without one.
+	tl *recorder
 }
 
 // newProxy returns the handler for cfg, which parseProxy has checked.
@@ -301,6 +318,7 @@ func newProxy(cfg *proxyConfig, start time.Time) *proxy {
 			if sw, ok := w.(*labkit.StatusWriter); ok {
 				sw.UpstreamErr = true
 			}
+			noteUpstreamErr(r, err)
 			http.Error(w, "stagger proxy: upstream: "+err.Error(), http.StatusBadGateway)
 		},
 	}
@@ -323,6 +341,11 @@ func (p *proxy) server() *http.Server {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.tl != nil && r.URL.Path != statsPath { // --record: every attempt the proxy counts
+		var a *recAttempt
+		w, r, a = p.tl.arrive(w, r, p.now)
+		defer a.done()
+	}
 	if r.URL.Path == statsPath {
 		p.serveStats(w, r)
 		return

@@ -306,8 +306,10 @@ func TestLittlesLaw(t *testing.T) {
 	}
 }
 
-// TestOutageScenario reproduces the published immediate-retry numbers with the
-// calibrated round trip, and checks the jitter verification.
+// TestOutageScenario reproduces the lab's default outage: callers 12 ms
+// apart, a 46.2 ms cycle, 64 attempts and a peak of 18 for retrying
+// immediately (20 when the callers start together), and checks the jitter
+// verification.
 func TestOutageScenario(t *testing.T) {
 	c := DefaultOutage()
 	res, err := c.Run(context.Background(), Options{Seed: 1})
@@ -315,17 +317,29 @@ func TestOutageScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	imm, exp := res.Table.Rows[0], res.Table.Rows[1]
-	if imm[2] != int64(64) || imm[3] != int64(4) || imm[6] != 716.0 || imm[5] != 1 {
-		t.Errorf("immediate: %v; want 64 attempts, 4 accepted, last at 716 ms, one distinct wait", imm)
+	// caller 4 starts at 48 ms: attempt 16 arrives at 48 + 15·46.2 = 741 ms
+	if imm[2] != int64(64) || imm[3] != int64(4) || imm[4] != 18 || imm[6] != 741.0 || imm[5] != 1 {
+		t.Errorf("immediate: %v; want 64 attempts, 4 accepted, peak 18, last at 741 ms, one distinct wait", imm)
 	}
 	if exp[3] != int64(4) || exp[5].(int) < 2 || exp[2].(int64) >= 64 {
 		t.Errorf("expo-full: %v; want 4 accepted, >= 2 distinct waits, fewer attempts than immediate", exp)
 	}
-	if got := res.Log[0]; got != "RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 20" {
+	if got := res.Log[0]; got != "RETRY IMMEDIATELY: 4 callers, 64 attempts total, 4 accepted, peak 18" {
 		t.Errorf("summary line %q", got)
 	}
-	if got := res.Log[16]; got != "  caller 1 attempt 16: after 20ms -> ACCEPTED at 716ms" {
+	if got := res.Log[1]; got != "  caller 1 attempt 1: straight away -> DOWN at 12ms" {
+		t.Errorf("first log line %q", got)
+	}
+	if got := res.Log[16]; got != "  caller 1 attempt 16: after 20ms -> ACCEPTED at 705ms" {
 		t.Errorf("last log line %q", got)
+	}
+	c.Ramp, c.Strategies, c.Log = 0, []string{"immediate"}, 0
+	res, err = c.Run(context.Background(), Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Table.Rows[0][4]; got != 20 {
+		t.Errorf("immediate without a ramp: peak %v, want 20 (callers in lock-step)", got)
 	}
 }
 

@@ -9,9 +9,10 @@ import (
 	"github.com/staggerhq/stagger/internal/simkit"
 )
 
-// Simulate the four-caller outage in virtual time: 4 callers against a gateway that is
-// down for 700 ms, retrying immediately (20 ms) or with exponential backoff
-// and full jitter, using the shipped retry.Policy and backoff schedules.
+// Simulate the four-caller outage in virtual time: 4 callers, starting 12 ms
+// apart, against a gateway that is down for 700 ms, retrying immediately
+// (20 ms) or with exponential backoff and full jitter, using the shipped
+// retry.Policy and backoff schedules.
 // Options.Seed fixes every random draw, so the table is the same on every run.
 func ExampleOutageConfig() {
 	cfg := simkit.DefaultOutage()
@@ -27,8 +28,8 @@ func ExampleOutageConfig() {
 	// outage — 4 callers, gateway down 700ms, each retries until accepted
 	//
 	// strategy   callers  attempts  accepted  peak/200ms  distinct waits  last accept ms  attempts/request
-	// immediate        4        64         4          20               1             716             16.00
-	// expo-full        4        22         4          12              18            1008              5.50
+	// immediate        4        64         4          18               1             741             16.00
+	// expo-full        4        23         4          11              19            1311              5.75
 }
 
 // List the scenarios of `stagger sim list`.

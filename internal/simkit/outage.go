@@ -20,11 +20,17 @@ type outageModel struct {
 	callers, jobs int
 	outage        time.Duration
 	rtt           time.Duration
-	rate          float64 // attempts served per second; 0: unlimited
+	atServer      bool          // the round trip is spent at the server, after arrival
+	ramp          time.Duration // callers start over the ramp (0: all at once)
+	rate          float64       // attempts served per second; 0: unlimited
 	window        time.Duration
 	bucket        time.Duration
-	logCallers    int  // record every attempt of callers [0, logCallers)
-	countWaits    bool // count the distinct waits before retries
+	// lateAt, when set, says how late a real machine sent an attempt due
+	// at t (its timers and HTTP stack, as a lab run measured them): the
+	// attempt arrives that much after it is due.
+	lateAt     func(t time.Duration) time.Duration
+	logCallers int  // record every attempt of callers [0, logCallers)
+	countWaits bool // count the distinct waits before retries
 }
 
 // attemptLog is one attempt as its caller saw it (one log line).
@@ -32,7 +38,7 @@ type attemptLog struct {
 	caller, attempt int
 	wait            time.Duration // wait before this attempt (0 for the first)
 	ok              bool
-	at              time.Duration // when the answer reached the caller
+	at              time.Duration // when the attempt reached the server
 }
 
 type outageRun struct {
@@ -42,19 +48,24 @@ type outageRun struct {
 	log     []attemptLog
 	events  uint64
 	maxWait time.Duration // longest time an attempt queued at the server
-	waits   map[time.Duration]bool
+	// lastAccept is the arrival at the server of the last attempt it
+	// accepted (what the lab reports as the time to last acceptance).
+	lastAccept time.Duration
+	waits      map[time.Duration]bool
 }
 
 const (
 	evArrive int32 = iota // an attempt reaches the server
 	evReply               // its answer reaches the caller
 	evSend                // a retry's wait ended (only with a limiter)
+	evStart               // a caller's first job starts (with a ramp)
 )
 
 type outageCaller struct {
 	attempt int32
 	jobs    int32 // jobs left after the current one
 	failed  bool  // the current attempt's answer
+	arrived time.Duration
 	prev    time.Duration
 	wait    time.Duration
 }
@@ -70,6 +81,9 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 	}
 	cs := make([]outageCaller, om.callers)
 	half := om.rtt / 2
+	if om.atServer {
+		half = 0
+	}
 	back := om.rtt - half
 	var service time.Duration
 	if om.rate > 0 {
@@ -80,7 +94,11 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 	send := func(id int32, at time.Duration) {
 		c := &cs[id]
 		c.attempt++
-		e.At(at+half, evArrive, id)
+		var late time.Duration
+		if om.lateAt != nil {
+			late = max(om.lateAt(at), 0)
+		}
+		e.At(at+half+late, evArrive, id)
 	}
 	start := func(id int32) { // begin the caller's next job at now
 		for {
@@ -101,6 +119,10 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 	}
 	for id := range cs {
 		cs[id].jobs = int32(om.jobs)
+		if om.ramp > 0 {
+			e.At(om.ramp*time.Duration(id+1)/time.Duration(om.callers), evStart, int32(id))
+			continue
+		}
 		start(int32(id))
 	}
 	for {
@@ -112,8 +134,11 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 		c := &cs[id]
 		now := e.Now()
 		switch ev.Kind {
+		case evStart:
+			start(id)
 		case evArrive:
 			m.Call(now)
+			c.arrived = now
 			if now < om.outage {
 				res.arrived++
 			}
@@ -134,11 +159,12 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				err = ErrDown
 			}
 			if int(id) < om.logCallers {
-				res.log = append(res.log, attemptLog{caller: int(id), attempt: int(c.attempt), wait: c.wait, ok: !c.failed, at: now})
+				res.log = append(res.log, attemptLog{caller: int(id), attempt: int(c.attempt), wait: c.wait, ok: !c.failed, at: c.arrived})
 			}
 			dec := d.end(e.Time(), int(c.attempt), err, time.Time{}, c.prev)
 			switch {
 			case err == nil:
+				res.lastAccept = max(res.lastAccept, c.arrived)
 				m.Success(now)
 				start(id)
 			case !dec.Retry:

@@ -17,7 +17,8 @@ import (
 type OutageConfig struct {
 	Callers    int           // callers, each retrying one request until accepted
 	Outage     time.Duration // how long the gateway is down from t=0
-	RTT        time.Duration // round trip of one attempt
+	RTT        time.Duration // round trip of one attempt, spent at the gateway after arrival (as the lab's)
+	Ramp       time.Duration // caller i (1..N) starts i·Ramp/N after the start
 	Window     time.Duration // the receiving side's peak window
 	Wait       time.Duration // "immediate": the wait before every retry
 	Base       time.Duration // "expo-full": the first window (60, 120, 240 … ms)
@@ -27,12 +28,16 @@ type OutageConfig struct {
 
 var outageStrategies = []string{"immediate", "expo-full"}
 
-// DefaultOutage returns the lab's default outage: 4 callers, 700 ms. The 26 ms round trip is
-// calibrated so that "retry immediately" makes the published 64 attempts
-// (16 per caller at 46 ms spacing).
+// DefaultOutage returns the lab's default outage (labkit.FourCallerOutage)
+// in virtual time: 4 callers starting 12 ms apart over a 48 ms ramp, a
+// gateway down for the first 700 ms that decides each attempt when it
+// arrives and answers 26.2 ms later, peaks in 200 ms windows. "Retry
+// immediately" then makes 64 attempts (16 per caller at 46.2 ms spacing)
+// with a peak of 18, as the lab does; started together, the callers
+// would peak at 20.
 func DefaultOutage() OutageConfig {
 	return OutageConfig{
-		Callers: 4, Outage: 700 * time.Millisecond, RTT: 26 * time.Millisecond,
+		Callers: 4, Outage: 700 * time.Millisecond, RTT: 26200 * time.Microsecond, Ramp: 48 * time.Millisecond,
 		Window: DefaultWindow, Wait: 20 * time.Millisecond, Base: 60 * time.Millisecond,
 		Strategies: outageStrategies, Log: 1,
 	}
@@ -43,7 +48,8 @@ func (c *OutageConfig) Params() []*Param {
 	return []*Param{
 		intParam(&c.Callers, "callers", "callers, each retrying one request until accepted", 1, 1_000_000),
 		durParam(&c.Outage, "outage", "how long the gateway is down from t=0", 0, time.Hour),
-		durParam(&c.RTT, "rtt", "round trip of one attempt (half there, half back)", time.Microsecond, time.Minute),
+		durParam(&c.RTT, "rtt", "round trip of one attempt: the gateway decides it on arrival and answers this much later", time.Microsecond, time.Minute),
+		durParam(&c.Ramp, "ramp", "callers start over this span: caller i of N sends its first attempt i·ramp/N after the start (0: all at once)", 0, time.Hour),
 		durParam(&c.Window, "window", "width of the window the peak is counted in", time.Millisecond, time.Hour),
 		durParam(&c.Wait, "wait", "immediate: wait before every retry", 0, time.Hour),
 		durParam(&c.Base, "base", "expo-full: window after the first failure (doubles, full jitter, whole ms)", time.Millisecond, time.Hour),
@@ -61,6 +67,12 @@ func (c *OutageConfig) policy(name string) *retry.Policy {
 		p.Schedule = backoff.Exponential{Base: c.Base, Jitter: backoff.Full, Unit: time.Millisecond}
 	}
 	return p
+}
+
+// model is the outage model of c.
+func (c *OutageConfig) model() outageModel {
+	return outageModel{callers: c.Callers, jobs: 1, outage: c.Outage, rtt: c.RTT, atServer: true, ramp: c.Ramp,
+		window: c.Window, bucket: c.Window, logCallers: c.Log, countWaits: true}
 }
 
 // Run simulates each strategy once.
@@ -97,14 +109,12 @@ func (c *OutageConfig) Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		p := c.policy(name)
 		p.Rand = pcg(o.Seed, uint64(i))
-		om := outageModel{callers: c.Callers, jobs: 1, outage: c.Outage, rtt: c.RTT,
-			window: c.Window, bucket: c.Window, logCallers: c.Log, countWaits: true}
-		run := om.run(p)
+		run := c.model().run(p)
 		m := run.m
 		peak, _ := m.Peak()
 		waits := len(run.waits)
 		res.Table.Rows = append(res.Table.Rows, []any{name, c.Callers, m.Calls(), m.Successes(), peak, waits,
-			float64(m.Completion()) / float64(time.Millisecond), m.Amplification()})
+			float64(run.lastAccept) / float64(time.Millisecond), m.Amplification()})
 		res.Events += run.events
 		load.Series = append(load.Series, Series{Name: name, Points: bucketPoints(m.Load(), c.Window, 1)})
 		if c.Log > 0 {
