@@ -226,6 +226,13 @@ type Experiment struct {
 	// be and count as recovered (0.2: within 20%); 0 means
 	// DefaultTolerance.
 	Tolerance float64
+	// Replay, when set, replays a recorded outage instead of Callers,
+	// Dependency and Faults: the callers follow the recorded first
+	// attempts, the dependency its recorded capacity, errors and latency
+	// (see ReadRecording), and each policy decides the retries. Virtual
+	// time only; a hedge or a transport is skipped. Dependency.Hang still
+	// bounds an attempt the recording never answered.
+	Replay *Recording
 }
 
 // LabOutage returns the lab's default outage (`stagger lab`) for the given
@@ -295,6 +302,20 @@ func (e *Experiment) plan() (*plan, error) {
 		seen[p.Name] = true
 	}
 	c := e.Callers
+	if e.Replay != nil {
+		switch {
+		case len(e.Faults) > 0:
+			return nil, bad("Faults and Replay exclude each other: a replay's faults are the recording's")
+		case c != Callers{}:
+			return nil, bad("Callers and Replay exclude each other: a replay's callers are the recording's")
+		case e.Window < 0:
+			return nil, bad("Window must be > 0 (0 means %v), got %v", DefaultWindow, e.Window)
+		case e.Dependency.Hang < 0:
+			return nil, bad("Dependency.Hang must be >= 0 (0 means %v), got %v", DefaultHang, e.Dependency.Hang)
+		}
+		fc, _ := labkit.ParseFaultClauses("Faults", nil)
+		return &plan{e: e, faults: fc, window: e.window()}, nil
+	}
 	switch {
 	case !finite(c.Rate) || c.Rate < 0:
 		return nil, bad("Callers.Rate must be a finite number >= 0 (0 means a closed loop), got %v", c.Rate)

@@ -29,6 +29,10 @@ type Result struct {
 	Window time.Duration
 	// Duration is how long the run lasted (its timeline, in either clock).
 	Duration time.Duration
+	// Recorded is, for a replay, what the recording received per window
+	// (Attempts, Requests: its first attempts, Accepted: its served
+	// answers); nil otherwise.
+	Recorded []Window
 }
 
 // Policy returns the result of the policy named name, or nil.

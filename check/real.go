@@ -30,6 +30,9 @@ func RunReal(ctx context.Context, e Experiment) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.Replay != nil {
+		return nil, fmt.Errorf("%w: Replay: a recorded timeline replays in virtual time only (check.Run)", ErrInvalid)
+	}
 	c := e.Callers
 	if n := c.Rate * p.limit.Seconds(); c.Open() && n > MaxRealRequests {
 		return nil, fmt.Errorf("%w: Callers.Rate × Duration must be <= %d requests in real time, got %.3g", ErrInvalid, MaxRealRequests, n)

@@ -52,6 +52,23 @@ func (r *Result) page(vs []Verdict) report.Page {
 		load.Series, amp.Series, good.Series = append(load.Series, ls), append(amp.Series, as), append(good.Series, gs)
 	}
 	main.Charts = []report.Chart{load, amp, good}
+	if len(r.Recorded) > 0 {
+		rv := report.Chart{Title: "attempts per window: as recorded, and as each policy replays the recording", Kind: report.Lines,
+			XLabel: "time since the recording started (ms)", YLabel: "attempts", Wide: true}
+		rec := report.Series{Name: "recorded", Color: report.Grey}
+		for _, w := range r.Recorded {
+			rec.Points = append(rec.Points, report.Point{X: ms(w.Start), Y: float64(w.Attempts)})
+		}
+		rv.Series = append(rv.Series, rec)
+		for _, p := range r.Policies {
+			s := report.Series{Name: p.Name + " (replayed)"}
+			for _, w := range p.Windows {
+				s.Points = append(s.Points, report.Point{X: ms(w.Start), Y: float64(w.Attempts)})
+			}
+			rv.Series = append(rv.Series, s)
+		}
+		main.Charts = append([]report.Chart{rv}, main.Charts...)
+	}
 	pg.Sections = append(pg.Sections, main)
 	if len(vs) > 0 {
 		t := &report.Table{Columns: []string{"policy", "measure", "limit", "value", "window", "verdict"}}

@@ -24,6 +24,9 @@ func Run(ctx context.Context, e Experiment) (*Result, error) {
 		return nil, err
 	}
 	res := p.result("virtual")
+	if e.Replay != nil {
+		return res, runReplay(ctx, p, res)
+	}
 	for _, pol := range e.Policies {
 		if err := ctx.Err(); err != nil {
 			return res, err
