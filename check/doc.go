@@ -9,7 +9,9 @@
 // open loop), the [Dependency] (latency, capacity, how it refuses) and a
 // fault timeline in the clauses of `stagger proxy --fault` ("down 2s at
 // 1s", "drop 500ms at 3s", "slow 1s at 0s for 4s", "flap 100ms/200ms at 1s
-// for 2s", "cap 50", "retry-after 1s", "latency 20ms").
+// for 2s", "cap 50", "retry-after 1s", "latency 20ms"), or a recorded
+// outage ([ReadRecording], Experiment.Replay) whose arrivals and
+// dependency are replayed against the policies.
 //
 // [Run] runs it in virtual time: a discrete-event engine drives each
 // policy's own retry.Step (Begin before an attempt, End after it), so the

@@ -37,7 +37,7 @@ func checkUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "service config (methodConfig.retryPolicy, retryThrottling).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
-	printFlags(w, fs, map[string]string{"policy": "FILE", "fault": "CLAUSE", "report": "FILE", "junit": "FILE", "refusal": "KIND", "baseline": "NAME", "experiment": "FILE",
+	printFlags(w, fs, map[string]string{"policy": "FILE", "fault": "CLAUSE", "report": "FILE", "junit": "FILE", "refusal": "KIND", "baseline": "NAME", "experiment": "FILE", "replay": "FILE",
 		"rate": "X", "dep-rate": "X", "max-amplification": "X", "max-load": "X", "tolerance": "X"})
 }
 
@@ -91,7 +91,7 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		constant, queue, notMetastable               bool
 		ramp, think, latency, latencyExp, perFlight  time.Duration
 		retryAfter, hang, duration, window, recover  time.Duration
-		refusal, baseline, expFile                   string
+		refusal, baseline, expFile, replay           string
 		seed                                         = e.Seed
 	)
 	const maxDur = 24 * time.Hour
@@ -116,6 +116,7 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of a window (default 200ms)")
 	fs.Var(uintValue{&seed}, "seed", "seed of the run")
 	fs.Var(floatValue{p: &tolerance, min: 0}, "tolerance", "goodput within this fraction of its level before the fault counts as recovered (default 0.2)")
+	fs.StringVar(&replay, "replay", "", "replay a recorded outage instead of --fault, --rate and --callers: stagger proxy --record's JSON lines, or a CSV export (a name ending in .csv); virtual time")
 	fs.BoolVar(&cfg.real, "real", false, "run in real time on a loopback gateway instead of the simulator")
 	fs.Var(floatValue{p: &maxAmp, min: 1}, "max-amplification", "threshold: attempts per logical request")
 	fs.Var(intValue{&maxPeak, 1, math.MaxInt32}, "max-peak", "threshold: attempts received in any window")
@@ -146,6 +147,8 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		return nil, usageError(stderr, name, "--rate (open loop) and --callers (closed loop) exclude each other")
 	case set("constant") && !set("rate"):
 		return nil, usageError(stderr, name, "--constant needs --rate")
+	case set("replay") && (set("fault") || set("rate") || set("callers") || set("real")):
+		return nil, usageError(stderr, name, "--replay excludes --fault, --rate, --callers and --real: a replay's callers and faults are the recording's")
 	case set("queue") && !set("dep-rate") && !set("concurrency"):
 		return nil, usageError(stderr, name, "--queue needs --concurrency or --dep-rate")
 	}
@@ -168,6 +171,13 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		e.Callers.Ramp = ramp
 	}
 	e.Callers.Requests, e.Callers.Think = requests, think
+	if replay != "" {
+		rec, err := readRecording(replay)
+		if err != nil {
+			return nil, usageError(stderr, name, "--replay %s: %v", replay, err)
+		}
+		e.Name, e.Replay, e.Faults, e.Callers = "replay of "+filepath.Base(replay), rec, nil, check.Callers{}
+	}
 	d := &e.Dependency
 	if set("latency") {
 		d.Latency = latency
@@ -348,6 +358,21 @@ func experimentValues(fl *flag.Flag, raw json.RawMessage) ([]string, error) {
 		return nil, fmt.Errorf("want a string, got %s", kind(v))
 	}
 	return []string{s}, nil
+}
+
+// readRecording reads a --replay file: CSV when its name ends in .csv
+// (windows as wide as the smallest gap between rows), else the JSON lines
+// of stagger proxy --record.
+func readRecording(path string) (*check.Recording, error) {
+	if !strings.EqualFold(filepath.Ext(path), ".csv") {
+		return check.ReadRecording(path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return check.ReadRecordingCSV(f, 0)
 }
 
 func hasPolicy(ps []check.Policy, name string) bool {

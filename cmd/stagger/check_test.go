@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -317,4 +318,39 @@ func shellWords(t *testing.T, s string) []string {
 		out = append(out, cur.String())
 	}
 	return out
+}
+
+// TestCheckReplay: --replay runs the policies against a recorded outage,
+// from the proxy's JSON lines or a CSV export; a file cut short or out of
+// order exits 2.
+func TestCheckReplay(t *testing.T) {
+	dir := t.TempDir()
+	storm := writeFile(t, dir, "storm.json", `{"name": "storm", "maxAttempts": 10, "schedule": {"kind": "constant", "delay": "50ms"}}`)
+	var b strings.Builder
+	b.WriteString(`{"stagger_timeline":1,"window_ms":1000}` + "\n")
+	var csv strings.Builder
+	csv.WriteString("window_start_ms,arrivals,status_200,refusals\n")
+	for s := range 5 {
+		if s == 1 || s == 2 {
+			b.WriteString(`{"start_ms":` + strconv.Itoa(s*1000) + `,"arrivals":40,"originals":40,"refusals":40}` + "\n")
+			csv.WriteString(strconv.Itoa(s*1000) + ",40,0,40\n")
+		} else {
+			b.WriteString(`{"start_ms":` + strconv.Itoa(s*1000) + `,"arrivals":40,"originals":40,"status":{"200":40},"p50_ms":20,"p99_ms":80}` + "\n")
+			csv.WriteString(strconv.Itoa(s*1000) + ",40,40,0\n")
+		}
+	}
+	b.WriteString(`{"end":{"windows":5,"arrivals":200}}` + "\n")
+	for _, rec := range []string{writeFile(t, dir, "outage.jsonl", b.String()), writeFile(t, dir, "outage.csv", csv.String())} {
+		code, out, errOut := runCLI(t, "check", "--policy", storm, "--replay", rec, "--max-amplification", "2")
+		if code != exitFail || !strings.Contains(out, "replay of outage") || !strings.Contains(out, "FAIL storm: amplification") {
+			t.Errorf("%s: exit %d, stderr %q\n%s", rec, code, errOut, out)
+		}
+	}
+	cut := writeFile(t, dir, "cut.jsonl", strings.Split(b.String(), "{\"end\"")[0])
+	if code, _, errOut := runCLI(t, "check", "--policy", storm, "--replay", cut); code != exitUsage || !strings.Contains(errOut, "--replay") {
+		t.Errorf("a recording cut short: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "check", "--policy", storm, "--replay", cut, "--rate", "5"); code != exitUsage || !strings.Contains(errOut, "--replay excludes") {
+		t.Errorf("--replay with --rate: exit %d, %q", code, errOut)
+	}
 }
