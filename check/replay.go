@@ -129,4 +129,3 @@ func runReplay(ctx context.Context, p *plan, res *Result) error {
 	}
 	return nil
 }
-
