@@ -409,6 +409,9 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "stagger check: %v\n", err)
 		return exitFail
 	}
+	if len(res.Policies) == 0 {
+		return usageError(stderr, "stagger check", "no policy can run here: %s", strings.Join(res.Skipped, "; "))
+	}
 	vs, err := res.Evaluate(cfg.thresholds...)
 	if err != nil {
 		return usageError(stderr, "stagger check", "%v", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"encoding/xml"
 	"os"
 	"path/filepath"
@@ -268,13 +269,32 @@ func TestCheckDocs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeFile(t, dir, "retry.json", block(string(doc), "json"))
-	t.Chdir(dir)
-	line := strings.ReplaceAll(block(string(doc), "sh"), "\\\n", " ")
-	rm := regexp.MustCompile("`(stagger check [^`]*)`").FindStringSubmatch(string(readme))
-	if rm == nil {
-		t.Fatal("the README shows no stagger check command")
+	// the recording the replay example reads: 40 requests a second for
+	// 5 s, every attempt refused in seconds 1 and 2
+	var rec strings.Builder
+	rec.WriteString(`{"stagger_timeline":1,"window_ms":1000}` + "\n")
+	for s := range 5 {
+		if s == 1 || s == 2 {
+			fmt.Fprintf(&rec, `{"start_ms":%d,"arrivals":40,"originals":40,"refusals":40}`+"\n", s*1000)
+		} else {
+			fmt.Fprintf(&rec, `{"start_ms":%d,"arrivals":40,"originals":40,"status":{"200":40},"p50_ms":20,"p99_ms":80}`+"\n", s*1000)
+		}
 	}
-	for _, cmd := range []string{line, rm[1]} {
+	rec.WriteString(`{"end":{"windows":5,"arrivals":200}}` + "\n")
+	writeFile(t, dir, "last-outage.jsonl", rec.String())
+	t.Chdir(dir)
+	var cmds []string
+	for rest := string(doc); strings.Contains(rest, "```sh\n"); {
+		i := strings.Index(rest, "```sh\n") + len("```sh\n")
+		j := strings.Index(rest[i:], "```")
+		cmds = append(cmds, strings.ReplaceAll(rest[i:i+j], "\\\n", " "))
+		rest = rest[i+j+3:]
+	}
+	rm := regexp.MustCompile("`(stagger check [^`]*)`").FindStringSubmatch(string(readme))
+	if rm == nil || len(cmds) != 2 {
+		t.Fatalf("the README shows no stagger check command, or docs/check.md not 2 (%d)", len(cmds))
+	}
+	for _, cmd := range append(cmds, rm[1]) {
 		args := shellWords(t, strings.TrimSpace(cmd))
 		if args[0] != "stagger" {
 			t.Fatalf("not a stagger command: %q", cmd)
@@ -349,6 +369,10 @@ func TestCheckReplay(t *testing.T) {
 	cut := writeFile(t, dir, "cut.jsonl", strings.Split(b.String(), "{\"end\"")[0])
 	if code, _, errOut := runCLI(t, "check", "--policy", storm, "--replay", cut); code != exitUsage || !strings.Contains(errOut, "--replay") {
 		t.Errorf("a recording cut short: exit %d, %q", code, errOut)
+	}
+	hedged := writeFile(t, dir, "hedged.json", `{"hedge": {"delay": "10ms"}}`)
+	if code, _, errOut := runCLI(t, "check", "--policy", hedged, "--replay", filepath.Join(dir, "outage.jsonl")); code != exitUsage || !strings.Contains(errOut, "no policy can run here: hedged: a hedge is not replayed") {
+		t.Errorf("a hedge alone in a replay: exit %d, %q", code, errOut)
 	}
 	if code, _, errOut := runCLI(t, "check", "--policy", storm, "--replay", cut, "--rate", "5"); code != exitUsage || !strings.Contains(errOut, "--replay excludes") {
 		t.Errorf("--replay with --rate: exit %d, %q", code, errOut)
