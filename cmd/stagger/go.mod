@@ -11,8 +11,10 @@ require (
 	github.com/staggerhq/stagger/broker/jetstream v0.1.0
 	github.com/staggerhq/stagger/broker/kafka v0.1.0
 	github.com/staggerhq/stagger/broker/rabbitmq v0.1.0
+	github.com/staggerhq/stagger/grpc v0.1.0
 	github.com/staggerhq/stagger/queue/postgres v0.1.0
 	github.com/staggerhq/stagger/queue/sqlite v0.1.0
+	google.golang.org/grpc v1.84.0
 )
 
 require (
@@ -24,6 +26,9 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.17.1 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.13.1 // indirect
 	golang.org/x/crypto v0.49.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 require (

@@ -1,5 +1,5 @@
 // Command stagger is the command line of the stagger toolkit: the retry lab,
-// the simulator, the counting fault proxy and the durable queue.
+// the simulator, the policy check, the counting fault proxy and the durable queue.
 //
 // Each subcommand lives in its own file and registers itself in init, so the
 // dispatcher here never changes when a subcommand is added.

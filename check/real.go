@@ -1,0 +1,419 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// RunReal runs the experiment in real time, each policy in a run of its
+// own on a fresh loopback gateway (127.0.0.1, a random port, HTTP/2
+// without TLS) that plays the dependency and the faults and counts every
+// attempt that reaches it (the lab's recorder). Callers are goroutines: a retry policy runs
+// retry.Do, a hedged one Hedge.Do, a transport carries the requests
+// itself. A run lasts as long as its timeline (the experiment's Duration,
+// or until a closed loop's callers are done), so keep real-time
+// experiments to seconds. At most MaxRealRequests logical requests.
+func RunReal(ctx context.Context, e Experiment) (*Result, error) {
+	p, err := e.plan()
+	if err != nil {
+		return nil, err
+	}
+	if e.Replay != nil {
+		return nil, fmt.Errorf("%w: Replay: a recorded timeline replays in virtual time only (check.Run)", ErrInvalid)
+	}
+	c := e.Callers
+	if n := c.Rate * p.limit.Seconds(); c.Open() && n > MaxRealRequests {
+		return nil, fmt.Errorf("%w: Callers.Rate × Duration must be <= %d requests in real time, got %.3g", ErrInvalid, MaxRealRequests, n)
+	}
+	if n := c.N * c.requests(); !c.Open() && n > MaxRealRequests {
+		return nil, fmt.Errorf("%w: Callers.N × Requests must be <= %d requests in real time, got %d", ErrInvalid, MaxRealRequests, n)
+	}
+	res := p.result("real")
+	for _, pol := range e.Policies {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		r, span, err := runReal(ctx, p, pol)
+		if err != nil {
+			return res, fmt.Errorf("check: %s: %w", pol.Name, err)
+		}
+		res.Duration = max(res.Duration, span)
+		res.Policies = append(res.Policies, r)
+	}
+	return res, nil
+}
+
+// gateway is the real-time dependency: the virtual run's rules (depModel)
+// under a lock, answering over HTTP, counting in a labkit.Recorder.
+type gateway struct {
+	mu      sync.Mutex
+	dep     *depModel
+	start   time.Time
+	rec     *labkit.Recorder
+	waiters []*waiter // attempts queued over Concurrency, first come first served
+}
+
+// waiter is a queued attempt's handler, waiting for the verdict wake
+// gives it when the dependency has room.
+type waiter struct {
+	ch   chan verdict // buffered: wake never blocks
+	gone bool         // its caller hung up; wake skips it
+}
+
+// leave ends a served attempt and serves queued ones while there is room.
+func (g *gateway) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.dep.leave()
+	for len(g.waiters) > 0 && g.dep.room() {
+		w := g.waiters[0]
+		g.waiters = g.waiters[1:]
+		if w.gone {
+			continue
+		}
+		w.ch <- g.dep.serve(time.Since(g.start), 0)
+	}
+}
+
+const warmPath = "/warm"
+
+func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == warmPath {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	now := time.Now()
+	g.mu.Lock()
+	v := g.dep.decide(now.Sub(g.start))
+	var wt *waiter
+	if v.queued {
+		wt = &waiter{ch: make(chan verdict, 1)}
+		g.waiters = append(g.waiters, wt)
+	}
+	g.mu.Unlock()
+	id, attempt := labkit.Identify(r.Header)
+	if wt != nil {
+		select {
+		case v = <-wt.ch:
+		case <-r.Context().Done(): // the caller gave up while it waited
+			g.mu.Lock()
+			wt.gone = true
+			g.mu.Unlock()
+			select {
+			case <-wt.ch: // served in the meantime: give the slot back
+				g.leave()
+			default:
+			}
+			g.rec.Record(now, id, attempt, labkit.Abandoned)
+			return
+		}
+	}
+	g.rec.Record(now, id, attempt, v.outcome)
+	if v.served {
+		defer g.leave()
+	}
+	if v.delay > 0 {
+		t := time.NewTimer(v.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // the caller hung up: stop working on it
+			t.Stop()
+			return
+		}
+	}
+	switch v.answer {
+	case answerOK:
+		w.WriteHeader(http.StatusOK)
+	case answer503:
+		if v.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfterSeconds(v.retryAfter)/time.Second), 10))
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	default: // a drop, or the end of a hang
+		panic(http.ErrAbortHandler) // closes the connection without an answer
+	}
+}
+
+// realReq is one logical request as its caller saw it.
+type realReq struct {
+	start, end time.Duration
+	ok         bool
+	reason     retry.Reason
+	other      string // a transport's give-up: "status 503", "error"
+	unfinished bool
+}
+
+func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Duration, error) {
+	e := p.e
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return PolicyResult{}, 0, fmt.Errorf("the gateway cannot listen: %w", err)
+	}
+	g := &gateway{dep: newDepModel(p, rand.New(rand.NewPCG(e.Seed, 2)))}
+	// HTTP/2 without TLS (h2c): a caller that gives up on an attempt (its
+	// timeout, a hedge's loser) resets a stream instead of closing a
+	// connection, so a run does not spend a loaded machine on dials and
+	// stays the experiment it describes.
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, Protocols: &protos,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxRealRequests * 4}}
+	go func() { _ = srv.Serve(l) }()
+	url := "http://" + l.Addr().String()
+	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true, Protocols: &protos}
+	defer base.CloseIdleConnections()
+	var rt http.RoundTripper = base
+	if pol.wrap != nil {
+		rt = pol.wrap(base)
+	}
+	client := &http.Client{Transport: rt}
+	if err := warm(ctx, &http.Client{Transport: base}, url, e.Callers); err != nil {
+		_ = srv.Close()
+		return PolicyResult{}, 0, fmt.Errorf("the gateway does not answer: %w", err)
+	}
+	var (
+		hedge   *retry.Hedge
+		shared  retry.Policy
+		ownRand bool
+	)
+	if pol.newRetry != nil {
+		var rp *retry.Policy
+		if rp, hedge = pol.newRetry(); rp != nil {
+			shared, ownRand = *rp, rp.Rand != nil
+		}
+	}
+
+	start := time.Now()
+	g.start = start
+	g.rec = labkit.NewRecorder(start)
+	runCtx, cancel := context.WithDeadline(ctx, start.Add(p.limit))
+	defer cancel()
+
+	var (
+		mu   sync.Mutex
+		reqs []realReq
+		wg   sync.WaitGroup
+	)
+	var late time.Duration // the most an arrival or a caller's start came after its time
+	one := func(n int) {
+		s := time.Since(start)
+		id := []string{strconv.Itoa(n)}
+		rq := realReq{start: s}
+		work := func(actx context.Context) error {
+			req, err := http.NewRequestWithContext(actx, http.MethodGet, url+"/", nil)
+			if err != nil {
+				return retry.Permanent(err)
+			}
+			req.Header[labkit.HeaderRequestID] = id
+			resp, err := client.Do(req)
+			if err != nil {
+				return retry.Retryable(err)
+			}
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusOK:
+				return nil
+			case http.StatusServiceUnavailable:
+				if ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); err == nil && ra > 0 {
+					return retry.After(errRefused, time.Duration(ra)*time.Second)
+				}
+				return errRefusedR
+			}
+			return retry.Permanent(fmt.Errorf("gateway answered %d", resp.StatusCode))
+		}
+		switch {
+		case pol.wrap != nil:
+			transportCall(runCtx, client, url, id, &rq)
+		default:
+			pp := shared
+			if !ownRand { // a seeded source per goroutine: a PCG is not safe for concurrent use
+				pp.Rand = rand.NewPCG(e.Seed, uint64(n))
+			}
+			var err error
+			if hedge != nil {
+				err = hedge.Do(runCtx, &pp, work)
+			} else {
+				err = retry.Do(runCtx, &pp, work)
+			}
+			rq.ok = err == nil
+			var re *retry.Error
+			if errors.As(err, &re) {
+				rq.reason = re.Reason
+			} else if err != nil {
+				rq.reason = retry.UnknownError
+			}
+		}
+		rq.end = time.Since(start)
+		if !rq.ok && runCtx.Err() != nil && ctx.Err() == nil {
+			rq.unfinished = true // the run ended first
+		}
+		mu.Lock()
+		reqs = append(reqs, rq)
+		mu.Unlock()
+	}
+	c := e.Callers
+	if c.Open() {
+		arr := &arrivals{c: c, rng: rand.New(rand.NewPCG(e.Seed, 1))}
+		timer := time.NewTimer(0)
+		<-timer.C
+	gen:
+		for n := 1; ; n++ {
+			t := arr.next()
+			if t >= p.limit {
+				break
+			}
+			timer.Reset(time.Until(start.Add(t)))
+			select {
+			case <-timer.C:
+			case <-runCtx.Done():
+				break gen
+			}
+			late = max(late, time.Since(start)-t)
+			wg.Add(1)
+			go func() { defer wg.Done(); one(n) }()
+		}
+	} else {
+		for i := range c.N {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if c.Ramp > 0 && !sleepCtx(runCtx, time.Until(start.Add(c.Ramp*time.Duration(i+1)/time.Duration(c.N)))) {
+					return
+				}
+				for k := range c.requests() {
+					if k > 0 && !sleepCtx(runCtx, c.Think) {
+						return
+					}
+					if runCtx.Err() != nil {
+						return
+					}
+					one(i*c.requests() + k + 1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cancel()
+	base.CloseIdleConnections()
+	// Every caller has returned, and the gateway records an attempt when
+	// its handler starts: the count is complete. Close, not Shutdown: an
+	// HTTP/2 server's graceful shutdown waits a second for its GOAWAY.
+	_ = srv.Close()
+	if err := ctx.Err(); err != nil {
+		return PolicyResult{}, 0, err
+	}
+
+	m := newMeter(p.window)
+	slices.SortFunc(reqs, func(a, b realReq) int { return int(a.start - b.start) })
+	for _, rq := range reqs {
+		m.request(rq.start)
+	}
+	for _, a := range g.rec.Arrivals() {
+		if a.At < p.limit {
+			m.attempt(a.At, a.Outcome == labkit.Accepted)
+		}
+	}
+	for _, rq := range reqs {
+		switch {
+		case rq.unfinished:
+		case rq.ok:
+			m.success(rq.end, rq.start)
+		case rq.other != "":
+			m.giveUpOther(rq.end, rq.start, rq.other)
+		default:
+			m.giveUp(rq.end, rq.start, rq.reason)
+		}
+	}
+	span := p.limit
+	if !c.Open() && p.duration == 0 && m.requests == m.done {
+		span = (elapsed/p.window + 1) * p.window
+		span = min(span, p.limit)
+	}
+	r := m.result(pol.Name, p, span)
+	r.Lateness = late
+	return r, span, nil
+}
+
+// transportCall sends one logical request through a transport under test
+// and records how it ended.
+func transportCall(ctx context.Context, client *http.Client, url string, id []string, rq *realReq) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
+	if err != nil {
+		rq.other = "error"
+		return
+	}
+	req.Header[labkit.HeaderRequestID] = id
+	resp, err := client.Do(req)
+	if err != nil {
+		var re *retry.Error
+		if errors.As(err, &re) {
+			rq.reason = re.Reason
+		} else {
+			rq.other = "error"
+		}
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		rq.ok = true
+		return
+	}
+	rq.other = "status " + strconv.Itoa(resp.StatusCode)
+}
+
+// warm opens the connections the first callers will use before the clock
+// starts, so the first dials do not delay them (as the lab warms up).
+func warm(ctx context.Context, client *http.Client, url string, c Callers) error {
+	n := min(max(c.N, int(c.Rate/20)), 64)
+	n = max(n, 1)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+warmPath, nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
