@@ -41,11 +41,13 @@ func checkUsage(w io.Writer, fs *flag.FlagSet) {
 		"rate": "X", "dep-rate": "X", "max-amplification": "X", "max-load": "X", "tolerance": "X"})
 }
 
-// floatValue is a finite number >= min (> min when open).
+// floatValue is a finite number >= min (> min when open) and, when max
+// is not 0, <= max.
 type floatValue struct {
 	p    *float64
 	min  float64
 	open bool
+	max  float64
 }
 
 func (v floatValue) String() string {
@@ -64,6 +66,8 @@ func (v floatValue) Set(s string) error {
 		return fmt.Errorf("must be > %v, got %v", v.min, f)
 	case f < v.min:
 		return fmt.Errorf("must be >= %v, got %v", v.min, f)
+	case v.max != 0 && f > v.max:
+		return fmt.Errorf("must be <= %v, got %v", v.max, f)
 	}
 	*v.p = f
 	return nil

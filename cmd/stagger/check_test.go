@@ -295,7 +295,10 @@ func TestCheckDocs(t *testing.T) {
 		t.Fatalf("the README shows no stagger check command, or docs/check.md not 2 (%d)", len(cmds))
 	}
 	for _, cmd := range append(cmds, rm[1]) {
-		args := shellWords(t, strings.TrimSpace(cmd))
+		args, err := shellWords(strings.TrimSpace(cmd))
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
 		if args[0] != "stagger" {
 			t.Fatalf("not a stagger command: %q", cmd)
 		}
@@ -308,36 +311,6 @@ func TestCheckDocs(t *testing.T) {
 			t.Errorf("%s wrote no JUnit file: %v", cmd, err)
 		}
 	}
-}
-
-// shellWords splits a command line on spaces, keeping "double-quoted"
-// words whole (what the docs' commands use).
-func shellWords(t *testing.T, s string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted, in := false, false
-	for _, r := range s {
-		switch {
-		case r == '"':
-			quoted, in = !quoted, true
-		case r == ' ' && !quoted:
-			if in {
-				out = append(out, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteRune(r)
-			in = true
-		}
-	}
-	if quoted {
-		t.Fatalf("unbalanced quotes in %q", s)
-	}
-	if in {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // TestCheckReplay: --replay runs the policies against a recorded outage,

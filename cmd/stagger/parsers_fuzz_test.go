@@ -206,11 +206,11 @@ func FuzzParseFaults(f *testing.F) {
 			spans = append(spans, fl.Span)
 		}
 		for _, sp := range spans {
-			if sp.From < 0 || sp.To <= sp.From || sp.To > maxFaultTime {
-				t.Fatalf("parseFaults(%q): span %+v outside [0, %v]", v, sp, maxFaultTime)
+			if sp.From < 0 || sp.To <= sp.From || sp.To > labkit.MaxFaultTime {
+				t.Fatalf("parseFaults(%q): span %+v outside [0, %v]", v, sp, labkit.MaxFaultTime)
 			}
 		}
-		if s.Latency < 0 || s.Latency > maxFaultTime || s.RetryAfter < 0 || s.RetryAfter > maxFaultTime || s.Capacity < 0 || s.Capacity > maxCap {
+		if s.Latency < 0 || s.Latency > labkit.MaxFaultTime || s.RetryAfter < 0 || s.RetryAfter > labkit.MaxFaultTime || s.Capacity < 0 || s.Capacity > labkit.MaxFaultCap {
 			t.Fatalf("parseFaults(%q): %+v out of bounds", v, s.Faults)
 		}
 		if len(s.clauses) == 0 {

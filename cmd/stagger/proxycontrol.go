@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -138,31 +136,6 @@ func controlAddr(v string) (string, error) {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port), nil
-}
-
-// floatValue is a finite decimal number in [0, max].
-type floatValue struct {
-	p   *float64
-	max float64
-}
-
-func (v floatValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return strconv.FormatFloat(*v.p, 'g', -1, 64)
-}
-
-func (v floatValue) Set(s string) error {
-	x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-		return fmt.Errorf("want a decimal number between 0 and %g", v.max)
-	}
-	if x < 0 || x > v.max {
-		return fmt.Errorf("must be between 0 and %g, got %g", v.max, x)
-	}
-	*v.p = x
-	return nil
 }
 
 // splitFaults sorts the --fault clauses: the timeline's (down, drop,
