@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/staggerhq/stagger/broker"
@@ -77,8 +79,8 @@ func TestPropagatorQueue(t *testing.T) {
 		}
 		now += 60_000
 	}
-	checkChildren(t, rec.Ended(), "work", enq.SpanContext(), 2)
-	for _, s := range spansNamed(rec.Ended(), "work") {
+	checkChildren(t, rec.Ended(), "process work", enq.SpanContext(), 2)
+	for _, s := range spansNamed(rec.Ended(), "process work") {
 		if got := s.SpanContext().TraceState().String(); got != ts.String() {
 			t.Errorf("work span's tracestate %q, want %q", got, ts.String())
 		}
@@ -100,12 +102,24 @@ func TestPropagatorBroker(t *testing.T) {
 	headers := map[string]string{broker.HeaderTraceParent: parent, broker.HeaderTraceState: state}
 	get := func(k string) (string, bool) { v, ok := headers[k]; return v, ok }
 	p := &broker.Processor{Handler: tr.Handler("consume", func(context.Context, []byte) error { return errFlaky }),
-		Policy: &retry.Policy{MaxAttempts: 2}, Trace: prop}
+		Policy: &retry.Policy{MaxAttempts: 2}, Trace: prop, Source: "rabbitmq"}
 	st := broker.State{}
 	for range 2 {
 		o := p.Process(p.WithTrace(context.Background(), get), "m", nil, st)
 		st = o.State
 		st.Due = st.Due.Add(-time.Hour) // due now: no wait in a test
 	}
-	checkChildren(t, rec.Ended(), "consume", pub.SpanContext(), 2)
+	checkChildren(t, rec.Ended(), "process consume", pub.SpanContext(), 2)
+	// The first failure is retried, the second is the last (MaxAttempts 2).
+	spans := spansNamed(rec.Ended(), "process consume")
+	for i, want := range []codes.Code{codes.Unset, codes.Error} {
+		s := spans[i]
+		w, _ := attr(s, KeyWillRetry)
+		sys, _ := attr(s, semconv.MessagingSystemKey)
+		op, _ := attr(s, semconv.MessagingOperationTypeKey)
+		if s.SpanKind() != trace.SpanKindConsumer || s.Status().Code != want || w.AsBool() != (i == 0) ||
+			sys.AsString() != "rabbitmq" || op.AsString() != "process" {
+			t.Errorf("consumer span %d: kind %v status %v will_retry %v system %q op %q", i, s.SpanKind(), s.Status(), w.AsBool(), sys.AsString(), op.AsString())
+		}
+	}
 }
