@@ -1,0 +1,200 @@
+package staggerotel
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retryhttp"
+)
+
+// flakyServer answers 503 to the first fails requests and 200 after, on
+// 127.0.0.1, behind a Guard, with tr's server spans.
+func flakyServer(t *testing.T, tr *Tracer, fails int64) *httptest.Server {
+	t.Helper()
+	var n atomic.Int64
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= fails {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	return httptest.NewServer(tr.Server(&retryhttp.Guard{Next: app}))
+}
+
+func str(s sdktrace.ReadOnlySpan, k attribute.Key) string { v, _ := attr(s, k); return v.Emit() }
+
+func byKind(spans []sdktrace.ReadOnlySpan, k trace.SpanKind) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.SpanKind() == k {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestTransportSpans: a GET that fails twice (503) and then succeeds makes
+// one client span for the request, three client spans for its attempts
+// (its children, resend_count 1 and 2 on the resends, the two retried
+// ones Unset with will_retry) and three server spans, each the child of
+// its attempt's span, with the ledger's attempt number.
+func TestTransportSpans(t *testing.T) {
+	tr, rec, test := newTracer(t)
+	srv := flakyServer(t, tr, 2)
+	p := &retry.Policy{MaxAttempts: 5, Schedule: backoff.Constant(0)}
+	client := &http.Client{Transport: tr.Transport(retryhttp.New(nil, p))}
+	ctx, parent := test.Start(context.Background(), "checkout")
+	u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/items?id=7&token=s3cret"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	srv.Close() // waits for the handlers, so the server spans have ended
+	parent.End()
+	if string(body) != "ok" {
+		t.Fatalf("body %q", body)
+	}
+
+	spans := rec.Ended()
+	clients := byKind(spans, trace.SpanKindClient)
+	servers := byKind(spans, trace.SpanKindServer)
+	if len(clients) != 4 || len(servers) != 3 {
+		t.Fatalf("%d client spans, %d server spans; want 4 and 3", len(clients), len(servers))
+	}
+	logical := clients[3] // ends last, with the body
+	if logical.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Error("the request's span is not the caller's child")
+	}
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	for _, s := range clients {
+		if s.Name() != "GET" || str(s, semconv.HTTPRequestMethodKey) != "GET" || str(s, semconv.ServerAddressKey) != host ||
+			str(s, semconv.ServerPortKey) != port {
+			t.Errorf("span %q: method %q address %q port %q", s.Name(), str(s, semconv.HTTPRequestMethodKey),
+				str(s, semconv.ServerAddressKey), str(s, semconv.ServerPortKey))
+		}
+		full := str(s, semconv.URLFullKey)
+		if strings.Contains(full, "hunter2") || strings.Contains(full, "s3cret") || !strings.Contains(full, "id=7") || !strings.Contains(full, "/items") {
+			t.Errorf("url.full %q leaks a secret or lost the path", full)
+		}
+	}
+	if str(logical, semconv.HTTPResponseStatusCodeKey) != "200" || str(logical, KeyAttemptCount) != "3" ||
+		logical.Status().Code != codes.Unset || str(logical, semconv.ErrorTypeKey) != "" {
+		t.Errorf("request span: status %s, attempts %s, %v, error.type %q", str(logical, semconv.HTTPResponseStatusCodeKey),
+			str(logical, KeyAttemptCount), logical.Status(), str(logical, semconv.ErrorTypeKey))
+	}
+	for i, s := range clients[:3] {
+		n := strconv.Itoa(i + 1)
+		if s.Parent().SpanID() != logical.SpanContext().SpanID() {
+			t.Errorf("attempt %d is not the request's child", i+1)
+		}
+		resend, hasResend := attr(s, semconv.HTTPRequestResendCountKey)
+		if (i == 0) == hasResend || (i > 0 && resend.AsInt64() != int64(i)) {
+			t.Errorf("attempt %d: resend_count %v (%v)", i+1, resend.AsInt64(), hasResend)
+		}
+		wantCode, wantRetry := "503", "true"
+		if i == 2 {
+			wantCode, wantRetry = "200", ""
+		}
+		if str(s, KeyAttemptNumber) != n || str(s, semconv.HTTPResponseStatusCodeKey) != wantCode ||
+			str(s, KeyWillRetry) != wantRetry || s.Status().Code != codes.Unset {
+			t.Errorf("attempt %d: number %s, status %s, will_retry %q, %v", i+1, str(s, KeyAttemptNumber),
+				str(s, semconv.HTTPResponseStatusCodeKey), str(s, KeyWillRetry), s.Status())
+		}
+		if i < 2 && str(s, semconv.ErrorTypeKey) != "503" {
+			t.Errorf("attempt %d: error.type %q", i+1, str(s, semconv.ErrorTypeKey))
+		}
+		srvSpan := servers[i]
+		if srvSpan.Parent().SpanID() != s.SpanContext().SpanID() || !srvSpan.Parent().IsRemote() {
+			t.Errorf("server span %d is not the child of attempt %d", i+1, i+1)
+		}
+		wantStatus := codes.Error // a 5xx answer
+		if i == 2 {
+			wantStatus = codes.Unset
+		}
+		if str(srvSpan, KeyAttemptNumber) != n || str(srvSpan, semconv.HTTPResponseStatusCodeKey) != wantCode ||
+			srvSpan.Status().Code != wantStatus || str(srvSpan, semconv.URLPathKey) != "/items" ||
+			str(srvSpan, KeyRequestID) == "" || str(srvSpan, KeyRequestID) != str(servers[0], KeyRequestID) {
+			t.Errorf("server span %d: attempt %s, status %s, %v, path %q, request id %q", i+1, str(srvSpan, KeyAttemptNumber),
+				str(srvSpan, semconv.HTTPResponseStatusCodeKey), srvSpan.Status(), str(srvSpan, semconv.URLPathKey), str(srvSpan, KeyRequestID))
+		}
+	}
+}
+
+// TestTransportGivesUp: a request whose attempts all fail ends in an
+// Error on its last attempt and on the request's span; the attempt
+// before it is Unset with will_retry.
+func TestTransportGivesUp(t *testing.T) {
+	tr, rec, _ := newTracer(t)
+	srv := flakyServer(t, tr, 100)
+	defer srv.Close()
+	p := &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(0)}
+	client := &http.Client{Transport: tr.Transport(retryhttp.New(nil, p))}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	clients := byKind(rec.Ended(), trace.SpanKindClient)
+	if len(clients) != 3 {
+		t.Fatalf("%d client spans, want 2 attempts + the request", len(clients))
+	}
+	for i, want := range []codes.Code{codes.Unset, codes.Error, codes.Error} {
+		s := clients[i]
+		if s.Status().Code != want || str(s, semconv.ErrorTypeKey) != "503" || (str(s, KeyWillRetry) == "true") != (i == 0) {
+			t.Errorf("span %d: %v, error.type %q, will_retry %q", i, s.Status(), str(s, semconv.ErrorTypeKey), str(s, KeyWillRetry))
+		}
+	}
+}
+
+// TestTransportError: a request to a closed port on 127.0.0.1 fails with
+// a transport error: every attempt's span has error.type, the last and
+// the request's are Error with the exception recorded.
+func TestTransportError(t *testing.T) {
+	tr, rec, _ := newTracer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := &retry.Policy{MaxAttempts: 2, Schedule: backoff.Constant(0), Classify: func(error) retry.Class { return retry.ClassRetryable }}
+	client := &http.Client{Transport: tr.Transport(retryhttp.New(nil, p))}
+	_, err = client.Get("http://" + addr + "/")
+	var re *retry.Error
+	if !errors.As(err, &re) {
+		t.Fatalf("err %v", err)
+	}
+	clients := byKind(rec.Ended(), trace.SpanKindClient)
+	if len(clients) != 3 {
+		t.Fatalf("%d client spans, want 2 attempts + the request", len(clients))
+	}
+	for i, s := range clients {
+		et := str(s, semconv.ErrorTypeKey)
+		if et == "" || strings.Contains(et, addr) {
+			t.Errorf("span %d: error.type %q", i, et)
+		}
+		if (s.Status().Code == codes.Error) != (i > 0) || len(s.Events()) == 0 || s.Events()[0].Name != "exception" {
+			t.Errorf("span %d: %v, events %v", i, s.Status(), s.Events())
+		}
+	}
+}
