@@ -4,11 +4,13 @@ go 1.25.0
 
 require (
 	github.com/staggerhq/stagger v0.1.0
+	github.com/staggerhq/stagger/grpc v0.1.0
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/metric v1.44.0
 	go.opentelemetry.io/otel/sdk v1.44.0
 	go.opentelemetry.io/otel/sdk/metric v1.44.0
 	go.opentelemetry.io/otel/trace v1.44.0
+	google.golang.org/grpc v1.84.0
 )
 
 require (
