@@ -115,8 +115,8 @@ func (p *producer) Extract(ctx context.Context, traceparent, tracestate string) 
 // consumer, the span of the code that enqueued or published the work.
 // name is the queue, topic or subject (messaging.destination.name). The
 // span has messaging.operation.type and messaging.operation.name
-// "process", messaging.system (the delivery's source: "queue",
-// "rabbitmq", "kafka", "jetstream"), messaging.message.id (the work's
+// "process", messaging.system (from the delivery's source: "rabbitmq",
+// "kafka", "jetstream", "stagger.queue"), messaging.message.id (the work's
 // ID), stagger.name and stagger.attempt.number (the ledger's attempt,
 // from retry.DeliveryFrom). h's context carries the span.
 //
@@ -138,7 +138,7 @@ func (t *Tracer) Handler(name string, h retry.Handler) retry.Handler {
 		d, _ := retry.DeliveryFrom(ctx)
 		kv := make([]attribute.KeyValue, len(base), len(base)+3)
 		copy(kv, base)
-		kv = append(kv, semconv.MessagingSystemKey.String(d.Source), KeyAttemptNumber.Int(d.Attempt))
+		kv = append(kv, semconv.MessagingSystemKey.String(messagingSystem(d.Source)), KeyAttemptNumber.Int(d.Attempt))
 		if d.ID != "" {
 			kv = append(kv, semconv.MessagingMessageID(d.ID))
 		}
@@ -155,6 +155,15 @@ func (t *Tracer) Handler(name string, h retry.Handler) retry.Handler {
 		}
 		return err
 	}
+}
+
+// messagingSystem is messaging.system of a delivery from source: the
+// queue's is "stagger.queue", the brokers' their names.
+func messagingSystem(source string) string {
+	if source == "queue" {
+		return "stagger.queue"
+	}
+	return source
 }
 
 // willRetry is whether a driver will retry the delivery d whose handler

@@ -123,3 +123,52 @@ func TestPropagatorBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueProducerConsumerSpans: with Tracer.Propagator on the queue, an
+// enqueue makes a producer span ("create emails"), the enqueuer's child;
+// each attempt runs in a consumer span ("process emails"), the producer
+// span's child, with messaging.* attributes; the retried attempt is Unset
+// with will_retry, the successful one Unset.
+func TestQueueProducerConsumerSpans(t *testing.T) {
+	tr, rec, test := newTracer(t)
+	now := int64(1_700_000_000_000)
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Trace: tr.Propagator("stagger.queue", "emails"), Now: func() int64 { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, enq := test.Start(context.Background(), "signup")
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "welcome-1"}); err != nil {
+		t.Fatal(err)
+	}
+	enq.End()
+	calls := 0
+	h := tr.Handler("emails", func(context.Context, []byte) error {
+		if calls++; calls == 1 {
+			return errFlaky
+		}
+		return nil
+	})
+	for range 2 {
+		if _, err := q.RunOnce(context.Background(), h); err != nil {
+			t.Fatal(err)
+		}
+		now += 60_000
+	}
+	prod := spansNamed(rec.Ended(), "create emails")
+	if len(prod) != 1 || prod[0].SpanKind() != trace.SpanKindProducer || prod[0].Parent().SpanID() != enq.SpanContext().SpanID() {
+		t.Fatalf("producer spans %v", prod)
+	}
+	p := prod[0]
+	if str(p, semconv.MessagingSystemKey) != "stagger.queue" || str(p, semconv.MessagingDestinationNameKey) != "emails" ||
+		str(p, semconv.MessagingOperationTypeKey) != "create" {
+		t.Errorf("producer span: %v", p.Attributes())
+	}
+	checkChildren(t, rec.Ended(), "process emails", p.SpanContext(), 2)
+	for i, s := range spansNamed(rec.Ended(), "process emails") {
+		if s.SpanKind() != trace.SpanKindConsumer || str(s, semconv.MessagingSystemKey) != "stagger.queue" ||
+			str(s, semconv.MessagingDestinationNameKey) != "emails" || str(s, semconv.MessagingMessageIDKey) != "welcome-1" ||
+			s.Status().Code != codes.Unset || (str(s, KeyWillRetry) == "true") != (i == 0) {
+			t.Errorf("consumer span %d: %v %v %v", i+1, s.SpanKind(), s.Attributes(), s.Status())
+		}
+	}
+}
