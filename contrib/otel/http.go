@@ -75,8 +75,9 @@ type attemptTransport struct {
 	base http.RoundTripper
 }
 
-// clientAttrs are the attributes of a client span of req.
-func clientAttrs(req *http.Request, more int) []attribute.KeyValue {
+// clientAttrs are the attributes of a client span of req (url.full
+// only when full), with room for more.
+func clientAttrs(req *http.Request, more int, full bool) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 4+more)
 	kv = append(kv, semconv.HTTPRequestMethodKey.String(method(req.Method)))
 	if u := req.URL; u != nil {
@@ -87,7 +88,9 @@ func clientAttrs(req *http.Request, more int) []attribute.KeyValue {
 		} else if p := defaultPort(u.Scheme); p > 0 {
 			kv = append(kv, semconv.ServerPort(p))
 		}
-		kv = append(kv, semconv.URLFull(fullURL(u)))
+		if full {
+			kv = append(kv, semconv.URLFull(fullURL(u)))
+		}
 	}
 	return kv
 }
@@ -135,7 +138,7 @@ func fullURL(u *url.URL) string {
 
 func (c *clientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, span := c.t.tracer.Start(req.Context(), method(req.Method),
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(clientAttrs(req, 0)...))
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(clientAttrs(req, 0, true)...))
 	call := &attempts.Call{Span: span}
 	resp, err := c.next.RoundTrip(req.WithContext(attempts.With(ctx, call)))
 	if err != nil {
@@ -206,7 +209,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if call != nil {
 		n = call.Begin()
 	}
-	kv := clientAttrs(req, 2)
+	kv := clientAttrs(req, 2, true)
 	if v := req.Header[retryhttp.AttemptHeader]; len(v) == 1 {
 		if ln, ok := retryhttp.ParseAttempt(v[0]); ok {
 			kv = append(kv, KeyAttemptNumber.Int(ln))
