@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/staggerhq/stagger v0.1.0
 	github.com/staggerhq/stagger/grpc v0.1.0
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/metric v1.44.0
 	go.opentelemetry.io/otel/sdk v1.44.0

@@ -136,10 +136,18 @@ func fullURL(u *url.URL) string {
 	return s
 }
 
+// Span start options of each kind, made once.
+var (
+	kindClient   = trace.WithSpanKind(trace.SpanKindClient)
+	kindServer   = trace.WithSpanKind(trace.SpanKindServer)
+	kindProducer = trace.WithSpanKind(trace.SpanKindProducer)
+	kindConsumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
+
 func (c *clientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, span := c.t.tracer.Start(req.Context(), method(req.Method),
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(clientAttrs(req, 0, true)...))
-	call := &attempts.Call{Span: span}
+	kv := clientAttrs(req, 0, true)
+	ctx, span := c.t.tracer.Start(req.Context(), method(req.Method), kindClient, trace.WithAttributes(kv...))
+	call := &attempts.Call{Span: span, Attrs: kv}
 	resp, err := c.next.RoundTrip(req.WithContext(attempts.With(ctx, call)))
 	if err != nil {
 		call.Finish(attempts.Outcome{Failed: true, Err: err, Desc: errorType(err),
@@ -163,6 +171,9 @@ func (c *clientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // responseOutcome is what an answer with resp's status comes to on a
 // client span: a failure from 400 on, error.type its code.
 func responseOutcome(resp *http.Response) attempts.Outcome {
+	if c := resp.StatusCode; c >= 200 && c < 200+len(success) {
+		return attempts.Outcome{Attrs: success[c-200]}
+	}
 	code := semconv.HTTPResponseStatusCode(resp.StatusCode)
 	if resp.StatusCode < 400 {
 		return attempts.Outcome{Attrs: []attribute.KeyValue{code}}
@@ -170,6 +181,15 @@ func responseOutcome(resp *http.Response) attempts.Outcome {
 	s := strconv.Itoa(resp.StatusCode)
 	return attempts.Outcome{Failed: true, Desc: s, Attrs: []attribute.KeyValue{code, semconv.ErrorTypeKey.String(s)}}
 }
+
+// success holds the attributes of the answers 200 to 299, made once
+// (length and capacity 1: an append copies).
+var success = func() (s [100][]attribute.KeyValue) {
+	for i := range s {
+		s[i] = []attribute.KeyValue{semconv.HTTPResponseStatusCode(200 + i)}[:1:1]
+	}
+	return s
+}()
 
 // errorType is error.type of a transport error: "timeout", "canceled",
 // or the Go type of the innermost error (the last attempt's, for a
@@ -209,7 +229,12 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if call != nil {
 		n = call.Begin()
 	}
-	kv := clientAttrs(req, 2, true)
+	var kv []attribute.KeyValue
+	if call != nil {
+		kv = append(make([]attribute.KeyValue, 0, len(call.Attrs)+2), call.Attrs...)
+	} else {
+		kv = clientAttrs(req, 2, true)
+	}
 	if v := req.Header[retryhttp.AttemptHeader]; len(v) == 1 {
 		if ln, ok := retryhttp.ParseAttempt(v[0]); ok {
 			kv = append(kv, KeyAttemptNumber.Int(ln))
@@ -218,8 +243,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if n > 1 {
 		kv = append(kv, semconv.HTTPRequestResendCount(n-1))
 	}
-	ctx, span := a.t.tracer.Start(ctx, method(req.Method),
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(kv...))
+	ctx, span := a.t.tracer.Start(ctx, method(req.Method), kindClient, trace.WithAttributes(kv...))
 	// retryhttp gives every attempt a header map of its own: the trace
 	// context goes into it, not into the caller's request.
 	a.t.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))

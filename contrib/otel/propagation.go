@@ -99,7 +99,7 @@ type producer struct {
 }
 
 func (p *producer) Inject(ctx context.Context) (traceparent, tracestate string) {
-	ctx, span := p.t.tracer.Start(ctx, p.name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(p.attrs...))
+	ctx, span := p.t.tracer.Start(ctx, p.name, kindProducer, trace.WithAttributes(p.attrs...))
 	defer span.End()
 	return p.p.Inject(ctx)
 }
@@ -142,7 +142,7 @@ func (t *Tracer) Handler(name string, h retry.Handler) retry.Handler {
 		if d.ID != "" {
 			kv = append(kv, semconv.MessagingMessageID(d.ID))
 		}
-		ctx, span := t.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(kv...))
+		ctx, span := t.tracer.Start(ctx, spanName, kindConsumer, trace.WithAttributes(kv...))
 		defer span.End()
 		err := h(ctx, payload)
 		if err == nil {

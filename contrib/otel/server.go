@@ -54,8 +54,7 @@ func (t *Tracer) Server(h http.Handler) http.Handler {
 		if id := r.Header.Get(retryhttp.RequestIDHeader); id != "" && len(id) <= 128 {
 			kv = append(kv, KeyRequestID.String(id))
 		}
-		ctx, span := t.tracer.Start(ctx, method(r.Method),
-			trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(kv...))
+		ctx, span := t.tracer.Start(ctx, method(r.Method), kindServer, trace.WithAttributes(kv...))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			code := sw.code

@@ -60,7 +60,10 @@ type Outcome struct {
 // one at a time; Finish may run on another goroutine (a response body's
 // Close).
 type Call struct {
-	Span trace.Span // the logical call's
+	Span  trace.Span           // the logical call's
+	Attrs []attribute.KeyValue // the call's attributes, for its attempts' spans too
+
+	parent context.Context // With's ctx
 
 	mu   sync.Mutex
 	n    int        // attempts started
@@ -72,13 +75,31 @@ type Call struct {
 
 type key struct{}
 
-// With returns ctx carrying c.
-func With(ctx context.Context, c *Call) context.Context { return context.WithValue(ctx, key{}, c) }
+// With returns ctx carrying c: c itself, as a context (no allocation).
+// Use c with one context only.
+func With(ctx context.Context, c *Call) context.Context {
+	c.parent = ctx
+	return (*callCtx)(c)
+}
 
 // From returns the Call ctx carries, or nil.
 func From(ctx context.Context) *Call {
 	c, _ := ctx.Value(key{}).(*Call)
 	return c
+}
+
+// callCtx is a Call as the context carrying it; everything else is its
+// parent's.
+type callCtx Call
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *callCtx) Done() <-chan struct{}       { return c.parent.Done() }
+func (c *callCtx) Err() error                  { return c.parent.Err() }
+func (c *callCtx) Value(k any) any {
+	if _, ok := k.(key); ok {
+		return (*Call)(c)
+	}
+	return c.parent.Value(k)
 }
 
 // Begin settles the previous attempt as retried and returns the number of
@@ -133,8 +154,7 @@ func (c *Call) Finish(out Outcome) {
 	c.settle(true)
 	n := c.n
 	c.mu.Unlock()
-	c.Span.SetAttributes(out.Attrs...)
-	c.Span.SetAttributes(KeyAttemptCount.Int(n))
+	c.Span.SetAttributes(append(out.Attrs, KeyAttemptCount.Int(n))...)
 	Final(c.Span, out.Failed, out.Err, out.Desc)
 	c.Span.End()
 }
