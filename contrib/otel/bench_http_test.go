@@ -16,7 +16,6 @@ import (
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
-
 // dropProcessor ends spans into nothing.
 type dropProcessor struct{ sdktrace.SpanProcessor }
 
