@@ -38,7 +38,7 @@ func flakyServer(t *testing.T, tr *Tracer, fails int64) *httptest.Server {
 	return httptest.NewServer(tr.Server(&retryhttp.Guard{Next: app}))
 }
 
-func str(s sdktrace.ReadOnlySpan, k attribute.Key) string { v, _ := attr(s, k); return v.Emit() }
+func str(s sdktrace.ReadOnlySpan, k attribute.Key) string { v, _ := attr(s, k); return v.String() }
 
 func byKind(spans []sdktrace.ReadOnlySpan, k trace.SpanKind) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan

@@ -40,7 +40,7 @@ func (f *flaky) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.
 func str(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
