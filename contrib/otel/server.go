@@ -11,6 +11,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -51,7 +52,7 @@ func (t *Tracer) Server(h http.Handler) http.Handler {
 				kv = append(kv, KeyAttemptNumber.Int(n))
 			}
 		}
-		if id := r.Header.Get(retryhttp.RequestIDHeader); id != "" && len(id) <= 128 {
+		if id := r.Header.Get(retryhttp.RequestIDHeader); wire.ValidID(id) { // the rule for IDs from the wire
 			kv = append(kv, KeyRequestID.String(id))
 		}
 		ctx, span := t.tracer.Start(ctx, method(r.Method), kindServer, trace.WithAttributes(kv...))
