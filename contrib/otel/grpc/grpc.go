@@ -15,7 +15,8 @@
 //		retrying.Unary(),        // a staggergrpc.Client
 //		tr.UnaryClientAttempt(), // a span per attempt
 //	))
-//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tr.UnaryServer(), guard.Unary()))
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tr.UnaryServer(), guard.Unary()),
+//		grpc.ChainStreamInterceptor(tr.StreamServer(), guard.Stream()))
 //
 // Statuses follow contrib/otel's rule: a failed attempt that is retried
 // keeps status Unset and gets stagger.retry.will_retry=true; the last
@@ -195,34 +196,62 @@ func (t *Tracer) UnaryClientAttempt() grpc.UnaryClientInterceptor {
 // the ledger: stagger.attempt.number and stagger.request.id.
 func (t *Tracer) UnaryServer() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		kv := make([]attribute.KeyValue, 0, 6)
-		kv = append(kv, semconv.RPCSystemNameGRPC, semconv.RPCMethodKey.String(strings.TrimPrefix(info.FullMethod, "/")))
-		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-			if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-				kv = append(kv, semconv.ClientAddress(host))
-			}
-		}
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			ctx = t.prop.Extract(ctx, incoming(md))
-			if n := ledgerAttempt(md); n > 0 {
-				kv = append(kv, KeyAttemptNumber.Int(n))
-			}
-			if v := md.Get(staggergrpc.RequestIDKey); len(v) == 1 && wire.ValidID(v[0]) {
-				kv = append(kv, KeyRequestID.String(v[0]))
-			}
-		}
-		ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"),
-			trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(kv...))
-		defer span.End()
+		ctx, span := t.serverSpan(ctx, info.FullMethod)
 		resp, err := handler(ctx, req)
-		out := outcome(err, serverFailed)
-		span.SetAttributes(out.Attrs...)
-		if out.Failed {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, out.Desc)
-		}
+		endServer(span, err)
 		return resp, err
 	}
+}
+
+// StreamServer is UnaryServer for streaming calls: the span lasts as
+// long as the handler.
+func (t *Tracer) StreamServer() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, span := t.serverSpan(ss.Context(), info.FullMethod)
+		err := handler(srv, &spanStream{ServerStream: ss, ctx: ctx})
+		endServer(span, err)
+		return err
+	}
+}
+
+type spanStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *spanStream) Context() context.Context { return s.ctx }
+
+// endServer ends a server span with the call's outcome.
+func endServer(span trace.Span, err error) {
+	out := outcome(err, serverFailed)
+	span.SetAttributes(out.Attrs...)
+	if out.Failed {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, out.Desc)
+	}
+	span.End()
+}
+
+// serverSpan starts the server span of a call of method.
+func (t *Tracer) serverSpan(ctx context.Context, method string) (context.Context, trace.Span) {
+	kv := make([]attribute.KeyValue, 0, 6)
+	kv = append(kv, semconv.RPCSystemNameGRPC, semconv.RPCMethodKey.String(strings.TrimPrefix(method, "/")))
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			kv = append(kv, semconv.ClientAddress(host))
+		}
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		ctx = t.prop.Extract(ctx, incoming(md))
+		if n := ledgerAttempt(md); n > 0 {
+			kv = append(kv, KeyAttemptNumber.Int(n))
+		}
+		if v := md.Get(staggergrpc.RequestIDKey); len(v) == 1 && wire.ValidID(v[0]) {
+			kv = append(kv, KeyRequestID.String(v[0]))
+		}
+	}
+	return t.tracer.Start(ctx, strings.TrimPrefix(method, "/"),
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(kv...))
 }
 
 // ledgerAttempt is the attempt number md carries, by the rule for values

@@ -56,7 +56,8 @@ func setup(t *testing.T, tr *Tracer, f *flaky, maxAttempts int) healthpb.HealthC
 		t.Fatal(err)
 	}
 	guard := &staggergrpc.Server{}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tr.UnaryServer(), guard.Unary()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tr.UnaryServer(), guard.Unary()),
+		grpc.ChainStreamInterceptor(tr.StreamServer(), guard.Stream()))
 	healthpb.RegisterHealthServer(srv, f)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
@@ -149,5 +150,35 @@ func TestUnaryGivesUp(t *testing.T) {
 		if s.Status().Code != want || str(s, semconv.ErrorTypeKey) != "UNAVAILABLE" {
 			t.Errorf("span %d: %v, error.type %q", i, s.Status(), str(s, semconv.ErrorTypeKey))
 		}
+	}
+}
+
+func (f *flaky) Watch(_ *healthpb.HealthCheckRequest, s grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	if trace.SpanFromContext(s.Context()).SpanContext().IsValid() {
+		return status.Error(grpccodes.Unavailable, "no watching yet")
+	}
+	return status.Error(grpccodes.Internal, "the handler's context has no span")
+}
+
+// TestStreamServerSpan: a streaming call's server span carries the
+// method, the status and, for UNAVAILABLE, status Error; the handler's
+// stream context carries the span.
+func TestStreamServerSpan(t *testing.T) {
+	tr, rec := newTracer(t)
+	client := setup(t, tr, &flaky{}, 1)
+	st, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != grpccodes.Unavailable {
+		t.Fatalf("err %v", err)
+	}
+	servers := byKind(rec.Ended(), trace.SpanKindServer)
+	if len(servers) != 1 {
+		t.Fatalf("%d server spans", len(servers))
+	}
+	s := servers[0]
+	if s.Name() != "grpc.health.v1.Health/Watch" || str(s, semconv.RPCResponseStatusCodeKey) != "UNAVAILABLE" || s.Status().Code != codes.Error {
+		t.Errorf("stream server span %q: %v %v", s.Name(), s.Attributes(), s.Status())
 	}
 }
