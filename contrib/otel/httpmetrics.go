@@ -2,6 +2,7 @@ package staggerotel
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -50,4 +51,35 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	t.h.Record(req.Context(), d, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	return resp, err
+}
+
+// Server wraps h (a retryhttp.Guard, or the handler behind one) so that
+// each request is measured in the histogram http.server.request.duration
+// (seconds, until h returns), with the semantic conventions' attributes
+// http.request.method, url.scheme, http.response.status_code and
+// error.type (a status of 500 or more). Put it outside the Guard, so
+// shed requests are measured too; the Guard's own counts per attempt are
+// [Metrics.ObserveGuard]'s.
+func (m *Metrics) Server(h http.Handler) (http.Handler, error) {
+	d, err := m.meter.Float64Histogram("http.server.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of HTTP server requests."),
+		metric.WithExplicitBucketBoundaries(HTTPDurationBuckets...))
+	if err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			code := sw.status()
+			kv := make([]attribute.KeyValue, 0, 4)
+			kv = append(kv, semconv.HTTPRequestMethodKey.String(method(r.Method)), semconv.URLScheme(scheme(r)),
+				semconv.HTTPResponseStatusCode(code))
+			if code >= 500 {
+				kv = append(kv, semconv.ErrorTypeKey.String(strconv.Itoa(code)))
+			}
+			d.Record(r.Context(), time.Since(start).Seconds(), metric.WithAttributeSet(attribute.NewSet(kv...)))
+		}()
+		h.ServeHTTP(sw, r)
+	}), nil
 }

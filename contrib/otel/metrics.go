@@ -27,6 +27,7 @@
 //	stagger.guard.shed          counter   requests a Guard shed
 //	stagger.circuit.changes     counter   circuit-breaker state changes, by stagger.state ([Metrics.CircuitStateChanges])
 //	http.client.request.duration histogram seconds per logical HTTP request ([Metrics.Transport]; semantic-convention attributes)
+//	http.server.request.duration histogram seconds per request served ([Metrics.Server])
 //
 // Traces ([Tracer]): [Tracer.Do] is retry.Do with a span per attempt;
 // [Tracer.Transport] gives a retryhttp.Transport a client span per request

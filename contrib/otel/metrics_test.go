@@ -356,3 +356,47 @@ func TestHTTPClientDuration(t *testing.T) {
 		t.Errorf("attempts %d, want 6", got)
 	}
 }
+
+// TestHTTPServerDuration: each request a Guard-ed handler serves is one
+// http.server.request.duration point, by status; a 5xx has error.type.
+func TestHTTPServerDuration(t *testing.T) {
+	m, reader := setup(t)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/down" {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	})
+	h, err := m.Server(&retryhttp.Guard{Next: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	for _, path := range []string{"/a", "/b", "/down"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	srv.Close()
+	hist, ok := collect(t, reader)["http.server.request.duration"].(metricdata.Histogram[float64])
+	if !ok || len(hist.DataPoints) != 2 {
+		t.Fatalf("duration histogram: %#v", hist)
+	}
+	for _, dp := range hist.DataPoints {
+		code, _ := dp.Attributes.Value("http.response.status_code")
+		et, hasET := dp.Attributes.Value("error.type")
+		switch code.AsInt64() {
+		case 200:
+			if dp.Count != 2 || hasET {
+				t.Errorf("200: count %d, error.type %v", dp.Count, hasET)
+			}
+		case 502:
+			if dp.Count != 1 || et.AsString() != "502" {
+				t.Errorf("502: count %d, error.type %q", dp.Count, et.AsString())
+			}
+		default:
+			t.Errorf("status %d", code.AsInt64())
+		}
+	}
+}

@@ -58,10 +58,7 @@ func (t *Tracer) Server(h http.Handler) http.Handler {
 		ctx, span := t.tracer.Start(ctx, method(r.Method), kindServer, trace.WithAttributes(kv...))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
-			code := sw.code
-			if code == 0 {
-				code = http.StatusOK
-			}
+			code := sw.status()
 			span.SetAttributes(semconv.HTTPResponseStatusCode(code))
 			if code >= 500 {
 				span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(code)))
@@ -85,6 +82,15 @@ func scheme(r *http.Request) string {
 type statusWriter struct {
 	http.ResponseWriter
 	code int
+}
+
+// status is the status the handler answered with: 200 when it wrote
+// nothing.
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
 }
 
 func (w *statusWriter) WriteHeader(code int) {
