@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
@@ -195,6 +197,36 @@ func TestTransportError(t *testing.T) {
 		}
 		if (s.Status().Code == codes.Error) != (i > 0) || len(s.Events()) == 0 || s.Events()[0].Name != "exception" {
 			t.Errorf("span %d: %v, events %v", i, s.Status(), s.Events())
+		}
+	}
+}
+
+// TestWithPropagator: a Tracer with the Baggage propagator added carries
+// baggage to the server with each attempt; the default carries none.
+func TestWithPropagator(t *testing.T) {
+	tr, _, _ := newTracer(t)
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("baggage") + "|" + r.Header.Get("traceparent"))
+	}))
+	defer srv.Close()
+	m, _ := baggage.NewMember("tenant", "acme")
+	b, _ := baggage.New(m)
+	ctx := baggage.ContextWithBaggage(context.Background(), b)
+	for _, c := range []struct {
+		tr   *Tracer
+		want string
+	}{{tr, "|"}, {tr.WithPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})), "tenant=acme|"}} {
+		client := &http.Client{Transport: c.tr.Transport(retryhttp.New(nil, nil))}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		parts := strings.SplitN(got.Load().(string), "|", 2)
+		if parts[0]+"|" != c.want || len(parts[1]) != 55 {
+			t.Errorf("baggage %q, traceparent %q; want baggage %q and a traceparent", parts[0], parts[1], strings.TrimSuffix(c.want, "|"))
 		}
 	}
 }

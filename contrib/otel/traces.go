@@ -60,6 +60,19 @@ func NewTracer(tp trace.TracerProvider) (*Tracer, error) {
 	}, nil
 }
 
+// WithPropagator returns a copy of t whose HTTP spans carry trace context
+// on the wire in p's format ([Tracer.Transport] injects it,
+// [Tracer.Server] extracts it) and whose [Tracer.Propagator] writes it;
+// nil means W3C Trace Context, the default.
+func (t *Tracer) WithPropagator(p propagation.TextMapPropagator) *Tracer {
+	c := *t
+	if p == nil {
+		p = propagation.TraceContext{}
+	}
+	c.prop = p
+	return &c
+}
+
 // Do is retry.Do with one span per attempt, each a child of ctx's span,
 // named name, with attributes stagger.name and stagger.attempt.number;
 // the attempt's context (fn's argument) carries its span, so what fn

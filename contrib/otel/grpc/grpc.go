@@ -78,6 +78,17 @@ func New(tp trace.TracerProvider) (*Tracer, error) {
 	return &Tracer{tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)), prop: propagation.TraceContext{}}, nil
 }
 
+// WithPropagator returns a copy of t that carries trace context in gRPC
+// metadata in p's format; nil means W3C Trace Context, the default.
+func (t *Tracer) WithPropagator(p propagation.TextMapPropagator) *Tracer {
+	c := *t
+	if p == nil {
+		p = propagation.TraceContext{}
+	}
+	c.prop = p
+	return &c
+}
+
 // callAttrs are the attributes of a client span: rpc.system.name,
 // rpc.method ("pkg.Service/Method"), server.address, server.port.
 func callAttrs(method, target string, more int) []attribute.KeyValue {
