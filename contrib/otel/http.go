@@ -251,13 +251,12 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	var out attempts.Outcome
 	if err != nil {
 		et := errorType(err)
-		out = attempts.Outcome{Failed: true, Err: err, Desc: et}
-		span.SetAttributes(semconv.ErrorTypeKey.String(et))
+		out = attempts.Outcome{Failed: true, Err: err, Desc: et, Attrs: []attribute.KeyValue{semconv.ErrorTypeKey.String(et)}}
 	} else if resp != nil {
 		out = responseOutcome(resp)
-		span.SetAttributes(out.Attrs...)
 	}
 	if call == nil { // used on its own: every attempt is the last one
+		span.SetAttributes(out.Attrs...)
 		attempts.Final(span, out.Failed, out.Err, out.Desc)
 		span.End()
 	} else {

@@ -188,8 +188,8 @@ func (t *Tracer) UnaryClientAttempt() grpc.UnaryClientInterceptor {
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		out := outcome(err, clientFailed)
-		span.SetAttributes(out.Attrs...)
 		if call == nil {
+			span.SetAttributes(out.Attrs...)
 			attempts.Final(span, out.Failed, out.Err, out.Desc)
 			span.End()
 		} else {

@@ -23,10 +23,10 @@ const KeyWillRetry = attribute.Key("stagger.retry.will_retry")
 const KeyAttemptCount = attribute.Key("stagger.attempt.count")
 
 // Retried settles s, the span of an attempt another attempt follows: the
-// error (if any) as an exception event, stagger.retry.will_retry=true,
-// status Unset. It does not end s.
-func Retried(s trace.Span, err error, at time.Time) {
-	s.SetAttributes(KeyWillRetry.Bool(true))
+// error (if any) as an exception event, stagger.retry.will_retry=true
+// (after attrs, set in the same call), status Unset. It does not end s.
+func Retried(s trace.Span, err error, at time.Time, attrs ...attribute.KeyValue) {
+	s.SetAttributes(append(attrs, KeyWillRetry.Bool(true))...)
 	if err != nil {
 		s.RecordError(err, trace.WithTimestamp(at))
 	}
@@ -49,9 +49,9 @@ func Final(s trace.Span, failed bool, err error, desc string) {
 // Outcome is what an attempt or a call came to.
 type Outcome struct {
 	Failed bool
-	Err    error  // the transport's or the call's error, if any
-	Desc   string // the Error status's description
-	Attrs  []attribute.KeyValue
+	Err    error                // the transport's or the call's error, if any
+	Desc   string               // the Error status's description
+	Attrs  []attribute.KeyValue // never appended to in place: it may be shared
 }
 
 // Call is a logical call whose attempts get spans of their own, children
@@ -112,12 +112,14 @@ func (c *Call) Begin() int {
 	return c.n
 }
 
-// Done records the outcome of the attempt whose span is s; s ends later,
-// when the call knows whether another attempt follows.
+// Done records the outcome of the attempt whose span is s; s gets
+// out.Attrs and ends later, when the call knows whether another attempt
+// follows.
 func (c *Call) Done(s trace.Span, out Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done {
+		s.SetAttributes(out.Attrs...)
 		Final(s, out.Failed, out.Err, out.Desc)
 		s.End()
 		return
@@ -133,11 +135,12 @@ func (c *Call) settle(last bool) {
 	}
 	c.prev = nil
 	if last {
+		s.SetAttributes(c.out.Attrs...)
 		Final(s, c.out.Failed, c.out.Err, c.out.Desc)
 		s.End()
 		return
 	}
-	Retried(s, c.out.Err, c.end)
+	Retried(s, c.out.Err, c.end, c.out.Attrs...)
 	s.End(trace.WithTimestamp(c.end))
 }
 
