@@ -230,3 +230,38 @@ func TestWithPropagator(t *testing.T) {
 		}
 	}
 }
+
+// TestServerShed: a request the Guard sheds still gets its server span
+// (the Guard is inside it): 503, status Error, the ledger's attempt and
+// request ID as the request carried them; a malformed attempt is left
+// out rather than recorded.
+func TestServerShed(t *testing.T) {
+	tr, rec, _ := newTracer(t)
+	g := &retryhttp.Guard{Next: http.NotFoundHandler(), Overloaded: func(*http.Request) bool { return true }}
+	srv := httptest.NewServer(tr.Server(g))
+	for _, attempt := range []string{"4", "-1"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", nil)
+		req.Header.Set(retryhttp.AttemptHeader, attempt)
+		req.Header.Set(retryhttp.RequestIDHeader, "order-9")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	srv.Close()
+	spans := byKind(rec.Ended(), trace.SpanKindServer)
+	if len(spans) != 2 {
+		t.Fatalf("%d server spans", len(spans))
+	}
+	for i, want := range []string{"4", ""} {
+		s := spans[i]
+		if s.Name() != "POST" || str(s, semconv.HTTPResponseStatusCodeKey) != "503" || s.Status().Code != codes.Error ||
+			str(s, semconv.ErrorTypeKey) != "503" || str(s, KeyAttemptNumber) != want || str(s, KeyRequestID) != "order-9" {
+			t.Errorf("span %d %q: %v %v", i, s.Name(), s.Attributes(), s.Status())
+		}
+	}
+}
