@@ -10,11 +10,13 @@
 // gRPC.
 //
 //	tr, _ := staggerotelgrpc.New(otel.GetTracerProvider())
-//	conn, _ := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(
-//		tr.UnaryClient(),        // the call's span
-//		retrying.Unary(),        // a staggergrpc.Client
-//		tr.UnaryClientAttempt(), // a span per attempt
-//	))
+//	conn, _ := grpc.NewClient(target,
+//		grpc.WithChainUnaryInterceptor(
+//			tr.UnaryClient(),        // the call's span
+//			retrying.Unary(),        // a staggergrpc.Client
+//			tr.UnaryClientAttempt(), // a span per attempt
+//		),
+//		grpc.WithChainStreamInterceptor(tr.StreamClient(), retrying.Stream(), tr.StreamClientAttempt()))
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tr.UnaryServer(), guard.Unary()),
 //		grpc.ChainStreamInterceptor(tr.StreamServer(), guard.Stream()))
 //
@@ -173,19 +175,7 @@ func (t *Tracer) UnaryClientAttempt() grpc.UnaryClientInterceptor {
 		if call != nil {
 			call.Begin()
 		}
-		kv := callAttrs(method, cc.Target(), 1)
-		if md, ok := metadata.FromOutgoingContext(ctx); ok {
-			if n := ledgerAttempt(md); n > 0 {
-				kv = append(kv, KeyAttemptNumber.Int(n))
-			}
-		}
-		ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(method, "/"),
-			trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(kv...))
-		var c mdCarrier
-		t.prop.Inject(ctx, &c)
-		if len(c) > 0 {
-			ctx = metadata.AppendToOutgoingContext(ctx, c...)
-		}
+		ctx, span := t.attemptSpan(ctx, method, cc.Target())
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		out := outcome(err, clientFailed)
 		if call == nil {

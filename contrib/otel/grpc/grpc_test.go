@@ -2,6 +2,7 @@ package staggerotelgrpc
 
 import (
 	"context"
+	"io"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -27,7 +28,8 @@ import (
 // flaky answers UNAVAILABLE to the first fails calls.
 type flaky struct {
 	healthpb.UnimplementedHealthServer
-	n, fails int64
+	n, fails       int64
+	wn, watchFails int64 // Watch: calls, and how many fail
 }
 
 func (f *flaky) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
@@ -63,7 +65,8 @@ func setup(t *testing.T, tr *Tracer, f *flaky, maxAttempts int) healthpb.HealthC
 	t.Cleanup(srv.Stop)
 	c := &staggergrpc.Client{Policy: &retry.Policy{MaxAttempts: maxAttempts, Schedule: backoff.Constant(0)}}
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(tr.UnaryClient(), c.Unary(), tr.UnaryClientAttempt()))
+		grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(tr.UnaryClient(), c.Unary(), tr.UnaryClientAttempt()),
+		grpc.WithChainStreamInterceptor(tr.StreamClient(), c.Stream(), tr.StreamClientAttempt()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,10 +157,13 @@ func TestUnaryGivesUp(t *testing.T) {
 }
 
 func (f *flaky) Watch(_ *healthpb.HealthCheckRequest, s grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
-	if trace.SpanFromContext(s.Context()).SpanContext().IsValid() {
+	if !trace.SpanFromContext(s.Context()).SpanContext().IsValid() {
+		return status.Error(grpccodes.Internal, "the handler's context has no span")
+	}
+	if atomic.AddInt64(&f.wn, 1) <= f.watchFails {
 		return status.Error(grpccodes.Unavailable, "no watching yet")
 	}
-	return status.Error(grpccodes.Internal, "the handler's context has no span")
+	return s.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
 }
 
 // TestStreamServerSpan: a streaming call's server span carries the
@@ -165,7 +171,7 @@ func (f *flaky) Watch(_ *healthpb.HealthCheckRequest, s grpc.ServerStreamingServ
 // stream context carries the span.
 func TestStreamServerSpan(t *testing.T) {
 	tr, rec := newTracer(t)
-	client := setup(t, tr, &flaky{}, 1)
+	client := setup(t, tr, &flaky{watchFails: 100}, 1)
 	st, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
 	if err == nil {
 		_, err = st.Recv()
@@ -177,8 +183,49 @@ func TestStreamServerSpan(t *testing.T) {
 	if len(servers) != 1 {
 		t.Fatalf("%d server spans", len(servers))
 	}
+	if clients := byKind(rec.Ended(), trace.SpanKindClient); len(clients) != 2 || clients[0].Status().Code != codes.Error || clients[1].Status().Code != codes.Error {
+		t.Errorf("client spans of a stream that failed once, with no retry: %d", len(clients))
+	}
 	s := servers[0]
 	if s.Name() != "grpc.health.v1.Health/Watch" || str(s, semconv.RPCResponseStatusCodeKey) != "UNAVAILABLE" || s.Status().Code != codes.Error {
 		t.Errorf("stream server span %q: %v %v", s.Name(), s.Attributes(), s.Status())
+	}
+}
+
+// TestStreamClientSpans: a server-streaming call whose first attempt
+// fails with UNAVAILABLE and whose second streams an answer makes a call
+// span (OK, two attempts, ended at io.EOF), two attempt spans (its
+// children: the first retried, Unset) and two server spans.
+func TestStreamClientSpans(t *testing.T) {
+	tr, rec := newTracer(t)
+	client := setup(t, tr, &flaky{watchFails: 1}, 3)
+	st, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Recv: %v, %v", m, err)
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("second Recv: %v, want io.EOF", err)
+	}
+	clients := byKind(rec.Ended(), trace.SpanKindClient)
+	if len(clients) != 3 {
+		t.Fatalf("%d client spans, want 2 attempts + the call", len(clients))
+	}
+	call := clients[2]
+	if str(call, semconv.RPCResponseStatusCodeKey) != "OK" || str(call, "stagger.attempt.count") != "2" || call.Status().Code != codes.Unset {
+		t.Errorf("call span: %v %v", call.Attributes(), call.Status())
+	}
+	for i, want := range []string{"UNAVAILABLE", "OK"} {
+		a := clients[i]
+		if a.Parent().SpanID() != call.SpanContext().SpanID() || str(a, semconv.RPCResponseStatusCodeKey) != want ||
+			a.Status().Code != codes.Unset || (str(a, "stagger.retry.will_retry") == "true") != (i == 0) ||
+			str(a, KeyAttemptNumber) != strconv.Itoa(i+1) {
+			t.Errorf("attempt %d: %v %v", i+1, a.Attributes(), a.Status())
+		}
+	}
+	if servers := byKind(rec.Ended(), trace.SpanKindServer); len(servers) != 2 {
+		t.Errorf("%d server spans, want 2", len(servers))
 	}
 }
