@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retryhttp"
 )
@@ -262,6 +263,62 @@ func TestServerShed(t *testing.T) {
 		if s.Name() != "POST" || str(s, semconv.HTTPResponseStatusCodeKey) != "503" || s.Status().Code != codes.Error ||
 			str(s, semconv.ErrorTypeKey) != "503" || str(s, KeyAttemptNumber) != want || str(s, KeyRequestID) != "order-9" {
 			t.Errorf("span %d %q: %v %v", i, s.Name(), s.Attributes(), s.Status())
+		}
+	}
+}
+
+// TestTraceAcrossHops: one trace from an HTTP client through a Guard-ed
+// server that enqueues the work to the worker that runs it: request span
+// (client) → attempt span (client) → server span → "create jobs"
+// (producer) → "process jobs" (consumer), each the parent of the next.
+func TestTraceAcrossHops(t *testing.T) {
+	tr, rec, _ := newTracer(t)
+	q, err := queue.New(queue.NewMemoryStore(), queue.Config{Trace: tr.Propagator("stagger.queue", "jobs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, err := q.Enqueue(r.Context(), queue.NewJob{ID: "job-1"}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	srv := httptest.NewServer(tr.Server(&retryhttp.Guard{Next: app}))
+	client := &http.Client{Transport: tr.Transport(retryhttp.New(nil, nil))}
+	resp, err := client.Post(srv.URL+"/jobs", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	srv.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if _, err := q.RunOnce(context.Background(), tr.Handler("jobs", func(context.Context, []byte) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	find := func(kind trace.SpanKind, name string, nth int) sdktrace.ReadOnlySpan {
+		t.Helper()
+		for _, s := range spans {
+			if s.SpanKind() == kind && s.Name() == name {
+				if nth == 0 {
+					return s
+				}
+				nth--
+			}
+		}
+		t.Fatalf("no %v span %q", kind, name)
+		return nil
+	}
+	attempt, request := find(trace.SpanKindClient, "POST", 0), find(trace.SpanKindClient, "POST", 1)
+	chain := []sdktrace.ReadOnlySpan{request, attempt, find(trace.SpanKindServer, "POST", 0),
+		find(trace.SpanKindProducer, "create jobs", 0), find(trace.SpanKindConsumer, "process jobs", 0)}
+	for i := 1; i < len(chain); i++ {
+		p, c := chain[i-1], chain[i]
+		if c.Parent().SpanID() != p.SpanContext().SpanID() || c.SpanContext().TraceID() != request.SpanContext().TraceID() {
+			t.Errorf("%v %q is not the child of %v %q", c.SpanKind(), c.Name(), p.SpanKind(), p.Name())
 		}
 	}
 }
