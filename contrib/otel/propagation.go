@@ -124,9 +124,10 @@ func (p *producer) Extract(ctx context.Context, traceparent, tracestate string) 
 // can tell it: a retryable error with attempts and time left is an
 // attempt that will be retried (Unset, stagger.retry.will_retry); a
 // permanent or unclassed error, the last attempt, or a context past its
-// deadline is the last one (Error). A Policy.Classify or a Budget that
-// turns the retry down decides after the handler returned; the give-up
-// then shows in the driver's dead letter and in [Metrics.Hooks]'s
+// deadline is the last one (Error). The driver's Policy.Classify and
+// Budget decide after the handler returned; when they decide otherwise
+// (an unclassed error classed retryable, a retry refused), it shows in
+// the next attempt's span, the dead letter and [Metrics.Hooks]'s
 // stagger.giveups.
 func (t *Tracer) Handler(name string, h retry.Handler) retry.Handler {
 	base := []attribute.KeyValue{
