@@ -246,7 +246,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	ctx, span := a.t.tracer.Start(ctx, method(req.Method), kindClient, trace.WithAttributes(kv...))
 	// retryhttp gives every attempt a header map of its own: the trace
 	// context goes into it, not into the caller's request.
-	a.t.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	a.t.prop.Inject(ctx, headerCarrier(req.Header))
 	resp, err := a.next().RoundTrip(req.WithContext(ctx))
 	var out attempts.Outcome
 	if err != nil {
@@ -296,3 +296,29 @@ type tracedRWBody struct {
 }
 
 func (b *tracedRWBody) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+// headerCarrier is propagation.HeaderCarrier with the W3C fields' keys in
+// canonical form already, so setting or reading them does not canonicalize
+// (and allocate) a key per request.
+type headerCarrier http.Header
+
+func canonicalKey(k string) string {
+	switch k {
+	case fieldParent:
+		return "Traceparent"
+	case fieldState:
+		return "Tracestate"
+	}
+	return http.CanonicalHeaderKey(k)
+}
+
+func (h headerCarrier) Get(k string) string {
+	if v := h[canonicalKey(k)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h headerCarrier) Set(k, v string) { h[canonicalKey(k)] = []string{v} }
+
+func (h headerCarrier) Keys() []string { return propagation.HeaderCarrier(h).Keys() }

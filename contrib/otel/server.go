@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -32,7 +31,7 @@ import (
 // stagger.request.id. h's request context carries the span.
 func (t *Tracer) Server(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx := t.prop.Extract(r.Context(), headerCarrier(r.Header))
 		kv := make([]attribute.KeyValue, 0, 10)
 		kv = append(kv, semconv.HTTPRequestMethodKey.String(method(r.Method)),
 			semconv.URLPath(r.URL.Path), semconv.URLScheme(scheme(r)))
