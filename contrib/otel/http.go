@@ -322,3 +322,22 @@ func (h headerCarrier) Get(k string) string {
 func (h headerCarrier) Set(k, v string) { h[canonicalKey(k)] = []string{v} }
 
 func (h headerCarrier) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
+
+type idleCloser interface{ CloseIdleConnections() }
+
+// CloseIdleConnections closes the idle connections of the transport
+// below, so http.Client.CloseIdleConnections reaches it through the
+// tracing layers.
+func (a *attemptTransport) CloseIdleConnections() {
+	if c, ok := a.next().(idleCloser); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// CloseIdleConnections closes the idle connections of the retryhttp
+// Transport and its Base.
+func (c *clientTransport) CloseIdleConnections() {
+	if ic, ok := c.next.(idleCloser); ok {
+		ic.CloseIdleConnections()
+	}
+}

@@ -322,3 +322,23 @@ func TestTraceAcrossHops(t *testing.T) {
 		}
 	}
 }
+
+// countingCloser counts CloseIdleConnections calls.
+type countingCloser struct {
+	http.RoundTripper
+	closed int
+}
+
+func (c *countingCloser) CloseIdleConnections() { c.closed++ }
+
+// TestTransportCloseIdle: http.Client.CloseIdleConnections reaches the
+// Base under the tracing layers and retryhttp.
+func TestTransportCloseIdle(t *testing.T) {
+	tr, _, _ := newTracer(t)
+	base := &countingCloser{RoundTripper: http.DefaultTransport}
+	client := &http.Client{Transport: tr.Transport(retryhttp.New(base, nil))}
+	client.CloseIdleConnections()
+	if base.closed != 1 {
+		t.Fatalf("Base closed %d times, want 1", base.closed)
+	}
+}
