@@ -31,5 +31,5 @@ func ExamplePropagator() {
 	fmt.Println(ship.Name(), "is a child of", checkout.Name()+":",
 		ship.Parent().SpanID() == checkout.SpanContext().SpanID(),
 		ship.SpanContext().TraceID() == checkout.SpanContext().TraceID())
-	// Output: ship is a child of checkout: true true
+	// Output: process ship is a child of checkout: true true
 }

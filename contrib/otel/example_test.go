@@ -83,7 +83,7 @@ func ExampleTracer_Do() {
 	}
 	// Output:
 	// <nil>
-	// inventory stagger.name=inventory stagger.attempt.number=1 stagger.retry.delay=0 Unset
-	// inventory stagger.name=inventory stagger.attempt.number=2 stagger.retry.delay=0 Unset
-	// inventory stagger.name=inventory stagger.attempt.number=3 Ok
+	// inventory stagger.name=inventory stagger.attempt.number=1 stagger.retry.delay=0 stagger.retry.will_retry=true Unset
+	// inventory stagger.name=inventory stagger.attempt.number=2 stagger.retry.delay=0 stagger.retry.will_retry=true Unset
+	// inventory stagger.name=inventory stagger.attempt.number=3 Unset
 }

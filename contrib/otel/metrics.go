@@ -26,10 +26,16 @@
 //	stagger.guard.requests      counter   requests a Guard saw, by stagger.attempt (1..15, 16+, none, malformed)
 //	stagger.guard.shed          counter   requests a Guard shed
 //	stagger.circuit.changes     counter   circuit-breaker state changes, by stagger.state ([Metrics.CircuitStateChanges])
+//	http.client.request.duration histogram seconds per logical HTTP request ([Metrics.Transport]; semantic-convention attributes)
+//	http.server.request.duration histogram seconds per request served ([Metrics.Server])
 //
-// Traces: [Tracer.Do] is retry.Do with a span per attempt, a child of the
-// caller's span, carrying the attempt number, the decided delay and the
-// give-up reason.
+// Traces ([Tracer]): [Tracer.Do] is retry.Do with a span per attempt;
+// [Tracer.Transport] gives a retryhttp.Transport a client span per request
+// and per attempt, [Tracer.Server] a Guard a server span per request,
+// [Tracer.Propagator] and [Tracer.Handler] the queue and the brokers
+// producer and consumer spans; package staggerotelgrpc (contrib/otel/grpc)
+// does the same for the gRPC interceptors. Span attributes follow the
+// OpenTelemetry semantic conventions; docs/metrics.md lists them all.
 package staggerotel
 
 import (

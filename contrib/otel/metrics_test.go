@@ -302,3 +302,101 @@ func BenchmarkHooks(b *testing.B) {
 		h.OnRetry(e)
 	}
 }
+
+// TestHTTPClientDuration: each logical request through a retryhttp
+// Transport (a success after two 503s, then a give-up on 503s) is one
+// http.client.request.duration point, with the conventions' attributes
+// of the answer handed to the caller, and no url.full.
+func TestHTTPClientDuration(t *testing.T) {
+	m, reader := setup(t)
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/down" || n.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Hooks: m.Hooks("api")}
+	rt, err := m.Transport(retryhttp.New(nil, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: rt}
+	for _, path := range []string{"/ok", "/down"} {
+		resp, err := client.Get(srv.URL + path + "?token=x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	c := collect(t, reader)
+	h, ok := c["http.client.request.duration"].(metricdata.Histogram[float64])
+	if !ok || len(h.DataPoints) != 2 {
+		t.Fatalf("duration histogram: %#v", c["http.client.request.duration"])
+	}
+	byCode := map[int64]metricdata.HistogramDataPoint[float64]{}
+	for _, dp := range h.DataPoints {
+		code, _ := dp.Attributes.Value("http.response.status_code")
+		byCode[code.AsInt64()] = dp
+		if _, has := dp.Attributes.Value("url.full"); has {
+			t.Error("url.full on a metric")
+		}
+		if m, _ := dp.Attributes.Value("http.request.method"); m.AsString() != "GET" || dp.Count != 1 {
+			t.Errorf("point %v: count %d", dp.Attributes, dp.Count)
+		}
+	}
+	down, up := byCode[503], byCode[200]
+	if et, _ := down.Attributes.Value("error.type"); et.AsString() != "503" {
+		t.Errorf("the give-up's error.type %q", et.AsString())
+	}
+	if _, has := up.Attributes.Value("error.type"); has || up.Count != 1 {
+		t.Errorf("the success: %v", up.Attributes)
+	}
+	if got := c.sum(t, "stagger.attempts", name("api")); got != 3+3 {
+		t.Errorf("attempts %d, want 6", got)
+	}
+}
+
+// TestHTTPServerDuration: each request a Guard-ed handler serves is one
+// http.server.request.duration point, by status; a 5xx has error.type.
+func TestHTTPServerDuration(t *testing.T) {
+	m, reader := setup(t)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/down" {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	})
+	h, err := m.Server(&retryhttp.Guard{Next: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	for _, path := range []string{"/a", "/b", "/down"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	srv.Close()
+	hist, ok := collect(t, reader)["http.server.request.duration"].(metricdata.Histogram[float64])
+	if !ok || len(hist.DataPoints) != 2 {
+		t.Fatalf("duration histogram: %#v", hist)
+	}
+	for _, dp := range hist.DataPoints {
+		code, _ := dp.Attributes.Value("http.response.status_code")
+		et, hasET := dp.Attributes.Value("error.type")
+		switch code.AsInt64() {
+		case 200:
+			if dp.Count != 2 || hasET {
+				t.Errorf("200: count %d, error.type %v", dp.Count, hasET)
+			}
+		case 502:
+			if dp.Count != 1 || et.AsString() != "502" {
+				t.Errorf("502: count %d, error.type %q", dp.Count, et.AsString())
+			}
+		default:
+			t.Errorf("status %d", code.AsInt64())
+		}
+	}
+}

@@ -2,11 +2,15 @@ package staggerotel
 
 import (
 	"context"
+	"errors"
+	"time"
 
-	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/staggerhq/stagger/contrib/otel/internal/attempts"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -67,27 +71,113 @@ func (c *carrier) Set(key, value string) {
 
 func (c *carrier) Keys() []string { return []string{fieldParent, fieldState} }
 
+// Propagator is [Propagator](nil) that also records a span of kind
+// producer for each Inject, that is each time the queue creates jobs
+// (queue.Config.Trace) or a publisher writes a message's trace context:
+// named "create <destination>", with messaging.operation.type "create",
+// messaging.operation.name "create", messaging.system system and
+// messaging.destination.name destination. The work carries that span's
+// context, so the consumer spans of its attempts ([Tracer.Handler]) are
+// its children. The span covers making the message, not the broker's
+// round trip: wrap a publish in a span of your own to time that.
+//
+// system is the messaging.system value: "rabbitmq" and "kafka" as the
+// semantic conventions name them, "jetstream" and "stagger.queue" for
+// the systems they do not.
+func (t *Tracer) Propagator(system, destination string) retry.Propagator {
+	return &producer{t: t, p: propagator{t.prop}, name: "create " + destination, attrs: []attribute.KeyValue{
+		semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"),
+		semconv.MessagingSystemKey.String(system), semconv.MessagingDestinationName(destination),
+	}}
+}
+
+type producer struct {
+	t     *Tracer
+	p     propagator
+	name  string
+	attrs []attribute.KeyValue
+}
+
+func (p *producer) Inject(ctx context.Context) (traceparent, tracestate string) {
+	ctx, span := p.t.tracer.Start(ctx, p.name, kindProducer, trace.WithAttributes(p.attrs...))
+	defer span.End()
+	return p.p.Inject(ctx)
+}
+
+func (p *producer) Extract(ctx context.Context, traceparent, tracestate string) context.Context {
+	return p.p.Extract(ctx, traceparent, tracestate)
+}
+
 // Handler wraps h, a handler of durable work (queue.Worker, queue.RunOnce,
-// a broker consumer), so that each delivery runs in a span named name, a
-// child of the handler's context's span: with Propagator set on the queue
-// or the consumer, the span of the code that enqueued or published the
-// work. The span has stagger.name and stagger.attempt.number (the
-// attempt the delivery is, from retry.DeliveryFrom); a failed attempt's
-// span gets the error and an Error status. h's context carries the span.
+// a broker consumer), so that each delivery runs in a span of kind
+// consumer named "process <name>", a child of the handler's context's
+// span: with [Propagator] or [Tracer.Propagator] set on the queue or the
+// consumer, the span of the code that enqueued or published the work.
+// name is the queue, topic or subject (messaging.destination.name). The
+// span has messaging.operation.type and messaging.operation.name
+// "process", messaging.system (from the delivery's source: "rabbitmq",
+// "kafka", "jetstream", "stagger.queue"), messaging.message.id (the work's
+// ID), stagger.name and stagger.attempt.number (the ledger's attempt,
+// from retry.DeliveryFrom). h's context carries the span.
+//
+// A failed attempt's status follows the rule of [Tracer], as the handler
+// can tell it: a retryable error with attempts and time left is an
+// attempt that will be retried (Unset, stagger.retry.will_retry); a
+// permanent or unclassed error, the last attempt, or a context past its
+// deadline is the last one (Error). The driver's Policy.Classify and
+// Budget decide after the handler returned; when they decide otherwise
+// (an unclassed error classed retryable, a retry refused), it shows in
+// the next attempt's span, the dead letter and [Metrics.Hooks]'s
+// stagger.giveups.
 func (t *Tracer) Handler(name string, h retry.Handler) retry.Handler {
+	base := []attribute.KeyValue{
+		semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(name), KeyName.String(name),
+	}
+	spanName := "process " + name
 	return func(ctx context.Context, payload []byte) error {
 		d, _ := retry.DeliveryFrom(ctx)
-		ctx, span := t.tracer.Start(ctx, name, trace.WithAttributes(KeyName.String(name), KeyAttemptNumber.Int(d.Attempt)))
+		kv := make([]attribute.KeyValue, len(base), len(base)+3)
+		copy(kv, base)
+		kv = append(kv, semconv.MessagingSystemKey.String(messagingSystem(d.Source)), KeyAttemptNumber.Int(d.Attempt))
+		if d.ID != "" {
+			kv = append(kv, semconv.MessagingMessageID(d.ID))
+		}
+		ctx, span := t.tracer.Start(ctx, spanName, kindConsumer, trace.WithAttributes(kv...))
 		defer span.End()
 		err := h(ctx, payload)
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, errText(err))
+		if err == nil {
+			return nil
+		}
+		if willRetry(ctx, d, err) {
+			attempts.Retried(span, err, time.Time{})
 		} else {
-			span.SetStatus(codes.Ok, "")
+			attempts.Final(span, true, err, errText(err))
 		}
 		return err
 	}
+}
+
+// messagingSystem is messaging.system of a delivery from source: the
+// queue's is "stagger.queue", the brokers' their names.
+func messagingSystem(source string) string {
+	if source == "queue" {
+		return "stagger.queue"
+	}
+	return source
+}
+
+// willRetry is whether a driver will retry the delivery d whose handler
+// failed with err, as far as the handler can tell.
+func willRetry(ctx context.Context, d retry.Delivery, err error) bool {
+	c, _ := retry.Classify(err)
+	if c != retry.ClassRetryable {
+		return false
+	}
+	if d.MaxAttempts > 0 && d.Attempt >= d.MaxAttempts {
+		return false
+	}
+	return !errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
 // errText is the status description of a failed attempt: its error's

@@ -3,11 +3,14 @@ package staggerotel
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/staggerhq/stagger/contrib/otel/internal/attempts"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -20,10 +23,30 @@ const (
 	KeyDelay = attribute.Key("stagger.retry.delay")
 )
 
-// Tracer records a span per attempt of a retry loop. Make one per process
-// with NewTracer and share it.
+// Tracer records spans for stagger's drivers: a span per attempt of a
+// retry loop ([Tracer.Do]), client spans per request and per attempt of
+// a retryhttp.Transport ([Tracer.Transport]), server spans around a
+// retryhttp.Guard ([Tracer.Server]), producer and consumer spans of the
+// queue and the brokers ([Tracer.Propagator], [Tracer.Handler]). Make
+// one per process with NewTracer and share it.
+//
+// One rule sets the status of an attempt's span, in every driver: an
+// attempt that succeeded keeps status Unset (Ok is the application's to
+// set); a failed attempt that will be retried keeps status Unset, records
+// its error as an exception event and gets stagger.retry.will_retry=true;
+// the last attempt, when it failed, records its error and gets status
+// Error, and so does the span of the logical operation (an HTTP request,
+// an RPC) it ends. HTTP answers count as failed from 400 on (client
+// spans) and from 500 on (server spans), as the OpenTelemetry HTTP
+// semantic conventions ask.
+//
+// Attributes follow the OpenTelemetry semantic conventions (the schema
+// of go.opentelemetry.io/otel/semconv/v1.41.0) where they define one,
+// and are named stagger.* where they do not. Trace context crosses the
+// wire in the W3C Trace Context format.
 type Tracer struct {
 	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
 }
 
 // NewTracer returns a Tracer on tp's tracer for ScopeName.
@@ -31,16 +54,33 @@ func NewTracer(tp trace.TracerProvider) (*Tracer, error) {
 	if tp == nil {
 		return nil, fmt.Errorf("staggerotel: NewTracer needs a TracerProvider, got nil")
 	}
-	return &Tracer{tracer: tp.Tracer(ScopeName)}, nil
+	return &Tracer{
+		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		prop:   propagation.TraceContext{},
+	}, nil
+}
+
+// WithPropagator returns a copy of t whose HTTP spans carry trace context
+// on the wire in p's format ([Tracer.Transport] injects it,
+// [Tracer.Server] extracts it) and whose [Tracer.Propagator] writes it;
+// nil means W3C Trace Context, the default.
+func (t *Tracer) WithPropagator(p propagation.TextMapPropagator) *Tracer {
+	c := *t
+	if p == nil {
+		p = propagation.TraceContext{}
+	}
+	c.prop = p
+	return &c
 }
 
 // Do is retry.Do with one span per attempt, each a child of ctx's span,
 // named name, with attributes stagger.name and stagger.attempt.number;
 // the attempt's context (fn's argument) carries its span, so what fn
 // traces nests under it. The span of an attempt that will be retried gets
-// stagger.retry.delay (the decided wait, in seconds) and the error; the
-// last failed attempt's gets stagger.reason (the give-up reason) and an
-// Error status. An attempt the loop could not start (a budget or circuit
+// stagger.retry.delay (the decided wait, in seconds),
+// stagger.retry.will_retry and the error, status Unset; the last failed
+// attempt's gets stagger.reason (the give-up reason), the error and
+// status Error (the rule of [Tracer]). An attempt the loop could not start (a budget or circuit
 // breaker refused, no limiter slot, no time left) gets a span of no length
 // with its number and the reason, so a refusal shows in the trace too.
 //
@@ -92,9 +132,7 @@ func (a *attemptSpans) retry(e retry.Event) {
 		return
 	}
 	a.span.SetAttributes(KeyDelay.Float64(e.Delay.Seconds()))
-	if e.Err != nil {
-		a.span.RecordError(e.Err)
-	}
+	attempts.Retried(a.span, e.Err, time.Time{}) // zero: now
 	a.end()
 }
 
@@ -105,7 +143,6 @@ func (a *attemptSpans) success(e retry.Event) {
 	if a.span == nil {
 		return
 	}
-	a.span.SetStatus(codes.Ok, "")
 	a.end()
 }
 
@@ -119,9 +156,6 @@ func (a *attemptSpans) giveUp(e retry.Event) {
 		_, a.span = a.t.Start(a.ctx, a.name, trace.WithAttributes(KeyName.String(a.name), KeyAttemptNumber.Int(e.Attempt+1)))
 	}
 	a.span.SetAttributes(KeyReason.String(e.Reason.String()))
-	if e.Err != nil {
-		a.span.RecordError(e.Err)
-	}
-	a.span.SetStatus(codes.Error, "gave up: "+e.Reason.String())
+	attempts.Final(a.span, true, e.Err, "gave up: "+e.Reason.String())
 	a.end()
 }

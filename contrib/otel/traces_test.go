@@ -76,7 +76,10 @@ func TestTracerSpanPerAttempt(t *testing.T) {
 		if i < 2 && (!hasDelay || d.AsFloat64() != 0.001 || len(s.Events()) != 1 || s.Events()[0].Name != "exception") {
 			t.Errorf("failed attempt %d: delay %v (%v), events %v", i+1, d.AsFloat64(), hasDelay, s.Events())
 		}
-		if i == 2 && (hasDelay || s.Status().Code != codes.Ok) {
+		if w, _ := attr(s, KeyWillRetry); i < 2 && (!w.AsBool() || s.Status().Code != codes.Unset) {
+			t.Errorf("retried attempt %d: will_retry %v, status %v", i+1, w.AsBool(), s.Status())
+		}
+		if i == 2 && (hasDelay || s.Status().Code != codes.Unset) {
 			t.Errorf("the successful attempt: delay %v, status %v", hasDelay, s.Status())
 		}
 	}
