@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
@@ -572,7 +573,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	if v := m.Headers().Get(broker.HeaderDeadline); v != "" {
 		// The producer's ledger (broker.StateFrom): the work's deadline.
-		if ms, ok := broker.ParseDecimal([]byte(v)); ok && ms > 0 {
+		if ms, ok := brokerwire.ParseDecimal([]byte(v)); ok && ms > 0 {
 			st.Deadline = time.UnixMilli(ms)
 		} else {
 			c.log.Warn("jetstream: ignoring a malformed "+broker.HeaderDeadline+" header (want Unix milliseconds)",
@@ -706,7 +707,7 @@ func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64
 	for k, v := range h {
 		// st replaces the state headers; the original's Nats-Msg-Id and
 		// Nats-Expected-* would make the server refuse or drop the copy.
-		if !broker.IsStateHeader(k) && !strings.HasPrefix(k, "Nats-") {
+		if !brokerwire.IsStateHeader(k) && !strings.HasPrefix(k, "Nats-") {
 			out.Header[k] = append([]string(nil), v...)
 		}
 	}

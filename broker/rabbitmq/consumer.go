@@ -14,6 +14,7 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/queue"
@@ -503,7 +504,7 @@ func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from 
 			// The wait queue is gone: the retry must not vanish.
 			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
 			st := st
-			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", broker.ErrorText(err)
+			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", brokerwire.ErrorText(err)
 			if wait, err = c.forward(ctx, s.conf, d, from, c.opts.Topology.DLQ, st); err == nil {
 				err = wait(ctx)
 			}
