@@ -1,4 +1,8 @@
-package simkit
+// Package simresult is what a simulation produces — a table, charts and
+// notes — and its writers (text, CSV, JSON, an HTML report). It is the one
+// definition of the result that package sim returns (sim.Result is
+// simresult.Result) and the simulator behind it builds.
+package simresult
 
 import (
 	"bufio"
@@ -23,7 +27,7 @@ type Result struct {
 	Log      []string  // per-attempt lines (outage), printed after the notes; not in the report
 	Table    Table     // the rows, printed and written as JSON or CSV
 	Charts   []Chart   // the charts of the HTML report, in order
-	Events   uint64    // engine events handled, summed over all runs
+	Events   uint64    // discrete-event engine events handled, summed over all runs (not written)
 }
 
 // Setting is one parameter value of a run.
