@@ -59,7 +59,6 @@ import (
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/wait"
-	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -107,7 +106,7 @@ type Options struct {
 	// its MaxAttempts.
 	Policy *retry.Policy
 	// Inbox, if set, wraps Handler keyed by the message ID.
-	Inbox queue.Inbox
+	Inbox broker.Inbox
 	// Trace, if set, runs each handler in the trace context the message
 	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
 	Trace retry.Propagator

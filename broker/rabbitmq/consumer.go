@@ -17,7 +17,6 @@ import (
 	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
-	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -53,7 +52,7 @@ type Options struct {
 	// Inbox, if set, wraps Handler keyed by MessageId so a redelivered
 	// message whose effect was applied is acknowledged without running the
 	// handler again. Messages without a MessageId bypass it.
-	Inbox queue.Inbox
+	Inbox broker.Inbox
 	// Trace, if set, runs each handler in the trace context the message
 	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
 	Trace retry.Propagator
