@@ -91,6 +91,22 @@ const (
 	HeaderTraceState  = "tracestate"
 )
 
+// HeaderState carries a retry's state in one header on the messages an
+// adapter forwards between attempts (a RabbitMQ wait queue, a Kafka retry
+// topic), in place of the separate headers Encode writes, which stay the
+// form of dead letters. Headers are most of a small message and much of what
+// a broker and its clients spend on it. The value is ASCII:
+//
+//	1 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms>[ <adapter's fields>][\n<last error>]
+//	2 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms>[ <adapter's fields>][\n<last error>]
+//	3 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms> <max attempts>[ <adapter's fields>][\n<last error>]
+//
+// times in Unix milliseconds, 0 for unset. Version 2 is written only for a
+// state with a deadline and version 3 only for one with an attempt budget
+// (State.MaxAttempts), so consumers that read only version 1 keep working
+// for every other message. internal/brokerwire holds its codec.
+const HeaderState = "x-stagger-state"
+
 // MaxErrorLen bounds the error text copied into HeaderError.
 const MaxErrorLen = 1024
 
@@ -144,12 +160,12 @@ func (t Tiers) For(d time.Duration) int {
 // Name returns a short name for tier i, used in queue and topic names:
 // "10s", "1m", "10m", "1h", "200ms", "1500ms".
 func (t Tiers) Name(i int) string {
-	return DurationName(t[i])
+	return durationName(t[i])
 }
 
-// DurationName writes d compactly for names: the largest of h, m, s, ms that
+// durationName writes d compactly for names: the largest of h, m, s, ms that
 // divides it exactly.
-func DurationName(d time.Duration) string {
+func durationName(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "0ms"
@@ -209,19 +225,6 @@ type State struct {
 // call.
 func StateFrom(d retry.Delivery) State {
 	return State{Attempts: d.Attempt, MaxAttempts: d.MaxAttempts, FirstAttempt: d.First, Deadline: d.Deadline}
-}
-
-// IsStateHeader reports whether key is one of the headers State.Encode
-// writes, or HeaderState. An adapter copying a message's headers onto a forward or a dead
-// letter drops these and encodes the new State: a stale or malformed one
-// must not survive the copy.
-func IsStateHeader(key string) bool {
-	switch key {
-	case HeaderAttempt, HeaderDelay, HeaderDue, HeaderFirstAttempt, HeaderFirstFailure,
-		HeaderError, HeaderReason, HeaderOrigin, HeaderState, HeaderDeadline, HeaderMaxAttempts:
-		return true
-	}
-	return false
 }
 
 // Encode writes s as headers through set, leaving out zero fields.
@@ -289,7 +292,7 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 		u, ok := wire.ParseUint(v, math.MaxInt64)
 		n := int64(u)
 		if !ok || n < lo {
-			return 0, false, fmt.Errorf("broker: header %s must be an integer >= %d, got %s", k, lo, quoteShort(v))
+			return 0, false, fmt.Errorf("broker: header %s must be an integer >= %d, got %s", k, lo, wire.QuoteShort(v))
 		}
 		return n, true, nil
 	}
@@ -325,42 +328,11 @@ func DecodeState(get func(key string) (string, bool)) (State, error) {
 	}
 	s.Due, s.FirstAttempt, s.FirstFailure, s.Deadline = times[0], times[1], times[2], times[3]
 	s.Error, _ = get(HeaderError)
-	s.Error = cut(s.Error, MaxErrorLen)
+	s.Error = wire.Cut(s.Error, MaxErrorLen)
 	s.Reason, _ = get(HeaderReason)
 	s.Origin, _ = get(HeaderOrigin)
 	return s, nil
 }
-
-// quoteShort quotes v for an error message, cut to 64 bytes: a header
-// value can be as large as the broker's message size.
-func quoteShort(v string) string {
-	const max = 64
-	if len(v) <= max {
-		return strconv.Quote(v)
-	}
-	return strconv.Quote(cut(v, max)) + fmt.Sprintf("… (%d bytes)", len(v))
-}
-
-// ErrorText is err's text cut to MaxErrorLen bytes (on a rune boundary).
-func ErrorText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return cut(err.Error(), MaxErrorLen)
-}
-
-// cut cuts s to at most n bytes, on a rune boundary.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // MaxClockSkew is how far the clocks of the consumers sharing a queue may
 // disagree. See [State.CheckDue].

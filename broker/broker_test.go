@@ -12,6 +12,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
@@ -27,7 +28,8 @@ func TestTiersFor(t *testing.T) {
 			t.Errorf("For(%v) = %d, want %d", c.d, got, c.want)
 		}
 	}
-	names := []string{tiers.Name(0), tiers.Name(1), tiers.Name(2), broker.DurationName(200 * time.Millisecond), broker.DurationName(90 * time.Minute), broker.DurationName(2 * time.Hour)}
+	other := broker.Tiers{200 * time.Millisecond, 90 * time.Minute, 2 * time.Hour}
+	names := []string{tiers.Name(0), tiers.Name(1), tiers.Name(2), other.Name(0), other.Name(1), other.Name(2)}
 	if got := strings.Join(names, ","); got != "10s,1m,10m,200ms,90m,2h" {
 		t.Errorf("names = %s", got)
 	}
@@ -85,7 +87,7 @@ func TestStateRoundTrip(t *testing.T) {
 
 func TestErrorTextBounded(t *testing.T) {
 	long := strings.Repeat("é", broker.MaxErrorLen)
-	s := broker.ErrorText(errors.New(long))
+	s := brokerwire.ErrorText(errors.New(long))
 	if len(s) > broker.MaxErrorLen || !strings.HasPrefix(long, s) || len(s) < broker.MaxErrorLen-1 {
 		t.Fatalf("ErrorText: len %d", len(s))
 	}

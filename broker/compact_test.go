@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -22,15 +23,15 @@ func TestCompactRoundTrip(t *testing.T) {
 			if extra != "" {
 				ext = func(b []byte) []byte { return append(b, extra...) }
 			}
-			v := st.AppendCompact(nil, ext)
-			got, rest, err := broker.ParseCompact(v)
+			v := brokerwire.AppendCompact(nil, st, ext)
+			got, rest, err := brokerwire.ParseCompact(v)
 			if err != nil || got != st || string(rest) != extra {
 				t.Errorf("%q: %+v %q %v; want %+v %q", v, got, rest, err, st, extra)
 			}
 		}
 	}
 	long := broker.State{Attempts: 1, Error: strings.Repeat("é", broker.MaxErrorLen)}
-	if got, _, _ := broker.ParseCompact(long.AppendCompact(nil, nil)); len(got.Error) > broker.MaxErrorLen {
+	if got, _, _ := brokerwire.ParseCompact(brokerwire.AppendCompact(nil, long, nil)); len(got.Error) > broker.MaxErrorLen {
 		t.Errorf("error text of %d bytes read back, want at most %d", len(got.Error), broker.MaxErrorLen)
 	}
 }
@@ -39,16 +40,16 @@ func TestCompactRoundTrip(t *testing.T) {
 // read back; one without stays version 1, which older readers take.
 func TestCompactDeadline(t *testing.T) {
 	st := broker.State{Attempts: 2, FirstAttempt: time.UnixMilli(1000), Deadline: time.UnixMilli(9000), Error: "503"}
-	v := st.AppendCompact(nil, func(b []byte) []byte { return append(b, "orders 3 17"...) })
+	v := brokerwire.AppendCompact(nil, st, func(b []byte) []byte { return append(b, "orders 3 17"...) })
 	if v[0] != '2' {
 		t.Fatalf("value %q: want version 2", v)
 	}
-	got, extra, err := broker.ParseCompact(v)
+	got, extra, err := brokerwire.ParseCompact(v)
 	if err != nil || !got.Deadline.Equal(st.Deadline) || got.Attempts != 2 || string(extra) != "orders 3 17" || got.Error != "503" {
 		t.Fatalf("read back %+v %q %v", got, extra, err)
 	}
 	st.Deadline = time.Time{}
-	if v := st.AppendCompact(nil, nil); v[0] != '1' {
+	if v := brokerwire.AppendCompact(nil, st, nil); v[0] != '1' {
 		t.Errorf("value %q without a deadline: want version 1", v)
 	}
 }
@@ -91,7 +92,7 @@ func TestCompactMalformed(t *testing.T) {
 		{"", "version"}, {"4 0 0 0 0 0 0 0", "version"}, {"3 0 0 0 0 0 0", "max attempts"}, {"3 0 0 0 0 0 0 3000000000", "max attempts"}, {"2 0 0 0 0 0", "deadline"}, {"2 0 0 0 0 0 x", "deadline"}, {"1 a 0 0 0 0", "attempts"}, {"1 1 0 0 0", "first failure"},
 		{"1 1 -5 0 0 0", "delay"}, {"1 3000000000 0 0 0 0", "attempts"}, {"1 1 0 0 0 99999999999999999999", "first failure"},
 	} {
-		_, _, err := broker.ParseCompact([]byte(c.v))
+		_, _, err := brokerwire.ParseCompact([]byte(c.v))
 		if err == nil || !strings.Contains(err.Error(), broker.HeaderState) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%q: err %v, want one naming %s and %s", c.v, err, broker.HeaderState, c.field)
 		}
@@ -101,7 +102,7 @@ func TestCompactMalformed(t *testing.T) {
 // TestLedgerBudgetRoundTrip: the attempt budget survives both header forms.
 func TestLedgerBudgetRoundTrip(t *testing.T) {
 	st := broker.State{Attempts: 2, MaxAttempts: 5, Deadline: time.UnixMilli(1_700_000_000_000)}
-	got, _, err := broker.ParseCompact(st.AppendCompact(nil, nil))
+	got, _, err := brokerwire.ParseCompact(brokerwire.AppendCompact(nil, st, nil))
 	if err != nil || got.MaxAttempts != 5 || got.Attempts != 2 || !got.Deadline.Equal(st.Deadline) {
 		t.Errorf("compact: %+v, %v", got, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -21,7 +22,7 @@ func FuzzLedgerState(f *testing.F) {
 	p := &broker.Processor{Policy: &retry.Policy{MaxAttempts: 3}, Now: func() time.Time { return time.Unix(1_700_000_000, 0) },
 		Handler: func(context.Context, []byte) error { return nil }}
 	f.Fuzz(func(t *testing.T, v string) {
-		st, _, err := broker.ParseCompact([]byte(v))
+		st, _, err := brokerwire.ParseCompact([]byte(v))
 		if err == nil {
 			if st.MaxAttempts < 0 || st.Attempts < 0 {
 				t.Errorf("%q: negative counts %+v", v, st)
@@ -29,7 +30,7 @@ func FuzzLedgerState(f *testing.F) {
 			if n := p.Budget(st); n < 1 || n > 3 {
 				t.Errorf("%q: budget %d beyond the Policy's 3", v, n)
 			}
-			back, _, err := broker.ParseCompact(st.AppendCompact(nil, nil))
+			back, _, err := brokerwire.ParseCompact(brokerwire.AppendCompact(nil, st, nil))
 			if err != nil || back.MaxAttempts != st.MaxAttempts || back.Attempts != st.Attempts {
 				t.Errorf("%q: read back as %+v, %v", v, back, err)
 			}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -84,7 +84,7 @@ type Processor struct {
 	// Inbox, if set, wraps the handler keyed by the message ID, so a
 	// redelivered message whose effect was applied is acknowledged without
 	// running the handler again. Messages without an ID bypass it.
-	Inbox queue.Inbox
+	Inbox Inbox
 	// Source names the adapter in retry.Delivery ("rabbitmq", "kafka",
 	// "jetstream").
 	Source string
@@ -200,7 +200,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 	if st.FirstFailure.IsZero() {
 		st.FirstFailure = now
 	}
-	st.Error = ErrorText(err)
+	st.Error = wire.Cut(err.Error(), MaxErrorLen)
 	if !dec.Retry {
 		st.Reason = dec.Reason.String()
 		return Outcome{Action: Dead, State: st, Reason: dec.Reason, Err: err}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/wait"
+	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -87,15 +88,15 @@ func Redrive(ctx context.Context, src RedriveSource, opts RedriveOptions) (Redri
 		}
 		tat = tat.Add(interval)
 		if err := m.Republish(ctx, opts.state(dl.State)); err != nil {
-			return res, fmt.Errorf("broker: redrive %s to %s: %w (left in the DLQ)", quoteShort(dl.ID), ev.To, err)
+			return res, fmt.Errorf("broker: redrive %s to %s: %w (left in the DLQ)", wire.QuoteShort(dl.ID), ev.To, err)
 		}
 		if opts.AfterRepublish != nil {
 			if err := opts.AfterRepublish(dl); err != nil {
-				return res, fmt.Errorf("broker: redrive %s: stopped after the republish, before the removal: %w", quoteShort(dl.ID), err)
+				return res, fmt.Errorf("broker: redrive %s: stopped after the republish, before the removal: %w", wire.QuoteShort(dl.ID), err)
 			}
 		}
 		if err := m.Remove(ctx); err != nil {
-			return res, fmt.Errorf("broker: redrive %s: republished to %s, but not removed from the DLQ (it will be moved again: a duplicate): %w", quoteShort(dl.ID), ev.To, err)
+			return res, fmt.Errorf("broker: redrive %s: republished to %s, but not removed from the DLQ (it will be moved again: a duplicate): %w", wire.QuoteShort(dl.ID), ev.To, err)
 		}
 		res.Moved++
 		ev.Moved = true

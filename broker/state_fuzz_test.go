@@ -10,6 +10,7 @@ import (
 
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 )
 
 // FuzzParseDecimal: ParseDecimal agrees with strconv.ParseInt on every
@@ -22,7 +23,7 @@ func FuzzParseDecimal(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		n, ok := broker.ParseDecimal(b)
+		n, ok := brokerwire.ParseDecimal(b)
 		digits := len(b) > 0 && len(b) <= 19
 		for _, c := range b {
 			digits = digits && c >= '0' && c <= '9'
@@ -42,10 +43,10 @@ func FuzzParseDecimal(f *testing.F) {
 func FuzzParseCompact(f *testing.F) {
 	st := broker.State{Attempts: 2, Prev: 1500 * time.Millisecond, Due: time.UnixMilli(1_700_000_001_000),
 		FirstAttempt: time.UnixMilli(1_700_000_000_000), FirstFailure: time.UnixMilli(1_700_000_000_100), Error: "boom:\nsecond ü"}
-	f.Add(st.AppendCompact(nil, nil))
-	f.Add(st.AppendCompact(nil, func(b []byte) []byte { return append(b, "7 42 orders"...) }))
+	f.Add(brokerwire.AppendCompact(nil, st, nil))
+	f.Add(brokerwire.AppendCompact(nil, st, func(b []byte) []byte { return append(b, "7 42 orders"...) }))
 	st.Deadline = time.UnixMilli(1_700_000_100_000)
-	f.Add(st.AppendCompact(nil, nil))
+	f.Add(brokerwire.AppendCompact(nil, st, nil))
 	for _, s := range []string{"", "1", "1 ", "1 0 0 0 0 0", "2 0 0 0 0 0", "2 0 0 0 0 0 0", "3 1 0 0 0 0",
 		"1 -1 0 0 0 0", "1 2147483648 0 0 0 0", "1 1 9223372036854775807 9223372036854775807 0 0",
 		"1 1 0 0 0 99999999999999999999", "1 1 0 1e3 0 0", "1 1 0 0 0 0 \n", "1  1 0 0 0 0",
@@ -53,7 +54,7 @@ func FuzzParseCompact(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		got, extra, err := broker.ParseCompact(v)
+		got, extra, err := brokerwire.ParseCompact(v)
 		if err != nil {
 			if !strings.Contains(err.Error(), broker.HeaderState) || len(err.Error()) > 400 {
 				t.Fatalf("ParseCompact(%q): error %q does not name %s or is unbounded", v, err, broker.HeaderState)
@@ -70,8 +71,8 @@ func FuzzParseCompact(f *testing.F) {
 		if extra != nil {
 			fields = func(b []byte) []byte { return append(b, extra...) }
 		}
-		again := got.AppendCompact(nil, fields)
-		st2, extra2, err := broker.ParseCompact(again)
+		again := brokerwire.AppendCompact(nil, got, fields)
+		st2, extra2, err := brokerwire.ParseCompact(again)
 		if err != nil {
 			t.Fatalf("ParseCompact(%q) = %+v, written back as %q which does not parse: %v", v, got, again, err)
 		}
@@ -104,8 +105,8 @@ func FuzzStateEncodings(f *testing.F) {
 			t.Fatalf("%+v encoded as %q decodes to %+v: %s", st, h, got, d)
 		}
 
-		v := st.AppendCompact(nil, nil)
-		got, extra, err := broker.ParseCompact(v)
+		v := brokerwire.AppendCompact(nil, st, nil)
+		got, extra, err := brokerwire.ParseCompact(v)
 		if err != nil {
 			t.Fatalf("%+v written as %q does not parse: %v", st, v, err)
 		}

@@ -25,16 +25,16 @@ const (
 // (Flush, Hijack, deadlines) through http.ResponseController, which
 // unwraps it, rather than with a type assertion.
 func (r *Recorder) Handler(next http.Handler) http.Handler {
-	return labkit.CountingHandler(next, func(at time.Time) func(string, int, labkit.Outcome) {
-		return func(id string, attempt int, o labkit.Outcome) { r.r.Record(at, id, attempt, o) }
+	return labkit.CountingHandler(next, func(at time.Time) func(string, int, Outcome) {
+		return func(id string, attempt int, o Outcome) { r.r.Record(at, id, attempt, o) }
 	})
 }
 
 // Handler is [Recorder.Handler] for a WindowedRecorder: the attempt counts
 // toward the peak from its arrival, even while next is still serving it.
 func (r *WindowedRecorder) Handler(next http.Handler) http.Handler {
-	return labkit.CountingHandler(next, func(at time.Time) func(string, int, labkit.Outcome) {
+	return labkit.CountingHandler(next, func(at time.Time) func(string, int, Outcome) {
 		p := r.r.Arrive(at)
-		return func(id string, attempt int, o labkit.Outcome) { r.r.Finish(p, id, attempt, o) }
+		return func(id string, attempt int, o Outcome) { r.r.Finish(p, id, attempt, o) }
 	})
 }

@@ -97,7 +97,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		res.runs = append(res.runs, k)
 		res.Strategies = append(res.Strategies, StrategyResult{
-			Strategy: st.Name, Gateway: statsOf(k.Gateway),
+			Strategy: st.Name, Gateway: k.Gateway,
 			Callers: len(k.Callers), Accepted: k.CallersAccepted(), GaveUp: gaveUp,
 			DistinctWaits: k.DistinctWaits(), Mismatches: k.Mismatches, Elapsed: k.Elapsed,
 		})

@@ -297,7 +297,9 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 // Stats implements Store.
 func (m *MemoryStore) Stats(ctx context.Context, queue string, now int64) (Stats, error) {
 	all, err := m.countStats(ctx, now, &queue)
-	return QueueStats(all, queue, now), err
+	st := all[queue]
+	st.Now = now // zero counts when the queue holds no job
+	return st, err
 }
 
 // StatsByQueue implements StatsByQueuer.

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"strings"
 )
 
 // Errors of the queue and its stores.
@@ -218,57 +217,6 @@ type StatsByQueuer interface {
 	// StatsByQueue returns the Stats at now of every queue that holds a
 	// job, by queue name, each as Store.Stats would count it.
 	StatsByQueue(ctx context.Context, now int64) (map[string]Stats, error)
-}
-
-// Rows is what the result rows of database/sql and pgx share.
-type Rows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
-// StatsSQL is the stats query of the SQL stores on table: the groups
-// ScanStats reads, with mark ("$" for PostgreSQL, "?" for SQLite) before
-// the numbered parameters: 1 is now, 2 the queue's name when one is true
-// (otherwise every queue is counted). Kept in one place so that every store
-// counts a job due to die as Bury would move it.
-func StatsSQL(table, mark string, one bool) string {
-	where := ""
-	if one { // a plan that uses the queue's indexes
-		where = " WHERE queue = $2"
-	}
-	return strings.ReplaceAll(`SELECT queue, state, dead_reason, available_at <= $1,
-		(state = 'pending' OR (state = 'leased' AND available_at <= $1)) AND (attempts >= max_attempts OR deadline <= $1),
-		count(*), min(available_at)
-		FROM `+table+where+` GROUP BY 1, 2, 3, 4, 5`, "$", mark)
-}
-
-// QueueStats is the Stats of the named queue in all (the counts of
-// ScanStats) at now: zero counts when the queue holds no job.
-func QueueStats(all map[string]Stats, name string, now int64) Stats {
-	st := all[name]
-	st.Now = now
-	return st
-}
-
-// ScanStats reads the rows of a stats query into Stats by queue, for SQL
-// stores: each row is (queue, state, dead_reason, due, dying, count,
-// smallest available_at) of one group, as Stats.Add takes them.
-func ScanStats(rows Rows, now int64) (map[string]Stats, error) {
-	out := map[string]Stats{}
-	for rows.Next() {
-		var q, state, reason string
-		var due, dying bool
-		var n, oldest int64
-		if err := rows.Scan(&q, &state, &reason, &due, &dying, &n, &oldest); err != nil {
-			return out, err
-		}
-		st := out[q]
-		st.Now = now
-		st.Add(State(state), DeadReason(reason), due, dying, n, oldest)
-		out[q] = st
-	}
-	return out, rows.Err()
 }
 
 // RecordClaimer is implemented by stores that can record outcomes and claim

@@ -92,5 +92,5 @@ func Run(ctx context.Context, name string, params map[string]string, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	return fromKit(res), nil
+	return res, nil
 }

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 )
 
 // StateOf maps arbitrary numbers, as a fuzzer produces them, onto a
-// broker.State that the encoders (State.Encode, State.AppendCompact) must
+// broker.State that the encoders (State.Encode, brokerwire.AppendCompact) must
 // carry unchanged: attempts in [0, MaxInt32], a delay of whole
 // milliseconds, times of whole milliseconds at or after the Unix epoch (a
 // zero millisecond count is an unset time), and an error text of at most
@@ -39,7 +40,7 @@ func StateOf(attempts, prevMs, dueMs, firstAttemptMs, firstFailureMs, deadlineMs
 		Deadline:     at(deadlineMs),
 	}
 	if errText != "" {
-		st.Error = broker.ErrorText(errors.New(errText))
+		st.Error = brokerwire.ErrorText(errors.New(errText))
 	}
 	return st
 }

@@ -59,8 +59,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/wait"
-	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -108,7 +108,7 @@ type Options struct {
 	// its MaxAttempts.
 	Policy *retry.Policy
 	// Inbox, if set, wraps Handler keyed by the message ID.
-	Inbox queue.Inbox
+	Inbox broker.Inbox
 	// Trace, if set, runs each handler in the trace context the message
 	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
 	Trace retry.Propagator
@@ -700,7 +700,7 @@ func (c *Consumer) deadLetter(ctx context.Context, id, stream string, seq uint64
 	for k, v := range h {
 		// st replaces the state headers; the original's Nats-Msg-Id and
 		// Nats-Expected-* would make the server refuse or drop the copy.
-		if !broker.IsStateHeader(k) && !strings.HasPrefix(k, "Nats-") {
+		if !brokerwire.IsStateHeader(k) && !strings.HasPrefix(k, "Nats-") {
 			out.Header[k] = append([]string(nil), v...)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 )
 
 // RedriveSource reads a DLQ stream for broker.Redrive, in stream order, up
@@ -98,7 +99,7 @@ func (m *redriveMsg) Republish(ctx context.Context, st broker.State) error {
 	out := nats.NewMsg(m.dl.Origin)
 	for k, v := range m.raw.Header {
 		switch {
-		case broker.IsStateHeader(k), k == HeaderStream, k == HeaderStreamSeq, strings.HasPrefix(k, "Nats-"):
+		case brokerwire.IsStateHeader(k), k == HeaderStream, k == HeaderStreamSeq, strings.HasPrefix(k, "Nats-"):
 			continue
 		}
 		out.Header[k] = append([]string(nil), v...)

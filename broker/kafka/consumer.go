@@ -15,7 +15,6 @@ import (
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
-	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -47,7 +46,7 @@ type Options struct {
 	// Policy decides retries; nil means broker.CascadePolicy(Topics.Tiers).
 	Policy *retry.Policy
 	// Inbox, if set, wraps Handler keyed by the message ID.
-	Inbox queue.Inbox
+	Inbox broker.Inbox
 	// Trace, if set, runs each handler in the trace context the record
 	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
 	Trace retry.Propagator

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/redact"
 )
 
@@ -185,7 +186,7 @@ func (m *redriveMsg) Republish(ctx context.Context, st broker.State) error {
 	out := &kgo.Record{Topic: m.topic, Key: m.r.Key, Value: m.r.Value}
 	for _, h := range m.r.Headers {
 		switch {
-		case broker.IsStateHeader(h.Key), h.Key == HeaderState:
+		case brokerwire.IsStateHeader(h.Key), h.Key == HeaderState:
 			continue
 		case st.Attempts == 0 && (h.Key == HeaderTopic || h.Key == HeaderPartition || h.Key == HeaderOffset):
 			continue

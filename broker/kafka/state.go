@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 )
 
 // HeaderState is broker.HeaderState: a record forwarded to a retry topic
@@ -35,7 +36,7 @@ func (c coords) String() string {
 
 // appendState appends st and c as a HeaderState value to buf.
 func appendState(buf []byte, st broker.State, c coords) []byte {
-	return st.AppendCompact(buf, func(buf []byte) []byte {
+	return brokerwire.AppendCompact(buf, st, func(buf []byte) []byte {
 		buf = strconv.AppendInt(buf, int64(c.partition), 10)
 		buf = append(buf, ' ')
 		buf = strconv.AppendInt(buf, c.offset, 10)
@@ -49,7 +50,7 @@ func appendState(buf []byte, st broker.State, c coords) []byte {
 // when it is one of known, usually the main topic. The state's Origin is
 // left unset: only a dead letter writes it, from the coordinates.
 func parseState(v []byte, known ...string) (broker.State, coords, error) {
-	st, rest, err := broker.ParseCompact(v)
+	st, rest, err := brokerwire.ParseCompact(v)
 	if err != nil {
 		return st, coords{}, err
 	}
@@ -57,16 +58,16 @@ func parseState(v []byte, known ...string) (broker.State, coords, error) {
 	for i, name := range [...]string{"partition", "offset"} {
 		sp := bytes.IndexByte(rest, ' ')
 		if sp <= 0 {
-			return st, coords{}, broker.CompactError(v, name)
+			return st, coords{}, brokerwire.CompactError(v, name)
 		}
-		n, ok := broker.ParseDecimal(rest[:sp])
+		n, ok := brokerwire.ParseDecimal(rest[:sp])
 		if !ok || (i == 0 && n > math.MaxInt32) {
-			return st, coords{}, broker.CompactError(v, name)
+			return st, coords{}, brokerwire.CompactError(v, name)
 		}
 		nums[i], rest = n, rest[sp+1:]
 	}
 	if len(rest) == 0 {
-		return st, coords{}, broker.CompactError(v, "topic")
+		return st, coords{}, brokerwire.CompactError(v, "topic")
 	}
 	c := coords{partition: int32(nums[0]), offset: nums[1]}
 	for _, k := range known {
@@ -88,7 +89,7 @@ func isOwnHeader(k string) bool {
 	case HeaderState, HeaderTopic, HeaderPartition, HeaderOffset:
 		return true
 	}
-	return broker.IsStateHeader(k)
+	return brokerwire.IsStateHeader(k)
 }
 
 // legacyCoords reads the coordinates headers of the nine-header form;
@@ -100,8 +101,8 @@ func legacyCoords(get func(string) (string, bool)) (coords, bool) {
 	t, ok := get(HeaderTopic)
 	p, _ := get(HeaderPartition)
 	o, _ := get(HeaderOffset)
-	pn, pok := broker.ParseDecimal([]byte(p))
-	on, ook := broker.ParseDecimal([]byte(o))
+	pn, pok := brokerwire.ParseDecimal([]byte(p))
+	on, ook := brokerwire.ParseDecimal([]byte(o))
 	if !ok || t == "" || !pok || pn > math.MaxInt32 || !ook {
 		return coords{}, false
 	}

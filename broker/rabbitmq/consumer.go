@@ -14,9 +14,9 @@ import (
 
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/internal/wait"
-	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -52,7 +52,7 @@ type Options struct {
 	// Inbox, if set, wraps Handler keyed by MessageId so a redelivered
 	// message whose effect was applied is acknowledged without running the
 	// handler again. Messages without a MessageId bypass it.
-	Inbox queue.Inbox
+	Inbox broker.Inbox
 	// Trace, if set, runs each handler in the trace context the message
 	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
 	Trace retry.Propagator
@@ -503,7 +503,7 @@ func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from 
 			// The wait queue is gone: the retry must not vanish.
 			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
 			st := st
-			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", broker.ErrorText(err)
+			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", brokerwire.ErrorText(err)
 			if wait, err = c.forward(ctx, s.conf, d, from, c.opts.Topology.DLQ, st); err == nil {
 				err = wait(ctx)
 			}

@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/brokerwire"
 )
 
 // Headers of our own next to broker's: the message's original exchange and
@@ -89,7 +90,7 @@ func parseFields(extra []byte) (tag string, r route, ok bool) {
 		return tag, r, false
 	}
 	l, rest, found := bytes.Cut(rest, []byte{' '})
-	n, valid := broker.ParseDecimal(l)
+	n, valid := brokerwire.ParseDecimal(l)
 	if !found || !valid || n >= int64(len(rest)) || rest[n] != ' ' {
 		return tag, r, false
 	}
@@ -120,7 +121,7 @@ func readState(d *amqp.Delivery) (broker.State, route, error) {
 	)
 	if v, ok := get(broker.HeaderState); ok {
 		var extra []byte
-		if st, extra, err = broker.ParseCompact([]byte(v)); err == nil {
+		if st, extra, err = brokerwire.ParseCompact([]byte(v)); err == nil {
 			if _, r, ok := parseFields(extra); ok {
 				return st, r, nil
 			}
@@ -145,7 +146,7 @@ func returnTag(h amqp.Table) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	_, extra, err := broker.ParseCompact([]byte(v))
+	_, extra, err := brokerwire.ParseCompact([]byte(v))
 	if err != nil || len(extra) == 0 {
 		return "", false
 	}
@@ -163,7 +164,7 @@ func isOwnHeader(k string) bool {
 		HeaderExchange, HeaderRoutingKey:
 		return true
 	}
-	return broker.IsStateHeader(k)
+	return brokerwire.IsStateHeader(k)
 }
 
 // waitHeaders are the headers of a forward to a wait queue: h's own (not
@@ -182,7 +183,7 @@ func waitHeaders(h amqp.Table, st broker.State, r route, tag string) amqp.Table 
 		out[HeaderExchange], out[HeaderRoutingKey] = r.exchange, r.key
 	}
 	var buf [160]byte
-	out[broker.HeaderState] = string(st.AppendCompact(buf[:0], func(b []byte) []byte { return appendFields(b, tag, r, inline) }))
+	out[broker.HeaderState] = string(brokerwire.AppendCompact(buf[:0], st, func(b []byte) []byte { return appendFields(b, tag, r, inline) }))
 	return out
 }
 

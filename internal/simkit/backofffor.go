@@ -236,8 +236,8 @@ func (c *BackoffForConfig) Run(ctx context.Context, o Options) (*Result, error) 
 				}
 				res.Table.Rows = append(res.Table.Rows, []any{backoffForModes[m], backoffForStrategies[s], f, run.originals,
 					run.calls, cps, want, load, ratio(run.successes, run.originals)})
-				rs.Points = append(rs.Points, Point{f, cps})
-				as.Points = append(as.Points, Point{f, load})
+				rs.Points = append(rs.Points, Point{X: f, Y: cps})
+				as.Points = append(as.Points, Point{X: f, Y: load})
 			}
 			rate.Series = append(rate.Series, rs)
 			amp.Series = append(amp.Series, as)

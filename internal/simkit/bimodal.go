@@ -196,7 +196,7 @@ func (c *BimodalConfig) Run(ctx context.Context, o Options) (*Result, error) {
 			served := ratio(run.succeeded, run.arrived)
 			res.Table.Rows = append(res.Table.Rows, []any{name, h, run.arrived, ratio(run.accepted, run.arrived),
 				c.accepted(name, h), served, run.busy})
-			series.Points = append(series.Points, Point{h, served})
+			series.Points = append(series.Points, Point{X: h, Y: served})
 		}
 		chart.Series = append(chart.Series, series)
 	}

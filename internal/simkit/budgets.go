@@ -334,8 +334,8 @@ func (c *BudgetsConfig) Run(ctx context.Context, o Options) (*Result, error) {
 			load := ratio(run.calls, run.originals)
 			succ := ratio(run.successes, run.originals)
 			res.Table.Rows = append(res.Table.Rows, []any{name, f, run.originals, run.calls, load, succ, run.refused})
-			ls.Points = append(ls.Points, Point{f, load})
-			ss.Points = append(ss.Points, Point{f, succ})
+			ls.Points = append(ls.Points, Point{X: f, Y: load})
+			ss.Points = append(ss.Points, Point{X: f, Y: succ})
 			res.Events += run.events
 		}
 		loadChart.Series = append(loadChart.Series, ls)

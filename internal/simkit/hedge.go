@@ -329,8 +329,8 @@ func (c *HedgeConfig) Run(ctx context.Context, o Options) (*Result, error) {
 			res.Table.Rows = append(res.Table.Rows, []any{name, load, run.requests, ratio(run.hedges, run.requests), ratio(run.refused, run.requests),
 				1 + ratio(run.hedges, run.requests), util,
 				msf(quantileOf(run.lat, 0.5)), msf(quantileOf(run.lat, 0.99)), msf(quantileOf(run.lat, 0.999)), msf(run.delay)})
-			ps.Points = append(ps.Points, Point{load, msf(quantileOf(run.lat, 0.99))})
-			bs.Points = append(bs.Points, Point{load, util})
+			ps.Points = append(ps.Points, Point{X: load, Y: msf(quantileOf(run.lat, 0.99))})
+			bs.Points = append(bs.Points, Point{X: load, Y: util})
 		}
 		p99.Series = append(p99.Series, ps)
 		busy.Series = append(busy.Series, bs)

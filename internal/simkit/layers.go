@@ -297,9 +297,9 @@ func (c *LayersConfig) Run(ctx context.Context, o Options) (*Result, error) {
 		res.Events += run.events
 		x := float64(pow(sh.attempts, sh.layers))
 		if owner {
-			single.Points = append(single.Points, Point{x, per})
+			single.Points = append(single.Points, Point{X: x, Y: per})
 		} else {
-			every.Points = append(every.Points, Point{x, per})
+			every.Points = append(every.Points, Point{X: x, Y: per})
 		}
 	}
 	lines.Series = []Series{every, single}

@@ -212,7 +212,7 @@ func selected(all, chosen []string) []int {
 func settings(ps []*Param, o Options) []Setting {
 	out := make([]Setting, 0, len(ps)+1)
 	for _, p := range ps {
-		out = append(out, Setting{p.Name, p.String()})
+		out = append(out, Setting{Name: p.Name, Value: p.String()})
 	}
-	return append(out, Setting{"seed", fmt.Sprint(o.Seed)})
+	return append(out, Setting{Name: "seed", Value: fmt.Sprint(o.Seed)})
 }

@@ -203,7 +203,7 @@ func (c *SpiralConfig) Run(ctx context.Context, o Options) (*Result, error) {
 	var formula Series
 	formula.Name = "Rate + k·(Rate − Capacity)"
 	for k := range secs {
-		formula.Points = append(formula.Points, Point{float64(k), c.spiralLoad(k)})
+		formula.Points = append(formula.Points, Point{X: float64(k), Y: c.spiralLoad(k)})
 	}
 	n := float64(c.Runs)
 	for si, s := range strategies {

@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/queuesql"
 	"github.com/staggerhq/stagger/internal/redact"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
@@ -967,7 +968,7 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
 	all, err := s.countStats(ctx, now, name)
-	return queue.QueueStats(all, name, now), err
+	return queuesql.QueueStats(all, name, now), err
 }
 
 // StatsByQueue implements queue.StatsByQueuer: one GROUP BY over every
@@ -982,12 +983,12 @@ func (s *Store) countStats(ctx context.Context, now int64, name string) (map[str
 	if name != "" {
 		args = append(args, name)
 	}
-	rows, err := s.pool.Query(ctx, queue.StatsSQL(s.jobs, "$", name != ""), args...)
+	rows, err := s.pool.Query(ctx, queuesql.StatsSQL(s.jobs, "$", name != ""), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	return queue.ScanStats(rows, now)
+	return queuesql.ScanStats(rows, now)
 }
 
 // Subscribe implements queue.Notifier: wake-ups from LISTEN on the store's

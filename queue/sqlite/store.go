@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/queuesql"
 	"github.com/staggerhq/stagger/queue"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
@@ -724,7 +725,7 @@ func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now
 // Stats implements queue.Store.
 func (s *Store) Stats(ctx context.Context, name string, now int64) (queue.Stats, error) {
 	all, err := s.countStats(ctx, now, name)
-	return queue.QueueStats(all, name, now), err
+	return queuesql.QueueStats(all, name, now), err
 }
 
 // StatsByQueue implements queue.StatsByQueuer: one GROUP BY over every
@@ -739,10 +740,10 @@ func (s *Store) countStats(ctx context.Context, now int64, name string) (map[str
 	if name != "" {
 		args = append(args, name)
 	}
-	rows, err := s.r.QueryContext(ctx, queue.StatsSQL("stagger_jobs", "?", name != ""), args...)
+	rows, err := s.r.QueryContext(ctx, queuesql.StatsSQL("stagger_jobs", "?", name != ""), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	return queue.ScanStats(rows, now)
+	return queuesql.ScanStats(rows, now)
 }

@@ -1,4 +1,4 @@
-package simkit
+package simresult
 
 import "testing"
 

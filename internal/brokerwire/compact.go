@@ -1,4 +1,9 @@
-package broker
+// Package brokerwire is what the broker adapters (broker/rabbitmq,
+// broker/kafka, broker/jetstream) share and adopters of package broker do
+// not need: the codec of the one-header state (broker.HeaderState), the
+// recognition of stagger's state headers, and the error text a header
+// carries.
+package brokerwire
 
 import (
 	"bytes"
@@ -8,25 +13,11 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/wire"
 )
 
-// HeaderState carries a retry's state in one header on the messages an
-// adapter forwards between attempts (a RabbitMQ wait queue, a Kafka retry
-// topic), in place of the separate headers Encode writes, which stay the
-// form of dead letters. Headers are most of a small message and much of what
-// a broker and its clients spend on it. The value is ASCII:
-//
-//	1 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms>[ <adapter's fields>][\n<last error>]
-//	2 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms>[ <adapter's fields>][\n<last error>]
-//	3 <attempts> <delay ms> <due ms> <first attempt ms> <first failure ms> <deadline ms> <max attempts>[ <adapter's fields>][\n<last error>]
-//
-// times in Unix milliseconds, 0 for unset. Version 2 is written only for a
-// state with a deadline and version 3 only for one with an attempt budget
-// (State.MaxAttempts), so consumers that read only version 1 keep working
-// for every other message. See [State.AppendCompact].
-const HeaderState = "x-stagger-state"
-
-// compactVersion is the first field of HeaderState; compactDeadline the
+// compactVersion is the first field of broker.HeaderState; compactDeadline the
 // one of a state with a deadline.
 const (
 	compactVersion  = '1'
@@ -34,12 +25,12 @@ const (
 	compactBudget   = '3'
 )
 
-// AppendCompact appends s as a HeaderState value to buf: the five numbers,
+// AppendCompact appends s as a broker.HeaderState value to buf: the five numbers,
 // then extra (an adapter's own space-separated fields, no newline; empty
 // for none), then s.Error after a newline. Reason and Origin are not
 // written: a forwarded message has no reason, and an adapter that keeps the
 // origin writes it in extra.
-func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
+func AppendCompact(buf []byte, s broker.State, extra func([]byte) []byte) []byte {
 	ms := func(t time.Time) int64 {
 		if t.IsZero() {
 			return 0
@@ -78,11 +69,11 @@ func (s State) AppendCompact(buf []byte, extra func([]byte) []byte) []byte {
 	return buf
 }
 
-// ParseCompact reads a HeaderState value written by AppendCompact and
-// returns the state and the adapter's fields (nil when there are none). An
-// error names HeaderState and the field that does not parse.
-func ParseCompact(v []byte) (State, []byte, error) {
-	var s State
+// ParseCompact reads a broker.HeaderState value written by AppendCompact
+// and returns the state and the adapter's fields (nil when there are none).
+// An error names broker.HeaderState and the field that does not parse.
+func ParseCompact(v []byte) (broker.State, []byte, error) {
+	var s broker.State
 	line, errText, _ := bytes.Cut(v, []byte{'\n'})
 	if len(line) < 2 || line[0] < compactVersion || line[0] > compactBudget || line[1] != ' ' {
 		return s, nil, CompactError(v, "the version (want 1, 2 or 3)")
@@ -125,15 +116,15 @@ func ParseCompact(v []byte) (State, []byte, error) {
 	}
 	s.Due, s.FirstAttempt, s.FirstFailure, s.Deadline = times[0], times[1], times[2], times[3]
 	if len(errText) > 0 {
-		s.Error = cut(string(errText), MaxErrorLen)
+		s.Error = wire.Cut(string(errText), broker.MaxErrorLen)
 	}
 	return s, rest, nil
 }
 
-// CompactError is the error for a HeaderState value v whose field does not
-// parse.
+// CompactError is the error for a broker.HeaderState value v whose field
+// does not parse.
 func CompactError(v []byte, field string) error {
-	return fmt.Errorf("broker: header %s: %s does not parse in %s", HeaderState, field, quoteShort(string(v)))
+	return fmt.Errorf("broker: header %s: %s does not parse in %s", broker.HeaderState, field, wire.QuoteShort(string(v)))
 }
 
 // ParseDecimal parses a decimal int64 >= 0 without allocating.
@@ -152,4 +143,26 @@ func ParseDecimal(b []byte) (int64, bool) {
 		}
 	}
 	return n, true
+}
+
+// IsStateHeader reports whether key is one of the headers State.Encode
+// writes, or HeaderState. An adapter copying a message's headers onto a forward or a dead
+// letter drops these and encodes the new State: a stale or malformed one
+// must not survive the copy.
+func IsStateHeader(key string) bool {
+	switch key {
+	case broker.HeaderAttempt, broker.HeaderDelay, broker.HeaderDue, broker.HeaderFirstAttempt, broker.HeaderFirstFailure,
+		broker.HeaderError, broker.HeaderReason, broker.HeaderOrigin, broker.HeaderState, broker.HeaderDeadline, broker.HeaderMaxAttempts:
+		return true
+	}
+	return false
+}
+
+// ErrorText is err's text cut to broker.MaxErrorLen bytes (on a rune
+// boundary).
+func ErrorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return wire.Cut(err.Error(), broker.MaxErrorLen)
 }

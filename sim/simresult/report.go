@@ -1,4 +1,4 @@
-package simkit
+package simresult
 
 import (
 	"io"
@@ -204,8 +204,10 @@ func positive(c Chart) bool {
 	return true
 }
 
-// WriteReport writes res as a self-contained HTML report to w.
-func WriteReport(w io.Writer, res *Result, subtitle string) error {
+// WriteReport writes the result as a self-contained HTML page (inline SVG,
+// no scripts, no network): the notes, the table and the charts. subtitle is
+// printed under the title (for example how and when the run was made).
+func (res *Result) WriteReport(w io.Writer, subtitle string) error {
 	p, err := page(res, subtitle)
 	if err != nil {
 		return err
@@ -213,9 +215,8 @@ func WriteReport(w io.Writer, res *Result, subtitle string) error {
 	return report.Write(w, p)
 }
 
-// WriteReportFile writes res as a self-contained HTML report to path,
-// atomically.
-func WriteReportFile(path string, res *Result, subtitle string) error {
+// WriteReportFile is WriteReport to the file at path, written atomically.
+func (res *Result) WriteReportFile(path string, subtitle string) error {
 	p, err := page(res, subtitle)
 	if err != nil {
 		return err
