@@ -162,7 +162,8 @@ func reasonSet(name string, r retry.Reason) metric.MeasurementOption {
 }
 
 // Budget wraps b so that its answers are counted under name. The wrapper is
-// a budget.Budget; use it where b would go. A nil b gives nil (no budget),
+// a budget.Budget, and a budget.Circuit when b is one (its refusals keep
+// their reason); use it where b would go. A nil b gives nil (no budget),
 // so a retryhttp.Transport's NewBudget may wrap whatever it makes.
 func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
 	if b == nil {
@@ -171,10 +172,23 @@ func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
 	opt := func(kind string, allowed bool) []metric.AddOption {
 		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyKind.String(kind), KeyAllowed.Bool(allowed)))}
 	}
-	return &countingBudget{b: b, m: m,
+	cb := &countingBudget{b: b, m: m,
 		reqOK: opt("request", true), reqNo: opt("request", false),
 		retryOK: opt("retry", true), retryNo: opt("retry", false)}
+	if c, ok := b.(budget.Circuit); ok {
+		// Keep the circuit's state visible, so that a driver still gives
+		// its refusals their own reason (retry.CircuitOpen).
+		return countingCircuit{cb, c}
+	}
+	return cb
 }
+
+type countingCircuit struct {
+	*countingBudget
+	c budget.Circuit
+}
+
+func (c countingCircuit) State() budget.CircuitState { return c.c.State() }
 
 type countingBudget struct {
 	b                              budget.Budget
