@@ -189,3 +189,7 @@ func ObserveQueue(meter metric.Meter, name string, q Lagger) (metric.Registratio
 		return nil
 	}, g)
 }
+
+// Meter returns the meter m's instruments live on (ScopeName's), for the
+// Observe functions.
+func (m *Metrics) Meter() metric.Meter { return m.meter }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,14 +242,16 @@ func TestCountingBudgetKeepsCircuitReason(t *testing.T) {
 
 // Collections while the budget, breaker and limiter are in use (-race).
 func TestGaugesConcurrent(t *testing.T) {
-	meter, reader := gaugeSetup(t)
+	m, reader := setup(t)
+	meter := m.Meter()
 	tb := &budget.TokenBucket{}
 	cb, _ := budget.NewCircuitBreaker(budget.CircuitConfig{MinCalls: 5})
 	bh, _ := limit.NewBulkhead(2)
 	staggerotel.ObserveBudget(meter, "x", tb)
 	staggerotel.ObserveBreaker(meter, "x", cb)
 	staggerotel.ObserveLimiter(meter, "x", bh)
-	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Budget: cb.Guard(tb), Limiter: bh}
+	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Budget: cb.Guard(tb), Limiter: bh, Hooks: m.Hooks("x")}
+	var attempts atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 2 {
 		wg.Add(1)
@@ -256,6 +259,7 @@ func TestGaugesConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 300 {
 				retry.Do(context.Background(), p, func(context.Context) error {
+					attempts.Add(1)
 					if (i+w)%4 == 0 {
 						return retry.Retryable(errors.New("down"))
 					}
@@ -274,6 +278,9 @@ func TestGaugesConcurrent(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	if got, want := collect(t, reader).sum(t, "stagger.attempts", name("x")), attempts.Load(); got != want {
+		t.Fatalf("stagger.attempts %d, want the %d attempts made", got, want)
+	}
 }
 
 // Gauges read the budget, breaker, limiter and queue at each collection;
@@ -316,4 +323,24 @@ func ExampleObserveBudget() {
 	// stagger.breaker.state closed
 	// stagger.limiter.usage 1
 	// stagger.limiter.limit 8
+}
+
+// Hooks made twice for one name count into the same series, and a reason
+// the package does not know yet is still counted under its name.
+func TestHooksSameNameShareCounts(t *testing.T) {
+	m, reader := setup(t)
+	h1, h2 := m.Hooks("a"), m.Hooks("a")
+	h1.OnAttempt(retry.Event{Attempt: 1})
+	h2.OnAttempt(retry.Event{Attempt: 1})
+	h2.OnGiveUp(retry.Event{Attempt: 1, Reason: retry.Reason(200)})
+	c := collect(t, reader)
+	if got := c.sum(t, "stagger.attempts", name("a")); got != 2 {
+		t.Fatalf("attempts %d, want 2 in one series", got)
+	}
+	if got := c.sum(t, "stagger.giveups", name("a"), staggerotel.KeyReason.String("Reason(200)")); got != 1 {
+		t.Fatalf("give-ups with an unknown reason %d, want 1", got)
+	}
+	if d, ok := c["stagger.attempts"].(metricdata.Sum[int64]); !ok || len(d.DataPoints) != 1 || !d.IsMonotonic {
+		t.Fatalf("stagger.attempts %#v, want one monotonic series", c["stagger.attempts"])
+	}
 }
