@@ -282,3 +282,40 @@ func BenchmarkHooksPerAttempt(b *testing.B) {
 		h.OnSuccess(e)
 	}
 }
+
+// Hooks, samples and readers at once (run with -race): the counts add up.
+func TestConcurrent(t *testing.T) {
+	d := newDashboard(t, ui.Config{History: 100})
+	hooks, _ := d.Hooks("a")
+	bh, _ := limit.NewBulkhead(2)
+	d.Limiter("a", bh)
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			d.Sample(time.Unix(int64(i), 0))
+			if resp, err := http.Get(srv.URL + "/api/dependencies"); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	const n = 2000
+	for range n {
+		hooks.OnAttempt(retry.Event{Attempt: 1})
+		hooks.OnSuccess(retry.Event{Attempt: 1})
+	}
+	<-done
+	d.Sample(time.Unix(100, 0))
+	var total float64
+	for _, s := range d.Dependencies(true)[0].History {
+		total += s.AttemptsPerSec
+	}
+	// Every attempt is counted in exactly one interval (1s: the rate is
+	// the count), and the ring holds all 51 samples.
+	if deps := d.Dependencies(false); deps[0].Now.T != 100_000 || total != n {
+		t.Fatalf("last sample %+v, attempts in history %v, want %d", deps[0].Now, total, n)
+	}
+}
