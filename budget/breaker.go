@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,7 +11,11 @@ import (
 // retrying a dependency that fails most calls only adds load. Original
 // requests are never refused; the breaker closes again as soon as the window
 // shows the failure rate dropping.
+//
+// Breaker is a [Circuit] (open or closed, never half-open), so a driver
+// gives the retries it refuses their own reason (retry.CircuitOpen).
 type Breaker struct {
+	open      atomic.Bool // as of the last Retry
 	threshold float64
 	minCalls  uint64
 	calls     *window
@@ -46,7 +51,23 @@ func (b *Breaker) Open(now time.Time) bool {
 func (b *Breaker) Request(time.Time) bool { return true }
 
 // Retry allows a retry while the breaker is closed.
-func (b *Breaker) Retry(now time.Time) bool { return !b.Open(now) }
+func (b *Breaker) Retry(now time.Time) bool {
+	open := b.Open(now)
+	if b.open.Load() != open { // written only on a change: no shared-line traffic
+		b.open.Store(open)
+	}
+	return !open
+}
+
+// State returns CircuitOpen when the last Retry was refused and
+// CircuitClosed otherwise, without reading the window; Open(now) judges
+// the window at now.
+func (b *Breaker) State() CircuitState {
+	if b.open.Load() {
+		return CircuitOpen
+	}
+	return CircuitClosed
+}
 
 // Result records an outcome.
 func (b *Breaker) Result(now time.Time, ok bool) {

@@ -185,6 +185,7 @@ type Budget struct {
 	closed atomic.Bool
 
 	granted, refused, localGrants, calls, errs atomic.Int64
+	level                                      atomic.Int64 // the shared reserve at the last script call
 }
 
 var _ budget.Budget = (*Budget)(nil)
@@ -230,6 +231,7 @@ func New(cfg Config) (*Budget, error) {
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	b.need = or(cfg.MinToRetry, b.cost)
+	b.level.Store(b.initial)
 	go b.flusher()
 	return b, nil
 }
@@ -421,6 +423,7 @@ func (b *Budget) run(ctx context.Context, earned, refund, want, ttlms, initial i
 	if err != nil {
 		return 0, 0, fmt.Errorf("redisbudget: %s: %w", b.key, err)
 	}
+	b.level.Store(res[1])
 	return res[0], res[1], nil
 }
 
@@ -488,6 +491,19 @@ func (b *Budget) Credits(ctx context.Context) (int64, error) {
 	_, reserve, err := b.run(ctx, 0, 0, 0, -1, b.seed(b.now())) // ttl < 0: read only
 	return reserve, err
 }
+
+// Level returns this process's view of the shared reserve, for a gauge:
+// the reserve the last script call saw (Initial before the first) plus
+// the retries this process holds reserved, over Max, in [0, 1]. It makes
+// no Redis call — it reads atomic words, allocates nothing and is safe to
+// call from any goroutine — so it lags the shared reserve by up to one
+// round trip, and other processes' spending shows at this process's next
+// call (Credits reads the shared reserve itself).
+func (b *Budget) Level(time.Time) float64 {
+	return min(1, max(0, float64(b.level.Load()+b.reserved.Load()*b.cost)/float64(b.max)))
+}
+
+var _ budget.Leveler = (*Budget)(nil)
 
 // Stats are a process's counters.
 type Stats struct {

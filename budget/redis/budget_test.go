@@ -88,6 +88,10 @@ func TestMatchesTokenBucketWithoutBatching(t *testing.T) {
 				t.Fatalf("op %d: Retry = %v, TokenBucket says %v", i, got, want)
 			}
 		}
+		// Every op made a script call: the local view is the shared reserve.
+		if got, want := b.Level(t0), model.Level(t0); got != want {
+			t.Fatalf("op %d: Level = %v, TokenBucket's is %v", i, got, want)
+		}
 		if i%50 == 0 {
 			if got, want := credits(t, b), model.Credits(); got != want {
 				t.Fatalf("op %d: credits %d, TokenBucket has %d", i, got, want)

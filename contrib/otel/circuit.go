@@ -23,9 +23,9 @@ func (m *Metrics) CircuitStateChanges(name string) (func(from, to budget.Circuit
 	if err != nil {
 		return nil, err
 	}
-	var byState [budget.CircuitHalfOpen + 1][]metric.AddOption
-	for s := range byState {
-		byState[s] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyState.String(budget.CircuitState(s).String())))}
+	var byState [len(circuitStates)][]metric.AddOption
+	for s, set := range stateSets(name) {
+		byState[s] = []metric.AddOption{set}
 	}
 	return func(_, to budget.CircuitState, _ time.Time) {
 		if int(to) < len(byState) {

@@ -29,6 +29,17 @@
 //	http.client.request.duration histogram seconds per logical HTTP request ([Metrics.Transport]; semantic-convention attributes)
 //	http.server.request.duration histogram seconds per request served ([Metrics.Server])
 //
+// Gauges, read at each collection ([ObserveBudget], [ObserveBreaker],
+// [ObserveLimiter], [ObserveQueue]; they cost the retry path nothing):
+//
+//	stagger.budget.level        gauge     fraction of the budget left, 1 full, 0 refusing
+//	stagger.breaker.state       gauge     1 for the current stagger.state, 0 for the others
+//	stagger.limiter.usage       updown    slots in use, read from the limiter
+//	stagger.limiter.limit       updown    slots in all
+//	stagger.queue.lag           gauge     seconds the oldest due job has waited
+//
+// contrib/grafana/stagger.json is a Grafana dashboard of all of these.
+//
 // Traces ([Tracer]): [Tracer.Do] is retry.Do with a span per attempt;
 // [Tracer.Transport] gives a retryhttp.Transport a client span per request
 // and per attempt, [Tracer.Server] a Guard a server span per request,
@@ -71,16 +82,17 @@ var DelayBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 // Metrics holds the instruments. Make one per process with New and share it.
 type Metrics struct {
 	meter      metric.Meter
-	attempts   metric.Int64Counter
-	retries    metric.Int64Counter
-	successes  metric.Int64Counter
-	giveups    metric.Int64Counter
+	attempts   metric.Int64ObservableCounter
+	retries    metric.Int64ObservableCounter
+	successes  metric.Int64ObservableCounter
+	giveups    metric.Int64ObservableCounter
 	delay      metric.Float64Histogram
 	decisions  metric.Int64Counter
 	rejections metric.Int64Counter
 	inflight   metric.Int64UpDownCounter
 	guardReqs  metric.Int64ObservableCounter
 	guardShed  metric.Int64ObservableCounter
+	loops      loopCounts // what Hooks count, by name
 }
 
 // New creates the instruments on mp's meter for ScopeName.
@@ -90,19 +102,19 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	}
 	m := &Metrics{meter: mp.Meter(ScopeName)}
 	var err error
-	if m.attempts, err = m.meter.Int64Counter("stagger.attempts", metric.WithUnit("{attempt}"),
+	if m.attempts, err = m.meter.Int64ObservableCounter("stagger.attempts", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Attempts started.")); err != nil {
 		return nil, err
 	}
-	if m.retries, err = m.meter.Int64Counter("stagger.retries", metric.WithUnit("{retry}"),
+	if m.retries, err = m.meter.Int64ObservableCounter("stagger.retries", metric.WithUnit("{retry}"),
 		metric.WithDescription("Failed attempts that will be retried.")); err != nil {
 		return nil, err
 	}
-	if m.successes, err = m.meter.Int64Counter("stagger.successes", metric.WithUnit("{operation}"),
+	if m.successes, err = m.meter.Int64ObservableCounter("stagger.successes", metric.WithUnit("{operation}"),
 		metric.WithDescription("Operations that succeeded.")); err != nil {
 		return nil, err
 	}
-	if m.giveups, err = m.meter.Int64Counter("stagger.giveups", metric.WithUnit("{operation}"),
+	if m.giveups, err = m.meter.Int64ObservableCounter("stagger.giveups", metric.WithUnit("{operation}"),
 		metric.WithDescription("Operations that stopped without success, by reason.")); err != nil {
 		return nil, err
 	}
@@ -130,45 +142,38 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Requests a retryhttp.Guard shed with 503.")); err != nil {
 		return nil, err
 	}
+	if _, err = m.meter.RegisterCallback(m.observeLoops, m.attempts, m.retries, m.successes, m.giveups); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
 var bg = context.Background()
 
 // Hooks returns retry hooks that record the loop of the operation name.
-// Attribute sets are built once here, so recording does not allocate for
-// them. Join them with other hooks using retry.Hooks.Join.
+// Attempts, retries, successes and give-ups are atomic adds to counts
+// kept per name (Hooks called twice with one name share them), reported
+// at each collection; only OnRetry records into the SDK (the delay
+// histogram). Recording takes no lock and does not allocate. Join them
+// with other hooks using retry.Hooks.Join.
 func (m *Metrics) Hooks(name string) retry.Hooks {
 	// Options are kept in slices so that passing them does not allocate.
-	set := metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))
-	add, rec := []metric.AddOption{set}, []metric.RecordOption{set}
-	var byReason [retry.CircuitOpen + 1][]metric.AddOption
-	for r := range byReason {
-		byReason[r] = []metric.AddOption{reasonSet(name, retry.Reason(r))}
-	}
+	rec := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(KeyName.String(name)))}
+	c := m.loops.get(name)
 	return retry.Hooks{
-		OnAttempt: func(retry.Event) { m.attempts.Add(bg, 1, add...) },
+		OnAttempt: func(retry.Event) { c.attempts.Add(1) },
 		OnRetry: func(e retry.Event) {
-			m.retries.Add(bg, 1, add...)
+			c.retries.Add(1)
 			m.delay.Record(bg, e.Delay.Seconds(), rec...)
 		},
-		OnSuccess: func(retry.Event) { m.successes.Add(bg, 1, add...) },
-		OnGiveUp: func(e retry.Event) {
-			if int(e.Reason) < len(byReason) {
-				m.giveups.Add(bg, 1, byReason[e.Reason]...)
-			} else {
-				m.giveups.Add(bg, 1, reasonSet(name, e.Reason))
-			}
-		},
+		OnSuccess: func(retry.Event) { c.successes.Add(1) },
+		OnGiveUp:  func(e retry.Event) { c.giveups[e.Reason].Add(1) },
 	}
-}
-
-func reasonSet(name string, r retry.Reason) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyReason.String(r.String())))
 }
 
 // Budget wraps b so that its answers are counted under name. The wrapper is
-// a budget.Budget; use it where b would go. A nil b gives nil (no budget),
+// a budget.Budget, and a budget.Circuit when b is one (its refusals keep
+// their reason); use it where b would go. A nil b gives nil (no budget),
 // so a retryhttp.Transport's NewBudget may wrap whatever it makes.
 func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
 	if b == nil {
@@ -177,10 +182,23 @@ func (m *Metrics) Budget(name string, b budget.Budget) budget.Budget {
 	opt := func(kind string, allowed bool) []metric.AddOption {
 		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyName.String(name), KeyKind.String(kind), KeyAllowed.Bool(allowed)))}
 	}
-	return &countingBudget{b: b, m: m,
+	cb := &countingBudget{b: b, m: m,
 		reqOK: opt("request", true), reqNo: opt("request", false),
 		retryOK: opt("retry", true), retryNo: opt("retry", false)}
+	if c, ok := b.(budget.Circuit); ok {
+		// Keep the circuit's state visible, so that a driver still gives
+		// its refusals their own reason (retry.CircuitOpen).
+		return countingCircuit{cb, c}
+	}
+	return cb
 }
+
+type countingCircuit struct {
+	*countingBudget
+	c budget.Circuit
+}
+
+func (c countingCircuit) State() budget.CircuitState { return c.c.State() }
 
 type countingBudget struct {
 	b                              budget.Budget

@@ -177,6 +177,11 @@ func TestBudgetsBoundLoad(t *testing.T) {
 		if load < lo || load > hi {
 			t.Errorf("%s at f=1: load %.4f outside [%v, %v]", name, load, lo, hi)
 		}
+		// Refusals are counted whatever their reason (breaker-window's
+		// budget.Breaker refuses with circuit-open).
+		if name != "no-retries" && name != "3-retries" && name != "adaptive" && fmt.Sprint(row[6]) == "0" {
+			t.Errorf("%s at f=1: no refused retry counted", name)
+		}
 	}
 }
 

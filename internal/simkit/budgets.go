@@ -269,7 +269,7 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 			case err == nil:
 				out.successes++
 			case !dec.Retry:
-				if dec.Reason == retry.Budget {
+				if dec.Reason == retry.Budget || dec.Reason == retry.CircuitOpen { // breaker-window's refusals are circuit-open
 					out.refused++
 				}
 			case d.needsSendEvent():

@@ -574,6 +574,14 @@ func testStoreStatsDueToDie(t *testing.T, s queue.Store) {
 	if st.OldestPendingAge() != 20 {
 		t.Fatalf("oldest due age %d ms, want 20 (the dying jobs must not count)", st.OldestPendingAge())
 	}
+	if od, ok := s.(queue.OldestDuer); ok { // the gauge's lookup agrees with Stats
+		if at, due, err := od.OldestDue(ctx, queue.DefaultQueue, Start); err != nil || !due || at != Start-20 {
+			t.Fatalf("OldestDue = %d, %v, %v; want %d, true (the dying jobs must not count)", at, due, err, Start-20)
+		}
+		if _, due, err := od.OldestDue(ctx, "other", Start); err != nil || due {
+			t.Fatalf("OldestDue of an empty queue = %v, %v; want false", due, err)
+		}
+	}
 	if n, err := s.Bury(ctx, Start, 100); err != nil || n != 3 {
 		t.Fatalf("Bury = %d, %v; want the 3 jobs Stats counted as due to die", n, err)
 	}

@@ -1,0 +1,40 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/ui"
+)
+
+// Mount the dashboard under a prefix, give a policy its hooks and show its
+// budget; Run would sample every second, here one Sample is taken by hand.
+func ExampleDashboard() {
+	d, _ := ui.New(ui.Config{})
+	hooks, _ := d.Hooks("payments")
+	tb := &budget.TokenBucket{}
+	d.Budget("payments", tb)
+	mux := http.NewServeMux()
+	mux.Handle("/debug/stagger/", http.StripPrefix("/debug/stagger", d))
+	// go d.Run(ctx)
+
+	p := &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(0), Hooks: hooks, Budget: tb}
+	retry.Do(context.Background(), p, func(context.Context) error { return retry.Retryable(errors.New("503")) })
+	d.Sample(time.Now())
+
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/stagger/api/dependencies", nil))
+	var deps []ui.Dependency
+	json.Unmarshal(rec.Body.Bytes(), &deps)
+	s := deps[0].Now
+	fmt.Println(deps[0].Name, s.AttemptsPerSec, s.RetriesPerSec, s.Amplification, s.Level, deps[0].GiveUps)
+	// Output: payments 3 2 3 0.9 map[exhausted:1]
+}

@@ -1,0 +1,382 @@
+// Package ui is a live view of retries from the dependency's side: an
+// http.Handler that shows, for each named policy, attempts and retries
+// per second, amplification (attempts per finished operation), give-ups
+// by reason, the budget's level, the breaker's state and what the limiter
+// holds, updated by server-sent events, with the last hour kept in
+// bounded memory.
+//
+//	d := ui.New(ui.Config{})
+//	hooks, _ := d.Hooks("payments")
+//	policy := &retry.Policy{Hooks: hooks, Budget: tokenBucket}
+//	d.Budget("payments", tokenBucket)
+//	go d.Run(ctx)
+//	mux.Handle("/debug/stagger/", http.StripPrefix("/debug/stagger", d))
+//
+// The handler is read-only: it answers GET and HEAD and nothing else, and
+// every text it shows is escaped (HTML by html/template, data as JSON put
+// into the page with textContent). Its assets are embedded: no CDN, no
+// network at run time. Wrap it for authentication; a standalone command
+// serving it should bind 127.0.0.1.
+package ui
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/limit"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// Defaults of Config's zero fields, and the bounds of a name.
+const (
+	DefaultInterval        = time.Second
+	DefaultHistory         = 3600 // an hour at DefaultInterval
+	DefaultMaxDependencies = 100
+	DefaultMaxClients      = 16
+	MaxNameLen             = 200
+)
+
+// ErrInvalid is wrapped by configuration and registration errors; the
+// message names the field or argument and the rule.
+var ErrInvalid = errors.New("ui: invalid")
+
+// Config configures a Dashboard; zero fields take the defaults.
+type Config struct {
+	// Interval is the time between samples (Run); 0 means DefaultInterval.
+	Interval time.Duration
+	// History is how many samples are kept per dependency; 0 means
+	// DefaultHistory. Memory is about 40 bytes per sample.
+	History int
+	// MaxDependencies bounds the names registered; 0 means
+	// DefaultMaxDependencies.
+	MaxDependencies int
+	// MaxClients bounds the event streams open at once (more get 503);
+	// 0 means DefaultMaxClients.
+	MaxClients int
+}
+
+// Dashboard collects what named policies do and serves the page. It is
+// safe for concurrent use; the hooks it returns add to atomics only.
+type Dashboard struct {
+	cfg     Config
+	mu      sync.Mutex // deps, order, the rings and last; never on the retry path
+	deps    map[string]*dep
+	order   []*dep
+	last    []byte // the JSON of the last sample
+	subs    map[chan struct{}]struct{}
+	clients atomic.Int32
+	page    *template.Template
+}
+
+type dep struct {
+	name                         string
+	attempts, retries, successes atomic.Int64
+	giveups                      [256]atomic.Int64 // by retry.Reason
+	level                        budget.Leveler
+	circuit                      budget.Circuit
+	limiter                      limit.Gauge
+
+	prev  [3]int64 // attempts, retries, finished at the last sample
+	ring  []Sample
+	next  int
+	count int
+}
+
+// Sample is one dependency at one instant: rates over the interval that
+// ended then, and the gauges read then.
+type Sample struct {
+	T              int64   `json:"t"`              // Unix ms
+	AttemptsPerSec float64 `json:"attemptsPerSec"` // attempts started
+	RetriesPerSec  float64 `json:"retriesPerSec"`  // failed attempts that will be retried
+	// Amplification is attempts per finished operation (successes and
+	// give-ups) over the interval; 0 when none finished.
+	Amplification float64 `json:"amplification"`
+	Level         float64 `json:"level"`    // budget level in [0, 1]; -1 without a budget
+	State         string  `json:"state"`    // breaker state; "" without a breaker
+	InFlight      int     `json:"inFlight"` // limiter slots in use; -1 without a limiter
+	Limit         int     `json:"limit"`    // limiter slots in all; -1 without a limiter
+}
+
+// Dependency is what the page shows of one name: the last sample, the
+// give-ups by reason since the start, and the history (oldest first).
+type Dependency struct {
+	Name    string           `json:"name"`
+	Now     Sample           `json:"now"`
+	GiveUps map[string]int64 `json:"giveUps"`
+	History []Sample         `json:"history,omitempty"`
+}
+
+//go:embed assets
+var assets embed.FS
+
+// New returns a Dashboard configured by c; an error names the field.
+func New(c Config) (*Dashboard, error) {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"Interval", int64(c.Interval)}, {"History", int64(c.History)}, {"MaxDependencies", int64(c.MaxDependencies)}, {"MaxClients", int64(c.MaxClients)}} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("%w: Config.%s must be >= 0 (0 means the default), got %d", ErrInvalid, f.name, f.v)
+		}
+	}
+	if c.History > 1<<20 {
+		return nil, fmt.Errorf("%w: Config.History must be <= %d, got %d", ErrInvalid, 1<<20, c.History)
+	}
+	c.Interval = or(c.Interval, DefaultInterval)
+	c.History = or(c.History, DefaultHistory)
+	c.MaxDependencies = or(c.MaxDependencies, DefaultMaxDependencies)
+	c.MaxClients = or(c.MaxClients, DefaultMaxClients)
+	page, err := template.ParseFS(assets, "assets/index.html")
+	if err != nil {
+		return nil, err
+	}
+	return &Dashboard{cfg: c, deps: map[string]*dep{}, subs: map[chan struct{}]struct{}{}, page: page}, nil
+}
+
+func or[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// get returns the dependency called name, registering it.
+func (d *Dashboard) get(name string) (*dep, error) {
+	if name == "" || len(name) > MaxNameLen || !utf8.ValidString(name) {
+		return nil, fmt.Errorf("%w: name must be 1..%d bytes of UTF-8, got %d bytes", ErrInvalid, MaxNameLen, len(name))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if x := d.deps[name]; x != nil {
+		return x, nil
+	}
+	if len(d.deps) >= d.cfg.MaxDependencies {
+		return nil, fmt.Errorf("%w: at most %d dependencies (Config.MaxDependencies), %q would be one more", ErrInvalid, d.cfg.MaxDependencies, name)
+	}
+	x := &dep{name: name, ring: make([]Sample, d.cfg.History)}
+	d.deps[name] = x
+	d.order = append(d.order, x)
+	return x, nil
+}
+
+// Hooks returns retry hooks that count the loop of the policy called name
+// (register them on its retry.Policy, joined with others by Hooks.Join).
+// They add to atomics: no lock, no allocation on the retry path.
+func (d *Dashboard) Hooks(name string) (retry.Hooks, error) {
+	x, err := d.get(name)
+	if err != nil {
+		return retry.Hooks{}, err
+	}
+	return retry.Hooks{
+		OnAttempt: func(retry.Event) { x.attempts.Add(1) },
+		OnRetry:   func(retry.Event) { x.retries.Add(1) },
+		OnSuccess: func(retry.Event) { x.successes.Add(1) },
+		OnGiveUp:  func(e retry.Event) { x.giveups[e.Reason].Add(1) },
+	}, nil
+}
+
+// Budget shows b's level beside name's counts.
+func (d *Dashboard) Budget(name string, b budget.Leveler) error {
+	return d.attach(name, func(x *dep) { x.level = b })
+}
+
+// Breaker shows c's state beside name's counts.
+func (d *Dashboard) Breaker(name string, c budget.Circuit) error {
+	return d.attach(name, func(x *dep) { x.circuit = c })
+}
+
+// Limiter shows what l holds beside name's counts.
+func (d *Dashboard) Limiter(name string, l limit.Gauge) error {
+	return d.attach(name, func(x *dep) { x.limiter = l })
+}
+
+func (d *Dashboard) attach(name string, set func(*dep)) error {
+	x, err := d.get(name)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	set(x)
+	d.mu.Unlock()
+	return nil
+}
+
+// Run samples every Config.Interval until ctx ends.
+func (d *Dashboard) Run(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d.Sample(now)
+		}
+	}
+}
+
+// Sample takes one sample of every dependency at now (Run calls it; a
+// test or a simulator calls it with its own clock) and wakes the event
+// streams. Rates are over Config.Interval.
+func (d *Dashboard) Sample(now time.Time) {
+	secs := d.cfg.Interval.Seconds()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, x := range d.order {
+		a, r := x.attempts.Load(), x.retries.Load()
+		fin := x.successes.Load()
+		for i := range x.giveups {
+			fin += x.giveups[i].Load()
+		}
+		da, dr, df := a-x.prev[0], r-x.prev[1], fin-x.prev[2]
+		x.prev = [3]int64{a, r, fin}
+		s := Sample{T: now.UnixMilli(), AttemptsPerSec: float64(da) / secs, RetriesPerSec: float64(dr) / secs,
+			Level: -1, InFlight: -1, Limit: -1}
+		if df > 0 {
+			s.Amplification = float64(da) / float64(df)
+		}
+		if x.level != nil {
+			s.Level = x.level.Level(now)
+		}
+		if x.circuit != nil {
+			s.State = x.circuit.State().String()
+		}
+		if x.limiter != nil {
+			s.InFlight, s.Limit = x.limiter.InFlight(), x.limiter.Limit()
+		}
+		x.ring[x.next] = s
+		x.next = (x.next + 1) % len(x.ring)
+		x.count = min(x.count+1, len(x.ring))
+	}
+	d.last, _ = json.Marshal(d.snapshotLocked(false))
+	for ch := range d.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // a slow client gets the newest sample when it reads
+		}
+	}
+}
+
+// Dependencies returns every dependency as of the last sample, in the
+// order they were registered; with history, each one's samples too.
+func (d *Dashboard) Dependencies(history bool) []Dependency {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.snapshotLocked(history)
+}
+
+func (d *Dashboard) snapshotLocked(history bool) []Dependency {
+	out := make([]Dependency, 0, len(d.order))
+	for _, x := range d.order {
+		dp := Dependency{Name: x.name, GiveUps: map[string]int64{}}
+		if x.count > 0 {
+			dp.Now = x.ring[(x.next-1+len(x.ring))%len(x.ring)]
+		}
+		for r := range x.giveups {
+			if n := x.giveups[r].Load(); n > 0 {
+				dp.GiveUps[retry.Reason(r).String()] = n
+			}
+		}
+		if history {
+			dp.History = make([]Sample, 0, x.count)
+			for i := range x.count {
+				dp.History = append(dp.History, x.ring[(x.next-x.count+i+len(x.ring))%len(x.ring)])
+			}
+		}
+		out = append(out, dp)
+	}
+	return out
+}
+
+// ServeHTTP serves the page ("/"), its assets, the dependencies as JSON
+// ("/api/dependencies", with their history) and the event stream
+// ("/events": one JSON array of dependencies per sample). Mount it with
+// http.StripPrefix. Every method but GET and HEAD is refused (405).
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "read-only: GET and HEAD only", http.StatusMethodNotAllowed)
+		return
+	}
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+	h.Set("Referrer-Policy", "no-referrer")
+	switch p := strings.TrimPrefix(r.URL.Path, "/"); p {
+	case "", "index.html":
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		d.page.Execute(w, struct{ Title string }{"stagger: dependencies"})
+	case "app.js", "style.css":
+		ctype := "text/css; charset=utf-8"
+		if strings.HasSuffix(p, ".js") {
+			ctype = "text/javascript; charset=utf-8"
+		}
+		b, _ := assets.ReadFile("assets/" + p)
+		h.Set("Content-Type", ctype)
+		w.Write(b)
+	case "api/dependencies":
+		h.Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(d.Dependencies(true))
+	case "events":
+		d.events(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// events streams the last sample, then each new one, until the client
+// goes or the request's context ends.
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	if d.clients.Add(1) > int32(d.cfg.MaxClients) {
+		d.clients.Add(-1)
+		http.Error(w, "too many event streams", http.StatusServiceUnavailable)
+		return
+	}
+	defer d.clients.Add(-1)
+	ch := make(chan struct{}, 1)
+	d.mu.Lock()
+	d.subs[ch] = struct{}{}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.subs, ch)
+		d.mu.Unlock()
+	}()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	for {
+		d.mu.Lock()
+		data := d.last
+		if data == nil {
+			data, _ = json.Marshal(d.snapshotLocked(false))
+		}
+		d.mu.Unlock()
+		// JSON has no raw newline, so one data line carries it.
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+			return
+		}
+		fl.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ch:
+		}
+	}
+}
