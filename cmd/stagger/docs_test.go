@@ -146,7 +146,10 @@ func allBlocks(t *testing.T, root string) []docBlock {
 var docImports = map[string]string{
 	"context": "context", "errors": "errors", "fmt": "fmt", "http": "net/http", "io": "io",
 	"json": "encoding/json", "log": "log", "os": "os", "slog": "log/slog", "strings": "strings",
-	"sync": "sync", "time": "time", "sql": "database/sql",
+	"sync": "sync", "time": "time", "sql": "database/sql", "testing": "testing",
+	"check":       "github.com/staggerhq/stagger/check",
+	"proxytest":   "github.com/staggerhq/stagger/proxytest",
+	"ui":          "github.com/staggerhq/stagger/ui",
 	"backoff":     "github.com/staggerhq/stagger/backoff",
 	"budget":      "github.com/staggerhq/stagger/budget",
 	"broker":      "github.com/staggerhq/stagger/broker",
