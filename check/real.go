@@ -282,9 +282,7 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 	}
 	c := e.Callers
 	if c.Open() || e.Replay != nil {
-		next := func() (time.Duration, bool) {
-			return 0, false
-		}
+		var next func() (time.Duration, bool)
 		if e.Replay != nil {
 			ts := e.Replay.arrivals(rand.New(rand.NewPCG(e.Seed, 1)))
 			next = func() (time.Duration, bool) {

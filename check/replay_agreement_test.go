@@ -2,9 +2,12 @@ package check_test
 
 import (
 	"context"
+	"errors"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/staggerhq/stagger/check"
 	"github.com/staggerhq/stagger/internal/timeline"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retryhttp"
 )
 
 // writeOutage writes a recording of 12 windows of 100 ms: 30 first
@@ -108,5 +112,65 @@ func TestVirtualPredictsRealReplay(t *testing.T) {
 	}
 	if !told {
 		t.Error("a virtual replay that ignores the recorded refusals agrees with the real-time replay on every measure: the comparison cannot fail")
+	}
+}
+
+// TestReplayReal: RunReal replays a recording with a retry policy, a
+// hedge and a transport side by side (virtual time skips the last two):
+// every recorded first attempt starts, every request finishes, and the
+// recorded refusals make the retry policy retry.
+func TestReplayReal(t *testing.T) {
+	rec := writeOutage(t, true)
+	e := replayExperiment(rec)(1)
+	e.Policies = append(e.Policies,
+		check.Hedged("hedge 15ms", &retry.Hedge{Delay: 15 * time.Millisecond}, nil),
+		check.Transport("retryhttp.New(nil, nil)", func(base http.RoundTripper) http.RoundTripper { return retryhttp.New(base, nil) }))
+	res, err := check.RunReal(context.Background(), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Policies) != 3 || len(res.Recorded) != 12 || res.Window != rec.Width() {
+		t.Fatalf("%d policies, %d recorded windows, window %v", len(res.Policies), len(res.Recorded), res.Window)
+	}
+	for _, p := range res.Policies {
+		if p.Requests != 360 || p.Unfinished != 0 || len(p.Windows) < 12 {
+			t.Errorf("%s: %d requests (want the recording's 360), %d unfinished, %d windows", p.Name, p.Requests, p.Unfinished, len(p.Windows))
+		}
+	}
+	if p := res.Policy("4 attempts"); p.Amplification < 1.2 || p.Attempts > 4*p.Requests {
+		t.Errorf("4 attempts against a recording that refused 2 of 3 attempts for 400 ms: amplification %.2f, %d attempts", p.Amplification, p.Attempts)
+	}
+	virt, err := check.Run(context.Background(), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(virt.Policies) != 1 || len(virt.Skipped) != 2 {
+		t.Fatalf("virtual time replays the retry policy only: skipped %q", virt.Skipped)
+	}
+}
+
+// TestReplayRealTooLarge: a recording that starts more requests than a
+// real-time run takes is refused before anything runs.
+func TestReplayRealTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := timeline.NewWriter(f, timeline.Header{Width: time.Second})
+	if err := w.Add(timeline.Window{Arrivals: check.MaxRealRequests + 1, Originals: -1,
+		Status: []timeline.StatusCount{{Status: "200", N: check.MaxRealRequests + 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(w.Close(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := check.ReadRecording(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = check.RunReal(context.Background(), check.Experiment{Policies: []check.Policy{check.Retry("nil", nil)}, Replay: rec})
+	if !errors.Is(err, check.ErrInvalid) || !strings.Contains(err.Error(), "Replay") {
+		t.Fatalf("got %v, want ErrInvalid naming Replay", err)
 	}
 }
