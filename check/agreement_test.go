@@ -80,73 +80,91 @@ func TestVirtualPredictsReal(t *testing.T) {
 		t.Skip("real-time agreement runs without -race (go test -count=1 -run VirtualPredictsReal ./check)")
 	}
 	for _, exp := range []func(uint64) check.Experiment{budgetExperiment, hedgeExperiment} {
-		name := exp(0).Name
-		t.Run(name, func(t *testing.T) {
-			virt := make([]check.PolicyResult, agreementSeeds)
-			real := make([]check.PolicyResult, agreementSeeds)
-			for i := range virt {
-				res, err := check.Run(context.Background(), exp(uint64(i+1)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				virt[i] = res.Policies[0]
-			}
-			start := time.Now()
-			var (
-				wg     sync.WaitGroup
-				sem    = make(chan struct{}, agreementParallel)
-				mu     sync.Mutex
-				errs   []error
-				reruns int
-			)
-			for i := range real {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					for {
-						res, err := check.RunReal(context.Background(), exp(uint64(i+1)))
-						mu.Lock()
-						if err != nil {
-							errs = append(errs, err)
-							mu.Unlock()
-							return
-						}
-						p := res.Policies[0]
-						if p.Lateness > agreementLate && reruns < agreementReruns {
-							reruns++
-							mu.Unlock()
-							continue
-						}
-						real[i] = p
-						mu.Unlock()
-						return
-					}
-				}()
-			}
-			wg.Wait()
-			if len(errs) > 0 {
-				t.Fatal(errs)
-			}
-			t.Logf("real time: %v for %d runs (%d run again: the machine stalled them)", time.Since(start).Round(time.Millisecond), agreementSeeds, reruns)
-			for _, m := range []struct {
-				name string
-				of   func(check.PolicyResult) float64
-			}{
-				{"attempts", func(p check.PolicyResult) float64 { return float64(p.Attempts) }},
-				{"peak per window", func(p check.PolicyResult) float64 { return float64(p.Peak) }},
-				{"amplification", func(p check.PolicyResult) float64 { return p.Amplification }},
-			} {
-				v, r := sample(virt, m.of), sample(real, m.of)
-				tv := welch(v, r)
-				t.Logf("%s: virtual %.3f ± %.3f, real %.3f ± %.3f, t = %.2f", m.name, mean(v), sd(v), mean(r), sd(r), tv)
-				if math.Abs(tv) > agreementT || math.IsNaN(tv) {
-					t.Errorf("%s: the virtual run does not predict the real one: virtual mean %.3f (sd %.3f), real %.3f (sd %.3f), Welch t = %.2f (limit %.0f)",
-						m.name, mean(v), sd(v), mean(r), sd(r), tv, agreementT)
-				}
-			}
+		t.Run(exp(0).Name, func(t *testing.T) {
+			virt, real := agreementRuns(t, exp)
+			agree(t, virt, real)
 		})
 	}
+}
+
+// agree fails t when a measure's Welch t between the virtual and the
+// real-time runs is beyond agreementT.
+func agree(t *testing.T, virt, real []check.PolicyResult) {
+	t.Helper()
+	for _, m := range agreementMeasures {
+		v, r := sample(virt, m.of), sample(real, m.of)
+		tv := welch(v, r)
+		t.Logf("%s: virtual %.3f ± %.3f, real %.3f ± %.3f, t = %.2f", m.name, mean(v), sd(v), mean(r), sd(r), tv)
+		if math.Abs(tv) > agreementT || math.IsNaN(tv) {
+			t.Errorf("%s: the virtual run does not predict the real one: virtual mean %.3f (sd %.3f), real %.3f (sd %.3f), Welch t = %.2f (limit %.0f)",
+				m.name, mean(v), sd(v), mean(r), sd(r), tv, agreementT)
+		}
+	}
+}
+
+// agreementMeasures are the measures the virtual run must predict.
+var agreementMeasures = []struct {
+	name string
+	of   func(check.PolicyResult) float64
+}{
+	{"attempts", func(p check.PolicyResult) float64 { return float64(p.Attempts) }},
+	{"peak per window", func(p check.PolicyResult) float64 { return float64(p.Peak) }},
+	{"amplification", func(p check.PolicyResult) float64 { return p.Amplification }},
+}
+
+// agreementRuns runs exp's first policy with seeds 1 to agreementSeeds
+// in virtual time and in real time (agreementParallel real-time runs at
+// once; a run the machine stalled is run again).
+func agreementRuns(t *testing.T, exp func(uint64) check.Experiment) (virt, real []check.PolicyResult) {
+	t.Helper()
+	virt = make([]check.PolicyResult, agreementSeeds)
+	real = make([]check.PolicyResult, agreementSeeds)
+	for i := range virt {
+		res, err := check.Run(context.Background(), exp(uint64(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		virt[i] = res.Policies[0]
+	}
+	start := time.Now()
+	var (
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, agreementParallel)
+		mu     sync.Mutex
+		errs   []error
+		reruns int
+	)
+	for i := range real {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for {
+				res, err := check.RunReal(context.Background(), exp(uint64(i+1)))
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				p := res.Policies[0]
+				if p.Lateness > agreementLate && reruns < agreementReruns {
+					reruns++
+					mu.Unlock()
+					continue
+				}
+				real[i] = p
+				mu.Unlock()
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	t.Logf("real time: %v for %d runs (%d run again: the machine stalled them)", time.Since(start).Round(time.Millisecond), agreementSeeds, reruns)
+	return virt, real
 }
 
 func sample(ps []check.PolicyResult, of func(check.PolicyResult) float64) []float64 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/internal/simkit"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -19,6 +20,7 @@ const (
 	answerDrop                  // the connection closes without an answer
 	answerHang                  // no answer for the hang, then a drop
 	answerRefused               // over capacity: refused at once as Refusal says
+	answer500                   // 500 after the delay (a replayed 5xx)
 )
 
 // verdict is the dependency's decision for an arriving attempt.
@@ -42,10 +44,15 @@ type depModel struct {
 	tat      time.Duration // when the rate cap serves the next attempt
 	inFlight int
 	rng      *rand.Rand
+	replay   *simkit.Replay // a recorded timeline, in place of the rules above
+	adm      simkit.ReplayAdmission
 }
 
 func newDepModel(p *plan, rng *rand.Rand) *depModel {
 	m := &depModel{d: p.e.Dependency, fc: p.faults, rng: rng, cap: p.faults.Capacity}
+	if p.e.Replay != nil {
+		m.replay = p.e.Replay.dep
+	}
 	if m.d.Rate > 0 {
 		m.interval = time.Duration(math.Round(float64(time.Second) / m.d.Rate))
 	}
@@ -75,6 +82,9 @@ func (m *depModel) refusal() (answer, time.Duration) {
 // verdict counts the attempt in flight; the caller calls leave when it is
 // answered or its caller hung up.
 func (m *depModel) decide(t time.Duration) verdict {
+	if m.replay != nil {
+		return m.replayed(t)
+	}
 	if m.fc.IsDropped(t) {
 		return verdict{answer: answerDrop, outcome: labkit.Dropped}
 	}
@@ -100,6 +110,24 @@ func (m *depModel) decide(t time.Duration) verdict {
 		}
 	}
 	return m.serve(t, wait)
+}
+
+// replayed decides an attempt arriving at t in a recorded timeline, by
+// the virtual replay's own rule (simkit.Replay.Outcome): nothing is
+// counted in flight, the recorded capacity is a count per window.
+func (m *depModel) replayed(t time.Duration) verdict {
+	lat, err := m.replay.Outcome(t, m.rng, &m.adm)
+	switch err {
+	case nil:
+		return verdict{answer: answerOK, delay: lat, outcome: labkit.Accepted}
+	case simkit.ErrShed:
+		return verdict{answer: answer503, delay: lat, outcome: labkit.Busy}
+	case simkit.ErrFailed:
+		return verdict{answer: answer500, delay: lat, outcome: labkit.Failed}
+	case simkit.ErrTimeout:
+		return verdict{answer: answerHang, delay: m.hang(), outcome: labkit.Dropped}
+	}
+	return verdict{answer: answerDrop, outcome: labkit.Dropped} // a reset
 }
 
 // room reports whether a queued attempt may be served now.
@@ -153,10 +181,12 @@ var (
 	errRefused = errors.New("check: dependency answered 503")
 	errDropped = errors.New("check: connection dropped without an answer")
 	errTimeout = errors.New("check: attempt timed out")
+	errFailed  = errors.New("check: dependency answered 500")
 
 	errRefusedR = retry.Retryable(errRefused)
 	errDroppedR = retry.Retryable(errDropped)
 	errTimeoutR = retry.Retryable(errTimeout)
+	errFailedR  = retry.Retryable(errFailed)
 )
 
 // attemptErr is the error an attempt answered a with ends with.

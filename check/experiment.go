@@ -229,9 +229,11 @@ type Experiment struct {
 	// Replay, when set, replays a recorded outage instead of Callers,
 	// Dependency and Faults: the callers follow the recorded first
 	// attempts, the dependency its recorded capacity, errors and latency
-	// (see ReadRecording), and each policy decides the retries. Virtual
-	// time only; a hedge or a transport is skipped. Dependency.Hang still
-	// bounds an attempt the recording never answered.
+	// (see ReadRecording), and each policy decides the retries. Run
+	// replays retry policies (a hedge or a transport is skipped); RunReal
+	// replays every policy on its gateway by the same per-window rules.
+	// Dependency.Hang still bounds an attempt the recording never
+	// answered.
 	Replay *Recording
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+	"github.com/staggerhq/stagger/internal/simkit"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -25,22 +26,33 @@ import (
 // itself. A run lasts as long as its timeline (the experiment's Duration,
 // or until a closed loop's callers are done), so keep real-time
 // experiments to seconds. At most MaxRealRequests logical requests.
+//
+// With Replay set, the gateway follows the recording per window by the
+// virtual replay's rules (its capacity, error rate and mix, latency
+// percentiles; healthy between and after its windows), the callers start
+// the recorded first attempts at the instants the virtual replay draws,
+// and the run lasts until every request has finished (at most a minute
+// after the recording ends). A hedge and a transport replay in real time.
 func RunReal(ctx context.Context, e Experiment) (*Result, error) {
 	p, err := e.plan()
 	if err != nil {
 		return nil, err
 	}
-	if e.Replay != nil {
-		return nil, fmt.Errorf("%w: Replay: a recorded timeline replays in virtual time only (check.Run)", ErrInvalid)
-	}
 	c := e.Callers
+	res := p.result("real")
+	if e.Replay != nil {
+		if n := e.Replay.originals(); n > MaxRealRequests {
+			return nil, fmt.Errorf("%w: Replay: a recording must start <= %d requests in real time, got %d", ErrInvalid, MaxRealRequests, n)
+		}
+		p.limit = e.Replay.End() + time.Minute
+		replayFrame(res, e.Replay)
+	}
 	if n := c.Rate * p.limit.Seconds(); c.Open() && n > MaxRealRequests {
 		return nil, fmt.Errorf("%w: Callers.Rate × Duration must be <= %d requests in real time, got %.3g", ErrInvalid, MaxRealRequests, n)
 	}
 	if n := c.N * c.requests(); !c.Open() && n > MaxRealRequests {
 		return nil, fmt.Errorf("%w: Callers.N × Requests must be <= %d requests in real time, got %d", ErrInvalid, MaxRealRequests, n)
 	}
-	res := p.result("real")
 	for _, pol := range e.Policies {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -136,6 +148,8 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch v.answer {
 	case answerOK:
 		w.WriteHeader(http.StatusOK)
+	case answer500:
+		w.WriteHeader(http.StatusInternalServerError)
 	case answer503:
 		if v.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfterSeconds(v.retryAfter)/time.Second), 10))
@@ -226,6 +240,8 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 			switch resp.StatusCode {
 			case http.StatusOK:
 				return nil
+			case http.StatusInternalServerError:
+				return errFailedR
 			case http.StatusServiceUnavailable:
 				if ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); err == nil && ra > 0 {
 					return retry.After(errRefused, time.Duration(ra)*time.Second)
@@ -265,14 +281,31 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		mu.Unlock()
 	}
 	c := e.Callers
-	if c.Open() {
-		arr := &arrivals{c: c, rng: rand.New(rand.NewPCG(e.Seed, 1))}
+	if c.Open() || e.Replay != nil {
+		var next func() (time.Duration, bool)
+		if e.Replay != nil {
+			ts := e.Replay.arrivals(rand.New(rand.NewPCG(e.Seed, 1)))
+			next = func() (time.Duration, bool) {
+				if len(ts) == 0 {
+					return 0, false
+				}
+				t := ts[0]
+				ts = ts[1:]
+				return t, true
+			}
+		} else {
+			arr := &arrivals{c: c, rng: rand.New(rand.NewPCG(e.Seed, 1))}
+			next = func() (time.Duration, bool) {
+				t := arr.next()
+				return t, t < p.limit
+			}
+		}
 		timer := time.NewTimer(0)
 		<-timer.C
 	gen:
 		for n := 1; ; n++ {
-			t := arr.next()
-			if t >= p.limit {
+			t, ok := next()
+			if !ok {
 				break
 			}
 			timer.Reset(time.Until(start.Add(t)))
@@ -317,6 +350,11 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		return PolicyResult{}, 0, err
 	}
 
+	if e.Replay != nil {
+		r, span := realReplay(p, pol, reqs, g.rec.Arrivals())
+		r.Lateness = late
+		return r, span, nil
+	}
 	m := newMeter(p.window)
 	slices.SortFunc(reqs, func(a, b realReq) int { return int(a.start - b.start) })
 	for _, rq := range reqs {
@@ -346,6 +384,46 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 	r := m.result(pol.Name, p, span)
 	r.Lateness = late
 	return r, span, nil
+}
+
+// realReplay sums up a real-time replay as the virtual one is: the
+// recording's windows, a request's end counted when its caller returned.
+func realReplay(p *plan, pol Policy, reqs []realReq, arrivals []labkit.Arrival) (PolicyResult, time.Duration) {
+	rec := p.e.Replay
+	m := simkit.NewMeter(p.window, rec.Width())
+	for _, a := range arrivals {
+		m.Call(a.At)
+	}
+	var unfinished int64
+	other, gaveUp := map[string]int64{}, map[retry.Reason]int64{}
+	for _, rq := range reqs {
+		m.Original()
+		switch {
+		case rq.unfinished:
+			unfinished++
+		case rq.ok:
+			m.Success(rq.end)
+		case rq.other != "":
+			other[rq.other]++
+			m.GiveUp(rq.end, retry.NoReason)
+		default:
+			m.GiveUp(rq.end, rq.reason)
+			gaveUp[rq.reason]++
+		}
+	}
+	rr := &simkit.ReplayResult{Attempts: m.Calls(), Originals: m.Originals(), Succeeded: m.Successes(),
+		GaveUp: gaveUp, Window: p.window, Width: rec.Width(), Replayed: m.Load(), Completion: m.Completion()}
+	rr.Peak, rr.PeakAt = m.Peak()
+	res := &Result{}
+	replayFrame(res, rec)
+	pr, span := replayPolicy(pol.Name, rr, res, rec)
+	for k, n := range other {
+		pr.GaveUp[k] += n
+	}
+	if unfinished > 0 {
+		pr.Unfinished, pr.Recovered, pr.Metastable = unfinished, false, true
+	}
+	return pr, span
 }
 
 // transportCall sends one logical request through a transport under test

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/staggerhq/stagger/internal/simkit"
@@ -81,51 +83,86 @@ func (r *Recording) recorded() []Window {
 	return ws
 }
 
-// runReplay replays the recording with each policy in virtual time.
-func runReplay(ctx context.Context, p *plan, res *Result) error {
-	rec := p.e.Replay
+// originals returns the logical requests the recording starts.
+func (r *Recording) originals() int64 {
+	var n int64
+	for i := range r.dep.Windows() {
+		n += r.dep.Originals(i)
+	}
+	return n
+}
+
+// arrivals returns the instants the recorded first attempts start, in
+// order: the replay's rule (simkit.Replay.Arrival) drawn from rng.
+func (r *Recording) arrivals(rng *rand.Rand) []time.Duration {
+	var ts []time.Duration
+	for i := range r.dep.Windows() {
+		for range r.dep.Originals(i) {
+			ts = append(ts, r.dep.Arrival(i, rng))
+		}
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// replayFrame sets what a replay's result shows of the recording: its
+// windows and its span as the fault.
+func replayFrame(res *Result, rec *Recording) {
 	res.Window = rec.Width()
 	res.FaultStart, res.FaultEnd = 0, rec.End()
 	res.Recorded = rec.recorded()
+}
+
+// runReplay replays the recording with each policy in virtual time.
+func runReplay(ctx context.Context, p *plan, res *Result) error {
+	rec := p.e.Replay
+	replayFrame(res, rec)
 	for _, pol := range p.e.Policies {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if pol.newRetry == nil {
-			res.Skipped = append(res.Skipped, pol.Name+": an http.RoundTripper runs in real time only, and a recording replays in virtual time")
+			res.Skipped = append(res.Skipped, pol.Name+": an http.RoundTripper runs in real time only (RunReal replays the recording with it)")
 			continue
 		}
 		pp, h := runPolicy(pol, p.e.Seed, 0x9e3779b97f4a7c15)
 		if h != nil {
-			res.Skipped = append(res.Skipped, pol.Name+": a hedge is not replayed (the recorded dependency has no per-attempt latency to hedge against)")
+			res.Skipped = append(res.Skipped, pol.Name+": a hedge is not replayed in virtual time (the recorded dependency has no per-attempt latency to hedge against)")
 			continue
 		}
 		rr, err := rec.dep.Run(ctx, pp, simkit.ReplayOptions{Seed: p.e.Seed, Window: p.window, Hang: p.e.Dependency.Hang})
 		if err != nil {
 			return fmt.Errorf("check: %s: %w", pol.Name, err)
 		}
-		pr := PolicyResult{Name: pol.Name, Requests: rr.Originals, Attempts: rr.Attempts, Successes: rr.Succeeded,
-			Amplification: rr.Amplification(), Peak: rr.Peak, PeakAt: rr.PeakAt, GaveUp: map[string]int64{}, Events: rr.Events}
-		for reason, n := range rr.GaveUp {
-			if n > 0 {
-				pr.GaveUp[reason.String()] = n
-			}
-		}
-		for i, n := range rr.Replayed {
-			w := Window{Start: time.Duration(i) * rr.Width, Attempts: n}
-			if i < len(res.Recorded) {
-				w.Requests = res.Recorded[i].Requests
-			}
-			pr.Windows = append(pr.Windows, w)
-		}
-		span := max(rr.Completion, rec.End())
-		if span > 0 {
-			pr.Goodput = float64(rr.Succeeded) / span.Seconds()
-		}
-		// a replay runs until every request has finished
-		pr.Recovered, pr.Recovery = true, max(0, rr.Completion-rec.End())
+		pr, span := replayPolicy(pol.Name, rr, res, rec)
 		res.Duration = max(res.Duration, span)
 		res.Policies = append(res.Policies, pr)
 	}
 	return nil
+}
+
+// replayPolicy sums up one policy's replay, virtual or real: the result
+// and the span it covers.
+func replayPolicy(name string, rr *simkit.ReplayResult, res *Result, rec *Recording) (PolicyResult, time.Duration) {
+	pr := PolicyResult{Name: name, Requests: rr.Originals, Attempts: rr.Attempts, Successes: rr.Succeeded,
+		Amplification: rr.Amplification(), Peak: rr.Peak, PeakAt: rr.PeakAt, GaveUp: map[string]int64{}, Events: rr.Events}
+	for reason, n := range rr.GaveUp {
+		if n > 0 {
+			pr.GaveUp[reason.String()] = n
+		}
+	}
+	for i, n := range rr.Replayed {
+		w := Window{Start: time.Duration(i) * rr.Width, Attempts: n}
+		if i < len(res.Recorded) {
+			w.Requests = res.Recorded[i].Requests
+		}
+		pr.Windows = append(pr.Windows, w)
+	}
+	span := max(rr.Completion, rec.End())
+	if span > 0 {
+		pr.Goodput = float64(rr.Succeeded) / span.Seconds()
+	}
+	// a replay runs until every request has finished
+	pr.Recovered, pr.Recovery = true, max(0, rr.Completion-rec.End())
+	return pr, span
 }

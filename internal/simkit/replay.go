@@ -262,8 +262,7 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 	var (
 		reqs     []replayReq
 		free     []int32
-		capWin   = -1 // the window capUsed counts
-		capUsed  int64
+		adm      ReplayAdmission
 		inFlight int
 	)
 	alloc := func() (int32, error) {
@@ -300,7 +299,7 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 				bound = left
 			}
 		}
-		lat, err := r.outcome(now, rng, &capWin, &capUsed)
+		lat, err := r.Outcome(now, rng, &adm)
 		if lat < 0 { // no answer
 			lat = o.Hang
 			if bound > 0 {
@@ -337,9 +336,8 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 		now := e.Now()
 		switch ev.Kind {
 		case evRWindow:
-			w := &r.wins[ev.ID]
-			for range w.originals {
-				e.At(w.start+time.Duration(rng.Int64N(int64(width))), evROriginal, 0)
+			for range r.wins[ev.ID].originals {
+				e.At(r.Arrival(int(ev.ID), rng), evROriginal, 0)
 			}
 			if next := ev.ID + 1; int(next) < len(r.wins) {
 				e.At(r.wins[next].start, evRWindow, next)
@@ -389,17 +387,44 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 	return res, nil
 }
 
-// outcome draws what the dependency does with an attempt arriving at now:
-// its latency (-1: no answer) and its error (nil: served).
-func (r *Replay) outcome(now time.Duration, rng *rand.Rand, capWin *int, capUsed *int64) (time.Duration, error) {
+// Windows returns the number of recorded windows.
+func (r *Replay) Windows() int { return len(r.wins) }
+
+// Originals returns the logical requests recorded window i starts: its
+// first attempts (all its arrivals when the recording does not know which
+// were first).
+func (r *Replay) Originals(i int) int64 { return r.wins[i].originals }
+
+// Arrival draws the instant one of window i's logical requests starts:
+// uniformly random inside the window.
+func (r *Replay) Arrival(i int, rng *rand.Rand) time.Duration {
+	return r.wins[i].start + time.Duration(rng.Int64N(int64(r.tl.Width)))
+}
+
+// ReplayAdmission counts the attempts admitted in the current window
+// against its recorded capacity; the zero value is a run's start. One
+// per run, used by one goroutine at a time.
+type ReplayAdmission struct {
+	win  int   // the window used counts
+	used int64 // attempts admitted in it
+}
+
+// Outcome draws what the dependency does with an attempt arriving at now
+// (from the recording's start): its latency (-1: it never answers) and its
+// error — nil (served), ErrShed (refused: over the recorded capacity),
+// ErrFailed (a 5xx answer), ErrReset (a reset, at once) or ErrTimeout (no
+// answer). It is the replay's one rule per attempt: the virtual run
+// ([Replay.Run]) and a real-time gateway both call it, in the order the
+// attempts arrive.
+func (r *Replay) Outcome(now time.Duration, rng *rand.Rand, a *ReplayAdmission) (time.Duration, error) {
 	i := r.tl.At(now)
 	if i < 0 { // between windows or after the recording: healthy
 		lat := r.latencyBefore(now)
 		return lat.Quantile(rng.Float64()), nil
 	}
 	w := &r.wins[i]
-	if *capWin != i {
-		*capWin, *capUsed = i, 0
+	if a.win != i {
+		a.win, a.used = i, 0
 	}
 	draw := func() time.Duration {
 		if !w.hasLatency {
@@ -407,13 +432,13 @@ func (r *Replay) outcome(now time.Duration, rng *rand.Rand, capWin *int, capUsed
 		}
 		return w.latency.Quantile(rng.Float64())
 	}
-	if w.capacity >= 0 && *capUsed >= w.capacity {
+	if w.capacity >= 0 && a.used >= w.capacity {
 		if rng.Float64() < w.pConnRefused {
 			return 0, ErrShed
 		}
 		return draw(), ErrShed
 	}
-	*capUsed++
+	a.used++
 	if w.pFail > 0 && rng.Float64() < w.pFail {
 		switch u := rng.Float64(); {
 		case u < w.p5xx:
