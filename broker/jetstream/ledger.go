@@ -96,10 +96,11 @@ func ackBounded(h func(context.Context, []byte) error) func(context.Context, []b
 		hctx, cancel := context.WithDeadline(ctx, dl)
 		defer cancel()
 		err := h(hctx, payload)
-		if herr := hctx.Err(); herr != nil && ctx.Err() == nil && errors.Is(err, herr) {
+		if herr := hctx.Err(); herr != nil && errors.Is(err, herr) {
 			// The ack wait ended the attempt: bound's timer ends ctx at
-			// the same moment, so the Processor sees an interrupted
-			// attempt, not a failure of the work's own.
+			// the same moment (it may already have, between the two
+			// timers), so the Processor sees an interrupted attempt, not
+			// a failure of the work's own.
 			<-ctx.Done()
 			return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 		}

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -112,5 +113,22 @@ func TestLedgerHostileHeaders(t *testing.T) {
 	}
 	if n < sent/2 {
 		t.Errorf("handled %d of %d messages: the test sends too little", n, sent)
+	}
+}
+
+// TestAckBoundedBothTimers: the handler's deadline and bound's timer end
+// the attempt at the same instant; when bound's has already ended the
+// Processor's context by the time the handler returns, the error still
+// carries bound's cause, so the attempt reads as interrupted.
+func TestAckBoundedBothTimers(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), ackKey{}, time.Now().Add(time.Millisecond)))
+	defer cancel(nil)
+	h := ackBounded(func(hctx context.Context, _ []byte) error {
+		<-hctx.Done()      // the handler's own deadline
+		cancel(errAckWait) // bound's timer fires before the handler returns
+		return hctx.Err()
+	})
+	if err := h(ctx, nil); !errors.Is(err, errAckWait) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v: want the handler's deadline wrapped with the ack wait's cause", err)
 	}
 }
