@@ -151,8 +151,8 @@ func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 		return nil, usageError(stderr, name, "--rate (open loop) and --callers (closed loop) exclude each other")
 	case set("constant") && !set("rate"):
 		return nil, usageError(stderr, name, "--constant needs --rate")
-	case set("replay") && (set("fault") || set("rate") || set("callers") || set("real")):
-		return nil, usageError(stderr, name, "--replay excludes --fault, --rate, --callers and --real: a replay's callers and faults are the recording's")
+	case set("replay") && (set("fault") || set("rate") || set("callers")):
+		return nil, usageError(stderr, name, "--replay excludes --fault, --rate and --callers: a replay's callers and faults are the recording's")
 	case set("queue") && !set("dep-rate") && !set("concurrency"):
 		return nil, usageError(stderr, name, "--queue needs --concurrency or --dep-rate")
 	}

@@ -350,4 +350,19 @@ func TestCheckReplay(t *testing.T) {
 	if code, _, errOut := runCLI(t, "check", "--policy", storm, "--replay", cut, "--rate", "5"); code != exitUsage || !strings.Contains(errOut, "--replay excludes") {
 		t.Errorf("--replay with --rate: exit %d, %q", code, errOut)
 	}
+	// In real time a hedge replays too: half a second of a short recording.
+	var short strings.Builder
+	short.WriteString(`{"stagger_timeline":1,"window_ms":100}` + "\n")
+	for w := range 5 {
+		if w == 2 {
+			short.WriteString(`{"start_ms":200,"arrivals":4,"originals":4,"refusals":4}` + "\n")
+		} else {
+			short.WriteString(`{"start_ms":` + strconv.Itoa(w*100) + `,"arrivals":4,"originals":4,"status":{"200":4},"p50_ms":2,"p99_ms":5}` + "\n")
+		}
+	}
+	short.WriteString(`{"end":{"windows":5,"arrivals":20}}` + "\n")
+	rec := writeFile(t, dir, "short.jsonl", short.String())
+	if code, out, errOut := runCLI(t, "check", "--policy", hedged, "--replay", rec, "--real"); code != exitOK || !strings.Contains(out, "hedged") {
+		t.Errorf("a hedge replayed in real time: exit %d, stderr %q\n%s", code, errOut, out)
+	}
 }
