@@ -240,6 +240,12 @@ func compare(lab, sim outageSample) (lines, failed []string) {
 // that came within agreeNear of the designed round trip (on a machine
 // that held up more than 20 of the 30, it is logged, not made).
 func TestOutageAgreesWithLab(t *testing.T) {
+	if raceEnabled {
+		// The race detector slows every loopback exchange of the lab's
+		// side while the simulated side runs in virtual time: the test
+		// would measure the detector. CI runs it in its step without -race.
+		t.Skip("real-time agreement runs without -race (go test -count=1 -run TestOutageAgreesWithLab ./internal/simkit)")
+	}
 	begin := time.Now()
 	c := DefaultOutage()
 	for _, strategy := range []string{"immediate", "expo-full"} {
