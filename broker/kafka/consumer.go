@@ -261,7 +261,7 @@ func (c *Consumer) session(ctx context.Context, s stage) error {
 	if ctx.Err() != nil && !t.halted() {
 		// Shutting down: the forwards in flight are acknowledged (or fail)
 		// within the client's timeouts; commit what they allow.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		if derr := t.drain(fctx, cl, c.opts.afterForward, c.opts.afterSuccess); derr != nil {
 			c.log.Warn("kafka: final commit", slog.String("topic", s.topic), slog.Any("error", derr))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -145,6 +146,9 @@ func (t *tracker) wait(ctx context.Context, max int) error {
 	}
 }
 
+// commitTimeout bounds one commit that the session's end does not cancel.
+const commitTimeout = 10 * time.Second
+
 // commitLoop commits whatever becomes committable, one commit at a time,
 // until ctx ends. A failed forward or commit, or a test crash, ends the
 // session through stop.
@@ -156,7 +160,15 @@ func (t *tracker) commitLoop(ctx context.Context, cl *kgo.Client, stop context.C
 			return
 		}
 		if s.ready {
-			if err := t.commit(ctx, cl, afterForward, afterSuccess); err != nil {
+			// The session's end does not cut a commit short: the client
+			// gives up a request whose context ends by closing its
+			// connection, yet the broker may still apply it, after the
+			// next commit (the final drain's, on a new connection), and
+			// so move the partitions back to offsets already handled.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+			err := t.commit(cctx, cl, afterForward, afterSuccess)
+			cancel()
+			if err != nil {
 				stop(err)
 				return
 			}

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/staggerhq/stagger/broker"
 )
 
 func readyOffsets(t *tracker) map[int32]int64 {
@@ -156,4 +161,92 @@ func TestWaitDue(t *testing.T) {
 			t.Fatal("waitDue reported the due time reached after its context ended")
 		}
 	})
+}
+
+// TestSessionEndDoesNotReorderCommits: a commit in flight when the session
+// ends is finished, not abandoned. The client gives up a request whose
+// context ends by closing its connection, but the broker may still apply
+// it; the final drain's commit goes out on a new connection and can be
+// applied first, and the abandoned, older commit would then move the
+// partition back: its next owner would handle again records already
+// handled. The broker here holds the first commit until the second one
+// arrives (or, when none can arrive before the first is answered, for a
+// while), so the order does not depend on the scheduler.
+func TestSessionEndDoesNotReorderCommits(t *testing.T) {
+	topics := NewTopics(uniqueName(t), broker.Tiers{time.Second})
+	cluster, addrs := newCluster(t, 1, topics)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	group := uniqueName(t) + "-g"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topics.Main),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.Main, Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got == 0; { // joined: the group's commits are accepted
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("no record polled: the client did not join its group")
+		}
+		got = fs.NumRecords()
+	}
+
+	var (
+		calls                   atomic.Int32
+		arrived, second, c1Done = make(chan struct{}), make(chan struct{}), make(chan struct{})
+		release                 = make(chan struct{})
+	)
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		switch calls.Add(1) {
+		case 1:
+			close(arrived)
+			cluster.SleepControl(func() { <-release })
+			close(c1Done)
+		case 2:
+			close(second)
+		}
+		return nil, nil, false // applied as usual
+	})
+
+	tr := newTracker(topics.Main)
+	seal := func(off int64) {
+		p := tr.open()
+		p.offsets[0] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		tr.seal(p)
+	}
+	seal(5)
+	sctx, stop := context.WithCancelCause(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); tr.commitLoop(sctx, cl, stop, nil, nil) }()
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the commit loop's commit never reached the broker")
+	}
+	seal(10)
+	stop(errSessionEnded) // shutdown while the commit of 5 is in flight
+	drained := make(chan error, 1)
+	go func() { drained <- tr.drain(ctx, cl, nil, nil) }()
+	select {
+	case <-second: // the drain's commit overtook the first one
+	case <-time.After(time.Second): // it waits for the first one's answer
+	}
+	close(release)
+	<-c1Done
+	if err := <-drained; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	<-loopDone
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := offs.Lookup(topics.Main, 0); !ok || o.At != 10 {
+		t.Fatalf("committed offset %+v (found %v), want 10: an older commit was applied after a newer one", o, ok)
+	}
 }
