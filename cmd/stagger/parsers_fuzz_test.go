@@ -341,3 +341,26 @@ func FuzzFlagValues(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseCheck: any command line for `stagger check` gives a config
+// (exit 0) or bad usage (exit 2) with a message, never a panic; a config
+// holds only finite thresholds.
+func FuzzParseCheck(f *testing.F) {
+	for _, s := range []string{
+		"--policy p.json --fault down\x005s\x00at\x005s --rate 200 --max-amplification 1.3",
+		"--max-amplification NaN", "--rate -1", "--replay r.jsonl --real", "--max-peak 1e99",
+		"--callers 4 --rate 5", "--baseline x --max-load 1.2", "--recover-within -1s", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var out, errOut bytes.Buffer
+		cfg, code := parseCheck(strings.Split(s, "\x00"), &out, &errOut)
+		switch {
+		case cfg == nil && code != exitUsage && code != exitOK:
+			t.Fatalf("parseCheck(%q): exit %d", s, code)
+		case cfg == nil && code == exitUsage && errOut.Len() == 0:
+			t.Fatalf("parseCheck(%q): bad usage without a message", s)
+		}
+	})
+}

@@ -125,6 +125,11 @@ func FuzzParse(f *testing.F) {
 		if n, ok := ParseUint(v, math.MaxUint64); ok && strings.TrimLeft(v, "0") != strings.TrimLeft(strconv.FormatUint(n, 10), "0") {
 			t.Errorf("ParseUint(%q) = %d", v, n)
 		}
+		for _, max := range []int{0, 1, 5, math.MaxInt} {
+			if n, ok := ParseMaxAttempts(v, max); ok && (n < 1 || n > MaxBudget(max)) {
+				t.Errorf("ParseMaxAttempts(%q, %d) = %d, outside [1, %d]", v, max, n, MaxBudget(max))
+			}
+		}
 		if ValidID(v) && (len(v) > MaxIDLen || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r > 0x7e })) {
 			t.Errorf("ValidID(%q) = true", v)
 		}
