@@ -459,7 +459,7 @@ func decodeJSON(b []byte, v any) error {
 	var se *json.SyntaxError
 	switch {
 	case err == nil:
-		if dec.More() {
+		if _, err := dec.Token(); err != io.EOF { // More misses a stray '}' or ']'
 			return errorf("request body: one JSON object, got more after it")
 		}
 		return nil

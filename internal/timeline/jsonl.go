@@ -81,7 +81,7 @@ func decodeStrict(line []byte, v any) (field, rule string) {
 	if dec.More() {
 		return "", "one JSON object per line; found more after it"
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.Token(); err != io.EOF { // More misses a stray '}' or ']'
 		return "", "one JSON object per line; found more after it"
 	}
 	return "", ""
