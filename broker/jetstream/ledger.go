@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // Publish publishes body on subject with the Nats-Msg-Id id (the server's
@@ -19,15 +20,39 @@ import (
 // and the ledger of the work ctx carries in its state headers
 // (broker.EncodeLedger): the consumer counts on from the attempts made,
 // within the attempts and the deadline that are left. It returns the
-// server's acknowledgement.
+// server's acknowledgement. [Publisher] also writes the trace context.
 func Publish(ctx context.Context, js jetstream.JetStream, subject, id string, body []byte) (*jetstream.PubAck, error) {
+	return Publisher{JS: js}.Publish(ctx, subject, id, body)
+}
+
+// Publisher publishes original messages with the ledger and the trace
+// context of the publishing code: [Publish] with a trace. The zero Trace
+// is [Publish] itself.
+type Publisher struct {
+	// JS publishes the messages.
+	JS jetstream.JetStream
+	// Trace, if set, writes the publishing code's trace context on each
+	// message (traceparent, tracestate), as broker.StartPublish does: a
+	// broker.PublishTracer (contrib/otel's Tracer.Broker) records a
+	// producer span from the publish to the server's acknowledgement and
+	// the message carries that span's context, so the consumer's spans
+	// (Options.Trace set to the same value) are its children.
+	Trace retry.Propagator
+}
+
+// Publish publishes body on subject as [Publish] does, with p's trace,
+// and returns the server's acknowledgement.
+func (p Publisher) Publish(ctx context.Context, subject, id string, body []byte) (*jetstream.PubAck, error) {
 	m := nats.NewMsg(subject)
 	m.Data = body
 	if id != "" {
 		m.Header.Set(jetstream.MsgIDHeader, id)
 	}
-	broker.EncodeLedger(ctx, func(k, v string) { m.Header.Set(k, v) })
-	return js.PublishMsg(ctx, m)
+	end := broker.StartPublish(ctx, p.Trace, broker.PublishInfo{System: "jetstream", Destination: subject, ID: id, Size: len(body)},
+		func(k, v string) { m.Header.Set(k, v) })
+	ack, err := p.JS.PublishMsg(ctx, m)
+	end(err)
+	return ack, err
 }
 
 // ledger reads the ledger a producer wrote on a message (Publish,

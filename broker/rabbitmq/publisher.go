@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // ErrUnroutable is returned when RabbitMQ returned a mandatory publish: no
@@ -182,8 +183,9 @@ func (c *confirmer) abandon(tag string, dc *amqp.DeferredConfirmation) {
 // mandatory and publisher confirms: Publish returns nil only when RabbitMQ
 // has routed and confirmed the message. Safe for concurrent use.
 type Publisher struct {
-	c    *confirmer
-	topo Topology
+	c     *confirmer
+	topo  Topology
+	trace retry.Propagator
 }
 
 // NewPublisher opens a confirm-mode channel on conn for topo.
@@ -198,36 +200,53 @@ func NewPublisher(conn *amqp.Connection, topo Topology) (*Publisher, error) {
 	return &Publisher{c: c, topo: topo}, nil
 }
 
+// WithTrace returns a publisher on p's channel whose messages carry the
+// trace context of the publishing code (traceparent, tracestate) through
+// t, as broker.StartPublish writes it: when t is a broker.PublishTracer
+// (contrib/otel's Tracer.Broker) each Publish records a producer span,
+// from the publish to the broker's confirm, and the message carries that
+// span's context, so the consumer's spans (Options.Trace set to the same
+// t) are its children. nil turns tracing off. The two publishers share
+// the channel: Close either once.
+func (p *Publisher) WithTrace(t retry.Propagator) *Publisher {
+	c := *p
+	c.trace = t
+	return &c
+}
+
 // Publish sends body as a persistent message with MessageId id (the key an
 // inbox deduplicates on) and waits for the confirm. When ctx carries work
 // ([retry.DeliveryFrom]: a handler handing its work on), the message
 // carries its ledger in the state headers (broker.EncodeLedger): the
 // consumer counts on from the attempts made, within the attempts and the
-// deadline that are left.
+// deadline that are left. With a trace (WithTrace) it carries the trace
+// context too, and the publish is a producer span.
 func (p *Publisher) Publish(ctx context.Context, id string, body []byte) error {
 	msg := amqp.Publishing{
 		MessageId:    id,
 		DeliveryMode: amqp.Persistent,
 		Body:         body,
 	}
-	msg.Headers = ledgerTable(ctx)
+	var h amqp.Table
+	end := broker.StartPublish(ctx, p.trace, broker.PublishInfo{System: "rabbitmq", Destination: p.topo.Exchange, ID: id, Size: len(body)},
+		func(k, v string) {
+			if h == nil {
+				h = amqp.Table{}
+			}
+			h[k] = v
+		})
+	msg.Headers = h
+	err := p.send(ctx, msg)
+	end(err)
+	return err
+}
+
+func (p *Publisher) send(ctx context.Context, msg amqp.Publishing) error {
 	wait, err := p.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, msg)
 	if err != nil {
 		return err
 	}
 	return wait(ctx)
-}
-
-// ledgerTable is the state headers of the work ctx carries; nil when none.
-func ledgerTable(ctx context.Context) amqp.Table {
-	var h amqp.Table
-	broker.EncodeLedger(ctx, func(k, v string) {
-		if h == nil {
-			h = amqp.Table{}
-		}
-		h[k] = v
-	})
-	return h
 }
 
 // Close closes the publisher's channel.
