@@ -4,20 +4,14 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
 )
 
-// PublishTraced implements brokertest.TracePublisher.
+// PublishTraced implements brokertest.TracePublisher: Publisher.Publish
+// with the suite's trace, from a context carrying the trace context.
 func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
-	m := nats.NewMsg(p.subject)
-	m.Data = payload
-	m.Header.Set(broker.HeaderTraceParent, traceparent)
-	m.Header.Set(broker.HeaderTraceState, tracestate)
-	_, err := p.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+	pub := Publisher{JS: p.js, Trace: brokertest.Trace{}}
+	_, err := pub.Publish(brokertest.TraceContext(ctx, traceparent, tracestate), p.subject, id, payload)
 	return err
 }
 

@@ -2,117 +2,42 @@ package kafka
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
-	"github.com/staggerhq/stagger/internal/wire/wiretest"
-	"github.com/staggerhq/stagger/retry"
 )
+
+// PublishLedger implements brokertest.LedgerPipeline: Publish.
+func (p *pipeline) PublishLedger(ctx context.Context, id string, payload []byte) error {
+	return Publish(ctx, p.cl, p.topics.Main, id, nil, payload)
+}
+
+// PublishHeader implements brokertest.LedgerPipeline.
+func (p *pipeline) PublishHeader(ctx context.Context, id, key, value string) (bool, error) {
+	r := &kgo.Record{Topic: p.topics.Main, Value: []byte("x"), Headers: []kgo.RecordHeader{
+		{Key: broker.HeaderID, Value: []byte(id)}, {Key: key, Value: []byte(value)}}}
+	return true, p.cl.ProduceSync(ctx, r).FirstErr()
+}
+
+func ledgerStart(t *testing.T) func(brokertest.Setup) brokertest.LedgerPipeline {
+	return func(s brokertest.Setup) brokertest.LedgerPipeline { return start(t, s, nil) }
+}
 
 // TestLedgerCountsOn: a record published with a ledger (Publish) is
 // handled as the work's next attempts — 3, 4 of a budget of 4 — through
 // the retry topic (the budget travels in the compact state), and is then
-// dead-lettered as exhausted.
+// dead-lettered as exhausted (brokertest.LedgerCountsOn).
 func TestLedgerCountsOn(t *testing.T) {
-	var (
-		mu   sync.Mutex
-		seen []retry.Delivery
-	)
-	h := func(ctx context.Context, _ []byte) error {
-		d, _ := retry.DeliveryFrom(ctx)
-		mu.Lock()
-		seen = append(seen, d)
-		mu.Unlock()
-		return retry.Retryable(errors.New("busy"))
-	}
-	p := start(t, brokertest.Setup{Name: "ledger", Handler: h, Tiers: broker.Tiers{10 * time.Millisecond},
-		Policy: &retry.Policy{MaxAttempts: 10, Schedule: backoff.Constant(time.Millisecond)}}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(20 * time.Second).Truncate(time.Millisecond)
-	work := retry.Delivery{ID: "w", Attempt: 2, MaxAttempts: 4, Deadline: deadline, Source: "queue"}.NewContext(ctx)
-	if err := Publish(work, p.cl, p.topics.Main, "w", nil, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	dl, err := p.NextDeadLetter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dl.Reason != retry.Exhausted.String() || dl.Attempts != 4 {
-		t.Errorf("dead letter: reason %q after %d attempts, want exhausted after 4", dl.Reason, dl.Attempts)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 {
-		t.Fatalf("handled %d times, want 2 (attempts 3 and 4)", len(seen))
-	}
-	for i, d := range seen {
-		if d.Attempt != 3+i || d.MaxAttempts != 4 || !d.Deadline.Equal(deadline) {
-			t.Errorf("delivery %d: attempt %d of %d, deadline %v; want %d of 4, %v", i+1, d.Attempt, d.MaxAttempts, d.Deadline, 3+i, deadline)
-		}
-	}
+	brokertest.LedgerCountsOn(t, brokertest.Setup{Name: "ledger", Tiers: broker.Tiers{10 * time.Millisecond}}, ledgerStart(t))
 }
 
 // TestLedgerHostileHeaders: the worst values of every ledger header a
 // producer can send are dead-lettered as malformed or handled within the
-// consumer's bounds — never with more attempts than its Policy allows or
-// a deadline later than its Policy.Timeout sets.
+// consumer's bounds (brokertest.LedgerHostileHeaders).
 func TestLedgerHostileHeaders(t *testing.T) {
-	const timeout = time.Minute
-	var (
-		mu  sync.Mutex
-		bad []string
-		n   int
-	)
-	h := func(ctx context.Context, _ []byte) error {
-		d, _ := retry.DeliveryFrom(ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		n++
-		if d.MaxAttempts < 1 || d.MaxAttempts > 3 {
-			bad = append(bad, fmt.Sprintf("%s: budget %d", d.ID, d.MaxAttempts))
-		}
-		if d.Deadline.IsZero() || time.Until(d.Deadline) > timeout {
-			bad = append(bad, fmt.Sprintf("%s: deadline in %v", d.ID, time.Until(d.Deadline)))
-		}
-		return nil
-	}
-	p := start(t, brokertest.Setup{Name: "hostile", Handler: h,
-		Policy: &retry.Policy{MaxAttempts: 3, Timeout: timeout, Schedule: backoff.Constant(time.Millisecond)}}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	go func() {
-		for range p.dlq { // the malformed ones: more than the pipeline buffers
-		}
-	}()
-	for _, k := range []string{broker.HeaderAttempt, broker.HeaderMaxAttempts, broker.HeaderDeadline, broker.HeaderFirstAttempt} {
-		vals := wiretest.Values()
-		for i, v := range append(vals[:len(vals)-1], "99999999999999") { // not the 1 MiB value: over Kafka's message size
-			id := fmt.Sprintf("%s-%d", k, i)
-			r := &kgo.Record{Topic: p.topics.Main, Value: []byte("x"), Headers: []kgo.RecordHeader{
-				{Key: broker.HeaderID, Value: []byte(id)}, {Key: k, Value: []byte(v)}}}
-			if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := p.Settle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(bad) > 0 {
-		t.Errorf("handlers saw a ledger beyond the consumer's bounds: %q", bad)
-	}
-	if n < 10 {
-		t.Errorf("handled %d records: the readable values did not reach the handler", n)
-	}
+	brokertest.LedgerHostileHeaders(t, brokertest.Setup{Name: "hostile"}, ledgerStart(t))
 }

@@ -4,19 +4,14 @@ import (
 	"context"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
 )
 
-// PublishTraced implements brokertest.TracePublisher.
+// PublishTraced implements brokertest.TracePublisher: Publisher.Publish
+// with the suite's trace, from a context carrying the trace context.
 func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
-	return p.cl.ProduceSync(ctx, &kgo.Record{Topic: p.topics.Main, Key: []byte(id), Value: payload, Headers: []kgo.RecordHeader{
-		{Key: broker.HeaderID, Value: []byte(id)},
-		{Key: broker.HeaderTraceParent, Value: []byte(traceparent)},
-		{Key: broker.HeaderTraceState, Value: []byte(tracestate)},
-	}}).FirstErr()
+	pub := Publisher{Client: p.cl, Trace: brokertest.Trace{}}
+	return pub.Publish(brokertest.TraceContext(ctx, traceparent, tracestate), p.topics.Main, id, []byte(id), payload)
 }
 
 // TestTraceTravels: a record's traceparent and tracestate reach the

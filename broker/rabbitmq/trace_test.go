@@ -6,22 +6,13 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
 )
 
-// PublishTraced implements brokertest.TracePublisher.
+// PublishTraced implements brokertest.TracePublisher: Publisher.Publish
+// with the suite's trace, from a context carrying the trace context.
 func (p *pipeline) PublishTraced(ctx context.Context, id string, payload []byte, traceparent, tracestate string) error {
-	wait, err := p.pub.c.publish(ctx, p.topo.Exchange, p.topo.RoutingKey, amqp.Publishing{
-		MessageId: id, DeliveryMode: amqp.Persistent, Body: payload,
-		Headers: amqp.Table{broker.HeaderTraceParent: traceparent, broker.HeaderTraceState: tracestate},
-	})
-	if err != nil {
-		return err
-	}
-	return wait(ctx)
+	return p.pub.WithTrace(brokertest.Trace{}).Publish(brokertest.TraceContext(ctx, traceparent, tracestate), id, payload)
 }
 
 // TestTraceTravels: a message's traceparent and tracestate reach the
