@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -80,9 +81,47 @@ type flow struct {
 	handoffAt int
 	deadline  time.Time
 
-	mu    sync.Mutex
-	seen  []seen
-	local map[string]int
+	mu     sync.Mutex
+	seen   []seen
+	local  map[string]int
+	done   map[string]bool // hops whose driver is done with the work
+	gaveUp []ending        // the give-ups reported
+	end    chan struct{}   // closed when the flow ended (ended)
+	closed bool
+}
+
+// ending is a hop's give-up, as its driver reported it: a dead letter, a
+// dead job, a client call that returned a failure.
+type ending struct {
+	hop      string
+	attempts int    // as the driver counted them; -1: the driver does not say
+	reason   string // "" when the driver does not say
+}
+
+// finish records that hop's driver is done with f's work — it succeeded
+// after handing the work on, or gave up (e) — and ends f when every hop
+// that made an attempt is done and one gave up. Every attempt a hop makes
+// is recorded before its driver reports the hop done (the handler runs
+// first), so when f ends, no driver has an attempt of f left to make but
+// by redelivering settled work (the adapters' own suites check that
+// nothing runs after a dead letter).
+func (f *flow) finish(hop string, e *ending) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.done[hop] = true
+	if e != nil {
+		f.gaveUp = append(f.gaveUp, *e)
+	}
+	if f.closed || len(f.gaveUp) == 0 {
+		return
+	}
+	for h := range f.local {
+		if !f.done[h] {
+			return
+		}
+	}
+	f.closed = true
+	close(f.end)
 }
 
 func (f *flow) record(hop string, d retry.Delivery) int {
@@ -91,6 +130,12 @@ func (f *flow) record(hop string, d retry.Delivery) int {
 	f.seen = append(f.seen, seen{hop: hop, attempt: d.Attempt, max: d.MaxAttempts, deadline: d.Deadline})
 	f.local[hop]++
 	return f.local[hop]
+}
+
+func (f *flow) doneHops() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.done)
 }
 
 func (f *flow) snapshot() []seen {
@@ -129,6 +174,44 @@ func (l *lab) flow(name string) *flow {
 	return l.flows[name]
 }
 
+// finish reports, for the work named name, that hop's driver is done
+// with it (finish).
+func (l *lab) finish(name, hop string, e *ending) {
+	if f := l.flow(name); f != nil {
+		f.finish(hop, e)
+	}
+}
+
+// handleDone is handle for a broker's consumer: a success is the hop's
+// end (a give-up is its dead letter, which the DLQ's reader reports).
+func (l *lab) handleDone(ctx context.Context, hop, name string) error {
+	err := l.handle(ctx, hop, name)
+	if err == nil {
+		l.finish(name, hop, nil)
+	}
+	return err
+}
+
+// called reports the end of a client call to hop (HTTP, gRPC) for f: ok,
+// or a give-up of the attempts it made; a call that made none was refused
+// (the work had no attempt left), a give-up of no attempt.
+func (l *lab) called(f *flow, hop string, ok bool) {
+	f.mu.Lock()
+	ran := f.local[hop] > 0
+	f.mu.Unlock()
+	if !ran {
+		if !ok {
+			f.finish(hop+" (refused)", &ending{hop: hop + " (refused)", attempts: 0})
+		}
+		return
+	}
+	if ok {
+		f.finish(hop, nil)
+		return
+	}
+	f.finish(hop, &ending{hop: hop, attempts: -1})
+}
+
 // handle is every driver's handler for the work named name.
 func (l *lab) handle(ctx context.Context, hop, name string) error {
 	f := l.flow(name)
@@ -156,9 +239,11 @@ func (l *lab) handoff(ctx context.Context, f *flow, next string) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.httpURL+"/"+f.name, nil)
 		resp, err := l.httpNext.Do(req)
 		if err != nil {
+			l.called(f, hopHTTP, false)
 			return err
 		}
 		resp.Body.Close()
+		l.called(f, hopHTTP, resp.StatusCode < 300)
 		return nil
 	case hopQueue:
 		j, err := queue.Handoff(d, queue.NewJob{ID: "job-" + f.name, Payload: []byte(f.name)})
@@ -176,6 +261,7 @@ func (l *lab) handoff(ctx context.Context, f *flow, next string) error {
 		return kafka.Publish(ctx, l.kcl, l.ktopic, f.name, nil, []byte(f.name))
 	case hopGRPC:
 		_, err := l.grpcNext.Check(ctx, &healthpb.HealthCheckRequest{Service: f.name})
+		l.called(f, hopGRPC, err == nil)
 		if status.Code(err) == codes.Unavailable {
 			return nil // the hop ran, and failed as every hop does
 		}
@@ -195,9 +281,11 @@ func (l *lab) start(f *flow) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.httpURL+"/"+f.name, nil)
 		resp, err := l.httpFirst.Do(req)
 		if err != nil {
+			l.called(f, hopHTTP, false)
 			return err
 		}
 		resp.Body.Close()
+		l.called(f, hopHTTP, resp.StatusCode < 300)
 		return nil
 	case hopQueue:
 		_, _, err := l.q.Enqueue(ctx, queue.NewJob{ID: "job-" + f.name, Payload: []byte(f.name), MaxAttempts: budget, Deadline: f.deadline.UnixMilli()})
@@ -211,6 +299,7 @@ func (l *lab) start(f *flow) error {
 		return kafka.Publish(work, l.kcl, l.ktopic, f.name, nil, []byte(f.name))
 	case hopGRPC:
 		_, err := l.grpcFirst.Check(ctx, &healthpb.HealthCheckRequest{Service: f.name})
+		l.called(f, hopGRPC, err == nil)
 		if status.Code(err) == codes.Unavailable || err == nil {
 			return nil
 		}
@@ -275,11 +364,24 @@ func newLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	rc, err := rabbitmq.NewConsumer(rabbitmq.Options{URL: amqpURL, Topology: topo, Policy: consumer,
-		Handler: func(ctx context.Context, p []byte) error { return l.handle(ctx, hopRabbit, string(p)) }})
+		Handler: func(ctx context.Context, p []byte) error { return l.handleDone(ctx, hopRabbit, string(p)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, rc.Run)
+	dch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dls, err := dch.Consume(topo.DLQ, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d := range dls {
+			l.deadLetter(hopRabbit, d.Body)(rabbitmq.ParseDeadLetter(d))
+		}
+	}()
 
 	if l.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
@@ -297,7 +399,7 @@ func newLab(t *testing.T) *lab {
 		}
 	})
 	jc, err := stagjs.NewConsumer(l.js, stagjs.Options{Stream: stream, Consumer: "work", Policy: consumer, AckWait: 5 * time.Second,
-		Handler: func(ctx context.Context, p []byte) error { return l.handle(ctx, hopJS, string(p)) }})
+		Handler: func(ctx context.Context, p []byte) error { return l.handleDone(ctx, hopJS, string(p)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +407,15 @@ func newLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	run(t, jc.Run)
+	jdlq, err := l.js.OrderedConsumer(ctx, stream+"_DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jcc, err := jdlq.Consume(func(m jetstream.Msg) { l.deadLetter(hopJS, m.Data())(stagjs.ParseDeadLetter(m)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(jcc.Stop)
 
 	// Kafka: franz-go's in-process kfake cluster.
 	topics := kafka.NewTopics(unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
@@ -319,11 +430,23 @@ func newLab(t *testing.T) *lab {
 	}
 	t.Cleanup(l.kcl.Close)
 	kc, err := kafka.NewConsumer(kafka.Options{Brokers: cluster.ListenAddrs(), Topics: topics, Group: unique, Policy: consumer,
-		Handler: func(ctx context.Context, p []byte) error { return l.handle(ctx, hopKafka, string(p)) }})
+		Handler: func(ctx context.Context, p []byte) error { return l.handleDone(ctx, hopKafka, string(p)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, kc.Run)
+	kdlq, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(topics.DLQ),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, func(ctx context.Context) error {
+		defer kdlq.Close()
+		for ctx.Err() == nil {
+			kdlq.PollFetches(ctx).EachRecord(func(r *kgo.Record) { l.deadLetter(hopKafka, r.Value)(kafka.ParseDeadLetter(r)) })
+		}
+		return ctx.Err()
+	})
 
 	// The queue, on SQLite.
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "q.db"), sqlite.Options{})
@@ -337,8 +460,14 @@ func newLab(t *testing.T) *lab {
 	run(t, func(ctx context.Context) error {
 		h := func(ctx context.Context, p []byte) error { return l.handle(ctx, hopQueue, string(p)) }
 		for ctx.Err() == nil {
-			if j, err := l.q.RunOnce(ctx, h); j == nil && err == nil {
+			j, err := l.q.RunOnce(ctx, h)
+			switch {
+			case j == nil && err == nil:
 				time.Sleep(time.Millisecond)
+			case j != nil && j.State == queue.Done:
+				l.finish(string(j.Payload), hopQueue, nil)
+			case j != nil && j.State == queue.Dead:
+				l.finish(string(j.Payload), hopQueue, &ending{hop: hopQueue, attempts: j.Attempts, reason: string(j.DeadReason)})
 			}
 		}
 		return ctx.Err()
@@ -386,6 +515,18 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
+// deadLetter returns what reports a broker's dead letter of the work
+// named by body as hop's give-up.
+func (l *lab) deadLetter(hop string, body []byte) func(broker.DeadLetter, error) {
+	return func(dl broker.DeadLetter, err error) {
+		if err != nil {
+			l.t.Errorf("%s: a dead letter of %q does not parse: %v", hop, body, err)
+			return
+		}
+		l.finish(string(body), hop, &ending{hop: hop, attempts: dl.Attempts, reason: dl.Reason})
+	}
+}
+
 // run runs a driver's loop until the test ends.
 func run(t *testing.T, loop func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -422,7 +563,8 @@ func TestLedgerAcrossDrivers(t *testing.T) {
 	l := newLab(t)
 	var flows []*flow
 	add := func(name string, route []string, at int) {
-		f := &flow{name: name, route: route, handoffAt: at, deadline: time.Now().Add(lifetime).Truncate(time.Millisecond), local: map[string]int{}}
+		f := &flow{name: name, route: route, handoffAt: at, deadline: time.Now().Add(lifetime).Truncate(time.Millisecond),
+			local: map[string]int{}, done: map[string]bool{}, end: make(chan struct{})}
 		l.mu.Lock()
 		l.flows[name] = f
 		l.mu.Unlock()
@@ -448,15 +590,20 @@ func TestLedgerAcrossDrivers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// Wait for every flow to spend its budget, then a little longer: an
-	// attempt beyond the budget would show up in that time.
-	deadline := time.Now().Add(15 * time.Second)
+	// Wait for every flow to end: each hop that made an attempt reported
+	// its driver done with the work (a success after its hand-off, a dead
+	// letter, a dead job, a client call's failure) and one gave up. An
+	// attempt beyond the budget comes before the give-up that ends its
+	// hop, so it is in the count whatever the machine's speed.
+	limit := time.NewTimer(time.Minute) // bounds a hung test only
+	defer limit.Stop()
 	for _, f := range flows {
-		for len(f.snapshot()) < budget && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		select {
+		case <-f.end:
+		case <-limit.C:
+			t.Fatalf("%s did not end: attempts%s, hops done %v, give-ups %v", f.name, describe(f.snapshot()), f.doneHops(), f.gaveUp)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
 	for _, f := range flows {
 		check(t, f)
 	}
@@ -478,6 +625,15 @@ func slack(hop string) time.Duration {
 	return time.Millisecond
 }
 
+// describe lists attempts as hop:attempt/budget.
+func describe(got []seen) string {
+	var b strings.Builder
+	for _, s := range got {
+		fmt.Fprintf(&b, " %s:%d/%d", s.hop, s.attempt, s.max)
+	}
+	return b.String()
+}
+
 func check(t *testing.T, f *flow) {
 	t.Helper()
 	got := f.snapshot()
@@ -485,15 +641,31 @@ func check(t *testing.T, f *flow) {
 	for _, s := range got {
 		nums = append(nums, s.attempt)
 	}
-	desc := func() string {
-		var b strings.Builder
-		for _, s := range got {
-			fmt.Fprintf(&b, " %s:%d/%d", s.hop, s.attempt, s.max)
-		}
-		return b.String()
-	}
 	if len(got) != budget || !slices.Equal(nums, []int{1, 2, 3, 4, 5}) {
-		t.Errorf("%s: attempts%s; want 5 attempts numbered 1 … 5 in all", f.name, desc())
+		t.Errorf("%s: attempts%s; want 5 attempts numbered 1 … 5 in all", f.name, describe(got))
+	}
+	f.mu.Lock()
+	gaveUp := slices.Clone(f.gaveUp)
+	f.mu.Unlock()
+	// The work ends with the give-up of the hop that made attempt 5, or
+	// with a hand-off refused for want of an attempt (the client sent
+	// nothing), or both: the refusal failed the hop's last attempt.
+	var ran, refused []ending
+	for _, e := range gaveUp {
+		if e.attempts == 0 {
+			refused = append(refused, e)
+		} else {
+			ran = append(ran, e)
+		}
+	}
+	if len(ran) > 1 || len(refused) > 1 || len(gaveUp) == 0 {
+		t.Errorf("%s: give-ups %+v, want the one of the hop that made attempt 5 or a refused hand-off", f.name, gaveUp)
+	}
+	for _, e := range ran {
+		if (len(got) > 0 && e.hop != got[len(got)-1].hop) || (e.attempts != -1 && e.attempts != budget) ||
+			(e.reason != "" && e.reason != retry.Exhausted.String()) {
+			t.Errorf("%s: give-up %+v, want the last hop's, exhausted after %d attempts", f.name, e, budget)
+		}
 	}
 	prev := f.deadline
 	for i, s := range got {
