@@ -77,3 +77,27 @@ func ExamplePublish() {
 		log.Fatal(err)
 	}
 }
+
+// A Publisher with a trace (here any retry.Propagator; contrib/otel's
+// Tracer.Broker records a producer span per publish) writes the trace
+// context of the publishing code on each message beside the ledger, in
+// the same call; a consumer whose Options.Trace is the same value runs
+// every attempt in that trace. It needs a NATS server, so this example is
+// compiled, not run.
+func ExamplePublisher() {
+	var trace retry.Propagator // e.g. tracer.Broker(), tracer a *staggerotel.Tracer
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pub := stagjs.Publisher{JS: js, Trace: trace}
+	ctx := retry.Delivery{ID: "order-42", Attempt: 2, MaxAttempts: 5, Source: "queue"}.NewContext(context.Background())
+	if _, err := pub.Publish(ctx, "orders.in", "order-42", []byte(`{"sku":"tea"}`)); err != nil {
+		log.Fatal(err)
+	}
+}

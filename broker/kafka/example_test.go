@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"strings"
 	"sync"
 	"time"
@@ -133,4 +134,24 @@ func ExampleNewRecord() {
 	// x-stagger-attempt: 2
 	// x-stagger-max-attempts: 5
 	// x-stagger-deadline: 1700000020000
+}
+
+// A Publisher with a trace (here any retry.Propagator; contrib/otel's
+// Tracer.Broker records a producer span per produce) writes the trace
+// context of the publishing code on each record beside the ledger, in the
+// same call; a consumer whose Options.Trace is the same value runs every
+// attempt in that trace. It needs a Kafka cluster, so this example is
+// compiled, not run.
+func ExamplePublisher() {
+	var trace retry.Propagator // e.g. tracer.Broker(), tracer a *staggerotel.Tracer
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	pub := kafka.Publisher{Client: cl, Trace: trace}
+	ctx := retry.Delivery{ID: "order-42", Attempt: 2, MaxAttempts: 5, Source: "queue"}.NewContext(context.Background())
+	if err := pub.Publish(ctx, "orders", "order-42", []byte("order-42"), []byte(`{"sku":"tea"}`)); err != nil {
+		log.Fatal(err)
+	}
 }

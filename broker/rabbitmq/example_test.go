@@ -123,3 +123,34 @@ func ExamplePublisher_Publish_ledger() {
 		log.Fatal(err)
 	}
 }
+
+// A publisher with a trace (here any retry.Propagator; contrib/otel's
+// Tracer.Broker records a producer span per publish) writes the trace
+// context of the publishing code on each message beside the ledger, in
+// the same call; a consumer whose Options.Trace is the same value runs
+// every attempt in that trace. It needs a RabbitMQ server, so this
+// example is compiled, not run.
+func ExamplePublisher_WithTrace() {
+	var trace retry.Propagator // e.g. tracer.Broker(), tracer a *staggerotel.Tracer
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	topo := rabbitmq.NewTopology("orders", nil)
+	pub, err := rabbitmq.NewPublisher(conn, topo)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pub.Close()
+	traced := pub.WithTrace(trace)
+	if err := traced.Publish(context.Background(), "order-42", []byte(`{"sku":"tea"}`)); err != nil {
+		log.Fatal(err)
+	}
+	c, err := rabbitmq.NewConsumer(rabbitmq.Options{URL: "amqp://guest:guest@127.0.0.1:5672/", Topology: topo, Trace: trace,
+		Handler: func(ctx context.Context, body []byte) error { return nil }})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = c
+}
