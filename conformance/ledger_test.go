@@ -16,10 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -334,32 +331,8 @@ func newLab(t *testing.T) *lab {
 	consumer := &retry.Policy{MaxAttempts: own, Schedule: tick}
 
 	// RabbitMQ.
-	amqpURL := env("STAGGER_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
-	if err != nil {
-		unavailable(t, "RabbitMQ at STAGGER_AMQP_URL (default 127.0.0.1:5672)", errors.New("dial failed"))
-	}
-	t.Cleanup(func() { conn.Close() })
-	// NATS JetStream.
-	nc, err := nats.Connect(env("STAGGER_NATS_URL", "nats://127.0.0.1:4222"), nats.Timeout(3*time.Second))
-	if err != nil {
-		unavailable(t, "NATS at STAGGER_NATS_URL (default 127.0.0.1:4222)", err)
-	}
-	t.Cleanup(nc.Close)
-
-	topo := rabbitmq.NewTopology(unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := topo.Declare(ch); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
-			_ = topo.Delete(ch)
-		}
-	})
+	conn, amqpURL, topo := rabbitTopology(t, unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
+	var err error
 	if l.rabbit, err = rabbitmq.NewPublisher(conn, topo); err != nil {
 		t.Fatal(err)
 	}
@@ -383,21 +356,9 @@ func newLab(t *testing.T) *lab {
 		}
 	}()
 
-	if l.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	// NATS JetStream.
 	stream := strings.ReplaceAll(unique, "-", "_")
-	l.jsSubject = stream + ".in"
-	if _, err := l.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{l.jsSubject}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, s := range []string{stream, stream + "_DLQ", stream + "_ADV"} {
-			_ = l.js.DeleteStream(ctx, s)
-		}
-	})
+	l.js, l.jsSubject = natsStream(t, ctx, stream)
 	jc, err := stagjs.NewConsumer(l.js, stagjs.Options{Stream: stream, Consumer: "work", Policy: consumer, AckWait: 5 * time.Second,
 		Handler: func(ctx context.Context, p []byte) error { return l.handleDone(ctx, hopJS, string(p)) }})
 	if err != nil {
@@ -418,24 +379,15 @@ func newLab(t *testing.T) *lab {
 	t.Cleanup(jcc.Stop)
 
 	// Kafka: franz-go's in-process kfake cluster.
-	topics := kafka.NewTopics(unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics.All()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	l.ktopic = topics.Main
-	if l.kcl, err = kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.kcl.Close)
-	kc, err := kafka.NewConsumer(kafka.Options{Brokers: cluster.ListenAddrs(), Topics: topics, Group: unique, Policy: consumer,
+	addrs, topics, kcl := kfakeTopics(t, unique, broker.Tiers{10 * time.Millisecond, 100 * time.Millisecond})
+	l.ktopic, l.kcl = topics.Main, kcl
+	kc, err := kafka.NewConsumer(kafka.Options{Brokers: addrs, Topics: topics, Group: unique, Policy: consumer,
 		Handler: func(ctx context.Context, p []byte) error { return l.handleDone(ctx, hopKafka, string(p)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, kc.Run)
-	kdlq, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(topics.DLQ),
+	kdlq, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topics.DLQ),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

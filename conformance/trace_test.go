@@ -8,11 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -78,25 +73,7 @@ func TestBrokerSpans(t *testing.T) {
 	pipes := map[string]traced{}
 
 	// RabbitMQ.
-	amqpURL := env("STAGGER_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
-	if err != nil {
-		unavailable(t, "RabbitMQ at STAGGER_AMQP_URL (default 127.0.0.1:5672)", errors.New("dial failed"))
-	}
-	t.Cleanup(func() { conn.Close() })
-	topo := rabbitmq.NewTopology(unique+"-r", broker.Tiers{10 * time.Millisecond})
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := topo.Declare(ch); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
-			_ = topo.Delete(ch)
-		}
-	})
+	conn, amqpURL, topo := rabbitTopology(t, unique+"-r", broker.Tiers{10 * time.Millisecond})
 	pub, err := rabbitmq.NewPublisher(conn, topo)
 	if err != nil {
 		t.Fatal(err)
@@ -112,27 +89,8 @@ func TestBrokerSpans(t *testing.T) {
 	}}
 
 	// NATS JetStream.
-	nc, err := nats.Connect(env("STAGGER_NATS_URL", "nats://127.0.0.1:4222"), nats.Timeout(3*time.Second))
-	if err != nil {
-		unavailable(t, "NATS at STAGGER_NATS_URL (default 127.0.0.1:4222)", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stream := strings.ReplaceAll(unique, "-", "_")
-	subject := stream + ".in"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, s := range []string{stream, stream + "_DLQ", stream + "_ADV"} {
-			_ = js.DeleteStream(ctx, s)
-		}
-	})
+	js, subject := natsStream(t, ctx, stream)
 	jc, err := stagjs.NewConsumer(js, stagjs.Options{Stream: stream, Consumer: "work", Policy: policy, AckWait: 5 * time.Second, Trace: bt, Handler: handler(hopJS)})
 	if err != nil {
 		t.Fatal(err)
@@ -148,18 +106,8 @@ func TestBrokerSpans(t *testing.T) {
 	}}
 
 	// Kafka, on kfake.
-	topics := kafka.NewTopics(unique+"-k", broker.Tiers{10 * time.Millisecond})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics.All()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kcl.Close)
-	kc, err := kafka.NewConsumer(kafka.Options{Brokers: cluster.ListenAddrs(), Topics: topics, Group: unique, Policy: policy, Trace: bt, Handler: handler(hopKafka)})
+	addrs, topics, kcl := kfakeTopics(t, unique+"-k", broker.Tiers{10 * time.Millisecond})
+	kc, err := kafka.NewConsumer(kafka.Options{Brokers: addrs, Topics: topics, Group: unique, Policy: policy, Trace: bt, Handler: handler(hopKafka)})
 	if err != nil {
 		t.Fatal(err)
 	}
