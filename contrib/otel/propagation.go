@@ -73,7 +73,9 @@ func (c *carrier) Keys() []string { return []string{fieldParent, fieldState} }
 
 // Propagator is [Propagator](nil) that also records a span of kind
 // producer for each Inject, that is each time the queue creates jobs
-// (queue.Config.Trace) or a publisher writes a message's trace context:
+// (queue.Config.Trace) or a producer that only injects writes a message's
+// trace context (the brokers' publishers take [Tracer.Broker], whose send
+// span also covers the broker's round trip):
 // named "create <destination>", with messaging.operation.type "create",
 // messaging.operation.name "create", messaging.system system and
 // messaging.destination.name destination. The work carries that span's
