@@ -41,8 +41,12 @@ type Publisher struct {
 }
 
 // Publish publishes body on subject as [Publish] does, with p's trace,
-// and returns the server's acknowledgement.
+// and returns the server's acknowledgement. It returns an error wrapping
+// broker.ErrInvalid when p.JS is nil.
 func (p Publisher) Publish(ctx context.Context, subject, id string, body []byte) (*jetstream.PubAck, error) {
+	if p.JS == nil {
+		return nil, fmt.Errorf("%w: jetstream.Publisher.JS must be set", broker.ErrInvalid)
+	}
 	m := nats.NewMsg(subject)
 	m.Data = body
 	if id != "" {

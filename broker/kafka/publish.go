@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -51,8 +52,12 @@ type Publisher struct {
 }
 
 // Publish produces an original message to topic as [Publish] does, with
-// p's trace, and waits for its acknowledgement.
+// p's trace, and waits for its acknowledgement. It returns an error
+// wrapping broker.ErrInvalid when p.Client is nil.
 func (p Publisher) Publish(ctx context.Context, topic, id string, key, value []byte) error {
+	if p.Client == nil {
+		return fmt.Errorf("%w: kafka.Publisher.Client must be set", broker.ErrInvalid)
+	}
 	r, end := newRecordTraced(ctx, p.Trace, topic, id, key, value)
 	err := p.Client.ProduceSync(ctx, r).FirstErr()
 	end(err)

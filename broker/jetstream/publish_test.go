@@ -2,10 +2,13 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -23,5 +26,13 @@ func BenchmarkPublishLedger(b *testing.B) {
 		if _, err := Publish(work, js, name+".in", "", body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPublisherNeedsJS: a Publisher without a JetStream says so.
+func TestPublisherNeedsJS(t *testing.T) {
+	_, err := Publisher{}.Publish(context.Background(), "orders.in", "w", nil)
+	if !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), "Publisher.JS") {
+		t.Errorf("error %v, want broker.ErrInvalid naming Publisher.JS", err)
 	}
 }

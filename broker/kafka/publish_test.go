@@ -2,9 +2,12 @@ package kafka
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/retry"
 )
 
@@ -16,5 +19,13 @@ func BenchmarkNewRecord(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		NewRecord(work, "orders", "w", key, value)
+	}
+}
+
+// TestPublisherNeedsClient: a Publisher without a Client says so.
+func TestPublisherNeedsClient(t *testing.T) {
+	err := Publisher{}.Publish(context.Background(), "orders", "w", nil, nil)
+	if !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), "Publisher.Client") {
+		t.Errorf("error %v, want broker.ErrInvalid naming Publisher.Client", err)
 	}
 }
