@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -60,15 +61,15 @@ var execve = syscall.Exec
 // runCompanion runs `stagger-store args...` and returns its exit code. When
 // the command writes to the process's own standard streams the companion
 // replaces this process, and runCompanion returns only if that fails;
-// otherwise (a caller with its own writers, such as a test) it runs as a
-// child whose output goes to stdout and stderr, and the context's end
-// interrupts it.
+// otherwise (a caller with its own writers, such as a test, or Windows,
+// which has no exec) it runs as a child whose output goes to stdout and
+// stderr, and the context's end interrupts it.
 func runCompanion(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path, code := findCompanion(stderr)
 	if path == "" {
 		return code
 	}
-	if stdout == io.Writer(os.Stdout) && stderr == io.Writer(os.Stderr) {
+	if runtime.GOOS != "windows" && stdout == io.Writer(os.Stdout) && stderr == io.Writer(os.Stderr) {
 		err := execve(path, append([]string{path}, args...), os.Environ())
 		fmt.Fprintf(stderr, "stagger %s: cannot run %s: %v\n", args[0], path, err)
 		return exitFail
@@ -100,7 +101,10 @@ func findCompanion(stderr io.Writer) (path string, code int) {
 	exe, err := os.Executable()
 	if err == nil {
 		p := filepath.Join(filepath.Dir(exe), companionName)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		if runtime.GOOS == "windows" {
+			p += ".exe"
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && (runtime.GOOS == "windows" || fi.Mode()&0o111 != 0) {
 			return p, exitOK
 		}
 	}
@@ -112,8 +116,6 @@ func findCompanion(stderr io.Writer) (path string, code int) {
 		if p, code, ok := buildCompanion(stderr); ok {
 			return p, code
 		}
-	}
-	if !isRelease(version) {
 		version = "latest"
 	}
 	fmt.Fprintf(stderr, `stagger: the queue and broker commands run in the companion program %s,
