@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/staggerhq/stagger/budget"
+	"github.com/staggerhq/stagger/grpc/retryconfig"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -63,8 +64,8 @@ const (
 )
 
 // ErrInvalid is wrapped by configuration errors; the message names the
-// field and the rule.
-var ErrInvalid = errors.New("staggergrpc: invalid configuration")
+// field and the rule. It is retryconfig.ErrInvalid.
+var ErrInvalid = retryconfig.ErrInvalid
 
 // Client retries RPCs under a retry.Policy. Each attempt runs through
 // retry.Step, so the attempt count, schedule, per-attempt timeout inside
@@ -123,15 +124,12 @@ type Client struct {
 	budgets map[string]budget.Budget
 }
 
-// Method is the retry rules of some methods.
-type Method struct {
-	// Policy replaces Client.Policy for these methods (its Budget is
-	// replaced by the target's when Client.NewBudget is set).
-	Policy *retry.Policy
-	// RetryCodes, if set, are the only codes retried, as in a service
-	// config's retryableStatusCodes: every other code is permanent (A6).
-	RetryCodes []codes.Code
-}
+// Method is the retry rules of some methods: Policy replaces
+// Client.Policy for these methods (its Budget is replaced by the target's
+// when Client.NewBudget is set); RetryCodes, if set, are the only codes
+// retried, as in a service config's retryableStatusCodes: every other code
+// is permanent (A6).
+type Method = retryconfig.Method
 
 type targetKey struct{ target, method string }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/budget"
 	"github.com/staggerhq/stagger/check"
-	staggergrpc "github.com/staggerhq/stagger/grpc"
+	"github.com/staggerhq/stagger/grpc/retryconfig"
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -159,7 +159,7 @@ func finiteIn(field string, f *float64, lo, hi float64, open bool) error {
 
 // loadPolicy reads a --policy file: a policy file, or a gRPC service
 // config (a JSON object with methodConfig or retryThrottling), translated
-// by staggergrpc.ParseServiceConfig's rules. The check.Policy it returns
+// by retryconfig.Parse's rules. The check.Policy it returns
 // makes a fresh budget, limiter and hedge for every run.
 func loadPolicy(path string) (check.Policy, error) {
 	f, err := os.Open(path)
@@ -446,18 +446,18 @@ func (l *limiterJSON) build() (func() limit.Limiter, error) {
 }
 
 // serviceConfigPolicy translates a gRPC service config with
-// staggergrpc.ParseServiceConfig's rules: the retry policy of the
+// retryconfig.Parse's rules: the retry policy of the
 // config's default method ("name": [{}]), or of its only method, or else
 // of the first service/method in sorted order; retryThrottling becomes a
 // fresh budget.GRPC per run. The dependency's refusals stand for
 // UNAVAILABLE: a policy whose retryableStatusCodes leave it out makes one
 // attempt.
 func serviceConfigPolicy(name string, b []byte) (check.Policy, error) {
-	c, err := staggergrpc.ParseServiceConfig(b)
+	c, err := retryconfig.Parse(b)
 	if err != nil {
 		return check.Policy{}, err
 	}
-	var m staggergrpc.Method
+	var m retryconfig.Method
 	if d, ok := c.Methods[""]; ok {
 		m = d
 	} else if len(c.Methods) > 0 {
@@ -468,8 +468,6 @@ func serviceConfigPolicy(name string, b []byte) (check.Policy, error) {
 		slices.Sort(keys)
 		m = c.Methods[keys[0]]
 		name += " " + keys[0]
-	} else {
-		m.Policy = c.Policy
 	}
 	base := retry.Policy{MaxAttempts: 1}
 	if m.Policy != nil {

@@ -3,42 +3,35 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/staggerhq/stagger/internal/simkit"
-	"github.com/staggerhq/stagger/retry"
-	"github.com/staggerhq/stagger/retryhttp"
 )
 
-// helpCommands is every command line that has a --help of its own.
+// helpCommands is every command line of this program that has a --help of
+// its own (stagger-store's tests check the commands it runs).
 func helpCommands() [][]string {
 	var cmds [][]string
 	names := make([]string, 0, len(commands))
 	for n := range commands {
-		names = append(names, n)
+		if !slices.ContainsFunc(storeCommands, func(c command) bool { return c.Name == n }) {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
 		cmds = append(cmds, []string{n})
 	}
-	for n := range queueSubcommands {
-		cmds = append(cmds, []string{"queue", n})
-	}
-	cmds = append(cmds, []string{"broker", "redrive"})
 	cmds = append(cmds, []string{"sim", "list"})
 	for _, s := range simkit.Scenarios() {
 		cmds = append(cmds, []string{"sim", s.Name})
@@ -61,40 +54,9 @@ func TestHelpFlagStyle(t *testing.T) {
 			t.Errorf("%q --help shows %q in the flag package's style:\n%s", args, m, out)
 		}
 		// The command lists and "version" have no flags to list.
-		noFlags := map[string]bool{"version": true, "queue": true, "broker": true, "sim": true, "sim list": true}
+		noFlags := map[string]bool{"version": true, "sim": true, "sim list": true}
 		if !noFlags[strings.Join(args, " ")] && !ourStyle.MatchString(out) {
 			t.Errorf("%q --help lists no --flag:\n%s", args, out)
-		}
-	}
-}
-
-// The read-only queue subcommands neither list nor accept the flags that
-// only matter to writing or running jobs.
-func TestQueueReadOnlyFlags(t *testing.T) {
-	writeOnly := []string{"--sqlite-sync", "--max-payload", "--base", "--cap", "--lease", "--timeout"}
-	for _, sub := range []string{"stats", "dead", "show"} {
-		_, out, _ := runCLI(t, "queue", sub, "--help")
-		for _, f := range writeOnly {
-			if strings.Contains(out, f) {
-				t.Errorf("queue %s --help lists %s:\n%s", sub, f, out)
-			}
-		}
-		code, _, errOut := runCLI(t, "queue", sub, "--sqlite-sync", "NORMAL")
-		if code != exitUsage || !strings.Contains(errOut, "unknown flag --sqlite-sync") {
-			t.Errorf("queue %s --sqlite-sync: exit %d, %q; want exit 2", sub, code, errOut)
-		}
-	}
-	for sub, want := range map[string][]string{
-		"enqueue":  {"--sqlite-sync", "--max-payload"},
-		"requeue":  {"--sqlite-sync"},
-		"run-once": {"--sqlite-sync", "--base", "--cap", "--lease", "--timeout"},
-		"work":     {"--sqlite-sync", "--base", "--cap", "--lease", "--timeout"},
-	} {
-		_, out, _ := runCLI(t, "queue", sub, "--help")
-		for _, f := range want {
-			if !strings.Contains(out, "  "+f+" ") {
-				t.Errorf("queue %s --help does not list %s", sub, f)
-			}
 		}
 	}
 }
@@ -136,13 +98,9 @@ func runWithSignal(t *testing.T, sig os.Signal, args ...string) (code int, stder
 }
 
 // SIGINT ends every command with 130, whatever its own verdict; SIGTERM
-// ends a run that has an end of its own with 143, and is the ordinary stop
-// of a worker.
+// ends a run that has an end of its own with 143 (stagger-store's tests
+// check that it is the ordinary stop of a worker).
 func TestSignalExitCodes(t *testing.T) {
-	db := tempDB(t)
-	if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "x"); code != exitOK {
-		t.Fatal(e)
-	}
 	for _, tc := range []struct {
 		sig  os.Signal
 		args []string
@@ -150,8 +108,6 @@ func TestSignalExitCodes(t *testing.T) {
 	}{
 		{os.Interrupt, []string{"lab", "--outage", "10m", "--callers", "1", "--report", ""}, exitInterrupted},
 		{syscall.SIGTERM, []string{"lab", "--outage", "10m", "--callers", "1", "--report", ""}, exitTerminated},
-		{os.Interrupt, []string{"queue", "work", "--db", db, "--exec", "true", "--poll", "1h"}, exitInterrupted},
-		{syscall.SIGTERM, []string{"queue", "work", "--db", db, "--exec", "true", "--poll", "1h"}, exitOK},
 	} {
 		if code, errOut := runWithSignal(t, tc.sig, tc.args...); code != tc.want {
 			t.Errorf("%v to %q: exit %d, want %d (%s)", tc.sig, tc.args, code, tc.want, errOut)
@@ -224,68 +180,5 @@ func TestProxyProcessSIGINT(t *testing.T) {
 	}
 	if _, err := os.Stat(rep); err != nil {
 		t.Errorf("no report after SIGINT: %v", err)
-	}
-}
-
-// The --http handler classes every failure status as retryhttp's
-// DefaultClassify does, and --retry-status overrides it per endpoint.
-func TestQueueHTTPClassifiesAsRetryhttp(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		code := 0
-		for _, c := range r.URL.Query()["code"] {
-			code, _ = strconv.Atoi(c)
-		}
-		if r.URL.Query().Get("noretry") == "1" {
-			w.Header().Set(retryhttp.NoRetryHeader, "1")
-		}
-		w.WriteHeader(code)
-	}))
-	defer srv.Close()
-	classOf := func(classify retryhttp.Classifier, code int, noRetry bool) retry.Class {
-		t.Helper()
-		url := srv.URL + "/?code=" + strconv.Itoa(code)
-		if noRetry {
-			url += "&noretry=1"
-		}
-		h := &httpHandler{client: srv.Client(), url: url, contentType: "text/plain", classify: classify, now: time.Now}
-		err := h.handle(context.Background(), []byte("x"))
-		if err == nil {
-			t.Fatalf("%d: no error", code)
-		}
-		c, _ := retry.Classify(err)
-		return c
-	}
-	for code := 400; code < 600; code++ {
-		want, _ := retryhttp.StatusClass(code)
-		if got := classOf(nil, code, false); got != want {
-			t.Errorf("%d: %v, retryhttp says %v", code, got, want)
-		}
-	}
-	if got := classOf(nil, 503, true); got != retry.ClassPermanent {
-		t.Errorf("503 with %s: %v, want permanent", retryhttp.NoRetryHeader, got)
-	}
-	// Where the queue must differ: a 3xx the client does not follow ends
-	// the job (the Transport hands it to its caller as a response).
-	if got := classOf(nil, 304, false); got != retry.ClassPermanent {
-		t.Errorf("304: %v, want permanent", got)
-	}
-	set, err := parseStatusSet("500,520-530")
-	if err != nil {
-		t.Fatal(err)
-	}
-	custom := statusClassifier(set)
-	for code, want := range map[int]retry.Class{
-		500: retry.ClassRetryable, 525: retry.ClassRetryable, // listed
-		503: retry.ClassPermanent, 429: retry.ClassPermanent, // retryable by default, not listed
-		404: retry.ClassPermanent, 505: retry.ClassUnknown, // untouched
-	} {
-		if got := classOf(custom, code, false); got != want {
-			t.Errorf("--retry-status 500,520-530: %d is %v, want %v", code, got, want)
-		}
-	}
-	for _, bad := range []string{"200", "399", "600", "abc", "503-502"} {
-		if _, err := parseStatusSet(bad); err == nil || !strings.Contains(err.Error(), "--retry-status") {
-			t.Errorf("--retry-status %s: %v, want an error naming the flag", bad, err)
-		}
 	}
 }

@@ -18,9 +18,9 @@ import (
 
 func init() {
 	register(command{
-		name:    "lab",
-		summary: "count what a retry policy does to the service that receives it",
-		run:     runLab,
+		Name:    "lab",
+		Summary: "count what a retry policy does to the service that receives it",
+		Run:     runLab,
 	})
 }
 
@@ -64,28 +64,28 @@ func parseLab(args []string, stdout, stderr io.Writer) (*labConfig, int) {
 		reportAxes     = "shared"
 	)
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
-	fs.Var(intValue{&callers, 1, labkit.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
-	fs.Var(durationValue{p: &outage, max: 10 * time.Minute}, "outage", "how long the gateway is down (503) from the start; 0 for no outage")
-	fs.Var(latencyValue{d: &latency, auto: &autoLatency, max: time.Minute}, "latency",
+	fs.Var(intValue{P: &callers, Min: 1, Max: labkit.MaxCallers}, "callers", "number of callers, each one logical request retried until accepted")
+	fs.Var(durationValue{P: &outage, Max: 10 * time.Minute}, "outage", "how long the gateway is down (503) from the start; 0 for no outage")
+	fs.Var(latencyValue{D: &latency, Auto: &autoLatency, Max: time.Minute}, "latency",
 		"how long the gateway takes to answer; auto: measure what this machine adds to a cycle and make up a 26.2ms round trip, so that immediate makes 64 attempts with a peak of 18")
-	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the timeline's buckets")
-	fs.Var(&listValue{p: &names, check: checkStrategyName}, "strategy",
+	fs.Var(durationValue{P: &window, Positive: true, Max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the timeline's buckets")
+	fs.Var(&listValue{P: &names, Check: checkStrategyName}, "strategy",
 		"strategy to run; repeat the flag or separate names with commas: "+strings.Join(labkit.StrategyNames, ", ")+
 			", each optionally followed by any of +budget, +bulkhead, +breaker, +rate and +hedge")
-	fs.Var(uintValue{&seed}, "seed", "seed of the jitter: the same seed draws the same waits")
-	fs.Var(intValue{&maxAttempts, 1, 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
+	fs.Var(uintValue{P: &seed}, "seed", "seed of the jitter: the same seed draws the same waits")
+	fs.Var(intValue{P: &maxAttempts, Min: 1, Max: 1_000_000}, "max-attempts", "attempts per caller at most (the first included): callers retry until accepted, this is the safety net")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of the log and the table")
 	fs.StringVar(&report, "report", defaultReport, "write the HTML report to this file (default "+defaultReport+" unless --json; empty for none)")
 	fs.StringVar(&reportAxes, "report-axes", "shared", "Y axes of the report's charts: shared (heights compare across strategies) or per-chart (each up to its own peak)")
 	fs.BoolVar(&quiet, "quiet", false, "leave out the per-attempt lines (and the attempt log in --json)")
-	fs.Var(durationValue{p: &ramp, max: time.Minute}, "ramp", "callers start evenly over this span: caller i of N sends its first attempt at i·ramp/N")
-	fs.Var(durationValue{p: &base, positive: true, max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
-	fs.Var(durationValue{p: &capDelay, max: time.Hour}, "cap", "largest window of expo* and decorrelated; 0 for none")
-	fs.Var(intValue{&budgetInitial, 0, budget.DefaultMax}, "budget-initial", "credits the +budget token bucket holds at the start (+1 per request, a retry costs 10, at most 200; 0 starts empty)")
-	fs.Var(intValue{&bulkhead, 1, labkit.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
-	fs.Var(intValue{&capacity, 0, labkit.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
-	fs.Var(durationValue{p: &attemptTimeout, max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
-	fs.Var(durationValue{p: &hedge, positive: true, max: time.Hour}, "hedge", "+hedge: how long an attempt runs without an answer before a second one is sent")
+	fs.Var(durationValue{P: &ramp, Max: time.Minute}, "ramp", "callers start evenly over this span: caller i of N sends its first attempt at i·ramp/N")
+	fs.Var(durationValue{P: &base, Positive: true, Max: time.Minute}, "base", "wait of constant, first window of expo, expo-full, expo-equal and decorrelated (waits are whole ms)")
+	fs.Var(durationValue{P: &capDelay, Max: time.Hour}, "cap", "largest window of expo* and decorrelated; 0 for none")
+	fs.Var(intValue{P: &budgetInitial, Min: 0, Max: budget.DefaultMax}, "budget-initial", "credits the +budget token bucket holds at the start (+1 per request, a retry costs 10, at most 200; 0 starts empty)")
+	fs.Var(intValue{P: &bulkhead, Min: 1, Max: labkit.MaxCallers}, "bulkhead", "attempts in flight allowed by +bulkhead (shared by all callers)")
+	fs.Var(intValue{P: &capacity, Min: 0, Max: labkit.MaxCallers}, "capacity", "the gateway refuses (503 at once) attempts beyond this many in flight; 0 for no cap")
+	fs.Var(durationValue{P: &attemptTimeout, Max: time.Hour}, "attempt-timeout", "callers give up on an attempt after this long and retry; 0 for none")
+	fs.Var(durationValue{P: &hedge, Positive: true, Max: time.Hour}, "hedge", "+hedge: how long an attempt runs without an answer before a second one is sent")
 
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { labUsage(w, fs) }); !ok {
 		return nil, code

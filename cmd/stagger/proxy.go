@@ -27,9 +27,9 @@ import (
 
 func init() {
 	register(command{
-		name:    "proxy",
-		summary: "reverse proxy that injects faults and counts every attempt that arrives",
-		run:     runProxy,
+		Name:    "proxy",
+		Summary: "reverse proxy that injects faults and counts every attempt that arrives",
+		Run:     runProxy,
 	})
 }
 
@@ -118,27 +118,27 @@ func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
 	fs.StringVar(&upstream, "upstream", "", "URL of the service to forward to (http or https), required")
 	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
 		" (times since the proxy started, durations with a unit); or run-time faults: "+labkit.RuntimeFaultGrammar)
-	fs.Var(durationValue{p: &window, positive: true, max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
-	fs.Var(durationValue{p: &horizon, positive: true, max: 30 * 24 * time.Hour}, "horizon",
+	fs.Var(durationValue{P: &window, Positive: true, Max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
+	fs.Var(durationValue{P: &horizon, Positive: true, Max: 30 * 24 * time.Hour}, "horizon",
 		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", labkit.MaxWindows))
-	fs.Var(intValue{&maxReqs, 1, 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
+	fs.Var(intValue{P: &maxReqs, Min: 1, Max: 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
 	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
 	fs.StringVar(&record, "record", "", "write what the upstream did per --window to this timeline file (JSON lines, written on exit; see docs/proxy.md)")
-	fs.Var(durationValue{p: &duration, max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
+	fs.Var(durationValue{P: &duration, Max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
 	fs.StringVar(&idHeader, "id-header", labkit.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
 	fs.StringVar(&groupBy, "group-by", "header:"+labkit.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
 		"or method+path+client (method, request target and client IP: for a run with one client that sends each request once)")
-	fs.Var(intValue{&maxBody, 0, 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
-	fs.Var(durationValue{p: &rht, positive: true, max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
-	fs.Var(durationValue{p: &rt, positive: true, max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
-	fs.Var(durationValue{p: &it, positive: true, max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
-	fs.Var(intValue{&maxConns, 1, 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
+	fs.Var(intValue{P: &maxBody, Min: 0, Max: 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
+	fs.Var(durationValue{P: &rht, Positive: true, Max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
+	fs.Var(durationValue{P: &rt, Positive: true, Max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
+	fs.Var(durationValue{P: &it, Positive: true, Max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
+	fs.Var(intValue{P: &maxConns, Min: 1, Max: 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
 	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
 	fs.StringVar(&name, "name", "main", "the proxy's name in the control API")
 	fs.StringVar(&control, "control", "", "serve the control API (HTTP+JSON: faults, proxies, stats) on this host:port, such as 127.0.0.1:8474; an empty host is 127.0.0.1")
 	fs.Var(floatValue{p: &maxAmp, max: 1e6}, "max-amplification", "at exit, fail (exit 1) when attempts per logical request exceed this (0: no check)")
-	fs.Var(intValue{&maxPeak, 0, 1 << 30}, "max-peak", "at exit, fail (exit 1) when the peak attempts (connections for TCP) in one --window exceed this (0: no check)")
-	fs.Var(intValue{&maxAtt, 0, 1 << 20}, "max-attempts", "at exit, fail (exit 1) when one logical request made more attempts than this (0: no check)")
+	fs.Var(intValue{P: &maxPeak, Min: 0, Max: 1 << 30}, "max-peak", "at exit, fail (exit 1) when the peak attempts (connections for TCP) in one --window exceed this (0: no check)")
+	fs.Var(intValue{P: &maxAtt, Min: 0, Max: 1 << 20}, "max-attempts", "at exit, fail (exit 1) when one logical request made more attempts than this (0: no check)")
 	fs.StringVar(&summary, "summary", "", "write a JSON summary on exit, meant to be diffed between runs (counts, peak, amplification, faults, thresholds; no times)")
 	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, fs) }); !ok {
 		return nil, code

@@ -13,24 +13,26 @@ import (
 	"time"
 )
 
-// buildStagger builds the command into a temporary directory and returns
-// the binary's path.
+// buildStagger builds the command and its companion stagger-store into one
+// temporary directory, as go install does, and returns stagger's path.
 func buildStagger(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the command")
 	}
-	bin := filepath.Join(t.TempDir(), "stagger")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "./"+companionName).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	return bin
+	return filepath.Join(dir, "stagger")
 }
 
 // A second SIGINT ends `queue work` at once, while its first only began a
 // shutdown that would wait --grace (10 minutes here) for a running --exec
-// command; the command's process group is killed too. Also when the
+// command; the command's process group is killed too. The worker is run
+// through stagger, which hands it to stagger-store by exec, so the signals
+// reach the worker itself. Also when the
 // process was started with SIGINT ignored, as a script's background job is:
 // then the default action the first signal's handler could restore is
 // "ignore".
@@ -40,8 +42,8 @@ func TestSecondSignalEndsAtOnce(t *testing.T) {
 		t.Run("ignored="+strconv.FormatBool(ignored), func(t *testing.T) {
 			dir := t.TempDir()
 			db := filepath.Join(dir, "q.db")
-			if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "slow"); code != exitOK {
-				t.Fatal(e)
+			if out, err := exec.Command(bin, "queue", "enqueue", "--db", db, "--id", "slow").CombinedOutput(); err != nil {
+				t.Fatalf("queue enqueue: %v\n%s", err, out)
 			}
 			pidFile := filepath.Join(dir, "pid")
 			script := "echo $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + " && exec sleep 600"

@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	register(command{name: "sim", summary: "simulate retry storms in virtual time (stagger sim list)", run: runSim})
+	register(command{Name: "sim", Summary: "simulate retry storms in virtual time (stagger sim list)", Run: runSim})
 }
 
 func simUsage(w io.Writer) {

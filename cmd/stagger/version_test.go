@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/staggerhq/stagger/cmd/stagger/internal/clikit"
 )
 
 func TestFormatVersion(t *testing.T) {
@@ -37,7 +39,7 @@ func TestFormatVersion(t *testing.T) {
 		{"no build info", nil,
 			"stagger (devel)\nrevision unknown (not recorded: a module download, or built with -buildvcs=false)\nunknown Go release\n"},
 	} {
-		if got := formatVersion(tc.bi); got != tc.want {
+		if got := clikit.FormatVersion(tc.bi); got != tc.want {
 			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, got, tc.want)
 		}
 	}

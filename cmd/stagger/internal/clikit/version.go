@@ -1,4 +1,4 @@
-package main
+package clikit
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register(command{name: "version", summary: "print the build's module version and VCS revision", run: runVersion})
+	Register(Command{Name: "version", Summary: "print the build's module version and VCS revision", Run: runVersion})
 }
 
 func versionHelp(w io.Writer) {
@@ -25,18 +25,18 @@ func versionHelp(w io.Writer) {
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stagger version", flag.ContinueOnError)
-	if code, ok := parseFlags(fs, args, stdout, stderr, versionHelp); !ok {
+	if code, ok := ParseFlags(fs, args, stdout, stderr, versionHelp); !ok {
 		return code
 	}
 	bi, _ := debug.ReadBuildInfo()
-	fmt.Fprint(stdout, formatVersion(bi))
-	return exitOK
+	fmt.Fprint(stdout, FormatVersion(bi))
+	return ExitOK
 }
 
-// formatVersion renders the build information: "stagger <module version>",
+// FormatVersion renders the build information: "stagger <module version>",
 // the VCS revision line and the Go release, one per line. bi may be nil (a
 // binary built without module support).
-func formatVersion(bi *debug.BuildInfo) string {
+func FormatVersion(bi *debug.BuildInfo) string {
 	var b strings.Builder
 	version, goVersion := "(devel)", "unknown Go release"
 	settings := map[string]string{}

@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge", run: runQueue})
+	register(command{Name: "queue", Summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge", Run: runQueue})
 }
 
 var queueSubcommands = map[string]struct {

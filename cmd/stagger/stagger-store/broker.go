@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	register(command{name: "broker", summary: "broker dead letters: redrive (move them back, paced)", run: runBroker})
+	register(command{Name: "broker", Summary: "broker dead letters: redrive (move them back, paced)", Run: runBroker})
 }
 
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -92,21 +92,21 @@ func newRedriveFlags() *brokerRedriveFlags {
 	fs := f.fs
 	fs.StringVar(&f.kind, "broker", "", "the broker: rabbitmq, jetstream or kafka (required)")
 	fs.StringVar(&f.url, "url", "", "rabbitmq: the AMQP URL (default $STAGGER_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/); jetstream: the NATS URL (default $STAGGER_NATS_URL, else nats://127.0.0.1:4222). A password in it is never printed")
-	fs.Var(&listValue{p: &f.brokers, check: checkHostPort}, "brokers", "kafka: seed brokers, host:port, comma-separated or repeated (required for kafka)")
+	fs.Var(&listValue{P: &f.brokers, Check: checkHostPort}, "brokers", "kafka: seed brokers, host:port, comma-separated or repeated (required for kafka)")
 	fs.StringVar(&f.dlq, "dlq", "", "the DLQ: a RabbitMQ queue, a JetStream stream, a Kafka topic (required)")
 	fs.StringVar(&f.subject, "subject", "", "jetstream: only dead letters on subjects matching this filter (default: all)")
 	fs.StringVar(&f.group, "group", "", "kafka: the consumer group that records how far the DLQ was redriven (default <dlq>-redrive)")
-	fs.Var(&listValue{p: &f.reasons, check: checkReason}, "reason", "only dead letters with this reason (permanent, exhausted, unknown, deadline, budget, malformed, max_deliveries …); comma-separated or repeated (default: all)")
-	fs.Var(durationValue{p: &f.minAge, max: 100 * 365 * 24 * time.Hour}, "min-age", "only dead letters that first failed at least this long ago (0: no bound)")
-	fs.Var(durationValue{p: &f.maxAge, max: 100 * 365 * 24 * time.Hour}, "max-age", "only dead letters that first failed less than this long ago (0: no bound)")
+	fs.Var(&listValue{P: &f.reasons, Check: checkReason}, "reason", "only dead letters with this reason (permanent, exhausted, unknown, deadline, budget, malformed, max_deliveries …); comma-separated or repeated (default: all)")
+	fs.Var(durationValue{P: &f.minAge, Max: 100 * 365 * 24 * time.Hour}, "min-age", "only dead letters that first failed at least this long ago (0: no bound)")
+	fs.Var(durationValue{P: &f.maxAge, Max: 100 * 365 * 24 * time.Hour}, "max-age", "only dead letters that first failed less than this long ago (0: no bound)")
 	f.rate = 10
 	fs.Var(rateValue{&f.rate}, "rate", "the most republishes per second, in (0, 1e6]")
 	f.burst = 1
-	fs.Var(intValue{p: &f.burst, min: 1, max: 1_000_000}, "burst", "republishes that may go at once before --rate applies")
-	fs.Var(intValue{p: &f.limit, min: 0, max: math.MaxInt32}, "limit", "stop after this many matching dead letters (0: all)")
+	fs.Var(intValue{P: &f.burst, Min: 1, Max: 1_000_000}, "burst", "republishes that may go at once before --rate applies")
+	fs.Var(intValue{P: &f.limit, Min: 0, Max: math.MaxInt32}, "limit", "stop after this many matching dead letters (0: all)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would move; move nothing")
 	fs.BoolVar(&f.keepState, "keep-state", false, "keep the attempt count and first-failure time (the message gets only the attempts its policy has left); default: reset, the message starts over")
-	fs.Var(durationValue{p: &f.timeout, max: 7 * 24 * time.Hour}, "timeout", "give up the run after this long (0: no limit)")
+	fs.Var(durationValue{P: &f.timeout, Max: 7 * 24 * time.Hour}, "timeout", "give up the run after this long (0: no limit)")
 	return f
 }
 

@@ -1,4 +1,4 @@
-package main
+package clikit
 
 import (
 	"errors"
@@ -20,66 +20,66 @@ import (
 // Flag values that check their rule when they are set, so that every bad
 // flag is reported with its name and the rule it broke before anything runs.
 
-// intValue is a whole number in [min, max].
-type intValue struct {
-	p        *int
-	min, max int
+// IntValue is a whole number in [Min, Max].
+type IntValue struct {
+	P        *int
+	Min, Max int
 }
 
-func (v intValue) String() string {
-	if v.p == nil {
+func (v IntValue) String() string {
+	if v.P == nil {
 		return ""
 	}
-	return strconv.Itoa(*v.p)
+	return strconv.Itoa(*v.P)
 }
 
-func (v intValue) Set(s string) error {
+func (v IntValue) Set(s string) error {
 	n, err := strconv.Atoi(strings.TrimSpace(s))
 	if err != nil {
-		return fmt.Errorf("want a whole number between %d and %d", v.min, v.max)
+		return fmt.Errorf("want a whole number between %d and %d", v.Min, v.Max)
 	}
-	if n < v.min || n > v.max {
-		return fmt.Errorf("must be between %d and %d, got %d", v.min, v.max, n)
+	if n < v.Min || n > v.Max {
+		return fmt.Errorf("must be between %d and %d, got %d", v.Min, v.Max, n)
 	}
-	*v.p = n
+	*v.P = n
 	return nil
 }
 
-// uintValue is a non-negative 64-bit whole number.
-type uintValue struct{ p *uint64 }
+// UintValue is a non-negative 64-bit whole number.
+type UintValue struct{ P *uint64 }
 
-func (v uintValue) String() string {
-	if v.p == nil {
+func (v UintValue) String() string {
+	if v.P == nil {
 		return ""
 	}
-	return strconv.FormatUint(*v.p, 10)
+	return strconv.FormatUint(*v.P, 10)
 }
 
-func (v uintValue) Set(s string) error {
+func (v UintValue) Set(s string) error {
 	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 	if err != nil {
 		return fmt.Errorf("want a whole number between 0 and %d", uint64(math.MaxUint64))
 	}
-	*v.p = n
+	*v.P = n
 	return nil
 }
 
-// durationValue is a Go duration up to max: > 0 when positive is set,
+// DurationValue is a Go duration up to Max: > 0 when Positive is set,
 // otherwise >= 0.
-type durationValue struct {
-	p        *time.Duration
-	positive bool
-	max      time.Duration
+type DurationValue struct {
+	P        *time.Duration
+	Positive bool
+	Max      time.Duration
 }
 
-func (v durationValue) String() string {
-	if v.p == nil {
+func (v DurationValue) String() string {
+	if v.P == nil {
 		return ""
 	}
-	return v.p.String()
+	return v.P.String()
 }
 
-func (v durationValue) Set(s string) error {
+func (v DurationValue) Set(s string) error {
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
 		return errors.New("want a duration with a unit, such as 700ms or 1.5s")
@@ -88,74 +88,74 @@ func (v durationValue) Set(s string) error {
 }
 
 // set checks d against v's rule and stores it.
-func (v durationValue) set(d time.Duration) error {
+func (v DurationValue) set(d time.Duration) error {
 	switch {
-	case v.positive && d <= 0:
+	case v.Positive && d <= 0:
 		return fmt.Errorf("must be > 0, got %v", d)
 	case d < 0:
 		return fmt.Errorf("must be >= 0, got %v", d)
-	case d > v.max:
-		return fmt.Errorf("must be <= %v, got %v", v.max, d)
+	case d > v.Max:
+		return fmt.Errorf("must be <= %v, got %v", v.Max, d)
 	}
-	*v.p = d
+	*v.P = d
 	return nil
 }
 
-// latencyValue is "auto" or a duration in [0, max].
-type latencyValue struct {
-	d    *time.Duration
-	auto *bool
-	max  time.Duration
+// LatencyValue is "auto" or a duration in [0, Max].
+type LatencyValue struct {
+	D    *time.Duration
+	Auto *bool
+	Max  time.Duration
 }
 
-func (v latencyValue) String() string {
-	if v.auto == nil || *v.auto {
+func (v LatencyValue) String() string {
+	if v.Auto == nil || *v.Auto {
 		return "auto"
 	}
-	return v.d.String()
+	return v.D.String()
 }
 
-func (v latencyValue) Set(s string) error {
+func (v LatencyValue) Set(s string) error {
 	if strings.TrimSpace(s) == "auto" {
-		*v.auto = true
+		*v.Auto = true
 		return nil
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
 		return errors.New("want auto or a duration with a unit, such as 25ms")
 	}
-	if err := (durationValue{p: v.d, max: v.max}).set(d); err != nil {
+	if err := (DurationValue{P: v.D, Max: v.Max}).set(d); err != nil {
 		return err
 	}
-	*v.auto = false
+	*v.Auto = false
 	return nil
 }
 
-// listValue collects a repeatable flag; each use may hold a comma-separated
-// list. check validates one element as it is set.
-type listValue struct {
-	p     *[]string
+// ListValue collects a repeatable flag; each use may hold a comma-separated
+// list. Check validates one element as it is set.
+type ListValue struct {
+	P     *[]string
 	set   bool
-	check func(string) error
+	Check func(string) error
 }
 
-func (v *listValue) String() string {
-	if v.p == nil {
+func (v *ListValue) String() string {
+	if v.P == nil {
 		return ""
 	}
-	return strings.Join(*v.p, ",")
+	return strings.Join(*v.P, ",")
 }
 
-func (v *listValue) Set(s string) error {
+func (v *ListValue) Set(s string) error {
 	if !v.set { // the first use replaces the default
-		*v.p, v.set = nil, true
+		*v.P, v.set = nil, true
 	}
 	for _, e := range strings.Split(s, ",") {
 		e = strings.TrimSpace(e)
-		if err := v.check(e); err != nil {
+		if err := v.Check(e); err != nil {
 			return err
 		}
-		*v.p = append(*v.p, e)
+		*v.P = append(*v.P, e)
 	}
 	return nil
 }
@@ -193,10 +193,10 @@ func parseError(err error) string {
 	return msg
 }
 
-// checkReportPath refuses a report path whose directory does not exist or
+// CheckReportPath refuses a report path whose directory does not exist or
 // that names a directory, so that the lab, the simulator and the proxy say
 // so before they run instead of losing the run's report at the end.
-func checkReportPath(path string) error {
+func CheckReportPath(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory", path)
 	}
@@ -211,8 +211,8 @@ func checkReportPath(path string) error {
 	return nil
 }
 
-// flagWasSet reports whether name was given on the command line.
-func flagWasSet(fs *flag.FlagSet, name string) bool {
+// FlagWasSet reports whether name was given on the command line.
+func FlagWasSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == name {
@@ -222,35 +222,35 @@ func flagWasSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// parseFlags is how every subcommand reads its flags. The flag package
-// prints nothing: --help prints help(stdout) and ends with exitOK; a bad
+// ParseFlags is how every subcommand reads its flags. The flag package
+// prints nothing: --help prints help(stdout) and ends with ExitOK; a bad
 // flag prints one line naming it (as written on the command line) and a
-// hint, and ends with exitUsage; positional arguments are refused, since
+// hint, and ends with ExitUsage; positional arguments are refused, since
 // every setting is a flag. ok is true when the command should go on.
-func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help func(io.Writer)) (code int, ok bool) {
+func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help func(io.Writer)) (code int, ok bool) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			help(stdout)
-			return exitOK, false
+			return ExitOK, false
 		}
-		return usageError(stderr, fs.Name(), "%s", parseError(err)), false
+		return UsageError(stderr, fs.Name(), "%s", parseError(err)), false
 	}
 	if fs.NArg() > 0 {
-		return usageError(stderr, fs.Name(), "unexpected argument %q (every setting is a flag)", redact.String(fs.Arg(0))), false
+		return UsageError(stderr, fs.Name(), "unexpected argument %q (every setting is a flag)", redact.String(fs.Arg(0))), false
 	}
-	return exitOK, true
+	return ExitOK, true
 }
 
-// usageError prints "<command>: <message>" and the --help hint on stderr
-// and returns exitUsage.
-func usageError(stderr io.Writer, command, format string, a ...any) int {
+// UsageError prints "<command>: <message>" and the --help hint on stderr
+// and returns ExitUsage.
+func UsageError(stderr io.Writer, command, format string, a ...any) int {
 	fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", command, fmt.Sprintf(format, a...), command)
-	return exitUsage
+	return ExitUsage
 }
 
-// printFlags prints fs's flags in the one style of every --help:
+// PrintFlags prints fs's flags in the one style of every --help:
 //
 //	--name ARG  usage (default value)
 //
@@ -259,7 +259,7 @@ func usageError(stderr io.Writer, command, format string, a ...any) int {
 // flag: none for a boolean, D for a duration, N for a whole number, X for a
 // decimal number, VALUE otherwise. The default is left out when it is
 // empty, false or zero, or when the usage states it.
-func printFlags(w io.Writer, fs *flag.FlagSet, placeholders map[string]string) {
+func PrintFlags(w io.Writer, fs *flag.FlagSet, placeholders map[string]string) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	used := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) {
@@ -309,11 +309,11 @@ func flagArg(kind string, f *flag.Flag) string {
 		return ""
 	}
 	switch f.Value.(type) {
-	case durationValue:
+	case DurationValue:
 		return "D"
-	case intValue, uintValue:
+	case IntValue, UintValue:
 		return "N"
-	case latencyValue:
+	case LatencyValue:
 		return "auto|D"
 	}
 	if ph, ok := f.Value.(interface{ Placeholder() string }); ok && ph.Placeholder() != "" {
