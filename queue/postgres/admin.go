@@ -15,13 +15,18 @@ var _ queue.AdminStore = (*Store)(nil)
 // listing index, run by migrate (each IF NOT EXISTS: an existing table
 // gets them on the first writing start).
 //
-// stagger_jobs_list serves Search: (queue, state) then the ID in byte
-// order (COLLATE "C", whatever the database's collation), so the first
-// page of a state is an index range scan however many jobs the queue
-// holds, and an ID prefix is a range of it.
+// stagger_jobs_list serves Search and List: (queue, state) then the ID
+// in byte order (COLLATE "C", whatever the database's collation), so the
+// first page of a state is an index range scan however many jobs the
+// queue holds, and an ID prefix is a range of it; ClaimLimited counts a
+// queue's leases on it. It replaces stagger_jobs_by_state (queue, state,
+// id in the database's collation), so that a claim or an outcome, which
+// writes an entry in every index of the table, writes no more than
+// before.
 func (s *Store) opsSchema() []string {
 	return []string{
 		`CREATE INDEX IF NOT EXISTS stagger_jobs_list ON ` + s.jobs + ` (queue, state, id COLLATE "C")`,
+		`DROP INDEX IF EXISTS ` + s.prefix() + `stagger_jobs_by_state`,
 		`CREATE TABLE IF NOT EXISTS ` + s.eventsT + ` (
 			seq    bigserial PRIMARY KEY,
 			job_id text NOT NULL,

@@ -325,7 +325,6 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		stmts = append(stmts,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON `+s.jobs+` (queue, state, id)`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_due`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_state`,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON `+s.jobs+` (state, finished_at) WHERE state IN ('done', 'dead')`,
@@ -936,7 +935,8 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	return s.query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+	return s.query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+`
+		WHERE queue = $4 AND state = $1 AND id COLLATE "C" > $2 ORDER BY id COLLATE "C" LIMIT $3`,
 		string(state), after, limit, name)
 }
 
