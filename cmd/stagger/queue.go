@@ -629,6 +629,7 @@ type statsJSON struct {
 	} `json:"dead"`
 	DueToDie           int64 `json:"due_to_die"`
 	OldestPendingAgeMs int64 `json:"oldest_pending_age_ms"`
+	Paused             bool  `json:"paused"`
 }
 
 // queueStats prints the counts of every queue of the store (the default
@@ -675,6 +676,10 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for i, name := range names {
 		rows[i] = toStatsJSON(name, all[name])
 	}
+	paused, err := markPaused(ctx, q, rows)
+	if err != nil {
+		return f.fail(stderr, err)
+	}
 	if f.jsonOut {
 		for _, r := range rows {
 			writeJSON(stdout, r)
@@ -689,6 +694,9 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			time.Duration(r.OldestPendingAgeMs)*time.Millisecond)
 	}
 	tw.Flush()
+	for _, p := range paused {
+		fmt.Fprintf(stdout, "paused: %s since %s by %s\n", p.Queue, fmtMs(p.At), p.Actor)
+	}
 	return exitOK
 }
 

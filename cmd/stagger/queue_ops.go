@@ -423,3 +423,22 @@ func printHistory(w io.Writer, evs []eventJSON) {
 		fmt.Fprintf(w, "%-13s %s  %s by %s: %s\n", label, fmtMs(e.AtMs), e.Action, actor, e.Detail)
 	}
 }
+
+// markPaused sets Paused on the rows of stats whose queue is paused and
+// returns those pauses (none on a store without pauses).
+func markPaused(ctx context.Context, q *queue.Queue, rows []statsJSON) ([]queue.Pause, error) {
+	ps, err := q.Pauses(ctx)
+	if errors.Is(err, queue.ErrNoAdmin) {
+		return nil, nil
+	}
+	var out []queue.Pause
+	for _, p := range ps {
+		for i := range rows {
+			if rows[i].Queue == p.Queue {
+				rows[i].Paused = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, err
+}

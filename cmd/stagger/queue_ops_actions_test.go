@@ -133,6 +133,12 @@ func TestQueuePauseCLI(t *testing.T) {
 	if out := mustCLI(t, "pause", "--db", db, "--list"); !strings.Contains(out, "mail\tpaused") || !strings.Contains(out, "by ops") {
 		t.Errorf("pause --list printed %q", out)
 	}
+	if out := mustCLI(t, "stats", "--db", db, "--queue", "mail"); !strings.Contains(out, "paused: mail since") {
+		t.Errorf("stats of a paused queue:\n%s", out)
+	}
+	if out := mustCLI(t, "stats", "--db", db, "--json"); !strings.Contains(out, `"queue":"mail"`) || !strings.Contains(out, `"paused":true`) {
+		t.Errorf("stats --json of a paused queue:\n%s", out)
+	}
 	if out := mustCLI(t, "run-once", "--db", db, "--queue", "mail", "--exec", "true"); !strings.Contains(out, "nothing due") {
 		t.Errorf("run-once on a paused queue printed %q", out)
 	}
