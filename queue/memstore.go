@@ -16,10 +16,13 @@ type MemoryStore struct {
 	mu      sync.Mutex
 	jobs    map[string]*Job
 	buckets map[string]Bucket // Limits' claim-rate reserve per queue
+	paused  map[string]Pause  // paused queues
+	history map[string][]Event
 }
 
 var _ Purger = (*MemoryStore)(nil)
 var _ LimitedClaimer = (*MemoryStore)(nil)
+var _ AdminStore = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{jobs: map[string]*Job{}} }
@@ -100,6 +103,9 @@ func (m *MemoryStore) RecordAndClaim(ctx context.Context, outcomes []Outcome, qu
 }
 
 func (m *MemoryStore) claim(queue string, now, leaseUntil int64, limit int) []Job {
+	if _, paused := m.paused[queue]; paused {
+		return nil
+	}
 	var due []*Job
 	for _, j := range m.jobs {
 		if j.Queue == queue && (j.State == Pending || j.State == Leased) && j.AvailableAt <= now && j.Attempts < j.MaxAttempts && j.Deadline > now {
@@ -221,6 +227,7 @@ func (m *MemoryStore) Purge(ctx context.Context, state State, before int64, limi
 	old = old[:min(len(old), max(limit, 0))]
 	for _, j := range old {
 		delete(m.jobs, j.ID)
+		delete(m.history, j.ID)
 	}
 	return len(old), nil
 }
@@ -282,6 +289,10 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.requeue(id, grant, deadline, now)
+}
+
+func (m *MemoryStore) requeue(id string, grant int, deadline, now int64) (Job, error) {
 	j, ok := m.jobs[id]
 	switch {
 	case !ok:
@@ -292,6 +303,129 @@ func (m *MemoryStore) Requeue(ctx context.Context, id string, grant int, deadlin
 	j.State, j.MaxAttempts, j.Deadline, j.AvailableAt, j.UpdatedAt = Pending, j.Attempts+grant, deadline, now, now
 	j.DeadReason, j.FinishedAt, j.LeaseUntil = "", 0, 0
 	return clone(j), nil
+}
+
+// RequeueEvent implements AdminStore.
+func (m *MemoryStore) RequeueEvent(ctx context.Context, id string, grant int, deadline, now int64, e Event) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, err := m.requeue(id, grant, deadline, now)
+	if err == nil {
+		m.addEvent(id, e)
+	}
+	return j, err
+}
+
+func (m *MemoryStore) addEvent(id string, e Event) {
+	if m.history == nil {
+		m.history = map[string][]Event{}
+	}
+	m.history[id] = append(m.history[id], e)
+}
+
+// Cancel implements AdminStore.
+func (m *MemoryStore) Cancel(ctx context.Context, id string, e Event) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	switch {
+	case !ok:
+		return Job{}, ErrNotFound
+	case j.State == Leased:
+		return Job{}, ErrLeased
+	case j.State != Pending:
+		return Job{}, ErrNotPending
+	}
+	j.State, j.DeadReason, j.FinishedAt, j.UpdatedAt = Dead, Canceled, e.At, e.At
+	m.addEvent(id, e)
+	return clone(j), nil
+}
+
+// Delete implements AdminStore.
+func (m *MemoryStore) Delete(ctx context.Context, id string) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	switch {
+	case !ok:
+		return Job{}, ErrNotFound
+	case j.State == Leased:
+		return Job{}, ErrLeased
+	}
+	delete(m.jobs, id)
+	delete(m.history, id)
+	return clone(j), nil
+}
+
+// SetPaused implements AdminStore.
+func (m *MemoryStore) SetPaused(ctx context.Context, queue string, paused bool, e Event) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, was := m.paused[queue]
+	switch {
+	case paused && !was:
+		if m.paused == nil {
+			m.paused = map[string]Pause{}
+		}
+		m.paused[queue] = Pause{Queue: queue, At: e.At, Actor: e.Actor}
+	case !paused && was:
+		delete(m.paused, queue)
+	}
+	return paused != was, nil
+}
+
+// Pauses implements AdminStore.
+func (m *MemoryStore) Pauses(ctx context.Context) ([]Pause, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Pause, 0, len(m.paused))
+	for _, p := range m.paused {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Pause) int { return cmp.Compare(a.Queue, b.Queue) })
+	return out, nil
+}
+
+// History implements AdminStore.
+func (m *MemoryStore) History(ctx context.Context, id string) ([]Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.history[id]), nil
+}
+
+// Search implements AdminStore.
+func (m *MemoryStore) Search(ctx context.Context, s Search) ([]Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Job
+	for _, j := range m.jobs {
+		if j.ID > s.After && s.Matches(*j) {
+			out = append(out, clone(j))
+		}
+	}
+	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.ID, b.ID) })
+	return out[:min(len(out), max(s.Limit, 0))], nil
 }
 
 // Stats implements Store.

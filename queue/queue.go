@@ -321,6 +321,12 @@ func (q *Queue) Dead(ctx context.Context, after string, limit int) ([]Job, error
 // than now), and makes the job due now. It is the only way a deadline
 // moves. A job that is not dead is left alone with ErrNotDead.
 func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int64) (Job, error) {
+	return q.requeue(ctx, id, grant, deadline, "")
+}
+
+// requeue is Requeue; on an AdminStore it records the action in the
+// job's history with actor.
+func (q *Queue) requeue(ctx context.Context, id string, grant int, deadline int64, actor string) (Job, error) {
 	now := q.now()
 	switch {
 	case grant < 1 || grant > MaxMaxAttempts:
@@ -333,7 +339,15 @@ func (q *Queue) Requeue(ctx context.Context, id string, grant int, deadline int6
 	if err := ValidateID(id); err != nil {
 		return Job{}, err
 	}
-	j, err := q.store.Requeue(ctx, id, grant, deadline, now)
+	var j Job
+	var err error
+	if a, ok := q.store.(AdminStore); ok {
+		e := Event{At: now, Actor: actor, Action: ActionRequeue,
+			Detail: fmt.Sprintf("+%d attempts, deadline %s", grant, time.UnixMilli(deadline).UTC().Format("2006-01-02T15:04:05.000Z07:00"))}
+		j, err = a.RequeueEvent(ctx, id, grant, deadline, now, e)
+	} else {
+		j, err = q.store.Requeue(ctx, id, grant, deadline, now)
+	}
 	if err == nil {
 		q.wakeQueue(j.Queue)
 	}

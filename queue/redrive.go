@@ -36,6 +36,11 @@ type Redrive struct {
 	// OnJob, when set, receives each job requeued (as stored after the
 	// requeue) or, in a dry run, each job selected.
 	OnJob func(Job)
+	// IDPrefix, when set, selects the jobs whose ID starts with it.
+	IDPrefix string
+	// Actor, when set, is recorded as who requeued each job (its
+	// history); "" records none.
+	Actor string
 }
 
 // RedriveResult counts what Queue.Redrive did.
@@ -48,8 +53,8 @@ type RedriveResult struct {
 
 func (r Redrive) check() error {
 	switch {
-	case r.Reason != "" && r.Reason != Exhausted && r.Reason != DeadlineReached && r.Reason != PermanentFailure:
-		return fmt.Errorf("%w: reason must be %s, %s or %s, got %q", ErrInvalid, Exhausted, DeadlineReached, PermanentFailure, r.Reason)
+	case r.Reason != "" && ValidateReason(r.Reason) != nil:
+		return ValidateReason(r.Reason)
 	case r.OlderThan < 0 || r.OlderThan > MaxDuration, r.NewerThan < 0 || r.NewerThan > MaxDuration:
 		return fmt.Errorf("%w: older-than and newer-than must be in [0, %v]", ErrInvalid, MaxDuration)
 	case r.NewerThan > 0 && r.NewerThan <= r.OlderThan:
@@ -66,27 +71,50 @@ func (r Redrive) check() error {
 	return nil
 }
 
-// selects reports whether dead job j matches r at now.
-func (r Redrive) selects(j Job, now int64) bool {
-	age := now - j.FinishedAt
-	return (r.Reason == "" || j.DeadReason == r.Reason) &&
-		(r.OlderThan == 0 || age > r.OlderThan.Milliseconds()) &&
-		(r.NewerThan == 0 || age < r.NewerThan.Milliseconds())
-}
-
 // redrivePage is how many dead jobs one listing reads.
 const redrivePage = 500
 
 // Redrive requeues the dead jobs r selects, in ID order, at r.Rate jobs
 // per second, each with r.Grant new attempts and a deadline r.Deadline
-// after its requeue (Queue.Requeue). It stops when ctx is done or at the
-// first store error, returning what it did so far.
+// after its requeue (Queue.Requeue). With Reason "" it selects the jobs
+// that failed (exhausted, deadline, permanent), not those an operator
+// cancelled. It stops when ctx is done or at the first store error,
+// returning what it did so far.
 func (q *Queue) Redrive(ctx context.Context, r Redrive) (RedriveResult, error) {
-	var res RedriveResult
 	if err := r.check(); err != nil {
+		return RedriveResult{}, err
+	}
+	if r.Actor != "" {
+		if err := ValidateActor(r.Actor); err != nil {
+			return RedriveResult{}, err
+		}
+	}
+	b := Bulk{
+		Filter: Filter{State: Dead, Reason: r.Reason, IDPrefix: r.IDPrefix, OlderThan: r.OlderThan, NewerThan: r.NewerThan, Limit: redrivePage},
+		Max:    r.Limit, Rate: r.Rate, DryRun: r.DryRun, Actor: r.Actor, OnJob: r.OnJob,
+	}
+	keep := func(j Job) bool { return r.Reason != "" || j.DeadReason != Canceled }
+	res, err := q.bulk(ctx, b, keep, func(j Job) (Job, error) {
+		return q.requeue(ctx, j.ID, r.Grant, addMs(q.now(), ceilMs(r.Deadline)), r.Actor)
+	})
+	return RedriveResult{Requeued: res.Acted, Skipped: res.Skipped}, err
+}
+
+// bulk acts on the jobs b selects (and keep, when set, keeps), in ID
+// order, paced at b.Rate. A job act refuses for its state is skipped.
+func (q *Queue) bulk(ctx context.Context, b Bulk, keep func(Job) bool, act func(Job) (Job, error)) (BulkResult, error) {
+	var res BulkResult
+	switch {
+	case math.IsNaN(b.Rate) || b.Rate <= 0 || b.Rate > MaxRedriveRate:
+		return res, fmt.Errorf("%w: rate must be in (0, %d] jobs/s, got %v", ErrInvalid, MaxRedriveRate, b.Rate)
+	case b.Max < 0:
+		return res, fmt.Errorf("%w: limit (most jobs) must be >= 0 (0 means all), got %d", ErrInvalid, b.Max)
+	}
+	s, err := q.search(b.Filter, q.now())
+	if err != nil {
 		return res, err
 	}
-	interval := time.Duration(float64(time.Second) / r.Rate)
+	interval := time.Duration(float64(time.Second) / b.Rate)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -94,25 +122,22 @@ func (q *Queue) Redrive(ctx context.Context, r Redrive) (RedriveResult, error) {
 		}
 	}()
 	var next time.Time
-	after := ""
 	for {
-		page, err := q.Dead(ctx, after, redrivePage)
+		page, more, err := q.page(ctx, &s)
 		if err != nil {
 			return res, err
 		}
-		now := q.now()
 		for _, j := range page {
-			after = j.ID
-			if !r.selects(j, now) {
+			if keep != nil && !keep(j) {
 				continue
 			}
-			if r.Limit > 0 && res.Requeued == r.Limit {
+			if b.Max > 0 && res.Acted == b.Max {
 				return res, nil
 			}
-			if r.DryRun {
-				res.Requeued++
-				if r.OnJob != nil {
-					r.OnJob(j)
+			if b.DryRun {
+				res.Acted++
+				if b.OnJob != nil {
+					b.OnJob(j)
 				}
 				continue
 			}
@@ -135,21 +160,49 @@ func (q *Queue) Redrive(ctx context.Context, r Redrive) (RedriveResult, error) {
 				next = time.Now()
 			}
 			next = next.Add(interval)
-			rq, err := q.Requeue(ctx, j.ID, r.Grant, addMs(q.now(), ceilMs(r.Deadline)))
+			done, err := act(j)
 			switch {
-			case errors.Is(err, ErrNotDead), errors.Is(err, ErrNotFound):
+			case errors.Is(err, ErrNotDead), errors.Is(err, ErrNotFound), errors.Is(err, ErrLeased), errors.Is(err, ErrNotPending):
 				res.Skipped++
 				continue
 			case err != nil:
 				return res, err
 			}
-			res.Requeued++
-			if r.OnJob != nil {
-				r.OnJob(rq)
+			res.Acted++
+			if b.OnJob != nil {
+				b.OnJob(done)
 			}
 		}
-		if len(page) < redrivePage {
+		if !more {
 			return res, nil
 		}
 	}
+}
+
+// page reads the next page of s and moves s.After past it; more says
+// whether another page may follow. On a store that is not an AdminStore
+// it lists each state's jobs (Store.List) and keeps those s matches.
+func (q *Queue) page(ctx context.Context, s *Search) (jobs []Job, more bool, err error) {
+	if a, ok := q.store.(AdminStore); ok {
+		jobs, err = a.Search(ctx, *s)
+		if err != nil || len(jobs) == 0 {
+			return nil, false, err
+		}
+		s.After = jobs[len(jobs)-1].ID
+		return jobs, len(jobs) == s.Limit, nil
+	}
+	if len(s.States) != 1 {
+		return nil, false, ErrNoAdmin
+	}
+	raw, err := q.store.List(ctx, s.Queue, s.States[0], s.After, s.Limit)
+	if err != nil || len(raw) == 0 {
+		return nil, false, err
+	}
+	s.After = raw[len(raw)-1].ID
+	for _, j := range raw {
+		if s.Matches(j) {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, len(raw) == s.Limit, nil
 }

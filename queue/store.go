@@ -147,8 +147,8 @@ type Stats struct {
 	// spent or whose deadline has passed.
 	DueToDie int64
 	Done     int64 // jobs that succeeded
-	// Dead by reason.
-	DeadExhausted, DeadDeadline, DeadPermanent int64
+	// Dead by reason (DeadCanceled: cancelled by an operator).
+	DeadExhausted, DeadDeadline, DeadPermanent, DeadCanceled int64
 	// OldestDueAt is the smallest AvailableAt of the pending due jobs that
 	// can still run (meaningless when PendingDue is 0).
 	OldestDueAt int64
@@ -190,6 +190,8 @@ func (s *Stats) Add(state State, reason DeadReason, due, dying bool, n, oldest i
 			s.DeadDeadline += n
 		case PermanentFailure:
 			s.DeadPermanent += n
+		case Canceled:
+			s.DeadCanceled += n
 		}
 	}
 }
@@ -199,7 +201,9 @@ func (s *Stats) Add(state State, reason DeadReason, due, dying bool, n, oldest i
 func (s Stats) Pending() int64 { return s.PendingDue + s.PendingScheduled }
 
 // Dead is the number of dead jobs, all reasons.
-func (s Stats) Dead() int64 { return s.DeadExhausted + s.DeadDeadline + s.DeadPermanent }
+func (s Stats) Dead() int64 {
+	return s.DeadExhausted + s.DeadDeadline + s.DeadPermanent + s.DeadCanceled
+}
 
 // OldestPendingAge is how long the oldest due job has waited past its
 // AvailableAt, in milliseconds (0 when nothing is due).

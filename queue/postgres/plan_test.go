@@ -72,7 +72,7 @@ func TestHotPathPlans(t *testing.T) {
 			a = []any{args[0], args[1], now + 2000, now}
 		}
 		plan = explain("", sql, a...)
-		if strings.Contains(plan, "stagger_jobs_by_state") || strings.Contains(plan, "stagger_jobs_ready") ||
+		if strings.Contains(plan, "stagger_jobs_list") || strings.Contains(plan, "stagger_jobs_ready") ||
 			!strings.Contains(plan, "stagger_jobs_pkey") {
 			t.Errorf("the %s update does not look jobs up by primary key:\n%s", name, plan)
 		}
