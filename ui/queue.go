@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,6 +147,9 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 		}
 		p, err := q.Jobs(ctx, queue.Filter{Queue: n, State: queue.State(f.State), Reason: queue.DeadReason(f.Reason),
 			IDPrefix: f.Prefix, OlderThan: f.OlderThan, After: f.After, Limit: f.Limit})
+		if errors.Is(err, queue.ErrNoAdmin) {
+			p.Jobs, err = s.list(ctx, n, f)
+		}
 		if err != nil {
 			return nil, "", mapErr(err)
 		}
@@ -164,6 +168,41 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 		out[i] = jobInfo(j)
 	}
 	return out, next, nil
+}
+
+// list is a search on a store without the operator API: it lists each
+// state's jobs (Store.List) and keeps those f selects, reading at most 20
+// of its pages per state.
+func (s *queues) list(ctx context.Context, name string, f JobFilter) ([]queue.Job, error) {
+	states := queue.AllStates
+	if f.State != "" {
+		states = []queue.State{queue.State(f.State)}
+	} else if f.Reason != "" {
+		states = []queue.State{queue.Dead}
+	}
+	now := s.q.Now()
+	var out []queue.Job
+	for _, st := range states {
+		after, kept := f.After, 0
+		for range 20 {
+			raw, err := s.q.Store().List(ctx, name, st, after, f.Limit)
+			if err != nil {
+				return nil, err
+			}
+			for _, j := range raw {
+				if strings.HasPrefix(j.ID, f.Prefix) && (f.Reason == "" || string(j.DeadReason) == f.Reason) &&
+					(f.OlderThan == 0 || j.Since() < now-f.OlderThan.Milliseconds()) && kept < f.Limit {
+					out = append(out, j)
+					kept++
+				}
+			}
+			if len(raw) < f.Limit || kept == f.Limit {
+				break
+			}
+			after = raw[len(raw)-1].ID
+		}
+	}
+	return out, nil
 }
 
 func jobInfo(j queue.Job) JobInfo {
