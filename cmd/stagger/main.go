@@ -191,5 +191,5 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Exit status: 0 ok; 1 the run failed or a check failed; 2 bad flags or input,")
 	fmt.Fprintln(w, "nothing was done; 130 interrupted (SIGINT); 143 terminated (SIGTERM), except")
-	fmt.Fprintln(w, "that proxy, queue work and ui stop on SIGTERM as their ordinary end."))
+	fmt.Fprintln(w, "that proxy, queue work and ui stop on SIGTERM as their ordinary end.")
 }
