@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -361,24 +362,53 @@ func (d *Dashboard) Dependencies(history bool) []Dependency {
 func (d *Dashboard) snapshotLocked(history bool) []Dependency {
 	out := make([]Dependency, 0, len(d.order))
 	for _, x := range d.order {
-		dp := Dependency{Name: x.name, GiveUps: map[string]int64{}}
-		if x.count > 0 {
-			dp.Now = x.ring[(x.next-1+len(x.ring))%len(x.ring)]
-		}
-		for r := range x.giveups {
-			if n := x.giveups[r].Load(); n > 0 {
-				dp.GiveUps[retry.Reason(r).String()] = n
-			}
-		}
-		if history {
-			dp.History = make([]Sample, 0, x.count)
-			for i := range x.count {
-				dp.History = append(dp.History, x.ring[(x.next-x.count+i+len(x.ring))%len(x.ring)])
-			}
-		}
-		out = append(out, dp)
+		out = append(out, d.depLocked(x, history))
 	}
 	return out
+}
+
+// writeDependencies writes Dependencies(true) as a JSON array, one
+// dependency at a time, so a request holds one history, not all of them.
+func (d *Dashboard) writeDependencies(w io.Writer) error {
+	d.mu.Lock()
+	deps := append([]*dep(nil), d.order...)
+	d.mu.Unlock()
+	enc := json.NewEncoder(w)
+	if _, err := io.WriteString(w, "["); err != nil {
+		return err
+	}
+	for i, x := range deps {
+		if i > 0 {
+			io.WriteString(w, ",")
+		}
+		d.mu.Lock()
+		dp := d.depLocked(x, true)
+		d.mu.Unlock()
+		if err := enc.Encode(dp); err != nil {
+			return err
+		}
+	}
+	_, err := io.WriteString(w, "]\n")
+	return err
+}
+
+func (d *Dashboard) depLocked(x *dep, history bool) Dependency {
+	dp := Dependency{Name: x.name, GiveUps: map[string]int64{}}
+	if x.count > 0 {
+		dp.Now = x.ring[(x.next-1+len(x.ring))%len(x.ring)]
+	}
+	for r := range x.giveups {
+		if n := x.giveups[r].Load(); n > 0 {
+			dp.GiveUps[retry.Reason(r).String()] = n
+		}
+	}
+	if history {
+		dp.History = make([]Sample, 0, x.count)
+		for i := range x.count {
+			dp.History = append(dp.History, x.ring[(x.next-x.count+i+len(x.ring))%len(x.ring)])
+		}
+	}
+	return dp
 }
 
 // ServeHTTP serves the pages, their assets, the data as JSON and the
@@ -430,7 +460,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write(b)
 	case "api/dependencies":
 		h.Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(d.Dependencies(true))
+		d.writeDependencies(w)
 	case "events":
 		d.events(w, r, func() []byte {
 			d.mu.Lock()
