@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge", run: runQueue})
+	register(command{name: "queue", summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge, jobs, cancel, delete, pause, resume", run: runQueue})
 }
 
 var queueSubcommands = map[string]struct {
@@ -625,6 +625,7 @@ type statsJSON struct {
 		Exhausted int64 `json:"exhausted"`
 		Deadline  int64 `json:"deadline"`
 		Permanent int64 `json:"permanent"`
+		Canceled  int64 `json:"canceled"`
 	} `json:"dead"`
 	DueToDie           int64 `json:"due_to_die"`
 	OldestPendingAgeMs int64 `json:"oldest_pending_age_ms"`
@@ -684,7 +685,7 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintln(tw, "queue\tpending\tdue\tscheduled\tleased\texpired\tdying\tdone\tdead\toldest due waiting")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", r.Queue, r.Pending, r.PendingDue, r.PendingScheduled,
-			r.Leased, r.LeasedExpired, r.DueToDie, r.Done, r.Dead.Exhausted+r.Dead.Deadline+r.Dead.Permanent,
+			r.Leased, r.LeasedExpired, r.DueToDie, r.Done, r.Dead.Exhausted+r.Dead.Deadline+r.Dead.Permanent+r.Dead.Canceled,
 			time.Duration(r.OldestPendingAgeMs)*time.Millisecond)
 	}
 	tw.Flush()
@@ -696,7 +697,7 @@ func toStatsJSON(name string, st queue.Stats) statsJSON {
 	out := statsJSON{Queue: name}
 	out.Pending, out.PendingDue, out.PendingScheduled = st.Pending(), st.PendingDue, st.PendingScheduled
 	out.Leased, out.LeasedExpired, out.Done = st.Leased, st.LeasedExpired, st.Done
-	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent
+	out.Dead.Exhausted, out.Dead.Deadline, out.Dead.Permanent, out.Dead.Canceled = st.DeadExhausted, st.DeadDeadline, st.DeadPermanent, st.DeadCanceled
 	out.DueToDie, out.OldestPendingAgeMs = st.DueToDie, st.OldestPendingAge()
 	return out
 }
@@ -743,6 +744,7 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var bulk redriveFlags
 	f.fs.StringVar(&id, "id", "", "the dead job's ID (or --all)")
 	f.fs.IntVar(&attempts, "attempts", 0, "new attempts granted on top of those spent (required, 1-1000000)")
+	actor := actorFlag(f.fs)
 	f.fs.StringVar(&deadline, "deadline", "", "the new deadline: a duration from now (1h) or an RFC 3339 time (required; with --all a duration from each job's requeue)")
 	bulk.register(f.fs)
 	if code, ok := f.parse(args, stdout, stderr); !ok {
@@ -761,8 +763,12 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if deadline == "" {
 		return bad(errors.New("--deadline is required: requeue grants a new deadline explicitly"))
 	}
+	who, err := actorOf(*actor)
+	if err != nil {
+		return bad(err)
+	}
 	if bulk.all {
-		return bulk.run(ctx, f, attempts, deadline, stdout, stderr)
+		return bulk.run(ctx, f, attempts, deadline, who, stdout, stderr)
 	}
 	dl, err := parseDeadline("--deadline", deadline, now)
 	if err != nil {
@@ -773,7 +779,7 @@ func queueRequeue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return code
 	}
 	defer closeFn()
-	j, err := q.Requeue(ctx, id, attempts, dl)
+	j, err := q.RequeueAs(ctx, id, attempts, dl, who)
 	switch {
 	case errors.Is(err, queue.ErrInvalid):
 		return bad(err)
@@ -922,14 +928,22 @@ func queueShow(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return f.fail(stderr, err)
 	}
 	jj := toJobJSON(j, true)
+	evs, err := history(ctx, q, id)
+	if err != nil {
+		return f.fail(stderr, err)
+	}
 	if f.jsonOut {
-		writeJSON(stdout, jj)
+		writeJSON(stdout, struct {
+			jobJSON
+			History []eventJSON `json:"history"`
+		}{jj, evs})
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "queue         %s\n", j.Queue)
 	fmt.Fprintf(stdout, "id            %s\nstate         %s %s\nattempts      %d/%d\navailable_at  %s\ndeadline      %s\nlease_until   %s\nlast_error    %s\ncreated_at    %s\nupdated_at    %s\nfinished_at   %s\npayload       %d bytes\n",
 		j.ID, j.State, j.DeadReason, j.Attempts, j.MaxAttempts, fmtMs(j.AvailableAt), fmtMs(j.Deadline), fmtMs(j.LeaseUntil),
 		redact.Text(j.LastError), fmtMs(j.CreatedAt), fmtMs(j.UpdatedAt), fmtMs(j.FinishedAt), len(j.Payload))
+	printHistory(stdout, evs)
 	return exitOK
 }
 

@@ -17,7 +17,7 @@ import (
 // once, selected by reason and age, paced at a rate.
 type redriveFlags struct {
 	all                  bool
-	reason               string
+	reason, idPrefix     string
 	olderThan, newerThan string
 	limit                int
 	rate                 float64
@@ -27,6 +27,7 @@ type redriveFlags struct {
 func (r *redriveFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.all, "all", false, "requeue every dead job the filters select (instead of --id), paced at --rate")
 	fs.StringVar(&r.reason, "reason", "", "with --all: only jobs dead for this reason (exhausted, deadline, permanent)")
+	fs.StringVar(&r.idPrefix, "id-prefix", "", "with --all: only jobs whose ID starts with this")
 	fs.StringVar(&r.olderThan, "older-than", "", "with --all: only jobs that died longer ago than this (a duration or Nd)")
 	fs.StringVar(&r.newerThan, "newer-than", "", "with --all: only jobs that died less long ago than this (a duration or Nd)")
 	fs.IntVar(&r.limit, "limit", 0, "with --all: requeue at most this many jobs (0: all)")
@@ -41,8 +42,8 @@ func (r *redriveFlags) check(id string) error {
 		return errors.New("give --id or --all, not both")
 	case id == "" && !r.all:
 		return errors.New("--id is required (or --all, to requeue many dead jobs)")
-	case !r.all && (r.reason != "" || r.olderThan != "" || r.newerThan != "" || r.limit != 0 || r.dryRun):
-		return errors.New("--reason, --older-than, --newer-than, --limit and --dry-run select jobs for --all")
+	case !r.all && (r.reason != "" || r.idPrefix != "" || r.olderThan != "" || r.newerThan != "" || r.limit != 0 || r.dryRun):
+		return errors.New("--reason, --id-prefix, --older-than, --newer-than, --limit and --dry-run select jobs for --all")
 	case math.IsNaN(r.rate) || r.rate <= 0 || r.rate > queue.MaxRedriveRate:
 		return fmt.Errorf("--rate must be in (0, %d] jobs per second, got %v", queue.MaxRedriveRate, r.rate)
 	case r.limit < 0:
@@ -53,13 +54,14 @@ func (r *redriveFlags) check(id string) error {
 
 // run requeues the selected dead jobs; deadline is a duration from each
 // job's requeue.
-func (r *redriveFlags) run(ctx context.Context, f *queueFlags, grant int, deadline string, stdout, stderr io.Writer) int {
+func (r *redriveFlags) run(ctx context.Context, f *queueFlags, grant int, deadline, actor string, stdout, stderr io.Writer) int {
 	bad := func(err error) int { return usageError(stderr, f.fs.Name(), "%v", err) }
 	dl, err := time.ParseDuration(deadline)
 	if err != nil {
 		return bad(fmt.Errorf("--deadline: with --all it is a duration from each job's requeue (such as 1h), got %q", deadline))
 	}
-	rd := queue.Redrive{Reason: queue.DeadReason(r.reason), Limit: r.limit, Grant: grant, Deadline: dl, Rate: r.rate, DryRun: r.dryRun}
+	rd := queue.Redrive{Reason: queue.DeadReason(r.reason), Limit: r.limit, Grant: grant, Deadline: dl, Rate: r.rate, DryRun: r.dryRun,
+		IDPrefix: r.idPrefix, Actor: actor}
 	for _, a := range []struct {
 		name string
 		s    string

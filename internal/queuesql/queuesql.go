@@ -5,7 +5,9 @@
 package queuesql
 
 import (
+	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/staggerhq/stagger/queue"
 )
@@ -59,4 +61,99 @@ func ScanStats(rows Rows, now int64) (map[string]queue.Stats, error) {
 		out[q] = st
 	}
 	return out, rows.Err()
+}
+
+// SearchSQL is the query of queue.AdminStore.Search on table (columns
+// cols) and its arguments, for PostgreSQL (pg: parameters $n, IDs
+// compared in byte order with COLLATE "C", which the listing index
+// stagger_jobs_list also uses) or SQLite (parameters ?n; BINARY text
+// order is byte order). One state is one ordered scan of the queue's
+// (queue, state, id) index; several are one such scan each, limited,
+// merged by a UNION ALL and cut to the limit again, so that the first
+// page of a big queue never sorts the queue.
+func SearchSQL(table, cols string, pg bool, s queue.Search) (string, []any) {
+	idc := "id"
+	if pg {
+		idc = `id COLLATE "C"`
+	}
+	args := []any{s.Queue, s.Limit}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	var where strings.Builder
+	if s.Reason != "" {
+		fmt.Fprintf(&where, " AND dead_reason = %s", arg(string(s.Reason)))
+	}
+	if s.After != "" {
+		fmt.Fprintf(&where, " AND %s > %s", idc, arg(s.After))
+	}
+	if s.IDPrefix != "" {
+		fmt.Fprintf(&where, " AND %s >= %s", idc, arg(s.IDPrefix))
+		if end, ok := PrefixEnd(s.IDPrefix); ok {
+			fmt.Fprintf(&where, " AND %s < %s", idc, arg(end))
+		}
+	}
+	var before, after string
+	if s.SinceBefore != 0 {
+		before = arg(s.SinceBefore)
+	}
+	if s.SinceAfter != 0 {
+		after = arg(s.SinceAfter)
+	}
+	parts := make([]string, 0, len(s.States))
+	for i, st := range s.States {
+		since := "created_at"
+		if st == queue.Done || st == queue.Dead {
+			since = "finished_at"
+		}
+		w := where.String()
+		if before != "" {
+			w += " AND " + since + " < " + before
+		}
+		if after != "" {
+			w += " AND " + since + " > " + after
+		}
+		parts = append(parts, fmt.Sprintf(`SELECT * FROM (SELECT %s FROM %s WHERE queue = $1 AND state = '%s'%s ORDER BY %s LIMIT $2) s%d`,
+			cols, table, stateLiteral(st), w, idc, i))
+	}
+	q := parts[0]
+	if len(parts) > 1 {
+		q = `SELECT * FROM (` + strings.Join(parts, " UNION ALL ") + `) u ORDER BY ` + idc + ` LIMIT $2`
+	}
+	if !pg {
+		q = strings.ReplaceAll(q, "$", "?")
+	}
+	return q, args
+}
+
+// stateLiteral is st as an SQL literal: only the four states are ever
+// written into a query (queue.Search's states are validated).
+func stateLiteral(st queue.State) string {
+	switch st {
+	case queue.Pending, queue.Leased, queue.Done, queue.Dead:
+		return string(st)
+	}
+	panic("queuesql: not a state: " + string(st))
+}
+
+// PrefixEnd is the smallest string greater, in byte order, than every
+// string that starts with prefix (a valid UTF-8 string): the exclusive
+// upper bound of an index range scan for the prefix. It is itself valid
+// UTF-8 (PostgreSQL's text takes nothing else); ok is false when there
+// is no such string (the prefix is all U+10FFFF).
+func PrefixEnd(prefix string) (string, bool) {
+	rs := []rune(prefix)
+	for i := len(rs) - 1; i >= 0; i-- {
+		switch r := rs[i]; {
+		case r == utf8.MaxRune:
+			continue
+		case r == 0xD7FF: // the surrogates are not runes of UTF-8
+			rs[i] = 0xE000
+		default:
+			rs[i] = r + 1
+		}
+		return string(rs[:i+1]), true
+	}
+	return "", false
 }

@@ -123,10 +123,15 @@ type Store struct {
 	jobs    string // qualified table names
 	inboxT  string
 	limitsT string
+	eventsT string // the jobs' history (admin.go)
+	pausedT string // the paused queues (admin.go)
 	channel string // LISTEN/NOTIFY channel
 	inbox   *Inbox
 	// readCols are the columns Get and List read: cols, or colsNoTrace.
 	readCols string
+	// noOps: a read-only store on a table older than the operator's
+	// tables (no history, no pauses).
+	noOps bool
 
 	lmu     sync.Mutex
 	subs    map[chan struct{}]struct{}
@@ -178,6 +183,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	s := &Store{
 		pool: pool, opts: opts, jobs: prefix + "stagger_jobs", inboxT: prefix + "stagger_inbox", limitsT: prefix + "stagger_limits",
+		eventsT: prefix + "stagger_job_events", pausedT: prefix + "stagger_paused",
 		channel: channel, subs: map[chan struct{}]struct{}{}, readCols: cols,
 	}
 	s.inbox = &Inbox{s: s}
@@ -248,6 +254,9 @@ func (s *Store) open(ctx context.Context) error {
 			return fmt.Errorf("postgres: %w", err)
 		} else if !found {
 			return fmt.Errorf("postgres: the queue table %s predates named queues: open it once with a writing command (enqueue, work) to migrate it (read-only: nothing was changed)", s.jobs)
+		}
+		if err := s.checkOps(ctx); err != nil {
+			return fmt.Errorf("postgres: %w", err)
 		}
 		if found, err := hasColumn(ctx, pool, s.jobs, "trace"); err != nil {
 			return fmt.Errorf("postgres: %w", err)
@@ -331,6 +340,7 @@ func (s *Store) migrate(ctx context.Context) error {
 				tokens double precision NOT NULL,
 				at     bigint NOT NULL)`,
 		)
+		stmts = append(stmts, s.opsSchema()...)
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return err
@@ -578,6 +588,7 @@ func (s *Store) claimSQL() string {
 	return `WITH c AS (
 			SELECT id, available_at AS prev FROM ` + s.jobs + `
 			WHERE queue = $4 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
+			AND ` + s.notPaused("$4") + `
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
 		FROM c WHERE j.id = c.id
@@ -884,8 +895,8 @@ func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// Purge implements queue.Purger. Rows locked by another transaction (a
-// Requeue in flight) are skipped.
+// Purge implements queue.Purger: the jobs and their history. Rows locked
+// by another transaction (a Requeue in flight) are skipped.
 func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limit int) (int, error) {
 	if limit < 1 {
 		return 0, nil
@@ -893,14 +904,17 @@ func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limi
 	// A materialized CTE runs the limited select once: as a subquery of
 	// IN (...), PostgreSQL may run it again for a rescan and delete more
 	// than limit rows.
-	tag, err := s.pool.Exec(ctx, `WITH c AS MATERIALIZED (
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH c AS MATERIALIZED (
 			SELECT id FROM `+s.jobs+` WHERE state = $1 AND state IN ('done', 'dead') AND finished_at < $2
-			ORDER BY state, finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-		DELETE FROM `+s.jobs+` j USING c WHERE j.id = c.id AND j.state = $1 AND j.finished_at < $2`, string(state), before, limit)
+			ORDER BY state, finished_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+		d AS (DELETE FROM `+s.jobs+` j USING c WHERE j.id = c.id AND j.state = $1 AND j.finished_at < $2 RETURNING j.id),
+		h AS (DELETE FROM `+s.eventsT+` e USING d WHERE e.job_id = d.id)
+		SELECT count(*) FROM d`, string(state), before, limit).Scan(&n)
 	if err != nil {
 		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 // CountFinished implements queue.Purger.
@@ -943,25 +957,31 @@ func (s *Store) List(ctx context.Context, name string, state queue.State, after 
 func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now int64) (queue.Job, error) {
 	var j queue.Job
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM `+s.jobs+` WHERE id = $1 FOR UPDATE`, id).Scan(&state)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return queue.ErrNotFound
-		case err != nil:
-			return err
-		case state != string(queue.Dead):
-			return queue.ErrNotDead
-		}
-		j, err = scanJob(tx.QueryRow(ctx, `UPDATE `+s.jobs+` SET state = 'pending', max_attempts = attempts + $2,
-			deadline = $3, available_at = $4, updated_at = $4, dead_reason = '', finished_at = 0, lease_until = 0
-			WHERE id = $1 RETURNING `+cols, id, grant, deadline, now))
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+		var err error
+		j, err = s.requeueTx(ctx, tx, id, grant, deadline, now)
 		return err
 	})
+	return j, err
+}
+
+func (s *Store) requeueTx(ctx context.Context, tx pgx.Tx, id string, grant int, deadline, now int64) (queue.Job, error) {
+	var state string
+	err := tx.QueryRow(ctx, `SELECT state FROM `+s.jobs+` WHERE id = $1 FOR UPDATE`, id).Scan(&state)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return queue.Job{}, queue.ErrNotFound
+	case err != nil:
+		return queue.Job{}, err
+	case state != string(queue.Dead):
+		return queue.Job{}, queue.ErrNotDead
+	}
+	j, err := scanJob(tx.QueryRow(ctx, `UPDATE `+s.jobs+` SET state = 'pending', max_attempts = attempts + $2,
+		deadline = $3, available_at = $4, updated_at = $4, dead_reason = '', finished_at = 0, lease_until = 0
+		WHERE id = $1 RETURNING `+cols, id, grant, deadline, now))
+	if err != nil {
+		return queue.Job{}, err
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
 	return j, err
 }
 

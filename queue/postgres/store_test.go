@@ -497,7 +497,7 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 	var idx []string
 	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
 	idx, _ = pgx.CollectRows(rows, pgx.RowTo[string])
-	if strings.Join(idx, " ") != "stagger_jobs_by_state stagger_jobs_finished stagger_jobs_pkey stagger_jobs_ready" {
+	if strings.Join(idx, " ") != "stagger_jobs_by_state stagger_jobs_finished stagger_jobs_list stagger_jobs_pkey stagger_jobs_ready" {
 		t.Fatalf("indexes after migration: %v", idx)
 	}
 	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Queue != queue.DefaultQueue {

@@ -82,6 +82,16 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FleetLimitPausedWorker", testFleetPausedWorker},
 		{"StatsByQueue", testStatsByQueue},
 	}
+	for _, a := range adminTests {
+		tests = append(tests, struct {
+			name string
+			fn   func(t *testing.T, s queue.Store)
+		}{a.name, func(t *testing.T, s queue.Store) {
+			if err := a.check(s); err != nil {
+				t.Fatal(err)
+			}
+		}})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -60,6 +60,9 @@ type Store struct {
 	insert, claimSel, claimOne, record, extend *sql.Stmt
 	// readCols are the columns Get and List read: cols, or colsNoTrace.
 	readCols string
+	// noOps: a read-only store on a file older than version 6, without
+	// the operator's tables (no history, no pauses).
+	noOps bool
 	// idle is set when a claim found nothing: the next claim first looks
 	// with a reader, so idle pollers (of many processes) do not take the
 	// write lock.
@@ -72,11 +75,12 @@ var _ queue.RecordClaimer = (*Store)(nil)
 var _ queue.Purger = (*Store)(nil)
 var _ queue.LimitedClaimer = (*Store)(nil)
 
-const schemaVersion = 5
+const schemaVersion = 6
 
 // readableVersion is the oldest schema a read-only open reads (version 4
 // only adds the limits table, which reads do not use; version 5 the trace
-// column, which reads of an older file take as empty).
+// column, which reads of an older file take as empty; version 6 the
+// operator's tables, read as empty when missing).
 const readableVersion = 3
 
 const schema = `
@@ -112,7 +116,21 @@ CREATE TABLE IF NOT EXISTS stagger_limits (
 	tokens REAL NOT NULL,
 	at     INTEGER NOT NULL
 );
-PRAGMA user_version = 5;
+CREATE TABLE IF NOT EXISTS stagger_job_events (
+	seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+	job_id TEXT NOT NULL,
+	at     INTEGER NOT NULL,
+	actor  TEXT NOT NULL,
+	action TEXT NOT NULL,
+	detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS stagger_job_events_job ON stagger_job_events (job_id, seq);
+CREATE TABLE IF NOT EXISTS stagger_paused (
+	queue TEXT PRIMARY KEY,
+	at    INTEGER NOT NULL,
+	actor TEXT NOT NULL
+);
+PRAGMA user_version = 6;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -222,6 +240,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		if v < 5 {
 			s.readCols = colsNoTrace
 		}
+		s.noOps = v < 6
 		switch {
 		case v == 0:
 			return errors.New("not a queue database: it holds no queue schema (read-only: nothing was created)")
@@ -277,6 +296,7 @@ const (
 	insertSQL   = `INSERT INTO stagger_jobs (` + cols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING`
 	claimSelSQL = `SELECT ` + cols + ` FROM stagger_jobs INDEXED BY stagger_jobs_ready
 		WHERE queue = ?3 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
+		AND NOT EXISTS (SELECT 1 FROM stagger_paused WHERE queue = ?3)
 		ORDER BY available_at, id LIMIT ?2`
 	claimUpd  = `UPDATE stagger_jobs SET state = 'leased', attempts = attempts + 1, lease_until = ?2, available_at = ?2, updated_at = ?1 WHERE id `
 	extendSQL = `UPDATE stagger_jobs SET lease_until = ?3, available_at = ?3, updated_at = ?4 WHERE id = ?1 AND state = 'leased' AND attempts = ?2 AND lease_until > ?4`
@@ -426,7 +446,8 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 	if s.idle.Load() {
 		var one int
 		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM stagger_jobs INDEXED BY stagger_jobs_ready
-			WHERE queue = ?2 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1 LIMIT 1`, now, name).Scan(&one)
+			WHERE queue = ?2 AND state IN ('pending', 'leased') AND available_at <= ?1 AND attempts < max_attempts AND deadline > ?1
+			AND NOT EXISTS (SELECT 1 FROM stagger_paused WHERE queue = ?2) LIMIT 1`, now, name).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, nil
 		}
@@ -638,17 +659,20 @@ func (s *Store) Bury(ctx context.Context, now int64, limit int) (int, error) {
 	return int(n), err
 }
 
-// Purge implements queue.Purger.
+// Purge implements queue.Purger: the jobs and their history.
 func (s *Store) Purge(ctx context.Context, state queue.State, before int64, limit int) (int, error) {
 	if limit < 1 {
 		return 0, nil
 	}
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM stagger_jobs WHERE id IN (
-			SELECT id FROM stagger_jobs INDEXED BY stagger_jobs_finished
-			WHERE state = ?1 AND state IN ('done', 'dead') AND finished_at < ?2 ORDER BY finished_at LIMIT ?3)`,
-			string(state), before, limit)
+		// The same selection twice in one write transaction: the same rows.
+		sel := `SELECT id FROM stagger_jobs INDEXED BY stagger_jobs_finished
+			WHERE state = ?1 AND state IN ('done', 'dead') AND finished_at < ?2 ORDER BY finished_at LIMIT ?3`
+		if _, err := tx.ExecContext(ctx, `DELETE FROM stagger_job_events WHERE job_id IN (`+sel+`)`, string(state), before, limit); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM stagger_jobs WHERE id IN (`+sel+`)`, string(state), before, limit)
 		if err != nil {
 			return err
 		}
@@ -701,25 +725,30 @@ func (s *Store) List(ctx context.Context, name string, state queue.State, after 
 func (s *Store) Requeue(ctx context.Context, id string, grant int, deadline, now int64) (queue.Job, error) {
 	var j queue.Job
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		var state string
-		err := tx.QueryRowContext(ctx, `SELECT state FROM stagger_jobs WHERE id = ?`, id).Scan(&state)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return queue.ErrNotFound
-		case err != nil:
-			return err
-		case state != string(queue.Dead):
-			return queue.ErrNotDead
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE stagger_jobs SET state = 'pending', max_attempts = attempts + ?2,
-			deadline = ?3, available_at = ?4, updated_at = ?4, dead_reason = '', finished_at = 0, lease_until = 0
-			WHERE id = ?1`, id, grant, deadline, now); err != nil {
-			return err
-		}
-		j, err = scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, id))
+		var err error
+		j, err = requeueTx(ctx, tx, id, grant, deadline, now)
 		return err
 	})
 	return j, err
+}
+
+func requeueTx(ctx context.Context, tx *sql.Tx, id string, grant int, deadline, now int64) (queue.Job, error) {
+	var state string
+	err := tx.QueryRowContext(ctx, `SELECT state FROM stagger_jobs WHERE id = ?`, id).Scan(&state)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return queue.Job{}, queue.ErrNotFound
+	case err != nil:
+		return queue.Job{}, err
+	case state != string(queue.Dead):
+		return queue.Job{}, queue.ErrNotDead
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE stagger_jobs SET state = 'pending', max_attempts = attempts + ?2,
+		deadline = ?3, available_at = ?4, updated_at = ?4, dead_reason = '', finished_at = 0, lease_until = 0
+		WHERE id = ?1`, id, grant, deadline, now); err != nil {
+		return queue.Job{}, err
+	}
+	return scan(tx.QueryRowContext(ctx, `SELECT `+cols+` FROM stagger_jobs WHERE id = ?`, id))
 }
 
 // Stats implements queue.Store.

@@ -248,7 +248,7 @@ func TestMigratesVersion1(t *testing.T) {
 	var v, idx int
 	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
 	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name IN ('stagger_jobs_finished', 'stagger_jobs_ready', 'stagger_jobs_by_state', 'stagger_limits')`).Scan(&idx)
-	if v != 5 || idx != 4 {
+	if v != 6 || idx != 4 {
 		t.Fatalf("after migration: user_version %d, %d of the 3 new indexes and the limits table", v, idx)
 	}
 	j, err := s.Get(ctx, "old")
@@ -315,7 +315,7 @@ func TestMigratesVersion4(t *testing.T) {
 	defer s.Close()
 	var v int
 	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
-	if v != 5 {
+	if v != 6 {
 		t.Fatalf("after migration: user_version %d", v)
 	}
 	if got, err := s.Claim(ctx, queue.DefaultQueue, time.Now().UnixMilli()+1000, time.Now().UnixMilli()+60000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Trace != "" {
@@ -383,5 +383,98 @@ func TestEnqueueTxWithBusinessRow(t *testing.T) {
 		if (n == 1) != want || (err == nil) != want {
 			t.Fatalf("order %s: row %d, job err %v; want both present = %v", id, n, err, want)
 		}
+	}
+}
+
+// TestMigratesVersion5: a file of version 5 (before the operator's
+// tables) is read by a read-only open, with no history and no pauses, and
+// migrated by a writing open, after which a job is cancelled and its
+// history kept.
+func TestMigratesVersion5(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := queue.New(s, queue.Config{})
+	if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DROP TABLE stagger_job_events; DROP TABLE stagger_paused; PRAGMA user_version = 5`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r, err := sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := r.History(ctx, "old"); err != nil || len(h) != 0 {
+		t.Fatalf("read-only History of a version-5 file: %v %v", h, err)
+	}
+	if p, err := r.Pauses(ctx); err != nil || len(p) != 0 {
+		t.Fatalf("read-only Pauses of a version-5 file: %v %v", p, err)
+	}
+	if js, err := r.Search(ctx, queue.Search{Queue: queue.DefaultQueue, States: queue.AllStates, Limit: 10}); err != nil || len(js) != 1 {
+		t.Fatalf("read-only Search of a version-5 file: %v %v", js, err)
+	}
+	r.Close()
+	if s, err = sqlite.Open(ctx, path, sqlite.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var v int
+	s.DB().QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	if v != 6 {
+		t.Fatalf("after migration: user_version %d", v)
+	}
+	q, _ = queue.New(s, queue.Config{})
+	if _, err := q.Cancel(ctx, "old", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := q.History(ctx, "old"); err != nil || len(h) != 1 || h[0].Actor != "ops" {
+		t.Fatalf("History after migration: %v %v", h, err)
+	}
+}
+
+// TestPauseSeenByOtherProcesses: a pause written through one store is
+// obeyed by the claims of another store on the same file, as by another
+// process's workers.
+func TestPauseSeenByOtherProcesses(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "q.db")
+	a, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	qa, _ := queue.New(a, queue.Config{})
+	if _, _, err := qa.Enqueue(ctx, queue.NewJob{ID: "j"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qa.Pause(ctx, "", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli() + 1000
+	for range 2 { // the second claim takes the idle path
+		if got, err := b.Claim(ctx, queue.DefaultQueue, now, now+1000, 5); err != nil || len(got) != 0 {
+			t.Fatalf("claim through another store of a paused queue = %v, %v", got, err)
+		}
+	}
+	if _, err := qa.Resume(ctx, "", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Claim(ctx, queue.DefaultQueue, now, now+1000, 5); err != nil || len(got) != 1 {
+		t.Fatalf("claim through another store after resume = %v, %v", got, err)
 	}
 }
