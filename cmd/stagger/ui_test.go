@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/staggerhq/stagger/internal/report/browser"
 )
@@ -256,4 +260,109 @@ func freePort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// A RabbitMQ DLQ beside the queue's dead jobs on one page: listed, a dry
+// run that moves nothing, then a paced redrive back to the origin queue.
+func TestUICommandRabbitMQ(t *testing.T) {
+	conn, err := amqp.DialConfig(amqpTestURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	if err != nil {
+		serviceUnavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL: %v", err))
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("stg-ui-%d", time.Now().UnixNano())
+	for _, q := range []string{name, name + ".dlq"} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		defer ch.QueueDelete(q, false, false, false)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"order-7", "order-8"} {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", name+".dlq", false, false, amqp.Publishing{
+			MessageId: id, Body: []byte("payload"), DeliveryMode: amqp.Persistent,
+			Headers: amqp.Table{"x-stagger-reason": "permanent", "x-stagger-attempt": "3", "x-stagger-exchange": "",
+				"x-stagger-routing-key": name, "x-stagger-origin": "/" + name, "x-stagger-error": "<b>card declined</b>",
+				"x-stagger-first-failure": fmt.Sprint(time.Now().Add(-time.Hour).UnixMilli())},
+		})
+		if err != nil || !dc.Wait() {
+			t.Fatalf("publish the dead letter: %v", err)
+		}
+	}
+	count := func(q string) int {
+		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qi.Messages
+	}
+	bin := buildStagger(t)
+	db := filepath.Join(t.TempDir(), "q.db")
+	if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "x"); code != exitOK {
+		t.Fatal(e)
+	}
+	base, output := startUI(t, bin, nil, "--db", db, "--dlq", "rabbitmq:"+name+".dlq", "--amqp", amqpTestURL())
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(p string) string {
+		resp, err := c.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", p, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	page := get("dead")
+	for _, want := range []string{"order-7", "order-8", "rabbitmq " + name + ".dlq", "&lt;b&gt;card declined&lt;/b&gt;", "/" + name} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the dead-letters page lacks %q", want)
+		}
+	}
+	if count(name+".dlq") != 2 {
+		t.Fatalf("listing moved something: DLQ holds %d", count(name+".dlq"))
+	}
+	tok := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)[1]
+	post := func(form url.Values) (int, string) {
+		form.Set("csrf", tok)
+		resp, err := c.PostForm(base+"act", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	src := "rabbitmq " + name + ".dlq"
+	if code, body := post(url.Values{"op": {"redrive"}, "source": {src}, "dry": {"1"}}); code != 200 || !strings.Contains(body, "2 would move") {
+		t.Fatalf("dry run: %d %s", code, body)
+	}
+	if count(name+".dlq") != 2 || count(name) != 0 {
+		t.Fatal("the dry run moved something")
+	}
+	if code, body := post(url.Values{"op": {"redrive"}, "source": {src}, "rate": {"50"}}); code != 303 {
+		t.Fatalf("redrive: %d %s", code, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for count(name) != 2 || count(name+".dlq") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the redrive: DLQ %d, origin %d", count(name+".dlq"), count(name))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(get("api/queues"), `"moved":2`) {
+		t.Errorf("the redrive's progress: %s", get("api/queues"))
+	}
+	if strings.Contains(output()+page, "guest:guest") {
+		t.Error("the AMQP password was printed")
+	}
 }
