@@ -444,7 +444,14 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.denied(w, r, err)
 		return
 	}
-	queues := d.cfg.Queues != nil
+	if page, ok := d.pages()[p]; ok {
+		if page == nil {
+			http.NotFound(w, r) // not configured
+			return
+		}
+		page(w, r)
+		return
+	}
 	switch p {
 	case "", "index.html":
 		pg := d.newPage(w, r, "index", "dependencies")
@@ -470,30 +477,6 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return d.last
 		})
-	case "queues":
-		if queues {
-			d.queuesPage(w, r)
-			return
-		}
-		http.NotFound(w, r)
-	case "jobs":
-		if queues {
-			d.jobsPage(w, r)
-			return
-		}
-		http.NotFound(w, r)
-	case "job":
-		if queues {
-			d.jobPage(w, r)
-			return
-		}
-		http.NotFound(w, r)
-	case "dead":
-		if queues || len(d.cfg.DeadLetters) > 0 {
-			d.deadPage(w, r)
-			return
-		}
-		http.NotFound(w, r)
 	case "api/queues", "events/queues":
 		get := func() []byte {
 			d.qmu.Lock()
@@ -509,20 +492,24 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d.events(w, r, get)
-	case "proxy":
-		if d.cfg.Proxy != "" {
-			d.proxyPage(w, r)
-			return
-		}
-		http.NotFound(w, r)
-	case "api/proxy":
-		if d.cfg.Proxy != "" {
-			d.proxyJSON(w, r)
-			return
-		}
-		http.NotFound(w, r)
 	default:
 		http.NotFound(w, r)
+	}
+}
+
+// pages are the operator's pages by path; nil for those not configured.
+func (d *Dashboard) pages() map[string]http.HandlerFunc {
+	on := func(ok bool, h http.HandlerFunc) http.HandlerFunc {
+		if ok {
+			return h
+		}
+		return nil
+	}
+	q, p := d.cfg.Queues != nil, d.cfg.Proxy != ""
+	return map[string]http.HandlerFunc{
+		"queues": on(q, d.queuesPage), "jobs": on(q, d.jobsPage), "job": on(q, d.jobPage),
+		"dead":  on(q || len(d.cfg.DeadLetters) > 0, d.deadPage),
+		"proxy": on(p, d.proxyPage), "api/proxy": on(p, d.proxyJSON),
 	}
 }
 

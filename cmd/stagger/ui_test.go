@@ -265,25 +265,7 @@ func freePort(t *testing.T) string {
 // A RabbitMQ DLQ beside the queue's dead jobs on one page: listed, a dry
 // run that moves nothing, then a paced redrive back to the origin queue.
 func TestUICommandRabbitMQ(t *testing.T) {
-	conn, err := amqp.DialConfig(amqpTestURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
-	if err != nil {
-		serviceUnavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL: %v", err))
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("stg-ui-%d", time.Now().UnixNano())
-	for _, q := range []string{name, name + ".dlq"} {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		defer ch.QueueDelete(q, false, false, false)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch, name := rabbitQueues(t, "stg-ui")
 	for _, id := range []string{"order-7", "order-8"} {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", name+".dlq", false, false, amqp.Publishing{
 			MessageId: id, Body: []byte("payload"), DeliveryMode: amqp.Persistent,
@@ -295,13 +277,7 @@ func TestUICommandRabbitMQ(t *testing.T) {
 			t.Fatalf("publish the dead letter: %v", err)
 		}
 	}
-	count := func(q string) int {
-		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return qi.Messages
-	}
+	count := func(q string) int { return rabbitCount(t, ch, q) }
 	bin := buildStagger(t)
 	db := filepath.Join(t.TempDir(), "q.db")
 	if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "x"); code != exitOK {
