@@ -209,6 +209,7 @@ func TestUICommandBrowser(t *testing.T) {
 	defer up.Close()
 	proxyAddr, controlAddr := freePort(t), freePort(t)
 	proxy := exec.Command(bin, "proxy", "--listen", proxyAddr, "--upstream", up.URL, "--control", controlAddr, "--quiet", "--fault", "status 503 p=0.5")
+	proxy.Dir = dir // its report
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
