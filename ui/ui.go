@@ -1,22 +1,28 @@
-// Package ui is a live view of retries from the dependency's side: an
-// http.Handler that shows, for each named policy, attempts and retries
-// per second, amplification (attempts per finished operation), give-ups
-// by reason, the budget's level, the breaker's state and what the limiter
-// holds, updated by server-sent events, with the last hour kept in
-// bounded memory.
+// Package ui is the operator's dashboard: an http.Handler a service
+// mounts at a prefix (or `stagger ui` serves alone). It shows retries from
+// the dependency's side — for each named policy, attempts and retries per
+// second, amplification (attempts per finished operation), give-ups by
+// reason, the budget's level, the breaker's state and what the limiter
+// holds, with the last hour kept in bounded memory — and, given a queue
+// (NewQueues), broker dead-letter queues (BrokerDeadLetters) or a running
+// stagger proxy (Config.Proxy), the work that waits: counts by state per
+// queue, a job search, each job's history, and the operator's actions
+// (cancel, requeue, pause and resume a queue, a paced redrive of dead
+// letters with a dry run). Pages update by server-sent events.
 //
-//	d := ui.New(ui.Config{})
+//	d, _ := ui.New(ui.Config{Queues: ui.NewQueues(q)})
 //	hooks, _ := d.Hooks("payments")
 //	policy := &retry.Policy{Hooks: hooks, Budget: tokenBucket}
-//	d.Budget("payments", tokenBucket)
 //	go d.Run(ctx)
-//	mux.Handle("/debug/stagger/", http.StripPrefix("/debug/stagger", d))
+//	mux.Handle("/ops/", http.StripPrefix("/ops", d))
 //
-// The handler is read-only: it answers GET and HEAD and nothing else, and
-// every text it shows is escaped (HTML by html/template, data as JSON put
-// into the page with textContent). Its assets are embedded: no CDN, no
-// network at run time. Wrap it for authentication; a standalone command
-// serving it should bind 127.0.0.1.
+// Pages are GET; an action is a POST of a page's form, refused without the
+// form's CSRF token (an HMAC of a per-browser cookie) or from another
+// origin, and refused altogether in read-only mode (Config.ReadOnly).
+// Every text is escaped (html/template; live data as JSON written with
+// textContent). Assets are embedded: no CDN, no network at run time.
+// Config.Authorize (BasicAuth is one) or a wrapping handler authenticates;
+// a standalone server should bind 127.0.0.1.
 package ui
 
 import (
@@ -80,10 +86,11 @@ type Config struct {
 	Proxy string
 	// ReadOnly refuses every action (403) and shows no action buttons.
 	ReadOnly bool
-	// Authorize, when set, is asked about every request: action is ""
-	// for a page or a read, else the action's name (cancel, requeue,
-	// pause, resume, redrive). An error refuses the request: 401 with a
-	// Basic challenge when it wraps ErrUnauthorized (BasicAuth), else 403.
+	// Authorize, when set, is asked about every request with action "",
+	// and about an action again with its name (cancel, requeue, pause,
+	// resume, redrive) once its form is read. An error refuses the
+	// request: 401 with a Basic challenge when it wraps ErrUnauthorized
+	// (BasicAuth), else 403.
 	Authorize func(r *http.Request, action string) error
 	// Actor, when set, names who acts on a request, for the job's history
 	// (a single sign-on user); "" falls back to the Basic authentication
@@ -424,7 +431,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	p := strings.TrimPrefix(r.URL.Path, "/")
 	if r.Method == http.MethodPost && p == "act" {
-		if err := d.authorize(r, "act"); err != nil {
+		if err := d.authorize(r, ""); err != nil {
 			d.denied(w, r, err)
 			return
 		}
