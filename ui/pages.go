@@ -544,32 +544,12 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("refused: no dead-letter source called %q", clip(name)))
 		return
 	}
-	rd := Redrive{Reason: strings.TrimSpace(f.Get("reason")), Rate: 10, DryRun: f.Get("dry") != "", Actor: d.actor(r)}
-	var err error
-	if rd.Grant, rd.Deadline, err = grantOf(f); err != nil {
+	rd, err := redriveOf(f)
+	if err != nil {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	if rd.Reason != "" && !validReason(rd.Reason) {
-		d.fail(w, r, http.StatusBadRequest, "refused: reason must be 1 to 64 lower-case letters, digits or '_' (such as exhausted)")
-		return
-	}
-	if v := strings.TrimSpace(f.Get("rate")); v != "" {
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(x > 0 && x <= MaxRedriveRate) {
-			d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("refused: rate must be a number of dead letters per second in (0, %d], got %q", MaxRedriveRate, clip(v)))
-			return
-		}
-		rd.Rate = x
-	}
-	if v := strings.TrimSpace(f.Get("limit")); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1_000_000 {
-			d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("refused: limit must be a whole number from 0 (all) to 1000000, got %q", clip(v)))
-			return
-		}
-		rd.Limit = n
-	}
+	rd.Actor = d.actor(r)
 	if rd.DryRun {
 		ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 		defer cancel()
@@ -633,6 +613,34 @@ const (
 	DefaultGrant    = 3
 	DefaultDeadline = 24 * time.Hour
 )
+
+// redriveOf reads a redrive form: reason, rate (default 10 per second),
+// limit, dry, and the requeue's attempts and deadline.
+func redriveOf(f url.Values) (Redrive, error) {
+	rd := Redrive{Reason: strings.TrimSpace(f.Get("reason")), Rate: 10, DryRun: f.Get("dry") != ""}
+	var err error
+	if rd.Grant, rd.Deadline, err = grantOf(f); err != nil {
+		return rd, err
+	}
+	if rd.Reason != "" && !validReason(rd.Reason) {
+		return rd, errors.New("refused: reason must be 1 to 64 lower-case letters, digits or '_' (such as exhausted)")
+	}
+	if v := strings.TrimSpace(f.Get("rate")); v != "" {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x > 0 && x <= MaxRedriveRate) {
+			return rd, fmt.Errorf("refused: rate must be a number of dead letters per second in (0, %d], got %q", MaxRedriveRate, clip(v))
+		}
+		rd.Rate = x
+	}
+	if v := strings.TrimSpace(f.Get("limit")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1_000_000 {
+			return rd, fmt.Errorf("refused: limit must be a whole number from 0 (all) to 1000000, got %q", clip(v))
+		}
+		rd.Limit = n
+	}
+	return rd, nil
+}
 
 // grantOf reads a requeue's attempts and deadline from a form.
 func grantOf(f url.Values) (int, time.Duration, error) {
