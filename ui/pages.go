@@ -592,11 +592,17 @@ func (d *Dashboard) runRedrive(src DeadLetters, rd Redrive, run *RedriveRun) {
 	d.qmu.Lock()
 	ctx := d.ctx
 	d.qmu.Unlock()
+	var last time.Time
 	res, err := src.Redrive(ctx, rd, func(DeadLetter) {
 		d.qmu.Lock()
 		run.Moved++
 		d.qmu.Unlock()
-		d.SampleQueues(ctx, time.Now())
+		// The counts follow the redrive, at most four times a second
+		// (a fast redrive must not count the queues once per job).
+		if now := time.Now(); now.Sub(last) >= 250*time.Millisecond {
+			last = now
+			d.SampleQueues(ctx, now)
+		}
 	})
 	d.qmu.Lock()
 	run.Running = false
