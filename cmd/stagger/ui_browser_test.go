@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -249,6 +250,47 @@ func TestUIBrowserActions(t *testing.T) {
 	shoot(t, act, dir, "ui-jobs")
 	cdp(t, act, "bad filter", chromedp.Navigate(base+"jobs?age=yesterday"), chromedp.WaitVisible("#err"))
 	waitText(t, act, "#err", `bad filter: age must be a duration from 0 to 100 years, such as 90s, 15m or 2h, got "yesterday"`)
+}
+
+// Two people on two browsers cancel one job at the same moment: one sees
+// it canceled, the other why nothing was done; it is canceled once.
+func TestUIBrowserTwoPeopleOneJob(t *testing.T) {
+	chromium := browser.Require(t)
+	q, srv := uiFixture(t, ui.Config{})
+	base := srv.URL + "/ops/"
+	people := []context.Context{newChromium(t, chromium), newChromium(t, chromium)}
+	for _, p := range people {
+		cdp(t, p, "job page", chromedp.Navigate(base+"job?id=order-3"), chromedp.WaitVisible("#cancel"))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, p := range people {
+		wg.Go(func() { errs[i] = chromedp.Do(p, chromedp.Click("#cancel"), chromedp.WaitVisible("#msg, #err")) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	saw := map[string]int{}
+	for _, p := range people {
+		got := eval[string](t, p, `(document.querySelector("#msg") || document.querySelector("#err") || {textContent: "(nothing)"}).textContent`)
+		switch {
+		case got == "Canceled.":
+			saw["canceled"]++
+		case strings.Contains(got, "nothing was"):
+			saw["refused"]++
+		default:
+			t.Errorf("a person sees %q", got)
+		}
+	}
+	if saw["canceled"] != 1 || saw["refused"] != 1 {
+		t.Fatalf("%v, want one canceled and one refused", saw)
+	}
+	if h, err := q.History(context.Background(), "order-3"); err != nil || len(h) != 1 {
+		t.Fatalf("history %v %v: want one cancel", h, err)
+	}
 }
 
 // Read-only: no action button on any page, and a form posted anyway (a
