@@ -557,3 +557,22 @@ func TestBasicAuth(t *testing.T) {
 		t.Fatalf("right password: %d", resp.StatusCode)
 	}
 }
+
+// A search of every queue that would read too many jobs is refused,
+// naming what to narrow.
+func TestSearchTooWide(t *testing.T) {
+	f := newFixture(t, ui.Config{})
+	ctx := context.Background()
+	for i := range 12 {
+		if _, _, err := f.q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("w-%d", i), Queue: fmt.Sprintf("q%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := f.browser(t)
+	if code, body := b.get("jobs?limit=500"); code != 400 || !strings.Contains(body, "choose a queue or a smaller limit") {
+		t.Fatalf("%d %.300s", code, body)
+	}
+	if code, _ := b.get("jobs?limit=500&queue=q03"); code != 200 {
+		t.Fatalf("one queue: %d", code)
+	}
+}

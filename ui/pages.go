@@ -99,7 +99,7 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg
 	d.render(w, status, "message", p)
 }
 
-// status is the HTTP status of an error of a source.
+// errStatus is the HTTP status of an error of a source.
 func errStatus(err error) int {
 	switch {
 	case errors.Is(err, ErrInvalid):

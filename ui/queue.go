@@ -29,6 +29,10 @@ type queues struct {
 	named map[string]*queue.Queue // per queue name, for searches and redrives
 }
 
+// maxRowsRead bounds the jobs one search reads (they come with their
+// payloads): queues searched × page size.
+const maxRowsRead = 5000
+
 // opError keeps a source's message and says which kind of refusal it is.
 type opError struct {
 	kind error
@@ -135,6 +139,10 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 		if names, _, err = s.names(ctx); err != nil {
 			return nil, "", err
 		}
+	}
+	if len(names)*f.Limit > maxRowsRead {
+		return nil, "", &opError{ErrInvalid, fmt.Errorf("searching %d queues for %d jobs each reads up to %d jobs with their payloads, more than %d: choose a queue or a smaller limit",
+			len(names), f.Limit, len(names)*f.Limit, maxRowsRead)}
 	}
 	// IDs are unique across the queues of a store and every page is in
 	// ID order, so the first Limit of the queues' pages merged is the
