@@ -82,17 +82,26 @@ func eval[T any](t *testing.T, ctx context.Context, js string, opts ...chromedp.
 	return v
 }
 
-// waitText waits, in the page, until the element sel reads want: what a
-// person watching the page sees change (bounded: the context's deadline
-// and 20 s).
+// waitText waits until the element sel of the page in ctx reads want:
+// what a person watching the page sees change. It polls the page (bounded:
+// 20 s), and a page that is navigating meanwhile is asked again.
 func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	t.Helper()
 	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && e.textContent.trim() === %q; })()`, sel, want)
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-		got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).textContent||"(none)"`, sel)))
-		t.Fatalf("%s: want %q, it reads %q (%v)", sel, want, strings.TrimSpace(got), err)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).textContent||"(none)"`, sel)))
+			t.Fatalf("%s: want %q, it reads %q (%v)", sel, want, strings.TrimSpace(got), err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
