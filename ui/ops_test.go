@@ -165,6 +165,17 @@ func TestQueuesPages(t *testing.T) {
 			t.Errorf("%s: %d, unescaped markup or failure: %.400s", p, code, body)
 		}
 	}
+	for _, p := range []string{"queues", "jobs", "job?id=order-1", "dead", "nowhere"} {
+		resp, err := http.Get(b.base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "form-action 'self'") ||
+			resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: headers %v", p, resp.Header)
+		}
+	}
 	if code, body := b.get("api/queues"); code != 200 || !strings.Contains(body, `"name":"mail"`) {
 		t.Errorf("api/queues: %d %s", code, body)
 	}
