@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Errors of the operator's actions.
@@ -117,20 +116,10 @@ type AdminStore interface {
 // ValidateActor reports whether actor is usable in an Event: 1 to
 // MaxActorLen bytes of valid UTF-8 without control characters.
 func ValidateActor(actor string) error {
-	switch {
-	case actor == "":
+	if actor == "" {
 		return fmt.Errorf("%w: actor must not be empty: say who acts", ErrInvalid)
-	case len(actor) > MaxActorLen:
-		return fmt.Errorf("%w: actor must be at most %d bytes, got %d", ErrInvalid, MaxActorLen, len(actor))
-	case !utf8.ValidString(actor):
-		return fmt.Errorf("%w: actor must be valid UTF-8", ErrInvalid)
 	}
-	for _, r := range actor {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: actor must not contain control characters", ErrInvalid)
-		}
-	}
-	return nil
+	return validText("actor", actor, MaxActorLen)
 }
 
 // Filter selects jobs for Queue.Jobs, Queue.CancelAll and Queue.RequeueAll.

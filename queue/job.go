@@ -102,18 +102,22 @@ const (
 
 // ValidateID reports whether id is a usable job ID: 1 to MaxIDLen bytes of
 // valid UTF-8 without control characters.
-func ValidateID(id string) error {
+func ValidateID(id string) error { return validText("id", id, MaxIDLen) }
+
+// validText checks a text field: 1 to max bytes of valid UTF-8 without
+// control characters; the error names the field.
+func validText(field, s string, max int) error {
 	switch {
-	case id == "":
-		return fmt.Errorf("%w: id must not be empty", ErrInvalid)
-	case len(id) > MaxIDLen:
-		return fmt.Errorf("%w: id must be at most %d bytes, got %d", ErrInvalid, MaxIDLen, len(id))
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: id must be valid UTF-8", ErrInvalid)
+	case s == "":
+		return fmt.Errorf("%w: %s must not be empty", ErrInvalid, field)
+	case len(s) > max:
+		return fmt.Errorf("%w: %s must be at most %d bytes, got %d", ErrInvalid, field, max, len(s))
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s must be valid UTF-8", ErrInvalid, field)
 	}
-	for _, r := range id {
+	for _, r := range s {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: id must not contain control characters", ErrInvalid)
+			return fmt.Errorf("%w: %s must not contain control characters", ErrInvalid, field)
 		}
 	}
 	return nil

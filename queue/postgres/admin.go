@@ -66,20 +66,7 @@ func (s *Store) Search(ctx context.Context, q queue.Search) ([]queue.Job, error)
 		return nil, nil
 	}
 	text, args := s.SearchSQL(q)
-	rows, err := s.pool.Query(ctx, text, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []queue.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return s.query(ctx, text, args...)
 }
 
 func (s *Store) addEvent(ctx context.Context, tx pgx.Tx, id string, e queue.Event) error {

@@ -936,8 +936,13 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+	return s.query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
 		string(state), after, limit, name)
+}
+
+// query reads the jobs a query returns.
+func (s *Store) query(ctx context.Context, text string, args ...any) ([]queue.Job, error) {
+	rows, err := s.pool.Query(ctx, text, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -17,20 +17,7 @@ func (s *Store) Search(ctx context.Context, q queue.Search) ([]queue.Job, error)
 		return nil, nil
 	}
 	text, args := queuesql.SearchSQL("stagger_jobs", s.readCols, false, q)
-	rows, err := s.r.QueryContext(ctx, text, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []queue.Job
-	for rows.Next() {
-		j, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return s.query(ctx, text, args...)
 }
 
 func addEvent(ctx context.Context, tx *sql.Tx, id string, e queue.Event) error {

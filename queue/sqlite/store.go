@@ -704,8 +704,13 @@ func (s *Store) List(ctx context.Context, name string, state queue.State, after 
 	if limit < 1 {
 		return nil, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+s.readCols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
+	return s.query(ctx, `SELECT `+s.readCols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
 		name, string(state), after, limit)
+}
+
+// query reads the jobs a query of the readers returns.
+func (s *Store) query(ctx context.Context, text string, args ...any) ([]queue.Job, error) {
+	rows, err := s.r.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, err
 	}
