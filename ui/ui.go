@@ -1,32 +1,41 @@
-// Package ui is a live view of retries from the dependency's side: an
-// http.Handler that shows, for each named policy, attempts and retries
-// per second, amplification (attempts per finished operation), give-ups
-// by reason, the budget's level, the breaker's state and what the limiter
-// holds, updated by server-sent events, with the last hour kept in
-// bounded memory.
+// Package ui is the operator's dashboard: an http.Handler a service
+// mounts at a prefix (or `stagger ui` serves alone). It shows retries from
+// the dependency's side — for each named policy, attempts and retries per
+// second, amplification (attempts per finished operation), give-ups by
+// reason, the budget's level, the breaker's state and what the limiter
+// holds, with the last hour kept in bounded memory — and, given a queue
+// (NewQueues), broker dead-letter queues (BrokerDeadLetters) or a running
+// stagger proxy (Config.Proxy), the work that waits: counts by state per
+// queue, a job search, each job's history, and the operator's actions
+// (cancel, requeue, pause and resume a queue, a paced redrive of dead
+// letters with a dry run). Pages update by server-sent events.
 //
-//	d := ui.New(ui.Config{})
+//	d, _ := ui.New(ui.Config{Queues: ui.NewQueues(q)})
 //	hooks, _ := d.Hooks("payments")
 //	policy := &retry.Policy{Hooks: hooks, Budget: tokenBucket}
-//	d.Budget("payments", tokenBucket)
 //	go d.Run(ctx)
-//	mux.Handle("/debug/stagger/", http.StripPrefix("/debug/stagger", d))
+//	mux.Handle("/ops/", http.StripPrefix("/ops", d))
 //
-// The handler is read-only: it answers GET and HEAD and nothing else, and
-// every text it shows is escaped (HTML by html/template, data as JSON put
-// into the page with textContent). Its assets are embedded: no CDN, no
-// network at run time. Wrap it for authentication; a standalone command
-// serving it should bind 127.0.0.1.
+// Pages are GET; an action is a POST of a page's form, refused without the
+// form's CSRF token (an HMAC of a per-browser cookie) or from another
+// origin, and refused altogether in read-only mode (Config.ReadOnly).
+// Every text is escaped (html/template; live data as JSON written with
+// textContent). Assets are embedded: no CDN, no network at run time.
+// Config.Authorize (BasicAuth is one) or a wrapping handler authenticates;
+// a standalone server should bind 127.0.0.1.
 package ui
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +73,29 @@ type Config struct {
 	// MaxClients bounds the event streams open at once (more get 503);
 	// 0 means DefaultMaxClients.
 	MaxClients int
+
+	// Queues, when set, adds the queues, jobs and dead-letters pages
+	// (NewQueues adapts a queue.Queue).
+	Queues Queues
+	// DeadLetters are more dead-letter sources, shown after the queue's
+	// on the dead-letters page (BrokerDeadLetters adapts a broker's DLQ).
+	DeadLetters []DeadLetters
+	// Proxy, when set, is the base URL of a running stagger proxy's
+	// control API (http://127.0.0.1:8474): the proxy page shows its
+	// GET /proxies and each proxy's GET /stats.
+	Proxy string
+	// ReadOnly refuses every action (403) and shows no action buttons.
+	ReadOnly bool
+	// Authorize, when set, is asked about every request with action "",
+	// and about an action again with its name (cancel, requeue, pause,
+	// resume, redrive) once its form is read. An error refuses the
+	// request: 401 with a Basic challenge when it wraps ErrUnauthorized
+	// (BasicAuth), else 403.
+	Authorize func(r *http.Request, action string) error
+	// Actor, when set, names who acts on a request, for the job's history
+	// (a single sign-on user); "" falls back to the Basic authentication
+	// user ("ui:NAME"), else "ui".
+	Actor func(r *http.Request) string
 }
 
 // Dashboard collects what named policies do and serves the page. It is
@@ -77,6 +109,19 @@ type Dashboard struct {
 	subs    map[chan struct{}]struct{}
 	clients atomic.Int32
 	page    *template.Template
+
+	csrfKey [32]byte
+	origins *http.CrossOriginProtection
+	ctx     context.Context // redrives run in it; Run's, else Background
+	proxy   *http.Client
+
+	qmu          sync.Mutex // the fields below
+	qstate       queueState
+	qjson        []byte
+	qprev        map[string]int64
+	busy         map[string]bool
+	redrives     map[string]*RedriveRun
+	redriveOrder []string
 }
 
 type dep struct {
@@ -137,11 +182,23 @@ func New(c Config) (*Dashboard, error) {
 	c.History = or(c.History, DefaultHistory)
 	c.MaxDependencies = or(c.MaxDependencies, DefaultMaxDependencies)
 	c.MaxClients = or(c.MaxClients, DefaultMaxClients)
-	page, err := template.ParseFS(assets, "assets/index.html")
+	if c.Proxy != "" {
+		u, err := url.Parse(c.Proxy)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%w: Config.Proxy must be an http:// or https:// URL of a proxy's control API", ErrInvalid)
+		}
+		c.Proxy = strings.TrimSuffix(c.Proxy, "/")
+	}
+	page, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
 	}
-	return &Dashboard{cfg: c, deps: map[string]*dep{}, subs: map[chan struct{}]struct{}{}, page: page}, nil
+	d := &Dashboard{cfg: c, deps: map[string]*dep{}, subs: map[chan struct{}]struct{}{}, page: page,
+		origins: http.NewCrossOriginProtection(), ctx: context.Background(),
+		proxy: &http.Client{Timeout: 3 * time.Second},
+		busy:  map[string]bool{}, redrives: map[string]*RedriveRun{}}
+	rand.Read(d.csrfKey[:])
+	return d, nil
 }
 
 func or[T int | time.Duration](v, def T) T {
@@ -212,16 +269,38 @@ func (d *Dashboard) attach(name string, set func(*dep)) error {
 	return nil
 }
 
-// Run samples every Config.Interval until ctx ends.
+// Run samples every Config.Interval until ctx ends: the dependencies
+// (Sample) and the queues (SampleQueues, in a goroutine of its own so that
+// a slow database does not hold the dependencies back). Redrives started
+// from the page run in ctx.
 func (d *Dashboard) Run(ctx context.Context) {
+	d.qmu.Lock()
+	d.ctx = ctx
+	d.qmu.Unlock()
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
+	var queues chan time.Time
+	if d.cfg.Queues != nil {
+		queues = make(chan time.Time, 1)
+		defer close(queues)
+		go func() {
+			for now := range queues {
+				qctx, cancel := context.WithTimeout(ctx, opTimeout)
+				d.SampleQueues(qctx, now)
+				cancel()
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			d.Sample(now)
+			select {
+			case queues <- now:
+			default: // the last queue sample is still running
+			}
 		}
 	}
 }
@@ -260,6 +339,17 @@ func (d *Dashboard) Sample(now time.Time) {
 		x.count = min(x.count+1, len(x.ring))
 	}
 	d.last, _ = json.Marshal(d.snapshotLocked(false))
+	d.wakeLocked()
+}
+
+// wake wakes every event stream.
+func (d *Dashboard) wake() {
+	d.mu.Lock()
+	d.wakeLocked()
+	d.mu.Unlock()
+}
+
+func (d *Dashboard) wakeLocked() {
 	for ch := range d.subs {
 		select {
 		case ch <- struct{}{}:
@@ -279,45 +369,102 @@ func (d *Dashboard) Dependencies(history bool) []Dependency {
 func (d *Dashboard) snapshotLocked(history bool) []Dependency {
 	out := make([]Dependency, 0, len(d.order))
 	for _, x := range d.order {
-		dp := Dependency{Name: x.name, GiveUps: map[string]int64{}}
-		if x.count > 0 {
-			dp.Now = x.ring[(x.next-1+len(x.ring))%len(x.ring)]
-		}
-		for r := range x.giveups {
-			if n := x.giveups[r].Load(); n > 0 {
-				dp.GiveUps[retry.Reason(r).String()] = n
-			}
-		}
-		if history {
-			dp.History = make([]Sample, 0, x.count)
-			for i := range x.count {
-				dp.History = append(dp.History, x.ring[(x.next-x.count+i+len(x.ring))%len(x.ring)])
-			}
-		}
-		out = append(out, dp)
+		out = append(out, d.depLocked(x, history))
 	}
 	return out
 }
 
-// ServeHTTP serves the page ("/"), its assets, the dependencies as JSON
-// ("/api/dependencies", with their history) and the event stream
-// ("/events": one JSON array of dependencies per sample). Mount it with
-// http.StripPrefix. Every method but GET and HEAD is refused (405).
-func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "read-only: GET and HEAD only", http.StatusMethodNotAllowed)
-		return
+// writeDependencies writes Dependencies(true) as a JSON array, one
+// dependency at a time, so a request holds one history, not all of them.
+func (d *Dashboard) writeDependencies(w io.Writer) error {
+	d.mu.Lock()
+	deps := append([]*dep(nil), d.order...)
+	d.mu.Unlock()
+	enc := json.NewEncoder(w)
+	if _, err := io.WriteString(w, "["); err != nil {
+		return err
 	}
+	for i, x := range deps {
+		if i > 0 {
+			io.WriteString(w, ",")
+		}
+		d.mu.Lock()
+		dp := d.depLocked(x, true)
+		d.mu.Unlock()
+		if err := enc.Encode(dp); err != nil {
+			return err
+		}
+	}
+	_, err := io.WriteString(w, "]\n")
+	return err
+}
+
+func (d *Dashboard) depLocked(x *dep, history bool) Dependency {
+	dp := Dependency{Name: x.name, GiveUps: map[string]int64{}}
+	if x.count > 0 {
+		dp.Now = x.ring[(x.next-1+len(x.ring))%len(x.ring)]
+	}
+	for r := range x.giveups {
+		if n := x.giveups[r].Load(); n > 0 {
+			dp.GiveUps[retry.Reason(r).String()] = n
+		}
+	}
+	if history {
+		dp.History = make([]Sample, 0, x.count)
+		for i := range x.count {
+			dp.History = append(dp.History, x.ring[(x.next-x.count+i+len(x.ring))%len(x.ring)])
+		}
+	}
+	return dp
+}
+
+// ServeHTTP serves the pages, their assets, the data as JSON and the
+// event streams (see docs/ui.md for the list). Mount it with
+// http.StripPrefix and a trailing slash. GET and HEAD read; POST act runs
+// an action, refused in read-only mode and without this dashboard's CSRF
+// token; every other method is refused (405).
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("Referrer-Policy", "no-referrer")
-	switch p := strings.TrimPrefix(r.URL.Path, "/"); p {
+	h.Set("X-Frame-Options", "DENY")
+	p := strings.TrimPrefix(r.URL.Path, "/")
+	if r.Method == http.MethodPost && p == "act" {
+		if err := d.authorize(r, ""); err != nil {
+			d.denied(w, r, err)
+			return
+		}
+		d.act(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		allow := "GET, HEAD"
+		if p == "act" {
+			allow = "POST"
+		}
+		h.Set("Allow", allow)
+		http.Error(w, "method not allowed: pages answer GET and HEAD; actions are POST act", http.StatusMethodNotAllowed)
+		return
+	}
+	if err := d.authorize(r, ""); err != nil {
+		d.denied(w, r, err)
+		return
+	}
+	if page, ok := d.pages()[p]; ok {
+		if page == nil {
+			http.NotFound(w, r) // not configured
+			return
+		}
+		page(w, r)
+		return
+	}
+	switch p {
 	case "", "index.html":
-		h.Set("Content-Type", "text/html; charset=utf-8")
-		d.page.Execute(w, struct{ Title string }{"stagger: dependencies"})
-	case "app.js", "style.css":
+		pg := d.newPage(w, r, "index", "dependencies")
+		pg.Scripts = []string{"app.js"}
+		d.render(w, http.StatusOK, "index", pg)
+	case "app.js", "live.js", "style.css":
 		ctype := "text/css; charset=utf-8"
 		if strings.HasSuffix(p, ".js") {
 			ctype = "text/javascript; charset=utf-8"
@@ -327,17 +474,56 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write(b)
 	case "api/dependencies":
 		h.Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(d.Dependencies(true))
+		d.writeDependencies(w)
 	case "events":
-		d.events(w, r)
+		d.events(w, r, func() []byte {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.last == nil {
+				d.last, _ = json.Marshal(d.snapshotLocked(false))
+			}
+			return d.last
+		})
+	case "api/queues", "events/queues":
+		get := func() []byte {
+			d.qmu.Lock()
+			defer d.qmu.Unlock()
+			if d.qjson == nil {
+				d.qjson, _ = json.Marshal(queueState{Queues: []QueueInfo{}, Redrives: []RedriveRun{}})
+			}
+			return d.qjson
+		}
+		if p == "api/queues" {
+			h.Set("Content-Type", "application/json")
+			w.Write(get())
+			return
+		}
+		d.events(w, r, get)
 	default:
 		http.NotFound(w, r)
 	}
 }
 
-// events streams the last sample, then each new one, until the client
-// goes or the request's context ends.
-func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
+// pages are the operator's pages by path; nil for those not configured.
+func (d *Dashboard) pages() map[string]http.HandlerFunc {
+	on := func(ok bool, h http.HandlerFunc) http.HandlerFunc {
+		if ok {
+			return h
+		}
+		return nil
+	}
+	q, p := d.cfg.Queues != nil, d.cfg.Proxy != ""
+	return map[string]http.HandlerFunc{
+		"queues": on(q, d.queuesPage), "jobs": on(q, d.jobsPage), "job": on(q, d.jobPage),
+		"dead":  on(q || len(d.cfg.DeadLetters) > 0, d.deadPage),
+		"proxy": on(p, d.proxyPage), "api/proxy": on(p, d.proxyJSON),
+	}
+}
+
+// events streams data(), then data() again after each sample, until the
+// client goes or the request's context ends. Bytes equal to the last sent
+// are not sent again.
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, data func() []byte) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
@@ -361,18 +547,17 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
+	var sent []byte
 	for {
-		d.mu.Lock()
-		data := d.last
-		if data == nil {
-			data, _ = json.Marshal(d.snapshotLocked(false))
+		b := data()
+		if sent == nil || string(b) != string(sent) {
+			// JSON has no raw newline, so one data line carries it.
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+				return
+			}
+			fl.Flush()
+			sent = b
 		}
-		d.mu.Unlock()
-		// JSON has no raw newline, so one data line carries it.
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
-			return
-		}
-		fl.Flush()
 		select {
 		case <-r.Context().Done():
 			return

@@ -40,8 +40,9 @@ const companionPackage = "github.com/staggerhq/stagger/cmd/stagger/stagger-store
 // storeCommands are the commands stagger-store runs. Their summaries are
 // the ones stagger-store registers (a test checks).
 var storeCommands = []command{
-	{Name: "queue", Summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge"},
+	{Name: "queue", Summary: "durable retry queue: enqueue, run-once, work, stats, dead, requeue, show, purge, jobs, cancel, delete, pause, resume"},
 	{Name: "broker", Summary: "broker dead letters: redrive (move them back, paced)"},
+	{Name: "ui", Summary: "the dashboard: queues, jobs, dead letters, a proxy's counts"},
 }
 
 func init() {

@@ -31,6 +31,13 @@ function spark(points) {
 
 function render(deps) {
   body.replaceChildren();
+  if (!deps.length) {
+    const tr = document.createElement("tr");
+    tr.className = "none";
+    const td = cell(tr, "no policy registered: a service registers its policies with Dashboard.Hooks (stagger ui alone has none)");
+    td.colSpan = 9;
+    body.appendChild(tr);
+  }
   for (const d of deps) {
     const h = history.get(d.name) || [];
     if (d.now.t && (!h.length || h[h.length - 1].t < d.now.t)) h.push({t: d.now.t, v: d.now.attemptsPerSec});

@@ -92,6 +92,44 @@ func amqpTestURL() string {
 	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
+// rabbitQueues connects to RabbitMQ (skipping the test when it is
+// unreachable, failing under CI=true) and declares a queue and its DLQ,
+// NAME and NAME.dlq, deleted at the end of the test; the channel is in
+// confirm mode.
+func rabbitQueues(t *testing.T, prefix string) (*amqp.Channel, string) {
+	t.Helper()
+	conn, err := amqp.DialConfig(amqpTestURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	if err != nil {
+		serviceUnavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL: %v", err))
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	for _, q := range []string{name, name + ".dlq"} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ch.QueueDelete(q, false, false, false) })
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	return ch, name
+}
+
+// rabbitCount is how many messages queue q holds.
+func rabbitCount(t *testing.T, ch *amqp.Channel, q string) int {
+	t.Helper()
+	qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qi.Messages
+}
+
 func serviceUnavailable(t *testing.T, msg string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
@@ -104,25 +142,7 @@ func serviceUnavailable(t *testing.T, msg string) {
 // DLQ queue back to its origin queue (default exchange): a dry run first,
 // which moves nothing, then the move.
 func TestBrokerRedriveRabbitMQ(t *testing.T) {
-	conn, err := amqp.DialConfig(amqpTestURL(), amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
-	if err != nil {
-		serviceUnavailable(t, fmt.Sprintf("RabbitMQ unreachable at STAGGER_AMQP_URL: %v", err))
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("stg-cli-redrive-%d", time.Now().UnixNano())
-	for _, q := range []string{name, name + ".dlq"} {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		defer ch.QueueDelete(q, false, false, false)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch, name := rabbitQueues(t, "stg-cli-redrive")
 	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", name+".dlq", false, false, amqp.Publishing{
 		MessageId: "order-7", Body: []byte("payload"), DeliveryMode: amqp.Persistent,
 		Headers: amqp.Table{"x-stagger-reason": "permanent", "x-stagger-attempt": "1", "x-stagger-exchange": "",
@@ -131,13 +151,7 @@ func TestBrokerRedriveRabbitMQ(t *testing.T) {
 	if err != nil || !dc.Wait() {
 		t.Fatalf("publish the dead letter: %v", err)
 	}
-	count := func(q string) int {
-		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return qi.Messages
-	}
+	count := func(q string) int { return rabbitCount(t, ch, q) }
 	args := []string{"redrive", "--broker", "rabbitmq", "--url", amqpTestURL(), "--dlq", name + ".dlq", "--reason", "permanent", "--min-age", "30m"}
 	code, out, errOut := runBrokerCLI(append(args, "--dry-run")...)
 	if code != 0 || !strings.Contains(out, `would move "order-7"  reason=permanent attempts=1`) || !strings.Contains(out, "-> /"+name) {

@@ -84,7 +84,7 @@ func signalCode(s os.Signal) int {
 // stopsOnSIGTERM are the commands that run until they are stopped: SIGTERM
 // is their ordinary end (a service manager stopping them), so they exit with
 // their own code, 0 after a clean shutdown.
-var stopsOnSIGTERM = map[string]bool{"proxy": true, "queue work": true}
+var stopsOnSIGTERM = map[string]bool{"proxy": true, "queue work": true, "ui": true}
 
 // RunSignals runs the command line with a context that the first signal
 // from sigs cancels (after calling onSignal), and returns the process exit
@@ -204,5 +204,5 @@ func Usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Exit status: 0 ok; 1 the run failed or a check failed; 2 bad flags or input,")
 	fmt.Fprintln(w, "nothing was done; 130 interrupted (SIGINT); 143 terminated (SIGTERM), except")
-	fmt.Fprintln(w, "that proxy and queue work stop on SIGTERM as their ordinary end.")
+	fmt.Fprintln(w, "that proxy, queue work and ui stop on SIGTERM as their ordinary end.")
 }
