@@ -62,6 +62,9 @@ func BenchmarkQueuePostgresDrain(b *testing.B) {
 		b.Run(fmt.Sprintf("c=%d/river", c), func(b *testing.B) { drainRiver(b, pool, c) })
 	}
 	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
+	for _, batch := range ceilingBatches {
+		b.Run(fmt.Sprintf("ceiling/batch=%d", batch), func(b *testing.B) { drainCeiling(b, pool, batch) })
+	}
 }
 
 // splitStore hides the store's RecordAndClaim (STAGGER_BENCH_SPLIT=1), so
@@ -83,9 +86,10 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	var qs queue.Store = s
+	cs := &countStore{Store: s}
+	var qs queue.Store = cs
 	if os.Getenv("STAGGER_BENCH_SPLIT") == "1" {
-		qs = splitStore{s}
+		qs = splitStore{cs}
 	}
 	q, err := queue.New(qs, queue.Config{})
 	if err != nil {
@@ -113,6 +117,7 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	b.StopTimer()
 	report(b)
 	cpu()
+	cs.report(b)
 	s.Close() // waits for the store's vacuum
 	var vacuums int64
 	if err := pool.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
