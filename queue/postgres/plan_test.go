@@ -66,6 +66,9 @@ func TestHotPathPlans(t *testing.T) {
 	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_ready") {
 		t.Errorf("the claim does not walk the due index in order:\n%s", plan)
 	}
+	if !strings.Contains(plan, "Tid Scan") || strings.Contains(plan, "stagger_jobs_pkey") {
+		t.Errorf("the claim does not update the locked rows by tuple ID:\n%s", plan)
+	}
 	for name, sql := range map[string]string{"outcome": s.RecordSQL(), "heartbeat": s.ExtendSQL()} {
 		a := args
 		if name == "heartbeat" {

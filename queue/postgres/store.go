@@ -574,13 +574,21 @@ const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
 // claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
 // returning each claimed row and its previous available_at. Run it after
 // claimPlan.
+//
+// The update finds the rows the CTE locked by their tuple ID (a TID scan,
+// one heap page per job) rather than by a second descent of the primary
+// key (three to four pages per job): the row lock keeps every other
+// transaction from moving the tuple in between. A row that another
+// transaction updated after this statement's snapshot and before the lock
+// (the lock then holds the newer version, which the snapshot does not see)
+// is not claimed this time — as if it had been locked — and stays due.
 func (s *Store) claimSQL() string {
 	return `WITH c AS (
-			SELECT id, available_at AS prev FROM ` + s.jobs + `
+			SELECT ctid AS t, available_at AS prev FROM ` + s.jobs + `
 			WHERE queue = $4 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
-		FROM c WHERE j.id = c.id
+		FROM c WHERE j.ctid = c.t
 		RETURNING ` + jCols + `, c.prev`
 }
 
