@@ -316,7 +316,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		stmts = append(stmts,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON `+s.jobs+` (queue, state, id)`,
+			// Done jobs are not in the listing index (queuesql.NotDone):
+			// a completion then writes one index entry less. It replaces
+			// the index of every state.
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_not_done ON `+s.jobs+` (queue, state, id) WHERE `+queuesql.NotDone,
+			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_by_state`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_due`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_state`,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON `+s.jobs+` (state, finished_at) WHERE state IN ('done', 'dead')`,
@@ -649,7 +653,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 		var inFlight int
 		if lim.MaxInFlight > 0 {
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
-				WHERE queue = $1 AND state = 'leased' AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
+				WHERE queue = $1 AND state = 'leased' AND `+queuesql.NotDone+` AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
 				return err
 			}
 		}
@@ -930,7 +934,7 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1 AND id > $2 ORDER BY id LIMIT $3`,
+	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1`+queuesql.ListState(state)+` AND id > $2 ORDER BY id LIMIT $3`,
 		string(state), after, limit, name)
 	if err != nil {
 		return nil, err
