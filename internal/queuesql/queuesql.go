@@ -1,7 +1,7 @@
 // Package queuesql is what the SQL stores of package queue (queue/sqlite,
 // queue/postgres) share and adopters of the queue do not need: the stats
 // query and the reading of its rows, kept in one place so that every store
-// counts the same way, and the predicate of the listing index.
+// counts the same way.
 package queuesql
 
 import (
@@ -59,25 +59,4 @@ func ScanStats(rows Rows, now int64) (map[string]queue.Stats, error) {
 		out[q] = st
 	}
 	return out, rows.Err()
-}
-
-// NotDone is the predicate of the SQL stores' listing index,
-// stagger_jobs_not_done (queue, state, id): every state but done. Done
-// jobs, the bulk of a table that keeps them for retention, are left out so
-// that a job's completion inserts into no index but the primary key and
-// the finished-jobs index retention reads (stagger_jobs_finished); a claim
-// still finds its leased row here (fleet limits count them). A query that
-// is to use the index states the predicate as written here: SQLite uses a
-// partial index only for a WHERE clause that holds its terms, PostgreSQL
-// only when it can prove it (a generic plan cannot from state = $1).
-const NotDone = `state IN ('pending', 'leased', 'dead')`
-
-// ListState is the condition a store's List adds for state: NotDone, so
-// that the listing index serves it, for every state but done (listed in
-// primary-key order).
-func ListState(state queue.State) string {
-	if state == queue.Done {
-		return ""
-	}
-	return " AND " + NotDone
 }

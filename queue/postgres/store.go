@@ -316,10 +316,10 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		stmts = append(stmts,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
-			// Done jobs are not in the listing index (queuesql.NotDone):
+			// Done jobs are not in the listing index (notDone):
 			// a completion then writes one index entry less. It replaces
 			// the index of every state.
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_not_done ON `+s.jobs+` (queue, state, id) WHERE `+queuesql.NotDone,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_not_done ON `+s.jobs+` (queue, state, id) WHERE `+notDone,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_by_state`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_due`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_state`,
@@ -354,6 +354,26 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// notDone is the predicate of the listing index, stagger_jobs_not_done
+// (queue, state, id): every state but done. Every non-HOT update inserts
+// into each index whose predicate the new row meets; done jobs, the bulk of
+// a table that keeps them for retention, are left out, so that a
+// completion inserts into no index but the primary key and the
+// finished-jobs index retention reads (stagger_jobs_finished). Leased rows
+// stay in it: fleet limits count them. A query that is to use the index
+// with a generic plan (state = $1) states the predicate as written here.
+const notDone = `state <> 'done'`
+
+// listState is the condition List adds for state: notDone, so that the
+// listing index serves it, for every state but done (listed in
+// primary-key order).
+func listState(state queue.State) string {
+	if state == queue.Done {
+		return ""
+	}
+	return " AND " + notDone
 }
 
 // hasColumn reports whether the table has the column.
@@ -653,7 +673,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 		var inFlight int
 		if lim.MaxInFlight > 0 {
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
-				WHERE queue = $1 AND state = 'leased' AND `+queuesql.NotDone+` AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
+				WHERE queue = $1 AND state = 'leased' AND `+notDone+` AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
 				return err
 			}
 		}
@@ -934,7 +954,7 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1`+queuesql.ListState(state)+` AND id > $2 ORDER BY id LIMIT $3`,
+	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1`+listState(state)+` AND id > $2 ORDER BY id LIMIT $3`,
 		string(state), after, limit, name)
 	if err != nil {
 		return nil, err

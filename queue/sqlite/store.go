@@ -72,12 +72,11 @@ var _ queue.RecordClaimer = (*Store)(nil)
 var _ queue.Purger = (*Store)(nil)
 var _ queue.LimitedClaimer = (*Store)(nil)
 
-const schemaVersion = 6
+const schemaVersion = 5
 
 // readableVersion is the oldest schema a read-only open reads (version 4
 // only adds the limits table, which reads do not use; version 5 the trace
-// column, which reads of an older file take as empty; version 6 changes an
-// index that reads do not name).
+// column, which reads of an older file take as empty).
 const readableVersion = 3
 
 const schema = `
@@ -99,7 +98,7 @@ CREATE TABLE IF NOT EXISTS stagger_jobs (
 	trace        TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON stagger_jobs (queue, available_at, id) WHERE state IN ('pending', 'leased');
-CREATE INDEX IF NOT EXISTS stagger_jobs_not_done ON stagger_jobs (queue, state, id) WHERE ` + queuesql.NotDone + `;
+CREATE INDEX IF NOT EXISTS stagger_jobs_by_state ON stagger_jobs (queue, state, id);
 CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON stagger_jobs (state, finished_at) WHERE state IN ('done', 'dead');
 CREATE TABLE IF NOT EXISTS stagger_inbox (
 	id          TEXT PRIMARY KEY,
@@ -113,7 +112,7 @@ CREATE TABLE IF NOT EXISTS stagger_limits (
 	tokens REAL NOT NULL,
 	at     INTEGER NOT NULL
 );
-PRAGMA user_version = 6;
+PRAGMA user_version = 5;
 `
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -249,14 +248,6 @@ func (s *Store) migrate(ctx context.Context) error {
 			// Version 5 adds the enqueuer's trace context (Job.Trace):
 			// existing jobs have none.
 			if err := addColumn(ctx, tx, "trace", `TEXT NOT NULL DEFAULT ''`); err != nil {
-				return err
-			}
-		}
-		if v > 0 && v < 6 {
-			// Version 6 leaves done jobs out of the listing index
-			// (queuesql.NotDone): a completion writes one index entry
-			// less, as before retention's finished-jobs index came.
-			if _, err := tx.ExecContext(ctx, `DROP INDEX IF EXISTS stagger_jobs_by_state`); err != nil {
 				return err
 			}
 		}
@@ -464,8 +455,8 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var inFlight int
 		if lim.MaxInFlight > 0 {
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM stagger_jobs INDEXED BY stagger_jobs_not_done
-				WHERE queue = ?1 AND state = 'leased' AND `+queuesql.NotDone+` AND lease_until > ?2`, name, now).Scan(&inFlight); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM stagger_jobs INDEXED BY stagger_jobs_by_state
+				WHERE queue = ?1 AND state = 'leased' AND lease_until > ?2`, name, now).Scan(&inFlight); err != nil {
 				return err
 			}
 		}
@@ -689,7 +680,7 @@ func (s *Store) List(ctx context.Context, name string, state queue.State, after 
 	if limit < 1 {
 		return nil, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+s.readCols+` FROM stagger_jobs WHERE queue = ? AND state = ?`+queuesql.ListState(state)+` AND id > ? ORDER BY id LIMIT ?`,
+	rows, err := s.r.QueryContext(ctx, `SELECT `+s.readCols+` FROM stagger_jobs WHERE queue = ? AND state = ? AND id > ? ORDER BY id LIMIT ?`,
 		name, string(state), after, limit)
 	if err != nil {
 		return nil, err
