@@ -494,10 +494,7 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var idx []string
-	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
-	idx, _ = pgx.CollectRows(rows, pgx.RowTo[string])
-	if strings.Join(idx, " ") != "stagger_jobs_finished stagger_jobs_not_done stagger_jobs_pkey stagger_jobs_ready" {
+	if idx := jobIndexes(ctx, p, schema); idx != wantIndexes {
 		t.Fatalf("indexes after migration: %v", idx)
 	}
 	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Queue != queue.DefaultQueue {
@@ -528,9 +525,7 @@ func TestMigratesListingIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
-	idx, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-	if strings.Join(idx, " ") != "stagger_jobs_finished stagger_jobs_not_done stagger_jobs_pkey stagger_jobs_ready" {
+	if idx := jobIndexes(ctx, p, schema); idx != wantIndexes {
 		t.Fatalf("indexes after migration: %v", idx)
 	}
 	q, _ := queue.New(s, queue.Config{})
@@ -556,4 +551,15 @@ func TestMigratesListingIndex(t *testing.T) {
 			t.Errorf("List(%s) = %v, %v; want %d jobs", state, js, err, want)
 		}
 	}
+}
+
+// wantIndexes are the jobs table's indexes after a migration.
+const wantIndexes = "stagger_jobs_finished stagger_jobs_not_done stagger_jobs_pkey stagger_jobs_ready"
+
+// jobIndexes are the names of the jobs table's indexes in schema, in
+// order, separated by spaces.
+func jobIndexes(ctx context.Context, p *pgxpool.Pool, schema string) string {
+	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
+	idx, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(idx, " ")
 }
