@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,10 +177,11 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 
 // pgCPU reads the CPU time (user + system, /proc/<pid>/stat) of the
 // server's backends serving benchApp connections and returns a function
-// that reports their increase per job as pg-cpu-µs/job. Backends that
+// that reports their increase per job as pg-cpu-µs/job, and the
+// benchmark process's own CPU per job as go-cpu-µs/job. Backends that
 // start meanwhile count from zero; the server's own processes (WAL writer,
 // checkpointer) are not counted. Without access to the server's /proc (a
-// remote server) nothing is reported.
+// remote server) pg-cpu-µs/job is not reported.
 func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 	read := func() map[int]int64 {
 		rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
@@ -199,11 +201,12 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		}
 		return out
 	}
-	before := read()
-	if len(before) == 0 {
-		return func() {}
-	}
+	before, self := read(), selfCPU()
 	return func() {
+		b.ReportMetric(float64(selfCPU()-self)/1e3/float64(b.N), "go-cpu-µs/job")
+		if len(before) == 0 {
+			return
+		}
 		var ticks int64
 		for pid, t := range read() {
 			ticks += t - before[pid]
@@ -211,6 +214,17 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		const clkTck = 100 // USER_HZ on Linux
 		b.ReportMetric(float64(ticks)*1e6/clkTck/float64(b.N), "pg-cpu-µs/job")
 	}
+}
+
+// selfCPU is the CPU time (user + system) of the benchmark's own process
+// so far, in nanoseconds: the client's side of a drain (go-cpu-µs/job),
+// which shares the machine's cores with the server.
+func selfCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // procCPU is utime + stime of pid, in clock ticks.
