@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -59,8 +60,13 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 func BenchmarkQueuePostgresDrain(b *testing.B) {
 	pool := benchPool(b)
 	for _, c := range []int{4, 32, 128, 512} {
-		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c) })
+		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c, 1) })
 		b.Run(fmt.Sprintf("c=%d/river", c), func(b *testing.B) { drainRiver(b, pool, c) })
+	}
+	// The same handlers in drainLoops Workers of one process: that many
+	// claim loops, so that many transactions in flight.
+	for _, c := range []int{4, 512} {
+		b.Run(fmt.Sprintf("c=%d/stagger-loops", c), func(b *testing.B) { drainStagger(b, pool, c, drainLoops) })
 	}
 	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
 	for _, batch := range ceilingBatches {
@@ -73,7 +79,12 @@ func BenchmarkQueuePostgresDrain(b *testing.B) {
 // the claims, on another connection.
 type splitStore struct{ queue.Store }
 
-func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
+// drainLoops is how many Workers the stagger-loops drains run.
+const drainLoops = 4
+
+// drainStagger drains with loops Workers of c/loops handlers each on one
+// store (one Worker: the Worker as adopters run it).
+func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 	ctx := context.Background()
 	var err error
 	opts := postgres.Options{Schema: pgSchema(b, pool)}
@@ -101,20 +112,31 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	var done atomic.Int64
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := queue.NewWorker(q, func(context.Context, []byte) error {
-		if done.Add(1) == int64(n) {
-			cancel()
+	ws := make([]*queue.Worker, loops)
+	for i := range ws {
+		ws[i], err = queue.NewWorker(q, func(context.Context, []byte) error {
+			if done.Add(1) == int64(n) {
+				cancel()
+			}
+			return nil
+		}, queue.WorkerConfig{Concurrency: c / loops, BatchSize: benchBatch(b), PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
+		if err != nil {
+			b.Fatal(err)
 		}
-		return nil
-	}, queue.WorkerConfig{Concurrency: c, BatchSize: benchBatch(b), PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
-	if err != nil {
-		b.Fatal(err)
 	}
 	cpu := pgCPU(b, pool)
 	b.ResetTimer()
-	if err := w.Run(wctx); err != nil {
-		b.Fatal(err)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(wctx); err != nil {
+				b.Error(err)
+			}
+		}()
 	}
+	wg.Wait()
 	b.StopTimer()
 	report(b)
 	cpu()
