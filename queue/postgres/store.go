@@ -366,14 +366,21 @@ func (s *Store) migrate(ctx context.Context) error {
 // with a generic plan (state = $1) states the predicate as written here.
 const notDone = `state <> 'done'`
 
-// listState is the condition List adds for state: notDone, so that the
-// listing index serves it, for every state but done (listed in
-// primary-key order).
-func listState(state queue.State) string {
+// listSQL lists up to $3 jobs of queue $4 in state $1 with an ID above
+// $2, in ID order. For every state but done it states notDone, so that the
+// listing index serves it (done jobs are listed in primary-key order).
+func (s *Store) listSQL(state queue.State) string {
+	cond := " AND " + notDone
 	if state == queue.Done {
-		return ""
+		cond = ""
 	}
-	return " AND " + notDone
+	return `SELECT ` + s.readCols + ` FROM ` + s.jobs + ` WHERE queue = $4 AND state = $1` + cond + ` AND id > $2 ORDER BY id LIMIT $3`
+}
+
+// inFlightSQL counts the live leases of queue $1 at now $2, on the
+// listing index (fleet limits: Limits.MaxInFlight).
+func (s *Store) inFlightSQL() string {
+	return `SELECT count(*) FROM ` + s.jobs + ` WHERE queue = $1 AND state = 'leased' AND ` + notDone + ` AND lease_until > $2`
 }
 
 // hasColumn reports whether the table has the column.
@@ -672,8 +679,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 		}
 		var inFlight int
 		if lim.MaxInFlight > 0 {
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
-				WHERE queue = $1 AND state = 'leased' AND `+notDone+` AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
+			if err := tx.QueryRow(ctx, s.inFlightSQL(), name, now).Scan(&inFlight); err != nil {
 				return err
 			}
 		}
@@ -954,8 +960,7 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+` WHERE queue = $4 AND state = $1`+listState(state)+` AND id > $2 ORDER BY id LIMIT $3`,
-		string(state), after, limit, name)
+	rows, err := s.pool.Query(ctx, s.listSQL(state), string(state), after, limit, name)
 	if err != nil {
 		return nil, err
 	}
