@@ -17,7 +17,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,10 +60,18 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 func BenchmarkQueuePostgresDrain(b *testing.B) {
 	pool := benchPool(b)
 	for _, c := range []int{4, 32, 128, 512} {
-		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c) })
+		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c, 1) })
 		b.Run(fmt.Sprintf("c=%d/river", c), func(b *testing.B) { drainRiver(b, pool, c) })
 	}
+	// The same handlers in drainLoops Workers of one process: that many
+	// claim loops, so that many transactions in flight.
+	for _, c := range []int{4, 512} {
+		b.Run(fmt.Sprintf("c=%d/stagger-loops", c), func(b *testing.B) { drainStagger(b, pool, c, drainLoops) })
+	}
 	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
+	for _, batch := range ceilingBatches {
+		b.Run(fmt.Sprintf("ceiling/batch=%d", batch), func(b *testing.B) { drainCeiling(b, pool, batch) })
+	}
 }
 
 // splitStore hides the store's RecordAndClaim (STAGGER_BENCH_SPLIT=1), so
@@ -69,7 +79,12 @@ func BenchmarkQueuePostgresDrain(b *testing.B) {
 // the claims, on another connection.
 type splitStore struct{ queue.Store }
 
-func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
+// drainLoops is how many Workers the stagger-loops drains run.
+const drainLoops = 4
+
+// drainStagger drains with loops Workers of c/loops handlers each on one
+// store (one Worker: the Worker as adopters run it).
+func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 	ctx := context.Background()
 	var err error
 	opts := postgres.Options{Schema: pgSchema(b, pool)}
@@ -83,9 +98,10 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	var qs queue.Store = s
+	cs := &countStore{Store: s}
+	var qs queue.Store = cs
 	if os.Getenv("STAGGER_BENCH_SPLIT") == "1" {
-		qs = splitStore{s}
+		qs = splitStore{cs}
 	}
 	q, err := queue.New(qs, queue.Config{})
 	if err != nil {
@@ -96,23 +112,35 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c int) {
 	var done atomic.Int64
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := queue.NewWorker(q, func(context.Context, []byte) error {
-		if done.Add(1) == int64(n) {
-			cancel()
+	ws := make([]*queue.Worker, loops)
+	for i := range ws {
+		ws[i], err = queue.NewWorker(q, func(context.Context, []byte) error {
+			if done.Add(1) == int64(n) {
+				cancel()
+			}
+			return nil
+		}, queue.WorkerConfig{Concurrency: c / loops, BatchSize: benchBatch(b), PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
+		if err != nil {
+			b.Fatal(err)
 		}
-		return nil
-	}, queue.WorkerConfig{Concurrency: c, BatchSize: benchBatch(b), PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
-	if err != nil {
-		b.Fatal(err)
 	}
 	cpu := pgCPU(b, pool)
 	b.ResetTimer()
-	if err := w.Run(wctx); err != nil {
-		b.Fatal(err)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(wctx); err != nil {
+				b.Error(err)
+			}
+		}()
 	}
+	wg.Wait()
 	b.StopTimer()
 	report(b)
 	cpu()
+	cs.report(b)
 	s.Close() // waits for the store's vacuum
 	var vacuums int64
 	if err := pool.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
@@ -171,10 +199,11 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 
 // pgCPU reads the CPU time (user + system, /proc/<pid>/stat) of the
 // server's backends serving benchApp connections and returns a function
-// that reports their increase per job as pg-cpu-µs/job. Backends that
+// that reports their increase per job as pg-cpu-µs/job, and the
+// benchmark process's own CPU per job as go-cpu-µs/job. Backends that
 // start meanwhile count from zero; the server's own processes (WAL writer,
 // checkpointer) are not counted. Without access to the server's /proc (a
-// remote server) nothing is reported.
+// remote server) pg-cpu-µs/job is not reported.
 func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 	read := func() map[int]int64 {
 		rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
@@ -194,11 +223,12 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		}
 		return out
 	}
-	before := read()
-	if len(before) == 0 {
-		return func() {}
-	}
+	before, self := read(), selfCPU()
 	return func() {
+		b.ReportMetric(float64(selfCPU()-self)/1e3/float64(b.N), "go-cpu-µs/job")
+		if len(before) == 0 {
+			return
+		}
 		var ticks int64
 		for pid, t := range read() {
 			ticks += t - before[pid]
@@ -206,6 +236,17 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		const clkTck = 100 // USER_HZ on Linux
 		b.ReportMetric(float64(ticks)*1e6/clkTck/float64(b.N), "pg-cpu-µs/job")
 	}
+}
+
+// selfCPU is the CPU time (user + system) of the benchmark's own process
+// so far, in nanoseconds: the client's side of a drain (go-cpu-µs/job),
+// which shares the machine's cores with the server.
+func selfCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // procCPU is utime + stime of pid, in clock ticks.

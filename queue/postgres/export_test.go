@@ -10,6 +10,9 @@ func (s *Store) ClaimSQL() string  { return s.claimSQL() }
 func (s *Store) RecordSQL() string { return s.recordSQL() }
 func (s *Store) ExtendSQL() string { return s.extendSQL() }
 
+func (s *Store) ListSQL() string     { return s.listSQL() }
+func (s *Store) InFlightSQL() string { return s.inFlightSQL() }
+
 func RecordArgs(outs []queue.Outcome) []any {
 	args, _ := recordArgs(outs)
 	return args

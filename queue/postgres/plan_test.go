@@ -66,6 +66,45 @@ func TestHotPathPlans(t *testing.T) {
 	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_ready") {
 		t.Errorf("the claim does not walk the due index in order:\n%s", plan)
 	}
+	if !strings.Contains(plan, "Tid Scan") || strings.Contains(plan, "stagger_jobs_pkey") {
+		t.Errorf("the claim does not update the locked rows by tuple ID:\n%s", plan)
+	}
+	// The listing index serves the dead and leased
+	// listings and the fleet limits' count of live leases, also as a
+	// generic plan (a prepared statement run more than five times), where
+	// the planner cannot read the state from $1.
+	for _, c := range []struct{ name, sql, types, args string }{
+		{"dead listing", s.ListSQL(), "text, text, int, text", "'dead', '', 10, 'default'"},
+		{"leased listing", s.ListSQL(), "text, text, int, text", "'leased', '', 10, 'default'"},
+		{"in-flight count", s.InFlightSQL(), "text, bigint", fmt.Sprintf("'default', %d", now)},
+	} {
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, q := range []string{`SET LOCAL plan_cache_mode = ` + mode, `PREPARE listing(` + c.types + `) AS ` + c.sql} {
+				if _, err = tx.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				rows, qerr := tx.Query(ctx, `EXPLAIN EXECUTE listing(`+c.args+`)`, pgx.QueryExecModeSimpleProtocol)
+				if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); qerr != nil {
+					err = qerr
+				}
+				tx.Exec(ctx, `DEALLOCATE listing`, pgx.QueryExecModeSimpleProtocol) // PREPARE outlives the transaction
+			}
+			tx.Rollback(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "stagger_jobs_list") {
+				t.Errorf("the %s (plan_cache_mode %s) does not use the listing index:\n%s", c.name, mode, plan)
+			}
+		}
+	}
 	for name, sql := range map[string]string{"outcome": s.RecordSQL(), "heartbeat": s.ExtendSQL()} {
 		a := args
 		if name == "heartbeat" {

@@ -361,6 +361,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	})
 }
 
+// inFlightSQL counts the live leases of queue $1 at now $2, on the
+// listing index stagger_jobs_list (fleet limits: Limits.MaxInFlight).
+func (s *Store) inFlightSQL() string {
+	return `SELECT count(*) FROM ` + s.jobs + ` WHERE queue = $1 AND state = 'leased' AND lease_until > $2`
+}
+
 // hasColumn reports whether the table has the column.
 func hasColumn(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
@@ -583,14 +589,22 @@ const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
 // claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
 // returning each claimed row and its previous available_at. Run it after
 // claimPlan.
+//
+// The update finds the rows the CTE locked by their tuple ID (a TID scan,
+// one heap page per job) rather than by a second descent of the primary
+// key (three to four pages per job): the row lock keeps every other
+// transaction from moving the tuple in between. A row that another
+// transaction updated after this statement's snapshot and before the lock
+// (the lock then holds the newer version, which the snapshot does not see)
+// is not claimed this time — as if it had been locked — and stays due.
 func (s *Store) claimSQL() string {
 	return `WITH c AS (
-			SELECT id, available_at AS prev FROM ` + s.jobs + `
+			SELECT ctid AS t, available_at AS prev FROM ` + s.jobs + `
 			WHERE queue = $4 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
 			AND ` + s.notPaused("$4") + `
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
-		FROM c WHERE j.id = c.id
+		FROM c WHERE j.ctid = c.t
 		RETURNING ` + jCols + `, c.prev`
 }
 
@@ -650,8 +664,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 		}
 		var inFlight int
 		if lim.MaxInFlight > 0 {
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.jobs+`
-				WHERE queue = $1 AND state = 'leased' AND lease_until > $2`, name, now).Scan(&inFlight); err != nil {
+			if err := tx.QueryRow(ctx, s.inFlightSQL(), name, now).Scan(&inFlight); err != nil {
 				return err
 			}
 		}
@@ -935,9 +948,14 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	return s.query(ctx, `SELECT `+s.readCols+` FROM `+s.jobs+`
-		WHERE queue = $4 AND state = $1 AND id COLLATE "C" > $2 ORDER BY id COLLATE "C" LIMIT $3`,
-		string(state), after, limit, name)
+	return s.query(ctx, s.listSQL(), string(state), after, limit, name)
+}
+
+// listSQL lists up to $3 jobs of queue $4 in state $1 with an ID above $2,
+// in ID byte order, on the listing index stagger_jobs_list.
+func (s *Store) listSQL() string {
+	return `SELECT ` + s.readCols + ` FROM ` + s.jobs + `
+		WHERE queue = $4 AND state = $1 AND id COLLATE "C" > $2 ORDER BY id COLLATE "C" LIMIT $3`
 }
 
 // query reads the jobs a query returns.

@@ -494,13 +494,72 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var idx []string
-	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
-	idx, _ = pgx.CollectRows(rows, pgx.RowTo[string])
-	if strings.Join(idx, " ") != "stagger_jobs_finished stagger_jobs_list stagger_jobs_pkey stagger_jobs_ready" {
+	if idx := jobIndexes(ctx, p, schema); idx != wantIndexes {
 		t.Fatalf("indexes after migration: %v", idx)
 	}
 	if got, err := s.Claim(ctx, queue.DefaultQueue, 2, 1000, 5); err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Queue != queue.DefaultQueue {
 		t.Fatalf("claim after migration: %+v %v", got, err)
 	}
+}
+
+// TestMigratesListingIndex: a table of before the listing index (its
+// stagger_jobs_by_state ordered IDs by the database's collation) gets
+// stagger_jobs_list instead, and listing and limited claims work.
+func TestMigratesListingIndex(t *testing.T) {
+	p, schema := sharedPool(t), tempSchema(t)
+	ctx := context.Background()
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, q := range []string{
+		`DROP INDEX "` + schema + `".stagger_jobs_list`,
+		`CREATE INDEX stagger_jobs_by_state ON "` + schema + `".stagger_jobs (queue, state, id)`,
+	} {
+		if _, err := p.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err = postgres.New(ctx, p, postgres.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if idx := jobIndexes(ctx, p, schema); idx != wantIndexes {
+		t.Fatalf("indexes after migration: %v", idx)
+	}
+	q, _ := queue.New(s, queue.Config{})
+	for _, id := range []string{"a", "b"} {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UnixMilli() + 1000
+	got, err := s.ClaimLimited(ctx, queue.DefaultQueue, queue.Limits{MaxInFlight: 1}, now, now+60000, 5)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("limited claim: %v %v", got, err)
+	}
+	if got, err := s.ClaimLimited(ctx, queue.DefaultQueue, queue.Limits{MaxInFlight: 1}, now, now+60000, 5); err != nil || len(got) != 0 {
+		t.Fatalf("limited claim with the one slot taken: %v %v", got, err)
+	}
+	out := []queue.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: queue.Done, Now: now}}
+	if err := s.Record(ctx, out); err != nil || !out[0].Applied {
+		t.Fatalf("record: %+v %v", out, err)
+	}
+	for state, want := range map[queue.State]int{queue.Done: 1, queue.Pending: 1, queue.Leased: 0} {
+		if js, err := s.List(ctx, queue.DefaultQueue, state, "", 10); err != nil || len(js) != want {
+			t.Errorf("List(%s) = %v, %v; want %d jobs", state, js, err, want)
+		}
+	}
+}
+
+// wantIndexes are the jobs table's indexes after a migration.
+const wantIndexes = "stagger_jobs_finished stagger_jobs_list stagger_jobs_pkey stagger_jobs_ready"
+
+// jobIndexes are the names of the jobs table's indexes in schema, in
+// order, separated by spaces.
+func jobIndexes(ctx context.Context, p *pgxpool.Pool, schema string) string {
+	rows, _ := p.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'stagger_jobs' ORDER BY 1`, schema)
+	idx, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(idx, " ")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -476,5 +477,45 @@ func TestPauseSeenByOtherProcesses(t *testing.T) {
 	}
 	if got, err := b.Claim(ctx, queue.DefaultQueue, now, now+1000, 5); err != nil || len(got) != 1 {
 		t.Fatalf("claim through another store after resume = %v, %v", got, err)
+	}
+}
+
+// TestClaimChunks: claims of every size up to two chunks of 64 lease
+// exactly the jobs they return, each once (the update runs in prepared
+// chunks of 1, 2, 4 ... 64 jobs).
+func TestClaimChunks(t *testing.T) {
+	s := open(t, sqlite.Options{})
+	ctx := context.Background()
+	const now = int64(1_000_000)
+	var jobs []queue.Job
+	total := 0
+	for n := 1; n <= 130; n++ {
+		total += n
+	}
+	for i := range total {
+		jobs = append(jobs, queue.Job{ID: fmt.Sprintf("j%06d", i), Payload: []byte("{}"), MaxAttempts: 3,
+			AvailableAt: now, Deadline: now + 1e9, State: queue.Pending, CreatedAt: now, UpdatedAt: now})
+	}
+	if _, err := s.Insert(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for n := 1; n <= 130; n++ {
+		got, err := s.Claim(ctx, queue.DefaultQueue, now, now+60_000, n)
+		if err != nil || len(got) != n {
+			t.Fatalf("claim of %d: %d jobs, %v", n, len(got), err)
+		}
+		for _, j := range got {
+			if seen[j.ID] {
+				t.Fatalf("claim of %d: %s claimed twice", n, j.ID)
+			}
+			seen[j.ID] = true
+			if stored, err := s.Get(ctx, j.ID); err != nil || stored.State != queue.Leased || stored.Attempts != 1 || stored.LeaseUntil != now+60_000 {
+				t.Fatalf("claim of %d: %s stored as %+v, %v", n, j.ID, stored, err)
+			}
+		}
+	}
+	if st, err := s.Stats(ctx, queue.DefaultQueue, now); err != nil || st.Leased != int64(total) || st.Pending() != 0 {
+		t.Fatalf("after the claims: %+v, %v", st, err)
 	}
 }
