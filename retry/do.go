@@ -46,12 +46,12 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 			p.Hooks.success(1)
 			return nil
 		}
-		var s Step // set field by field: a composite literal is built apart and copied
-		s.Policy, s.Delivery.Attempt, s.ctx = p, 1, ctx
+		var s step // set field by field: a composite literal is built apart and copied
+		s.Policy, s.Delivery.Attempt, s.st().Ctx = p, 1, ctx
 		s.fold(ctx) // as Begin would have
 		return s.loop(ctx, fn, err)
 	}
-	var s Step
+	var s step
 	s.Policy = p
 	return s.loop(ctx, fn, nil)
 }
@@ -82,11 +82,12 @@ func (p *Policy) now() time.Time {
 // loop is the in-process driver: the Step per attempt, with real waits on
 // one reused timer. A non-nil first is the error of the first attempt,
 // which Do already made (the Step holds its Begin).
-func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first error) error {
+func (s *step) loop(ctx context.Context, fn func(context.Context) error, first error) error {
+	x := s.st()
 	p := s.policy()
 	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
 	defer s.abandon()           // fn panicked: free its slot before the panic goes on
-	s.quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
+	x.Quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
 	err := first
 	for {
 		var now time.Time
@@ -97,7 +98,11 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 			if s.Begin(ctx, now) != NoReason {
 				return s.leave(&w, s.Err())
 			}
-			err = fn(s.Context())
+			actx := x.Ctx // s.Context(), inline
+			if x.Bound > 0 {
+				actx = bounded(x)
+			}
+			err = fn(actx)
 		}
 		if p.Budget != nil || err != nil && s.needsNow() {
 			now = p.now()
@@ -112,7 +117,7 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 		}
 		if dec.Delay > 0 {
 			if werr := w.Wait(ctx, p.Clock, dec.Delay); werr != nil {
-				s.ctxErr = werr
+				x.CtxErr = werr
 				s.stop(ctxReason(werr))
 				return s.leave(&w, s.Err())
 			}
@@ -122,15 +127,15 @@ func (s *Step) loop(ctx context.Context, fn func(context.Context) error, first e
 
 // abandon is Abort after fn panicked, dropping loop's word for its
 // context too: a caller that recovers may go on with s under another.
-func (s *Step) abandon() {
-	s.quiet = false
+func (s *step) abandon() {
+	s.st().Quiet = false
 	s.Abort()
 }
 
 // leave ends loop with err: it stops the wait's timer and drops loop's
 // word for its context, so that s may go on under another driver.
-func (s *Step) leave(w *wait.Waiter, err error) error {
+func (s *step) leave(w *wait.Waiter, err error) error {
 	w.Stop()
-	s.quiet = false
+	s.st().Quiet = false
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // simSkips are the suite's cases no simulated driver can run, and why.
@@ -133,7 +134,7 @@ func TestDriverPlain(t *testing.T) {
 			if !a.plain() || !b.plain() {
 				t.Fatal("a policy with no Budget, Limiter, Timeout or hooks is not plain")
 			}
-			if (&retry.Step{Policy: a.p}).NeedsNow(context.Background()) {
+			if (&retrydriver.Step{Policy: a.p}).NeedsNow(context.Background()) {
 				t.Fatal("a plain policy's Step needs the time: decide may not get the zero time")
 			}
 			var prev time.Duration

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // Errors the simulated servers answer with. They are created once and
@@ -23,7 +24,7 @@ var (
 )
 
 // driver runs one retry.Policy one step per event with the shipped
-// retry.Step every stagger driver uses: Begin before an attempt (limiter
+// retrydriver.Step every stagger driver uses: Begin before an attempt (limiter
 // slot; the budget's Request for an original), End after it (the budget's
 // Result, the release, the decision — which asks the budget's Retry).
 // A model keeps only the attempt number, deadline and previous delay of a
@@ -35,7 +36,7 @@ type driver struct {
 
 // begin takes what an original attempt needs; NoReason means it may start.
 func (d driver) begin(now time.Time) retry.Reason {
-	s := retry.Step{Policy: d.p}
+	s := retrydriver.Step{Policy: d.p}
 	return s.Begin(context.Background(), now)
 }
 
@@ -47,7 +48,7 @@ func (d driver) again() retry.Reason { return d.againN(2) }
 
 // againN is again for attempt number n (2 or more).
 func (d driver) againN(n int) retry.Reason {
-	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: n - 1}}
+	s := retrydriver.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: n - 1}}
 	return s.Begin(context.Background(), time.Time{})
 }
 
@@ -56,7 +57,7 @@ func (d driver) againN(n int) retry.Reason {
 func (d driver) end(now time.Time, attempt int, err error, deadline time.Time, prev time.Duration) retry.Decision {
 	// fields set one by one: a composite literal here is built in a
 	// temporary and copied, two passes over the Step per event
-	var s retry.Step
+	var s retrydriver.Step
 	s.Policy = d.p
 	s.Delivery.Attempt, s.Delivery.Deadline, s.Delivery.Prev = attempt, deadline, prev
 	s.Resume()
