@@ -48,12 +48,11 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 		}
 		var s step // set field by field: a composite literal is built apart and copied
 		s.Policy, s.Delivery.Attempt, s.st().Ctx = p, 1, ctx
-		s.fold(ctx) // as Begin would have
-		return s.loop(ctx, fn, err)
+		return s.loop(ctx, fn, err, true) // folds ctx's deadline in, as Begin would have
 	}
 	var s step
 	s.Policy = p
-	return s.loop(ctx, fn, nil)
+	return s.loop(ctx, fn, nil, true)
 }
 
 // DoValue is Do for functions that return a value: it returns the value of
@@ -81,34 +80,53 @@ func (p *Policy) now() time.Time {
 
 // loop is the in-process driver: the Step per attempt, with real waits on
 // one reused timer. A non-nil first is the error of the first attempt,
-// which Do already made (the Step holds its Begin).
-func (s *step) loop(ctx context.Context, fn func(context.Context) error, first error) error {
+// which Do already made (the Step holds its Begin). local: s is the
+// caller's own variable, which no one uses after a panic.
+func (s *step) loop(ctx context.Context, fn func(context.Context) error, first error, local bool) error {
 	x := s.st()
 	p := s.policy()
 	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
-	defer s.abandon()           // fn panicked: free its slot before the panic goes on
 	x.Quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
+	if first != nil {
+		s.fold(ctx) // Do made the first attempt: as its Begin would have
+	}
+	// If fn panics, abandon frees its slot and context before the panic
+	// goes on. After Do's first attempt (a policy with no Limiter and no
+	// timeouts) under a context that is never done (no deadline), an
+	// attempt holds neither, and Do's own s needs no reset.
+	if !local || first == nil || !x.Quiet {
+		defer s.abandon()
+	}
 	err := first
+	// timed: Begin and End read now. It holds for the unit of work once
+	// Begin folded ctx's deadline in (NeedsNow before that): a Budget and a
+	// Timeout are the Policy's, and only Begin moves the deadline.
+	timed := first != nil && s.needsNow()
+	var j judgement
 	for {
 		var now time.Time
 		if first == nil {
-			if s.needsNow() || s.Delivery.Attempt == 0 && s.NeedsNow(ctx) {
+			if d := &s.Delivery; d.Attempt == 0 || !x.Folded {
+				timed = s.NeedsNow(ctx)
+			}
+			if timed {
 				now = p.now()
 			}
 			if s.Begin(ctx, now) != NoReason {
 				return s.leave(&w, s.Err())
 			}
+			timed = s.needsNow()
 			actx := x.Ctx // s.Context(), inline
 			if x.Bound > 0 {
 				actx = bounded(x)
 			}
 			err = fn(actx)
 		}
-		if p.Budget != nil || err != nil && s.needsNow() {
+		if err != nil && timed || p.Budget != nil {
 			now = p.now()
 		}
 		first = nil
-		dec := s.End(err, now)
+		dec := s.end(p, &j, err, &now, judgeIt|concludeIt) // End
 		if err == nil {
 			return s.leave(&w, nil)
 		}

@@ -73,28 +73,22 @@ func (s *step) Begin(ctx context.Context, now time.Time) Reason {
 	p := s.policy()
 	d := &s.Delivery
 	x.Ctx, x.Actx, x.Cancel, x.Bound, x.Keep, x.Pre = ctx, nil, nil, 0, false, false
-	if ctx != nil && !x.Quiet {
-		if err := ctx.Err(); err != nil {
-			x.CtxErr = err
-			return s.stop(ctxReason(err))
+	if ctx != nil && (!x.Quiet || !x.Folded || d.Attempt == 0) {
+		if !x.Quiet {
+			if err := ctx.Err(); err != nil {
+				x.CtxErr = err
+				return s.stop(ctxReason(err))
+			}
+		}
+		if !x.Folded || d.Attempt == 0 { // once per unit of work
+			s.fold(ctx)
 		}
 	}
-	if ctx != nil && (!x.Folded || d.Attempt == 0) { // once per unit of work
-		s.fold(ctx)
-	}
-	bound := p.AttemptTimeout
-	if p.Timeout > 0 || !d.Deadline.IsZero() {
-		var r Reason
-		if bound, r = s.deadline(p, now, bound); r != NoReason {
+	if p.AttemptTimeout > 0 || p.Timeout > 0 || !d.Deadline.IsZero() || p.Limiter != nil || p.Budget != nil {
+		if r := s.admitBound(p, now); r != NoReason {
 			return r
 		}
 	}
-	if p.Limiter != nil || p.Budget != nil && (d.Attempt == 0 || x.Hedge) {
-		if r := s.admit(p, now); r != NoReason {
-			return r
-		}
-	}
-	x.Bound = bound
 	if d.First.IsZero() {
 		d.First = now
 	}
@@ -117,11 +111,36 @@ func (s *step) BeginHedge(ctx context.Context, now time.Time) Reason {
 	return r
 }
 
+// admitBound is Begin's rules for a Policy with timeouts, a Limiter or a
+// Budget, or a ledger with a deadline: the attempt's bound, the deadline's
+// refusal, then admission.
+func (s *step) admitBound(p *Policy, now time.Time) Reason {
+	x := s.st()
+	d := &s.Delivery
+	bound := p.AttemptTimeout
+	if p.Timeout > 0 || !d.Deadline.IsZero() {
+		var r Reason
+		if bound, r = s.deadline(p, now, bound); r != NoReason {
+			return r
+		}
+	}
+	if p.Limiter != nil || p.Budget != nil && (d.Attempt == 0 || x.Hedge) {
+		if r := s.admit(p, now); r != NoReason {
+			return r
+		}
+	}
+	x.Bound = bound
+	return NoReason
+}
+
 // fold folds ctx's deadline into the ledger's (Begin's first step of a
 // unit of work).
 func (s *step) fold(ctx context.Context) {
 	x := s.st()
 	x.Folded, x.Dline = true, time.Time{}
+	if x.Quiet {
+		return // a context that is never done has no deadline
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		x.Dline = dl
 		s.Delivery.Deadline = earlier(s.Delivery.Deadline, dl)
@@ -339,8 +358,8 @@ func (s *step) classify(p *Policy, err error) (Class, time.Duration, verdict) {
 // [Step] for the rules, and [Policy.Decide] for the decision's. End is
 // Judge followed by Conclude.
 func (s *step) End(err error, now time.Time) Decision {
-	class, after, intr := s.judge(err, now)
-	return s.conclude(err, s.Delivery.Attempt, class, after, intr, s.st().CtxErr, &now)
+	var j judgement // end fills it
+	return s.end(s.policy(), &j, err, &now, judgeIt|concludeIt)
 }
 
 // Judge ends the attempt Begin (or BeginHedge) started, which ended at now
@@ -351,48 +370,9 @@ func (s *step) End(err error, now time.Time) Decision {
 // ends, and calls Conclude, on the Step holding the unit of work's ledger,
 // when one ends the work or the last in flight has failed.
 func (s *step) Judge(err error, now time.Time) judgement {
-	x := s.st()
-	class, after, intr := s.judge(err, now)
-	j := judgement{Err: err, Attempt: s.Delivery.Attempt, Class: class, After: after}
-	if intr != NoReason {
-		j.Interrupted, j.Reason, j.ctxErr = true, intr, x.CtxErr
-	}
+	var j judgement
+	s.end(s.policy(), &j, err, &now, judgeIt)
 	return j
-}
-
-// judge is Judge's work: the class and wait of err, and the reason (Canceled
-// or Deadline, with x.CtxErr set) when the attempt was interrupted.
-func (s *step) judge(err error, now time.Time) (class Class, after time.Duration, intr Reason) {
-	x := s.st()
-	p := s.policy()
-	if err != nil {
-		var v verdict
-		if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
-			class, after = c.class, c.after
-		} else {
-			class, after, v = s.classify(p, err)
-		}
-		live := x.Quiet || x.Ctx == nil || x.Ctx.Err() == nil
-		if class == ClassUnknown && x.Actx != nil && live && (v.Expired || x.Actx.Err() != nil) {
-			class = ClassRetryable // the attempt's own timeout fired
-		}
-		if !live {
-			cerr := x.Ctx.Err()
-			if v.Ended || errors.Is(err, cerr) || errors.Is(err, context.Cause(x.Ctx)) {
-				intr, x.CtxErr = ctxReason(cerr), cerr
-			}
-		}
-	}
-	x.Pre, x.LastC, x.LastA = false, class, after
-	x.Served = err == nil || class == ClassPermanent
-	if p.Budget != nil {
-		p.Budget.Result(now, x.Served)
-	}
-	if !x.Keep && (x.Cancel != nil || x.Held) { // Release, inline
-		s.free(x.Served)
-	}
-	x.Actx = nil
-	return class, after, intr
 }
 
 // Conclude makes the decision of the unit of work whose ledger s holds on
@@ -401,29 +381,62 @@ func (s *step) judge(err error, now time.Time) (class Class, after time.Duration
 // no retry for an interrupted attempt (Canceled or Deadline), else the
 // Policy's decision — OnRetry, with Delivery.Prev set, or OnGiveUp.
 func (s *step) Conclude(j judgement, now time.Time) Decision {
-	intr := NoReason
-	if j.Interrupted {
-		intr = j.Reason
-	}
-	return s.conclude(j.Err, j.Attempt, j.Class, j.After, intr, j.ctxErr, &now)
+	return s.end(s.policy(), &j, j.Err, &now, concludeIt)
 }
 
-func (s *step) conclude(err error, attempt int, class Class, after time.Duration, intr Reason, ctxErr error, now *time.Time) Decision {
+// The halves of end.
+const (
+	judgeIt   = 1 << iota // Judge: fill j
+	concludeIt            // Conclude: decide on j, fire the hook
+)
+
+// end is End, Judge and Conclude (which halves, by what), in one function
+// so that End, the hot one, makes one call. p is s's Policy.
+//
+// Judging fills j with the attempt, its error's class and wait, and
+// whether the attempt was interrupted (Reason Canceled or Deadline, with
+// x.CtxErr set); tells the Budget; releases the slot (unless Hold).
+func (s *step) end(p *Policy, j *judgement, err error, now *time.Time, what uint8) Decision {
 	x := s.st()
-	p := s.policy()
 	d := &s.Delivery
+	if what&judgeIt != 0 {
+		j.Err, j.Attempt, j.Class, j.After, j.Interrupted = err, d.Attempt, ClassUnknown, 0, false
+		if err != nil {
+			var v verdict
+			if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
+				j.Class, j.After = c.class, c.after
+			} else {
+				j.Class, j.After, v = s.classify(p, err)
+			}
+			if x.Actx != nil || !x.Quiet && x.Ctx != nil { // a context that may have ended
+				s.ended(j, v)
+			}
+		}
+		x.Pre, x.LastC, x.LastA = false, j.Class, j.After
+		x.Served = err == nil || j.Class == ClassPermanent
+		if p.Budget != nil {
+			p.Budget.Result(*now, x.Served)
+		}
+		if !x.Keep && (x.Cancel != nil || x.Held) { // Release, inline
+			s.free(x.Served)
+		}
+		x.Actx = nil
+		if what&concludeIt == 0 {
+			return Decision{}
+		}
+	}
 	if err == nil {
 		x.Reason, x.Last = NoReason, nil
-		p.Hooks.success(attempt)
+		p.Hooks.success(j.Attempt)
 		return Decision{}
 	}
 	x.Last = err
-	if intr != NoReason {
-		x.CtxErr = ctxErr
-		s.stop(intr)
+	if j.Interrupted {
+		x.CtxErr = j.ctxErr
+		s.stop(j.Reason)
 		return Decision{Reason: x.Reason, Interrupted: true}
 	}
-	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
+	dec := p.decideD(d, s.maxAttempts(p), j.Class, j.After, now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
 		return dec
@@ -433,6 +446,25 @@ func (s *step) conclude(err error, attempt int, class Class, after time.Duration
 	}
 	d.Prev = dec.Delay
 	return dec
+}
+
+// ended is judging's rules for an attempt that failed under a context
+// that may have ended: an error of no class from an attempt whose own
+// timeout fired (or that the Classifier says expired) is retryable; one
+// that fails with the end of the driver's context is interrupted.
+func (s *step) ended(j *judgement, v verdict) {
+	x := s.st()
+	live := x.Quiet || x.Ctx == nil || x.Ctx.Err() == nil
+	if j.Class == ClassUnknown && x.Actx != nil && live && (v.Expired || x.Actx.Err() != nil) {
+		j.Class = ClassRetryable // the attempt's own timeout fired
+	}
+	if !live {
+		cerr := x.Ctx.Err()
+		if v.Ended || errors.Is(j.Err, cerr) || errors.Is(j.Err, context.Cause(x.Ctx)) {
+			j.Interrupted, j.Reason, j.ctxErr = true, ctxReason(cerr), cerr
+			x.CtxErr = cerr
+		}
+	}
 }
 
 // Do runs the attempts of the unit of work that are left in process, as
@@ -448,7 +480,7 @@ func (s *step) Do(ctx context.Context, fn func(context.Context) error) error {
 	if fn == nil {
 		return errNilFunc
 	}
-	return s.loop(ctx, fn, nil)
+	return s.loop(ctx, fn, nil, false)
 }
 
 // Err returns the error a driver returns when the unit of work stopped
