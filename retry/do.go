@@ -87,6 +87,9 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 	p := s.policy()
 	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
 	x.Quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
+	if first != nil && x.Quiet && local {
+		return s.plain(ctx, fn, first, &w) // Begin never runs: nothing to fold
+	}
 	if first != nil {
 		s.fold(ctx) // Do made the first attempt: as its Begin would have
 	}
@@ -102,7 +105,6 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 	// Begin folded ctx's deadline in (NeedsNow before that): a Budget and a
 	// Timeout are the Policy's, and only Begin moves the deadline.
 	timed := first != nil && s.needsNow()
-	var j judgement
 	for {
 		var now time.Time
 		if first == nil {
@@ -126,7 +128,7 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 			now = p.now()
 		}
 		first = nil
-		dec := s.end(p, &j, err, &now, judgeIt|concludeIt) // End
+		dec := s.end(p, nil, err, &now, judgeIt|concludeIt) // End
 		if err == nil {
 			return s.leave(&w, nil)
 		}
@@ -134,13 +136,55 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 			return s.leave(&w, s.Err())
 		}
 		if dec.Delay > 0 {
-			if werr := w.Wait(ctx, p.Clock, dec.Delay); werr != nil {
-				x.CtxErr = werr
-				s.stop(ctxReason(werr))
-				return s.leave(&w, s.Err())
+			if werr := s.wait(&w, ctx, p, dec.Delay); werr != nil {
+				return werr
 			}
 		}
 	}
+}
+
+// plain is loop after Do's first attempt of a plain policy (no Budget, no
+// Limiter, no timeouts) failed with err, under a context that is never
+// done (so with no deadline): no slot or bounded context is ever held, no
+// Budget is told, the clock is not read (NeedsNow is false) and nothing
+// can interrupt an attempt, so of Begin and End only these steps do
+// anything: Begin counts the attempt (count); End classifies the error
+// (classOf) and concludes (failed, succeeded). The others' conditions
+// never hold here.
+func (s *step) plain(ctx context.Context, fn func(context.Context) error, err error, w *wait.Waiter) error {
+	p := s.Policy
+	var now time.Time
+	for {
+		class, after, ok := ownClass(err)
+		if !ok {
+			class, after, _ = s.classify(p, err)
+		}
+		dec := s.failed(p, err, class, after, &now)
+		if !dec.Retry {
+			return s.leave(w, s.Err())
+		}
+		if dec.Delay > 0 {
+			if werr := s.wait(w, ctx, p, dec.Delay); werr != nil {
+				return werr
+			}
+		}
+		s.count(p, now)
+		if err = fn(ctx); err == nil {
+			s.succeeded(p, s.Delivery.Attempt)
+			return s.leave(w, nil)
+		}
+	}
+}
+
+// wait waits d before the next attempt; when ctx ends first, it gives up
+// (Canceled or Deadline) and returns loop's error.
+func (s *step) wait(w *wait.Waiter, ctx context.Context, p *Policy, d time.Duration) error {
+	if werr := w.Wait(ctx, p.Clock, d); werr != nil {
+		s.st().CtxErr = werr
+		s.stop(ctxReason(werr))
+		return s.leave(w, s.Err())
+	}
+	return nil
 }
 
 // abandon is Abort after fn panicked, dropping loop's word for its

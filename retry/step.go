@@ -89,12 +89,19 @@ func (s *step) Begin(ctx context.Context, now time.Time) Reason {
 			return r
 		}
 	}
+	s.count(p, now)
+	return NoReason
+}
+
+// count is Begin's last step, once the attempt may start: it counts the
+// attempt (the first sets Delivery.First) and fires OnAttempt.
+func (s *step) count(p *Policy, now time.Time) {
+	d := &s.Delivery
 	if d.First.IsZero() {
 		d.First = now
 	}
 	d.Attempt++
 	p.Hooks.attempt(d.Attempt)
-	return NoReason
 }
 
 // BeginHedge begins an attempt that runs beside those already in flight
@@ -358,8 +365,7 @@ func (s *step) classify(p *Policy, err error) (Class, time.Duration, verdict) {
 // [Step] for the rules, and [Policy.Decide] for the decision's. End is
 // Judge followed by Conclude.
 func (s *step) End(err error, now time.Time) Decision {
-	var j judgement // end fills it
-	return s.end(s.policy(), &j, err, &now, judgeIt|concludeIt)
+	return s.end(s.policy(), nil, err, &now, judgeIt|concludeIt)
 }
 
 // Judge ends the attempt Begin (or BeginHedge) started, which ended at now
@@ -386,12 +392,13 @@ func (s *step) Conclude(j judgement, now time.Time) Decision {
 
 // The halves of end.
 const (
-	judgeIt   = 1 << iota // Judge: fill j
-	concludeIt            // Conclude: decide on j, fire the hook
+	judgeIt    = 1 << iota // Judge: fill j
+	concludeIt             // Conclude: decide on j, fire the hook
 )
 
 // end is End, Judge and Conclude (which halves, by what), in one function
-// so that End, the hot one, makes one call. p is s's Policy.
+// so that End, the hot one, makes one call. p is s's Policy; j is what
+// Judge fills and Conclude reads (End needs none).
 //
 // Judging fills j with the attempt, its error's class and wait, and
 // whether the attempt was interrupted (Reason Canceled or Deadline, with
@@ -399,44 +406,85 @@ const (
 func (s *step) end(p *Policy, j *judgement, err error, now *time.Time, what uint8) Decision {
 	x := s.st()
 	d := &s.Delivery
+	var (
+		class   Class
+		after   time.Duration
+		intr    Reason // Canceled or Deadline: the attempt was interrupted
+		ctxErr  error  // the context's error, when interrupted
+		attempt = d.Attempt
+	)
 	if what&judgeIt != 0 {
-		j.Err, j.Attempt, j.Class, j.After, j.Interrupted = err, d.Attempt, ClassUnknown, 0, false
 		if err != nil {
 			var v verdict
-			if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
-				j.Class, j.After = c.class, c.after
-			} else {
-				j.Class, j.After, v = s.classify(p, err)
+			var ok bool
+			if class, after, ok = ownClass(err); !ok {
+				class, after, v = s.classify(p, err)
 			}
 			if x.Actx != nil || !x.Quiet && x.Ctx != nil { // a context that may have ended
-				s.ended(j, v)
+				live := x.Quiet || x.Ctx == nil || x.Ctx.Err() == nil
+				if !live || x.Actx != nil && class == ClassUnknown {
+					class, intr, ctxErr = s.ended(err, class, v, live)
+				}
 			}
 		}
-		x.Pre, x.LastC, x.LastA = false, j.Class, j.After
-		x.Served = err == nil || j.Class == ClassPermanent
+		x.Pre, x.LastC, x.LastA = false, class, after
+		x.Served = err == nil || class == ClassPermanent
 		if p.Budget != nil {
 			p.Budget.Result(*now, x.Served)
 		}
 		if !x.Keep && (x.Cancel != nil || x.Held) { // Release, inline
 			s.free(x.Served)
 		}
-		x.Actx = nil
+		if x.Actx != nil {
+			x.Actx = nil
+		}
 		if what&concludeIt == 0 {
+			*j = judgement{Err: err, Attempt: attempt, Class: class, After: after,
+				Interrupted: intr != NoReason, Reason: intr, ctxErr: ctxErr}
 			return Decision{}
+		}
+	} else {
+		class, after, ctxErr, attempt = j.Class, j.After, j.ctxErr, j.Attempt
+		if j.Interrupted {
+			intr = j.Reason
 		}
 	}
 	if err == nil {
-		x.Reason, x.Last = NoReason, nil
-		p.Hooks.success(j.Attempt)
+		s.succeeded(p, attempt)
 		return Decision{}
 	}
-	x.Last = err
-	if j.Interrupted {
-		x.CtxErr = j.ctxErr
-		s.stop(j.Reason)
+	if intr != NoReason {
+		x.Last, x.CtxErr = err, ctxErr
+		s.stop(intr)
 		return Decision{Reason: x.Reason, Interrupted: true}
 	}
-	dec := p.decideD(d, s.maxAttempts(p), j.Class, j.After, now)
+	return s.failed(p, err, class, after, now)
+}
+
+// ownClass is judging's first look at a failed attempt's error: the
+// class of Retryable, Permanent and After, without a call (ok); for any
+// other error s.classify applies Classify's order.
+func ownClass(err error) (c Class, after time.Duration, ok bool) {
+	if e, ok := err.(*classified); ok {
+		return e.class, e.after, true
+	}
+	return ClassUnknown, 0, false
+}
+
+// succeeded concludes on a success: no give-up, OnSuccess.
+func (s *step) succeeded(p *Policy, attempt int) {
+	x := s.st()
+	x.Reason, x.Last = NoReason, nil
+	p.Hooks.success(attempt)
+}
+
+// failed concludes on a failure judged of class, asking for after, that
+// was not interrupted: the Policy's decision, then OnRetry with
+// Delivery.Prev set, or the give-up.
+func (s *step) failed(p *Policy, err error, class Class, after time.Duration, now *time.Time) Decision {
+	d := &s.Delivery
+	s.st().Last = err
+	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
 		return dec
@@ -448,23 +496,26 @@ func (s *step) end(p *Policy, j *judgement, err error, now *time.Time, what uint
 	return dec
 }
 
-// ended is judging's rules for an attempt that failed under a context
-// that may have ended: an error of no class from an attempt whose own
-// timeout fired (or that the Classifier says expired) is retryable; one
-// that fails with the end of the driver's context is interrupted.
-func (s *step) ended(j *judgement, v verdict) {
+// ended is judging's rules for an attempt that failed with err, of
+// class, under a context that may have ended (live: the driver's context
+// has not): an error of no class from an
+// attempt whose own timeout fired (or that the Classifier says expired) is
+// retryable; one that fails with the end of the driver's context is
+// interrupted (Canceled or Deadline, with the context's error, also kept
+// in x.CtxErr).
+func (s *step) ended(err error, class Class, v verdict, live bool) (Class, Reason, error) {
 	x := s.st()
-	live := x.Quiet || x.Ctx == nil || x.Ctx.Err() == nil
-	if j.Class == ClassUnknown && x.Actx != nil && live && (v.Expired || x.Actx.Err() != nil) {
-		j.Class = ClassRetryable // the attempt's own timeout fired
+	if class == ClassUnknown && x.Actx != nil && live && (v.Expired || x.Actx.Err() != nil) {
+		class = ClassRetryable // the attempt's own timeout fired
 	}
 	if !live {
 		cerr := x.Ctx.Err()
-		if v.Ended || errors.Is(j.Err, cerr) || errors.Is(j.Err, context.Cause(x.Ctx)) {
-			j.Interrupted, j.Reason, j.ctxErr = true, ctxReason(cerr), cerr
+		if v.Ended || errors.Is(err, cerr) || errors.Is(err, context.Cause(x.Ctx)) {
 			x.CtxErr = cerr
+			return class, ctxReason(cerr), cerr
 		}
 	}
+	return class, NoReason, nil
 }
 
 // Do runs the attempts of the unit of work that are left in process, as
