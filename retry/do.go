@@ -48,6 +48,11 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 		}
 		var s step // set field by field: a composite literal is built apart and copied
 		s.Policy, s.Delivery.Attempt, s.st().Ctx = p, 1, ctx
+		if ctx.Done() == nil { // never done: no deadline, nothing can interrupt
+			s.st().Quiet = true
+			var w wait.Waiter
+			return s.plain(ctx, fn, err, &w)
+		}
 		return s.loop(ctx, fn, err, true) // folds ctx's deadline in, as Begin would have
 	}
 	var s step
@@ -87,9 +92,6 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 	p := s.policy()
 	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
 	x.Quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
-	if first != nil && x.Quiet && local {
-		return s.plain(ctx, fn, first, &w) // Begin never runs: nothing to fold
-	}
 	if first != nil {
 		s.fold(ctx) // Do made the first attempt: as its Begin would have
 	}
@@ -145,7 +147,7 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 
 // plain is loop after Do's first attempt of a plain policy (no Budget, no
 // Limiter, no timeouts) failed with err, under a context that is never
-// done (so with no deadline): no slot or bounded context is ever held, no
+// done (so with no deadline; x.Quiet is set): no slot or bounded context is ever held, no
 // Budget is told, the clock is not read (NeedsNow is false) and nothing
 // can interrupt an attempt, so of Begin and End only these steps do
 // anything: Begin counts the attempt (count); End classifies the error
