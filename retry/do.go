@@ -170,9 +170,9 @@ func (s *step) plain(ctx context.Context, fn func(context.Context) error, err er
 				return werr
 			}
 		}
-		s.count(p, now)
+		p.Hooks.attempt(s.count(now))
 		if err = fn(ctx); err == nil {
-			s.succeeded(p, s.Delivery.Attempt)
+			p.Hooks.success(s.succeeded(s.Delivery.Attempt))
 			return s.leave(w, nil)
 		}
 	}

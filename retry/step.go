@@ -89,19 +89,20 @@ func (s *step) Begin(ctx context.Context, now time.Time) Reason {
 			return r
 		}
 	}
-	s.count(p, now)
+	p.Hooks.attempt(s.count(now))
 	return NoReason
 }
 
 // count is Begin's last step, once the attempt may start: it counts the
-// attempt (the first sets Delivery.First) and fires OnAttempt.
-func (s *step) count(p *Policy, now time.Time) {
+// attempt (the first sets Delivery.First) and returns its number, for
+// OnAttempt (which the caller fires: count inlines).
+func (s *step) count(now time.Time) int {
 	d := &s.Delivery
 	if d.First.IsZero() {
 		d.First = now
 	}
 	d.Attempt++
-	p.Hooks.attempt(d.Attempt)
+	return d.Attempt
 }
 
 // BeginHedge begins an attempt that runs beside those already in flight
@@ -450,7 +451,7 @@ func (s *step) end(p *Policy, j *judgement, err error, now *time.Time, what uint
 		}
 	}
 	if err == nil {
-		s.succeeded(p, attempt)
+		p.Hooks.success(s.succeeded(attempt))
 		return Decision{}
 	}
 	if intr != NoReason {
@@ -471,11 +472,13 @@ func ownClass(err error) (c Class, after time.Duration, ok bool) {
 	return ClassUnknown, 0, false
 }
 
-// succeeded concludes on a success: no give-up, OnSuccess.
-func (s *step) succeeded(p *Policy, attempt int) {
+// succeeded concludes on a success of attempt number attempt: no give-up.
+// It returns attempt, for OnSuccess (which the caller fires: succeeded
+// inlines).
+func (s *step) succeeded(attempt int) int {
 	x := s.st()
 	x.Reason, x.Last = NoReason, nil
-	p.Hooks.success(attempt)
+	return attempt
 }
 
 // failed concludes on a failure judged of class, asking for after, that
