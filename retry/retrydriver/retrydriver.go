@@ -7,7 +7,9 @@
 // rules around an attempt are written once. An application that calls
 // retry.Do, writes a retry.Handler or a retry.Policy does not need it.
 //
-// A driver is checked by the conformance suite in retry/drivertest.
+// A driver is checked by the conformance suite in retry/drivertest. A
+// driver runs one attempt of a unit of work at a time; running them side
+// by side (hedging) is retry.Hedge's, whose halves of End stay in retry.
 package retrydriver
 
 import (
@@ -129,16 +131,6 @@ func (s *Step) NeedsNow(ctx context.Context) bool {
 // Delivery.Deadline, so the deadline carried on never moves later.
 func (s *Step) Begin(ctx context.Context, now time.Time) retry.Reason {
 	return retry.Decision{}.Step((*core)(s)).Begin(ctx, now)
-}
-
-// BeginHedge begins an attempt that runs beside those already in flight (a
-// hedged request), as Begin does, with two differences: the Budget must
-// allow it as it allows a retry (gRPC A6 counts hedged attempts toward
-// throttling), and a refusal is not a give-up — it fires no hook, records
-// no reason, holds nothing and leaves Delivery as it was, so the driver
-// may try again later.
-func (s *Step) BeginHedge(ctx context.Context, now time.Time) retry.Reason {
-	return retry.Decision{}.Step((*core)(s)).BeginHedge(ctx, now)
 }
 
 // Resume makes s the Step of an attempt that Begin started on another Step
