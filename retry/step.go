@@ -14,7 +14,7 @@ import (
 // the broker processor, the durable queue and the simulator. Its layout is
 // stepcore.Step, shared with retrydriver.Step, so a driver's Step converts
 // to it without a copy; its exported methods are the protocol retrydriver
-// calls (registered at init, see bridge.go).
+// calls (through Decision.Step, see bridge.go).
 type step core
 
 type (

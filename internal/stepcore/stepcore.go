@@ -1,8 +1,10 @@
 // Package stepcore is the layout shared by package retry, which implements
 // the per-attempt step every stagger driver runs, and package
 // retry/retrydriver, which hands that step to drivers. It holds types only:
-// the rules are in retry (one copy, the one retry.Do runs), and retry
-// registers them here (Register) for retrydriver to call.
+// the rules are in retry (one copy, the one retry.Do runs), which hands
+// them to retrydriver through a method whose argument is of this package's
+// Step type (retry.Decision.Step), so that no code outside this repository
+// can call it.
 //
 // The types are generic in retry's own types (its Policy, Delivery, Class
 // and Reason) so that this package imports nothing of retry: retry imports
