@@ -53,11 +53,11 @@ func Do(ctx context.Context, p *Policy, fn func(context.Context) error) error {
 			var w wait.Waiter
 			return s.plain(ctx, fn, err, &w)
 		}
-		return s.loop(ctx, fn, err, true) // folds ctx's deadline in, as Begin would have
+		return s.loop(ctx, fn, err) // folds ctx's deadline in, as Begin would have
 	}
 	var s step
 	s.Policy = p
-	return s.loop(ctx, fn, nil, true)
+	return s.loop(ctx, fn, nil)
 }
 
 // DoValue is Do for functions that return a value: it returns the value of
@@ -85,22 +85,15 @@ func (p *Policy) now() time.Time {
 
 // loop is the in-process driver: the Step per attempt, with real waits on
 // one reused timer. A non-nil first is the error of the first attempt,
-// which Do already made (the Step holds its Begin). local: s is the
-// caller's own variable, which no one uses after a panic.
-func (s *step) loop(ctx context.Context, fn func(context.Context) error, first error, local bool) error {
+// which Do already made (the Step holds its Begin).
+func (s *step) loop(ctx context.Context, fn func(context.Context) error, first error) error {
 	x := s.st()
 	p := s.policy()
 	var w wait.Waiter           // used once a wait is due; after a panic the runtime collects it
+	defer s.abandon()           // fn panicked: free its slot before the panic goes on
 	x.Quiet = ctx.Done() == nil // a context that is never done: Begin and End need not ask it
 	if first != nil {
 		s.fold(ctx) // Do made the first attempt: as its Begin would have
-	}
-	// If fn panics, abandon frees its slot and context before the panic
-	// goes on. After Do's first attempt (a policy with no Limiter and no
-	// timeouts) under a context that is never done (no deadline), an
-	// attempt holds neither, and Do's own s needs no reset.
-	if !local || first == nil || !x.Quiet {
-		defer s.abandon()
 	}
 	err := first
 	// timed: Begin and End read now. It holds for the unit of work once
@@ -147,12 +140,13 @@ func (s *step) loop(ctx context.Context, fn func(context.Context) error, first e
 
 // plain is loop after Do's first attempt of a plain policy (no Budget, no
 // Limiter, no timeouts) failed with err, under a context that is never
-// done (so with no deadline; x.Quiet is set): no slot or bounded context is ever held, no
-// Budget is told, the clock is not read (NeedsNow is false) and nothing
-// can interrupt an attempt, so of Begin and End only these steps do
-// anything: Begin counts the attempt (count); End classifies the error
-// (classOf) and concludes (failed, succeeded). The others' conditions
-// never hold here.
+// done (so with no deadline; x.Quiet is set): no slot or bounded context
+// is ever held, no Budget is told, the clock is not read (NeedsNow is
+// false) and nothing can interrupt an attempt, so of Begin and End only
+// these steps do anything: Begin counts the attempt (count); End
+// classifies the error (ownClass, classify) and concludes (failed,
+// succeeded). The others' conditions never hold here, and a panic leaves
+// nothing to free in Do's own s.
 func (s *step) plain(ctx context.Context, fn func(context.Context) error, err error, w *wait.Waiter) error {
 	p := s.Policy
 	var now time.Time

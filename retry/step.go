@@ -534,7 +534,7 @@ func (s *step) Do(ctx context.Context, fn func(context.Context) error) error {
 	if fn == nil {
 		return errNilFunc
 	}
-	return s.loop(ctx, fn, nil, false)
+	return s.loop(ctx, fn, nil)
 }
 
 // Err returns the error a driver returns when the unit of work stopped
