@@ -320,7 +320,7 @@ func TestInterrupted(t *testing.T) {
 		{"ctx's error", ended, context.Canceled, true},
 		{"wrapped and classified", ended, retry.Retryable(fmt.Errorf("query: %w", context.Canceled)), true},
 		// A failure of the handler's own is judged even while the
-		// context ends (retry.Step's interrupted rule).
+		// context ends (retrydriver.Step's interrupted rule).
 		{"own failure during shutdown", ended, retry.Retryable(errors.New("503")), false},
 		{"cause", withCause, fmt.Errorf("stopped: %w", cause), true},
 	} {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // EncodeLedger writes, through set, the ledger of the work ctx carries
@@ -47,7 +48,7 @@ func (p *Processor) budget(st State) int {
 // as retry.Do would stop: no attempt is left for it. (A message without a
 // carried budget, such as a redrive's, runs as before.) It returns the
 // outcome and true when the message must not be handled.
-func (p *Processor) ledger(s *retry.Step, st *State, start time.Time) (Outcome, bool) {
+func (p *Processor) ledger(s *retrydriver.Step, st *State, start time.Time) (Outcome, bool) {
 	if !st.FirstAttempt.IsZero() && st.FirstAttempt.After(start) {
 		st.FirstAttempt = start
 		s.Delivery.First = start

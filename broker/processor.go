@@ -7,6 +7,7 @@ import (
 
 	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // Action is what an adapter must do with a delivery after [Processor.Process].
@@ -61,7 +62,7 @@ type Outcome struct {
 // is what every broker adapter shares; it holds no per-message state and is
 // safe for concurrent use.
 //
-// Each delivery runs one attempt through retry.Step, the per-attempt code
+// Each delivery runs one attempt through retrydriver.Step, the per-attempt code
 // every stagger driver runs (Begin, the attempt, End), so a broker
 // retries, gives up and charges budgets exactly as retry.Do does.
 type Processor struct {
@@ -122,7 +123,7 @@ func (p *Processor) now() time.Time {
 
 // MaxAttempts is the policy's attempt budget, as the Step counts it.
 func (p *Processor) MaxAttempts() int {
-	s := retry.Step{Policy: p.Policy}
+	s := retrydriver.Step{Policy: p.Policy}
 	return s.MaxAttempts()
 }
 
@@ -155,7 +156,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		}
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
-	s := retry.Step{Policy: p.Policy, Delivery: retry.Delivery{
+	s := retrydriver.Step{Policy: p.Policy, Delivery: retry.Delivery{
 		ID: id, Attempt: st.Attempts, MaxAttempts: p.budget(st), Source: p.Source,
 		First: st.FirstAttempt, Prev: st.Prev, Deadline: st.Deadline,
 	}}
@@ -237,7 +238,7 @@ func Interrupted(ctx context.Context, o Outcome) bool {
 // ProcessAt's deferred Step.Abort releases the attempt's Limiter slot (as
 // an overload sign) before the panic goes on, as retry.Do does: an adapter
 // that recovers panics must not lose a bulkhead slot to each.
-func (p *Processor) run(s *retry.Step, id string, payload []byte) (dup bool, err error) {
+func (p *Processor) run(s *retrydriver.Step, id string, payload []byte) (dup bool, err error) {
 	ctx := s.Delivery.NewContext(s.Context())
 	if p.Inbox != nil && id != "" {
 		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })

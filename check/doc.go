@@ -14,7 +14,7 @@
 // dependency are replayed against the policies.
 //
 // [Run] runs it in virtual time: a discrete-event engine drives each
-// policy's own retry.Step (Begin before an attempt, End after it), so the
+// policy's own retrydriver.Step (Begin before an attempt, End after it), so the
 // decision, the budget, the limiter and the hooks are the shipped code,
 // not a model of it. [RunReal] runs the same experiment on a loopback
 // gateway with retry.Do, Hedge.Do or the http.RoundTripper. Both count

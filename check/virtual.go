@@ -8,11 +8,12 @@ import (
 
 	"github.com/staggerhq/stagger/internal/simkit"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // Run runs the experiment in virtual time, each policy in a run of its
 // own: a discrete-event engine plays the callers and the dependency, and
-// each attempt goes through the policy's own retry.Step (Begin before it,
+// each attempt goes through the policy's own retrydriver.Step (Begin before it,
 // End after it; Hedge rules for a hedged policy). Nothing waits: an hour
 // of timeline takes as long as its events. The result is a pure function
 // of the experiment and its Seed. Transport policies cannot run in
@@ -280,7 +281,7 @@ func (v *vrun) stepPolicy() *retry.Policy {
 func (v *vrun) startRequest(now time.Duration, caller int32) {
 	id := v.newReq(now, caller)
 	v.m.request(now)
-	s := retry.Step{Policy: v.stepPolicy()}
+	s := retrydriver.Step{Policy: v.stepPolicy()}
 	if reason := s.Begin(background, v.eng.Time()); reason != retry.NoReason {
 		v.finish(id, now, false, reason)
 		return
@@ -403,7 +404,7 @@ func (v *vrun) handle(ev simkit.Event) {
 			v.releaseReq(ev.ID)
 			return
 		}
-		s := retry.Step{Policy: v.stepPolicy(), Delivery: r.d}
+		s := retrydriver.Step{Policy: v.stepPolicy(), Delivery: r.d}
 		if reason := s.Begin(background, v.eng.Time()); reason != retry.NoReason {
 			v.finish(ev.ID, now, false, reason)
 			return
@@ -425,7 +426,7 @@ func (v *vrun) handle(ev simkit.Event) {
 		// a hedge needs a Limiter slot and time before the deadline (Begin)
 		// and the Budget's Retry, as retry.Hedge asks them; one refused is
 		// not sent, and the next is due Delay later
-		s := retry.Step{Policy: v.quiet, Delivery: r.d}
+		s := retrydriver.Step{Policy: v.quiet, Delivery: r.d}
 		if s.Begin(background, v.eng.Time()) != retry.NoReason {
 			r.due = now + v.h.Delay
 			v.hedgeLater(ev.ID)
@@ -451,7 +452,7 @@ func (v *vrun) ended(id, aid int32, now time.Duration, err error) {
 		return
 	}
 	if v.h == nil {
-		s := retry.Step{Policy: v.pp, Delivery: r.d}
+		s := retrydriver.Step{Policy: v.pp, Delivery: r.d}
 		s.Resume()
 		dec := s.End(err, v.eng.Time())
 		r.d = s.Delivery
@@ -467,7 +468,7 @@ func (v *vrun) ended(id, aid int32, now time.Duration, err error) {
 	}
 	// hedged: judge the attempt and decide nothing (Hedge.Do's rules):
 	// End tells the Budget and frees the slot
-	s := retry.Step{Policy: v.quiet, Delivery: r.d}
+	s := retrydriver.Step{Policy: v.quiet, Delivery: r.d}
 	s.Delivery.MaxAttempts = s.Delivery.Attempt
 	s.Resume()
 	dq := s.End(err, v.eng.Time())
@@ -516,7 +517,7 @@ func (v *vrun) cancelLosers(id, winner int32) {
 		v.leave(i)
 		r.inFlight--
 		if v.pp.Limiter != nil {
-			s := retry.Step{Policy: v.quiet}
+			s := retrydriver.Step{Policy: v.quiet}
 			s.Resume()
 			s.Postpone()
 		}

@@ -1,5 +1,5 @@
 // Package staggergrpc retries gRPC calls with stagger's one attempt step
-// (retry.Step), the rules of gRPC's own retry design (proposal A6: retry
+// (retrydriver.Step), the rules of gRPC's own retry design (proposal A6: retry
 // policy, retry throttling, server pushback) and a single retry owner
 // across services.
 //
@@ -35,6 +35,7 @@ import (
 	"github.com/staggerhq/stagger/grpc/retryconfig"
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // Metadata keys on the wire.
@@ -68,7 +69,7 @@ const (
 var ErrInvalid = retryconfig.ErrInvalid
 
 // Client retries RPCs under a retry.Policy. Each attempt runs through
-// retry.Step, so the attempt count, schedule, per-attempt timeout inside
+// retrydriver.Step, so the attempt count, schedule, per-attempt timeout inside
 // the call's deadline, budget, limiter, hooks and pushback cap behave as in
 // retry.Do and every other stagger driver.
 //
@@ -239,7 +240,7 @@ func (c *Client) Budget(target string) budget.Budget {
 // call is the state of one RPC: its Step and its classing rules.
 type call struct {
 	c       *Client
-	s       retry.Step
+	s       retrydriver.Step
 	m       Method
 	trailer metadata.MD // the attempt's trailer, for its pushback
 	budget  string      // MaxAttemptsKey's value (ledger.go)
@@ -248,7 +249,7 @@ type call struct {
 // newCall starts the ledger of one call.
 func (c *Client) newCall(ctx context.Context, target, method string) *call {
 	p, m := c.policy(target, method)
-	k := &call{c: c, m: m, s: retry.Step{Policy: p, Delivery: retry.Delivery{Source: "grpc"}}}
+	k := &call{c: c, m: m, s: retrydriver.Step{Policy: p, Delivery: retry.Delivery{Source: "grpc"}}}
 	k.s.Classifier = k.verdict
 	if id, ok := incoming(ctx, RequestIDKey); ok {
 		k.s.Delivery.ID = id
@@ -361,7 +362,7 @@ func (g *giveUp) Error() string              { return g.st.Err().Error() }
 func (g *giveUp) Unwrap() error              { return g.err }
 func (g *giveUp) GRPCStatus() *status.Status { return g.st }
 
-// verdict is the call's Classifier (retry.Step.Classifier): a status's
+// verdict is the call's Classifier (retrydriver.Step.Classifier): a status's
 // class by the method's RetryCodes or the Client's rules, the pushback its
 // trailer asks for (a malformed or negative one says: do not retry), and
 // which statuses report the end of a context — CANCELLED and
@@ -370,12 +371,12 @@ func (g *giveUp) GRPCStatus() *status.Status { return g.st }
 // context is live and the attempt was bounded (the server's answer can
 // come a moment before the attempt's own timer fires). The Step applies
 // those two rules, as for every driver.
-func (k *call) verdict(err error) retry.Verdict {
+func (k *call) verdict(err error) retrydriver.Verdict {
 	st, ok := status.FromError(err)
 	if !ok {
-		return retry.Verdict{}
+		return retrydriver.Verdict{}
 	}
-	var v retry.Verdict
+	var v retrydriver.Verdict
 	switch code := st.Code(); {
 	case k.m.RetryCodes != nil:
 		v.Class = retry.ClassPermanent

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // attempt runs the handler on one job claimed at t0, keeps its lease alive
@@ -46,7 +47,7 @@ func (a *attempt) run(ctx context.Context, h retry.Handler) {
 	a.stopHeartbeat()
 }
 
-// handle runs the handler through the retry.Step every stagger driver
+// handle runs the handler through the retrydriver.Step every stagger driver
 // shares and computes the outcome. The attempt was counted by the claim
 // (j.Attempts), so the Step starts from the attempts before it; the job's
 // max_attempts and deadline govern it.
@@ -60,7 +61,7 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		return
 	}
 	o := Outcome{ID: j.ID, Attempt: j.Attempts}
-	s := retry.Step{Policy: &q.policy, Delivery: retry.Delivery{
+	s := retrydriver.Step{Policy: &q.policy, Delivery: retry.Delivery{
 		ID: j.ID, Attempt: j.Attempts - 1, MaxAttempts: j.MaxAttempts, Source: "queue",
 		Deadline: time.UnixMilli(j.Deadline),
 	}}

@@ -50,7 +50,7 @@ const (
 // by New with an error naming the field.
 type Config struct {
 	// Policy holds the jobs' retry rules, the same retry.Policy every
-	// stagger driver runs (retry.Step): Hooks, Classify, Budget, Limiter,
+	// stagger driver runs (retrydriver.Step): Hooks, Classify, Budget, Limiter,
 	// ClampAfter as retry.Do honours them, and, read the queue's way:
 	//
 	//   - Schedule: the wait after each failure; nil means DefaultSchedule.

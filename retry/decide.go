@@ -114,7 +114,7 @@ type Decision struct {
 	// Reason is why the loop stops; NoReason when Retry.
 	Reason Reason
 	// Interrupted reports that the attempt failed with the end of the
-	// driver's context ([Step.End]): nothing was decided, Reason is
+	// driver's context (retrydriver.Step.End): nothing was decided, Reason is
 	// Canceled or Deadline, and a durable driver hands the work back
 	// unchanged.
 	Interrupted bool

@@ -110,7 +110,7 @@ func (h Handler) Run(ctx context.Context, p *Policy, id string, payload []byte) 
 	if h == nil {
 		return errNilFunc
 	}
-	s := Step{Policy: p, Delivery: Delivery{ID: id, MaxAttempts: p.maxAttempts(), Source: "retry"}}
+	s := step{Policy: p, Delivery: Delivery{ID: id, MaxAttempts: p.maxAttempts(), Source: "retry"}}
 	return s.loop(ctx, func(actx context.Context) error {
 		return h(s.Delivery.NewContext(actx), payload)
 	}, nil)

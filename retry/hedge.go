@@ -250,7 +250,7 @@ type hedgeRun struct {
 	reuse  bool        // the run was made outside a synctest bubble: it may be pooled
 	idle   bool        // the call returned and no goroutine holds the run: finish may pool it
 
-	s        Step // the call's ledger (Delivery) and its give-up
+	s        step // the call's ledger (Delivery) and its give-up
 	a1       hedgeAttempt
 	start    time.Time
 	next     time.Time // when the next attempt is due
@@ -264,7 +264,7 @@ type hedgeRun struct {
 }
 
 type hedgeAttempt struct {
-	s Step
+	s step
 	n int
 }
 
@@ -337,7 +337,7 @@ func (r *hedgeRun) first(ctx context.Context) error {
 		return a.s.Err()
 	}
 	// A retry, as Do would make it; hedging goes on from there.
-	r.s.Delivery, r.s.last = a.s.Delivery, err
+	r.s.Delivery, r.s.st().Last = a.s.Delivery, err
 	r.retried, r.retry = true, true
 	if now.IsZero() {
 		now = p.now()
@@ -448,8 +448,8 @@ func (r *hedgeRun) coordinate() error {
 			due = true
 			continue
 		case <-done:
-			r.s.ctxErr = r.hctx.Err()
-			r.giveUp(ctxReason(r.s.ctxErr))
+			r.s.st().CtxErr = r.hctx.Err()
+			r.giveUp(ctxReason(r.s.st().CtxErr))
 		}
 		if t != nil && tc != nil {
 			t.Stop()
@@ -469,9 +469,9 @@ func (r *hedgeRun) startAttempt(now time.Time) {
 	a.s.Policy = r.p
 	a.s.Delivery = r.s.Delivery
 	if retry {
-		a.s.last = r.s.last // a give-up reports the last error
+		a.s.st().Last = r.s.st().Last // a give-up reports the last error
 		if reason := a.s.Begin(r.hctx, now); reason != NoReason {
-			r.s.reason, r.s.ctxErr = reason, a.s.ctxErr
+			r.s.st().Reason, r.s.st().CtxErr = reason, a.s.st().CtxErr
 			r.stop()
 			return
 		}
@@ -519,7 +519,7 @@ func (r *hedgeRun) judge(res hedgeResult) {
 	now := r.nowAfter(res.err)
 	j := a.s.Judge(res.err, now)
 	if j.Err != nil && !j.Interrupted && j.Class == ClassRetryable && r.inflight > 0 {
-		r.s.last = res.err // the others carry the call on; the next hedge starts when due
+		r.s.st().Last = res.err // the others carry the call on; the next hedge starts when due
 		return
 	}
 	if now.IsZero() && j.Err != nil {

@@ -89,21 +89,21 @@ func (h *hookLog) String() string {
 // ends first returns the context's error. It records how each attempt
 // ended.
 type script struct {
-	plan  []step
+	plan  []scriptStep
 	calls atomic.Int32
 	mu    sync.Mutex
 	ended map[int]string
 	start time.Time
 }
 
-type step struct {
+type scriptStep struct {
 	take time.Duration // 0: forever (until the context ends)
 	err  error
 }
 
 func (s *script) fn(ctx context.Context) error {
 	n := int(s.calls.Add(1))
-	st := step{}
+	st := scriptStep{}
 	if n <= len(s.plan) {
 		st = s.plan[n-1]
 	}
@@ -146,7 +146,7 @@ func TestHedgeFiresAfterDelayAndFirstSuccessWins(t *testing.T) {
 		hl := &hookLog{start: time.Now()}
 		p := &Policy{MaxAttempts: 3, Budget: rec, Limiter: rec, Hooks: hl.hooks()}
 		h := &Hedge{Delay: 10 * ms}
-		sc := &script{start: time.Now(), plan: []step{{0, nil}, {5 * ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{0, nil}, {5 * ms, nil}}}
 		err := h.Do(context.Background(), p, sc.fn)
 		synctest.Wait()
 		if err != nil {
@@ -169,7 +169,7 @@ func TestHedgeNoHedgeWhenFastEnough(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hl := &hookLog{start: time.Now()}
 		h := &Hedge{Delay: 10 * ms}
-		sc := &script{start: time.Now(), plan: []step{{9 * ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{9 * ms, nil}}}
 		if err := h.Do(context.Background(), &Policy{Hooks: hl.hooks()}, sc.fn); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestHedgeLosersCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hl := &hookLog{start: time.Now()}
 		h := &Hedge{Delay: 10 * ms, MaxInFlight: 3}
-		sc := &script{start: time.Now(), plan: []step{{0, nil}, {0, nil}, {5 * ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{0, nil}, {0, nil}, {5 * ms, nil}}}
 		if err := h.Do(context.Background(), &Policy{Hooks: hl.hooks()}, sc.fn); err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func TestHedgeBudgetRefusalMeansNoHedge(t *testing.T) {
 		hl := &hookLog{start: time.Now()}
 		p := &Policy{MaxAttempts: 5, Budget: rec, Limiter: rec, Hooks: hl.hooks()}
 		h := &Hedge{Delay: 10 * ms}
-		sc := &script{start: time.Now(), plan: []step{{35 * ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{35 * ms, nil}}}
 		if err := h.Do(context.Background(), p, sc.fn); err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func TestHedgeBudgetTokenBucketSpent(t *testing.T) {
 		h := &Hedge{Delay: 10 * ms, MaxInFlight: 5}
 		var started atomic.Int32
 		p := &Policy{MaxAttempts: 5, Budget: b, Hooks: Hooks{OnAttempt: func(Event) { started.Add(1) }}}
-		sc := &script{start: time.Now(), plan: []step{{100 * ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{100 * ms, nil}}}
 		if err := h.Do(context.Background(), p, sc.fn); err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestHedgeAllFailThenRetry(t *testing.T) {
 		hl := &hookLog{start: time.Now()}
 		h := &Hedge{Delay: 10 * ms}
 		p := &Policy{MaxAttempts: 4, Schedule: backoff.Constant(100 * ms), Hooks: hl.hooks()}
-		sc := &script{start: time.Now(), plan: []step{{12 * ms, errFlaky}, {4 * ms, errFlaky}, {5 * ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{12 * ms, errFlaky}, {4 * ms, errFlaky}, {5 * ms, nil}}}
 		if err := h.Do(context.Background(), p, sc.fn); err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +279,7 @@ func TestHedgeExhausted(t *testing.T) {
 		rec := &syncRecorder{recorder: recorder{slots: 10, request: true, retryOK: true}}
 		h := &Hedge{Delay: 10 * ms}
 		p := &Policy{MaxAttempts: 2, Budget: rec, Hooks: hl.hooks()}
-		sc := &script{start: time.Now(), plan: []step{{30 * ms, errFlaky}, {30 * ms, errFlaky}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{30 * ms, errFlaky}, {30 * ms, errFlaky}}}
 		err := h.Do(context.Background(), p, sc.fn)
 		var e *Error
 		if !errors.As(err, &e) || e.Reason != Exhausted || e.Attempts != 2 || !errors.Is(err, errFlaky) {
@@ -295,7 +295,7 @@ func TestHedgePermanentStopsEverything(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hl := &hookLog{start: time.Now()}
 		h := &Hedge{Delay: 10 * ms, MaxInFlight: 3}
-		sc := &script{start: time.Now(), plan: []step{{0, nil}, {5 * ms, errNoGood}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{0, nil}, {5 * ms, errNoGood}}}
 		err := h.Do(context.Background(), &Policy{Hooks: hl.hooks()}, sc.fn)
 		if !errors.Is(err, ErrPermanent) {
 			t.Fatalf("err %v", err)
@@ -303,7 +303,7 @@ func TestHedgePermanentStopsEverything(t *testing.T) {
 		same(t, "hooks", hl.String(), "0s attempt 1|10ms attempt 2|15ms giveup 2 permanent")
 		same(t, "attempts", sc.endings(), "1 canceled at 15ms|2 returned at 15ms")
 		// An error of no class stops everything too, returned unchanged.
-		sc = &script{start: sc.start, plan: []step{{0, nil}, {5 * ms, errBoom}}}
+		sc = &script{start: sc.start, plan: []scriptStep{{0, nil}, {5 * ms, errBoom}}}
 		if err := h.Do(context.Background(), nil, sc.fn); err != errBoom {
 			t.Errorf("unknown error: %v", err)
 		}
@@ -386,7 +386,7 @@ func TestHedgeQuantileLearning(t *testing.T) {
 		}
 		// A 300ms call is now hedged at the learned delay.
 		hl := &hookLog{start: time.Now()}
-		sc := &script{start: time.Now(), plan: []step{{300 * ms, nil}, {ms, nil}}}
+		sc := &script{start: time.Now(), plan: []scriptStep{{300 * ms, nil}, {ms, nil}}}
 		if err := h.Do(context.Background(), &Policy{Hooks: hl.hooks()}, sc.fn); err != nil {
 			t.Fatal(err)
 		}
@@ -629,7 +629,7 @@ func TestHedgeOffIsDo(t *testing.T) {
 			h *Hedge
 			p Policy
 		}{{&Hedge{Delay: ms, MaxInFlight: 1}, Policy{MaxAttempts: 3}}, {&Hedge{Delay: ms}, Policy{MaxAttempts: 1}}} {
-			sc := &script{start: time.Now(), plan: []step{{10 * ms, nil}}}
+			sc := &script{start: time.Now(), plan: []scriptStep{{10 * ms, nil}}}
 			if err := c.h.Do(context.Background(), &c.p, sc.fn); err != nil || sc.calls.Load() != 1 {
 				t.Errorf("MaxInFlight %d, MaxAttempts %d: %v, %d calls", c.h.MaxInFlight, c.p.MaxAttempts, err, sc.calls.Load())
 			}

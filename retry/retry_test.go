@@ -729,31 +729,31 @@ func (r *recorder) Result(_ time.Time, ok bool) {
 func TestBeginEnd(t *testing.T) {
 	r := &recorder{slots: 1, request: true, retryOK: true}
 	p := &Policy{Limiter: r, Budget: r, Schedule: zeroWait}
-	s1 := Step{Policy: p}
+	s1 := step{Policy: p}
 	if got := s1.Begin(context.Background(), epoch); got != NoReason || s1.Delivery.Attempt != 1 {
 		t.Fatalf("Begin = %v, attempt %d", got, s1.Delivery.Attempt)
 	}
-	s2 := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+	s2 := step{Policy: p, Delivery: Delivery{Attempt: 1}}
 	if got := s2.Begin(context.Background(), epoch); got != Limited || s2.Delivery.Attempt != 1 {
 		t.Fatalf("second Begin with one slot = %v", got)
 	}
 	s1.End(errNoGood, epoch) // permanent: the dependency served it
 	r.request = false
-	s3 := Step{Policy: p}
+	s3 := step{Policy: p}
 	if got := s3.Begin(context.Background(), epoch); got != Budget || r.inflight != 0 {
 		t.Fatalf("refused original: %v, in flight %d", got, r.inflight)
 	}
-	s4 := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+	s4 := step{Policy: p, Delivery: Delivery{Attempt: 1}}
 	s4.Begin(context.Background(), epoch) // a retry does not ask Request
 	s4.End(errFlaky, epoch)
 	want := "acquire|request|acquire|result true|release true|acquire|request|release true|acquire|result false|release false|retry"
 	if got := strings.Join(r.log, "|"); got != want {
 		t.Errorf("calls\n got %s\nwant %s", got, want)
 	}
-	if !(&Step{Policy: p}).NeedsNow(context.Background()) || (&Step{}).NeedsNow(context.Background()) {
+	if !(&step{Policy: p}).NeedsNow(context.Background()) || (&step{}).NeedsNow(context.Background()) {
 		t.Error("NeedsNow")
 	}
-	if !(&Step{}).NeedsNow(expiredCtx(t)) {
+	if !(&step{}).NeedsNow(expiredCtx(t)) {
 		t.Error("NeedsNow must see the context's deadline")
 	}
 }
@@ -834,7 +834,7 @@ func TestEndUsesPolicyClassify(t *testing.T) {
 	if !errors.Is(err, ErrPermanent) {
 		t.Fatalf("Do = %v, want a permanent give-up", err)
 	}
-	s := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+	s := step{Policy: p, Delivery: Delivery{Attempt: 1}}
 	s.Begin(context.Background(), epoch)
 	s.End(errBoom, epoch) // unknown for Classify too: a failure
 	want := "acquire|request|result true|release true|acquire|result false|release false"
@@ -900,14 +900,14 @@ func TestHoldRelease(t *testing.T) {
 		err    error
 		served bool
 	}{{nil, true}, {errNoGood, true}, {Retryable(errors.New("503")), false}, {errors.New("unclassed"), false}} {
-		s := Step{Policy: p, Delivery: Delivery{Attempt: 1}}
+		s := step{Policy: p, Delivery: Delivery{Attempt: 1}}
 		if r := s.Begin(context.Background(), epoch); r != NoReason {
 			t.Fatalf("Begin: %v", r)
 		}
 		s.Hold()
 		s.End(c.err, epoch)
-		if s.served != c.served {
-			t.Errorf("End(%v) judged served=%v, want %v", c.err, s.served, c.served)
+		if s.st().Served != c.served {
+			t.Errorf("End(%v) judged served=%v, want %v", c.err, s.st().Served, c.served)
 		}
 		if bh.InFlight() != 1 {
 			t.Errorf("End(%v) under Hold released the slot", c.err)
@@ -925,7 +925,7 @@ func TestHoldRelease(t *testing.T) {
 func TestStepDoContinuesTheLedger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		deadline := time.Now().Add(time.Minute)
-		s := Step{Policy: &Policy{MaxAttempts: 3, Schedule: zeroWait}, Delivery: Delivery{ID: "w", Attempt: 2, Deadline: deadline}}
+		s := step{Policy: &Policy{MaxAttempts: 3, Schedule: zeroWait}, Delivery: Delivery{ID: "w", Attempt: 2, Deadline: deadline}}
 		var seen []int
 		err := s.Do(context.Background(), func(ctx context.Context) error {
 			seen = append(seen, s.Delivery.Attempt)
@@ -961,7 +961,7 @@ func TestFirstFailureSeesTheDeadline(t *testing.T) {
 // A Step whose Do panicked under a context that is never done, recovered
 // by the caller, honours the next context's cancellation.
 func TestStepAfterPanicAsksTheContext(t *testing.T) {
-	s := Step{Policy: &Policy{MaxAttempts: 3, Schedule: zeroWait}}
+	s := step{Policy: &Policy{MaxAttempts: 3, Schedule: zeroWait}}
 	func() {
 		defer func() { _ = recover() }()
 		s.Do(context.Background(), func(context.Context) error { panic("boom") })

@@ -4,85 +4,29 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/staggerhq/stagger/internal/stepcore"
 )
 
-// Step is the per-attempt code every stagger driver runs: the in-process
-// loop ([Do]), the HTTP transport, the broker processor, the durable queue
-// and the simulator. A driver differs only in how it waits between attempts
-// and where it keeps the [Delivery] (the ledger) between them: in a local
-// variable, a queue row or message headers.
-//
-// Per attempt a driver calls, in this order:
-//
-//	r := s.Begin(ctx, now)   // may the attempt start? (NoReason: yes)
-//	actx := s.Context()      // the attempt's context, bounded
-//	err := work(actx)        // the attempt
-//	dec := s.End(err, now)   // judge it, decide, fire hooks
-//
-// and then waits dec.Delay and loops, or stops. Begin refuses a done
-// context, a deadline already passed, a full Limiter and — for the first
-// attempt of a unit of work — a Budget that throttles originals; it counts
-// the attempt in Delivery.Attempt and fires OnAttempt. End classifies the
-// error once (an unclassed error from an attempt whose own timeout fired is
-// retryable; Policy.Classify judges the rest), tells the Budget whether the
-// dependency served the attempt, releases the Limiter slot, makes the one
-// decision ([Policy.Decide]'s rules) and fires OnSuccess, OnRetry or
-// OnGiveUp.
-//
-// An attempt that fails with the end of the driver's context — its error
-// is, or wraps, the context's error or cause, and the context has ended —
-// is interrupted: the failure says nothing about the work, so it is not
-// judged and no retry is decided. End then reports Decision.Interrupted
-// with reason Canceled or Deadline (OnGiveUp sees that reason). An
-// in-process driver gives up; a durable one (queue, broker) hands the work
-// back to be run again rather than retry or dead-letter it. A failure of
-// the work's own that comes while the context ends is judged as usual (its
-// attempt happened and counts); the next Begin then refuses to start
-// another.
-//
-// now is the driver's current time; it may be the zero time when NeedsNow
-// reports false (no budget, no timeouts, no deadline), so a driver can skip
-// its clock. A Step is used by one goroutine at a time; the zero value with
-// a Policy set is ready to use, and after a stop it may be reused for
-// another unit of work once Delivery is reset.
-type Step struct {
-	// Policy holds the rules; nil means the zero Policy.
-	Policy *Policy
-	// Delivery is the ledger of the unit of work: what the previous
-	// attempts left (Attempt made so far, Prev, First, Deadline) going in,
-	// and what the next attempt must carry on coming out. A driver that
-	// persists attempts between processes stores it with the work.
-	Delivery Delivery
-	// Classifier, if set, is the driver's own classifier, for the errors
-	// of its wire (HTTP statuses, gRPC codes): End asks it about an error
-	// that carries no class of its own, before Policy.Classify, so that
-	// one order holds for every driver. nil: none.
-	Classifier Classifier
+// step is the per-attempt code every stagger driver runs: [Do], [Hedge],
+// [Handler.Run] and, through package retry/retrydriver (which documents the
+// protocol: Begin, Context, End …), the HTTP transport, the gRPC client,
+// the broker processor, the durable queue and the simulator. Its layout is
+// stepcore.Step, shared with retrydriver.Step, so a driver's Step converts
+// to it without a copy; its exported methods are the protocol retrydriver
+// calls (through Decision.Step, see bridge.go).
+type step core
 
-	ctx    context.Context    // the driver's context of the attempt in flight
-	actx   context.Context    // the attempt's own bounded context; nil when none
-	cancel context.CancelFunc // cancels actx
-	bound  time.Duration      // the attempt's bound, 0 when none
-	held   bool               // a Limiter slot is held
-	keep   bool               // End keeps the slot and actx (Hold)
-	served bool               // the last attempt's outcome, as the Budget heard it
-	reason Reason             // why the unit of work stopped; NoReason while it goes on
-	last   error              // the last attempt's error
-	ctxErr error              // the context's error when the context ended the work
-	folded bool               // the context's deadline (dline) is folded into Delivery
-	quiet  bool               // set by loop: its ctx's Done is nil, so the ctx is never done and Err need not be asked
-	hedge  bool               // BeginHedge: a refusal is no give-up
-	pre    bool               // Classify judged the error End gets: End takes preC, preA, preE and preX for it when it carries no class
-	preE   bool               // its Verdict's Ended
-	preX   bool               // its Verdict's Expired
-	preC   Class
-	preA   time.Duration
-	lastC  Class         // the class the last attempt was judged by
-	lastA  time.Duration // and the wait it asked for
-	dline  time.Time
-}
+type (
+	core      = stepcore.Step[Policy, Delivery, Class, Reason]
+	stepState = stepcore.State[Class, Reason]
+	verdict   = stepcore.Verdict[Class]
+)
 
-func (s *Step) policy() *Policy {
+// st returns the state the step keeps between Begin and End.
+func (s *step) st() *stepState { return (*core)(s).State() }
+
+func (s *step) policy() *Policy {
 	if s.Policy == nil {
 		return &defaultPolicy
 	}
@@ -92,11 +36,12 @@ func (s *Step) policy() *Policy {
 // NeedsNow reports whether Begin and End with ctx use their now argument:
 // with no Budget, no timeouts and no deadline (carried or ctx's) they do
 // not, and a driver may pass the zero time.
-func (s *Step) NeedsNow(ctx context.Context) bool {
+func (s *step) NeedsNow(ctx context.Context) bool {
+	x := s.st()
 	if s.needsNow() {
 		return true
 	}
-	if ctx != nil && ctx != s.ctx { // Begin folded s.ctx's deadline in already
+	if ctx != nil && ctx != x.Ctx { // Begin folded x.Ctx's deadline in already
 		if _, ok := ctx.Deadline(); ok {
 			return true
 		}
@@ -106,7 +51,7 @@ func (s *Step) NeedsNow(ctx context.Context) bool {
 
 // needsNow is NeedsNow once Begin has folded ctx's deadline into
 // Delivery.Deadline.
-func (s *Step) needsNow() bool {
+func (s *step) needsNow() bool {
 	p := s.policy()
 	return p.Budget != nil || p.Timeout > 0 || !s.Delivery.Deadline.IsZero()
 }
@@ -123,38 +68,41 @@ func (s *Step) needsNow() bool {
 // On the first attempt Begin sets Delivery.First to now; on every attempt
 // it folds ctx's deadline and Policy.Timeout (from First) into
 // Delivery.Deadline, so the deadline carried on never moves later.
-func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
+func (s *step) Begin(ctx context.Context, now time.Time) Reason {
+	x := s.st()
 	p := s.policy()
 	d := &s.Delivery
-	s.ctx, s.actx, s.cancel, s.bound, s.keep, s.pre = ctx, nil, nil, 0, false, false
-	if ctx != nil && !s.quiet {
-		if err := ctx.Err(); err != nil {
-			s.ctxErr = err
-			return s.stop(ctxReason(err))
+	x.Ctx, x.Actx, x.Cancel, x.Bound, x.Keep, x.Pre = ctx, nil, nil, 0, false, false
+	if ctx != nil && (!x.Quiet || !x.Folded || d.Attempt == 0) {
+		if !x.Quiet {
+			if err := ctx.Err(); err != nil {
+				x.CtxErr = err
+				return s.stop(ctxReason(err))
+			}
+		}
+		if !x.Folded || d.Attempt == 0 { // once per unit of work
+			s.fold(ctx)
 		}
 	}
-	if ctx != nil && (!s.folded || d.Attempt == 0) { // once per unit of work
-		s.fold(ctx)
-	}
-	bound := p.AttemptTimeout
-	if p.Timeout > 0 || !d.Deadline.IsZero() {
-		var r Reason
-		if bound, r = s.deadline(p, now, bound); r != NoReason {
+	if p.AttemptTimeout > 0 || p.Timeout > 0 || !d.Deadline.IsZero() || p.Limiter != nil || p.Budget != nil {
+		if r := s.admitBound(p, now); r != NoReason {
 			return r
 		}
 	}
-	if p.Limiter != nil || p.Budget != nil && (d.Attempt == 0 || s.hedge) {
-		if r := s.admit(p, now); r != NoReason {
-			return r
-		}
-	}
-	s.bound = bound
+	p.Hooks.attempt(s.count(now))
+	return NoReason
+}
+
+// count is Begin's last step, once the attempt may start: it counts the
+// attempt (the first sets Delivery.First) and returns its number, for
+// OnAttempt (which the caller fires: count inlines).
+func (s *step) count(now time.Time) int {
+	d := &s.Delivery
 	if d.First.IsZero() {
 		d.First = now
 	}
 	d.Attempt++
-	p.Hooks.attempt(d.Attempt)
-	return NoReason
+	return d.Attempt
 }
 
 // BeginHedge begins an attempt that runs beside those already in flight
@@ -163,19 +111,46 @@ func (s *Step) Begin(ctx context.Context, now time.Time) Reason {
 // toward throttling), and a refusal is not a give-up — it fires no hook,
 // records no reason, holds nothing and leaves Delivery as it was, so the
 // driver may try again later. The attempt it begins is judged with Judge.
-func (s *Step) BeginHedge(ctx context.Context, now time.Time) Reason {
-	s.hedge = true
+func (s *step) BeginHedge(ctx context.Context, now time.Time) Reason {
+	x := s.st()
+	x.Hedge = true
 	r := s.Begin(ctx, now)
-	s.hedge = false
+	x.Hedge = false
 	return r
+}
+
+// admitBound is Begin's rules for a Policy with timeouts, a Limiter or a
+// Budget, or a ledger with a deadline: the attempt's bound, the deadline's
+// refusal, then admission.
+func (s *step) admitBound(p *Policy, now time.Time) Reason {
+	x := s.st()
+	d := &s.Delivery
+	bound := p.AttemptTimeout
+	if p.Timeout > 0 || !d.Deadline.IsZero() {
+		var r Reason
+		if bound, r = s.deadline(p, now, bound); r != NoReason {
+			return r
+		}
+	}
+	if p.Limiter != nil || p.Budget != nil && (d.Attempt == 0 || x.Hedge) {
+		if r := s.admit(p, now); r != NoReason {
+			return r
+		}
+	}
+	x.Bound = bound
+	return NoReason
 }
 
 // fold folds ctx's deadline into the ledger's (Begin's first step of a
 // unit of work).
-func (s *Step) fold(ctx context.Context) {
-	s.folded, s.dline = true, time.Time{}
+func (s *step) fold(ctx context.Context) {
+	x := s.st()
+	x.Folded, x.Dline = true, time.Time{}
+	if x.Quiet {
+		return // a context that is never done has no deadline
+	}
 	if dl, ok := ctx.Deadline(); ok {
-		s.dline = dl
+		x.Dline = dl
 		s.Delivery.Deadline = earlier(s.Delivery.Deadline, dl)
 	}
 }
@@ -184,7 +159,7 @@ func (s *Step) fold(ctx context.Context) {
 // first attempt folded into the ledger's deadline, and the attempt's bound
 // (AttemptTimeout, given as bound) cut to the time left. It returns the
 // bound, or Deadline (a give-up) when no time is left.
-func (s *Step) deadline(p *Policy, now time.Time, bound time.Duration) (time.Duration, Reason) {
+func (s *step) deadline(p *Policy, now time.Time, bound time.Duration) (time.Duration, Reason) {
 	d := &s.Delivery
 	if p.Timeout > 0 {
 		first := d.First
@@ -200,7 +175,7 @@ func (s *Step) deadline(p *Policy, now time.Time, bound time.Duration) (time.Dur
 		if left <= 0 {
 			return 0, s.stop(Deadline)
 		}
-		if (bound == 0 || left < bound) && !d.Deadline.Equal(s.dline) {
+		if (bound == 0 || left < bound) && !d.Deadline.Equal(s.st().Dline) {
 			bound = left // ctx's own deadline needs no second timer
 		}
 	}
@@ -210,17 +185,18 @@ func (s *Step) deadline(p *Policy, now time.Time, bound time.Duration) (time.Dur
 // admit is Begin's admission: a Limiter slot, then for an original the
 // Budget's permission. It returns the refusal's reason, holding nothing,
 // or NoReason with the slot held.
-func (s *Step) admit(p *Policy, now time.Time) Reason {
+func (s *step) admit(p *Policy, now time.Time) Reason {
+	x := s.st()
 	if p.Limiter != nil && !p.Limiter.TryAcquire() {
 		return s.stop(Limited)
 	}
-	if p.Budget != nil && (s.Delivery.Attempt == 0 && !p.Budget.Request(now) || s.hedge && !p.Budget.Retry(now)) {
+	if p.Budget != nil && (s.Delivery.Attempt == 0 && !p.Budget.Request(now) || x.Hedge && !p.Budget.Retry(now)) {
 		if p.Limiter != nil {
 			p.Limiter.Release(true) // nothing was sent
 		}
 		return s.stop(p.refused())
 	}
-	s.held = p.Limiter != nil
+	x.Held = p.Limiter != nil
 	return NoReason
 }
 
@@ -228,52 +204,55 @@ func (s *Step) admit(p *Policy, now time.Time) Reason {
 // Step value of the same unit of work, for a driver that keeps only the
 // Delivery while an attempt is in flight (the simulator keeps millions):
 // s then holds the attempt's Limiter slot, and End judges the attempt.
-func (s *Step) Resume() { s.held = s.policy().Limiter != nil }
+func (s *step) Resume() { s.st().Held = s.policy().Limiter != nil }
 
 // Context returns the attempt's context: the ctx given to Begin, bounded
 // by min(Policy.AttemptTimeout, time left before Delivery.Deadline) when
 // either applies. End (or Release, after Hold) cancels it. Drivers that
 // run no context-taking work (the simulator) need not call it.
-func (s *Step) Context() context.Context {
-	if s.bound <= 0 {
-		return s.ctx
+func (s *step) Context() context.Context {
+	x := s.st()
+	if x.Bound > 0 {
+		return bounded(x)
 	}
-	return s.bounded()
+	return x.Ctx
 }
 
 // bounded makes the attempt's bounded context (Context's slow path, apart
 // so that Context inlines).
 //
 //go:noinline
-func (s *Step) bounded() context.Context {
-	s.actx, s.cancel = context.WithTimeout(s.ctx, s.bound)
-	return s.actx
+func bounded(x *stepState) context.Context {
+	x.Actx, x.Cancel = context.WithTimeout(x.Ctx, x.Bound)
+	return x.Actx
 }
 
 // Hold makes the next End keep the attempt's Limiter slot and context
 // after judging it, for a driver that hands a result to the caller which
 // still uses them (the HTTP transport's response body). Call Release when
 // the caller is done.
-func (s *Step) Hold() { s.keep = true }
+func (s *step) Hold() { s.st().Keep = true }
 
 // Release gives back what an attempt ended under Hold kept: its Limiter
 // slot (with the outcome End judged) and its context. It is idempotent.
-func (s *Step) Release() {
-	if s.cancel != nil || s.held {
-		s.free(s.served)
+func (s *step) Release() {
+	x := s.st()
+	if x.Cancel != nil || x.Held {
+		s.free(x.Served)
 	}
 }
 
 // free, the work of Release, Abort and Postpone (apart so that they
 // inline), cancels the attempt's context and gives back its Limiter slot, as
 // served or not.
-func (s *Step) free(served bool) {
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
+func (s *step) free(served bool) {
+	x := s.st()
+	if x.Cancel != nil {
+		x.Cancel()
+		x.Cancel = nil
 	}
-	if s.held {
-		s.held = false
+	if x.Held {
+		x.Held = false
 		s.policy().Limiter.Release(served)
 	}
 }
@@ -282,16 +261,17 @@ func (s *Step) free(served bool) {
 // succeeding or failing (the queue's Snooze): nothing is judged, so no hook
 // fires and the Budget is not told, and the Limiter slot is released as
 // served (the dependency was not refused).
-func (s *Step) Postpone() {
+func (s *step) Postpone() {
 	s.free(true)
-	s.actx = nil
+	s.st().Actx = nil
 }
 
 // Abort ends an attempt that did not return (a panic): its Limiter slot is
 // released as an overload sign and its context canceled. A driver defers
 // it around the attempt; after End (or Release) it does nothing.
-func (s *Step) Abort() {
-	if s.cancel != nil || s.held {
+func (s *step) Abort() {
+	x := s.st()
+	if x.Cancel != nil || x.Held {
 		s.free(false)
 	}
 }
@@ -303,7 +283,7 @@ func (s *Step) Abort() {
 // Policy's) and the Budget's permission for a retry, and fires OnRetry
 // (delay 0) and OnAttempt. It returns false, counting nothing, when either
 // refuses; the driver must then stop the re-send.
-func (s *Step) Resend(now time.Time) bool {
+func (s *step) Resend(now time.Time) bool {
 	p := s.policy()
 	d := &s.Delivery
 	if d.Attempt >= s.maxAttempts(p) {
@@ -323,31 +303,8 @@ func (s *Step) Resend(now time.Time) bool {
 
 var errResent = errors.New("retry: re-sent at once on a new connection")
 
-// Classifier is a driver's own classifier ([Step.Classifier]).
-type Classifier func(err error) Verdict
-
-// Verdict is what a driver's Classifier says of an attempt's error.
-type Verdict struct {
-	// Class is the error's class; ClassUnknown leaves it to
-	// Policy.Classify.
-	Class Class
-	// After is the wait the dependency asked for (pushback), 0 when none.
-	After time.Duration
-	// Ended: the error is the driver's word for the end of a context (a
-	// gRPC status CANCELLED or DEADLINE_EXCEEDED), which wraps no context
-	// error: when the driver's context has ended, the attempt is
-	// interrupted, as one failing with the context's own error is.
-	Ended bool
-	// Expired: the error reports a deadline that passed (a gRPC status
-	// DEADLINE_EXCEEDED). When the attempt ran under its own timeout and
-	// the driver's context is live, the attempt expired — the own-timeout
-	// rule, even if the answer came a moment before the attempt's own
-	// timer fired.
-	Expired bool
-}
-
-// Judgement is what Judge found of an attempt: the input of Conclude.
-type Judgement struct {
+// judgement is what Judge found of an attempt: the input of Conclude.
+type judgement struct {
 	// Err is the attempt's error; nil for a success.
 	Err error
 	// Attempt is the attempt's number.
@@ -371,26 +328,28 @@ type Judgement struct {
 // applies them.) A driver that must know the class before End — to read a
 // response's Retry-After only for a retryable answer — calls it, and End
 // then does not ask Classifier or Policy.Classify about err again.
-func (s *Step) Classify(err error) (Class, time.Duration) {
+func (s *step) Classify(err error) (Class, time.Duration) {
+	x := s.st()
 	class, after, v := s.classify(s.policy(), err)
-	s.pre, s.preC, s.preA, s.preE, s.preX = true, class, after, v.Ended, v.Expired
+	x.Pre, x.PreC, x.PreA, x.PreE, x.PreX = true, class, after, v.Ended, v.Expired
 	return class, after
 }
 
 // classify is Classify's order, with the Classifier's verdict.
-func (s *Step) classify(p *Policy, err error) (Class, time.Duration, Verdict) {
+func (s *step) classify(p *Policy, err error) (Class, time.Duration, verdict) {
+	x := s.st()
 	if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
-		return c.class, c.after, Verdict{}
+		return c.class, c.after, verdict{}
 	}
 	class, after := Classify(err)
 	if class != ClassUnknown {
-		return class, after, Verdict{}
+		return class, after, verdict{}
 	}
-	if s.pre {
-		s.pre = false
-		return s.preC, s.preA, Verdict{Ended: s.preE, Expired: s.preX}
+	if x.Pre {
+		x.Pre = false
+		return x.PreC, x.PreA, verdict{Ended: x.PreE, Expired: x.PreX}
 	}
-	var v Verdict
+	var v verdict
 	if s.Classifier != nil {
 		v = s.Classifier(err)
 		class, after = v.Class, v.After
@@ -406,9 +365,8 @@ func (s *Step) classify(p *Policy, err error) (Class, time.Duration, Verdict) {
 // wait before the next attempt, or the reason the unit of work stops. See
 // [Step] for the rules, and [Policy.Decide] for the decision's. End is
 // Judge followed by Conclude.
-func (s *Step) End(err error, now time.Time) Decision {
-	class, after, intr := s.judge(err, now)
-	return s.conclude(err, s.Delivery.Attempt, class, after, intr, s.ctxErr, &now)
+func (s *step) End(err error, now time.Time) Decision {
+	return s.end(s.policy(), nil, err, &now, judgeIt|concludeIt)
 }
 
 // Judge ends the attempt Begin (or BeginHedge) started, which ended at now
@@ -418,47 +376,10 @@ func (s *Step) End(err error, now time.Time) Decision {
 // a driver whose attempts run side by side (a hedge): it judges each as it
 // ends, and calls Conclude, on the Step holding the unit of work's ledger,
 // when one ends the work or the last in flight has failed.
-func (s *Step) Judge(err error, now time.Time) Judgement {
-	class, after, intr := s.judge(err, now)
-	j := Judgement{Err: err, Attempt: s.Delivery.Attempt, Class: class, After: after}
-	if intr != NoReason {
-		j.Interrupted, j.Reason, j.ctxErr = true, intr, s.ctxErr
-	}
+func (s *step) Judge(err error, now time.Time) judgement {
+	var j judgement
+	s.end(s.policy(), &j, err, &now, judgeIt)
 	return j
-}
-
-// judge is Judge's work: the class and wait of err, and the reason (Canceled
-// or Deadline, with s.ctxErr set) when the attempt was interrupted.
-func (s *Step) judge(err error, now time.Time) (class Class, after time.Duration, intr Reason) {
-	p := s.policy()
-	if err != nil {
-		var v Verdict
-		if c, ok := err.(*classified); ok { // Retryable, Permanent, After: no call
-			class, after = c.class, c.after
-		} else {
-			class, after, v = s.classify(p, err)
-		}
-		live := s.quiet || s.ctx == nil || s.ctx.Err() == nil
-		if class == ClassUnknown && s.actx != nil && live && (v.Expired || s.actx.Err() != nil) {
-			class = ClassRetryable // the attempt's own timeout fired
-		}
-		if !live {
-			cerr := s.ctx.Err()
-			if v.Ended || errors.Is(err, cerr) || errors.Is(err, context.Cause(s.ctx)) {
-				intr, s.ctxErr = ctxReason(cerr), cerr
-			}
-		}
-	}
-	s.pre, s.lastC, s.lastA = false, class, after
-	s.served = err == nil || class == ClassPermanent
-	if p.Budget != nil {
-		p.Budget.Result(now, s.served)
-	}
-	if !s.keep {
-		s.Release()
-	}
-	s.actx = nil
-	return class, after, intr
 }
 
 // Conclude makes the decision of the unit of work whose ledger s holds on
@@ -466,28 +387,106 @@ func (s *Step) judge(err error, now time.Time) (class Class, after time.Duration
 // unit of work), and fires its hook: OnSuccess for a success, then as End:
 // no retry for an interrupted attempt (Canceled or Deadline), else the
 // Policy's decision — OnRetry, with Delivery.Prev set, or OnGiveUp.
-func (s *Step) Conclude(j Judgement, now time.Time) Decision {
-	intr := NoReason
-	if j.Interrupted {
-		intr = j.Reason
-	}
-	return s.conclude(j.Err, j.Attempt, j.Class, j.After, intr, j.ctxErr, &now)
+func (s *step) Conclude(j judgement, now time.Time) Decision {
+	return s.end(s.policy(), &j, j.Err, &now, concludeIt)
 }
 
-func (s *Step) conclude(err error, attempt int, class Class, after time.Duration, intr Reason, ctxErr error, now *time.Time) Decision {
-	p := s.policy()
+// The halves of end.
+const (
+	judgeIt    = 1 << iota // Judge: fill j
+	concludeIt             // Conclude: decide on j, fire the hook
+)
+
+// end is End, Judge and Conclude (which halves, by what), in one function
+// so that End, the hot one, makes one call. p is s's Policy; j is what
+// Judge fills and Conclude reads (End needs none).
+//
+// Judging fills j with the attempt, its error's class and wait, and
+// whether the attempt was interrupted (Reason Canceled or Deadline, with
+// x.CtxErr set); tells the Budget; releases the slot (unless Hold).
+func (s *step) end(p *Policy, j *judgement, err error, now *time.Time, what uint8) Decision {
+	x := s.st()
 	d := &s.Delivery
+	var (
+		class   Class
+		after   time.Duration
+		intr    Reason // Canceled or Deadline: the attempt was interrupted
+		ctxErr  error  // the context's error, when interrupted
+		attempt = d.Attempt
+	)
+	if what&judgeIt != 0 {
+		if err != nil {
+			var v verdict
+			var ok bool
+			if class, after, ok = ownClass(err); !ok {
+				class, after, v = s.classify(p, err)
+			}
+			if x.Actx != nil || !x.Quiet && x.Ctx != nil { // a context that may have ended
+				live := x.Quiet || x.Ctx == nil || x.Ctx.Err() == nil
+				if !live || x.Actx != nil && class == ClassUnknown {
+					class, intr, ctxErr = s.ended(err, class, v, live)
+				}
+			}
+		}
+		x.Pre, x.LastC, x.LastA = false, class, after
+		x.Served = err == nil || class == ClassPermanent
+		if p.Budget != nil {
+			p.Budget.Result(*now, x.Served)
+		}
+		if !x.Keep && (x.Cancel != nil || x.Held) { // Release, inline
+			s.free(x.Served)
+		}
+		if x.Actx != nil {
+			x.Actx = nil
+		}
+		if what&concludeIt == 0 {
+			*j = judgement{Err: err, Attempt: attempt, Class: class, After: after,
+				Interrupted: intr != NoReason, Reason: intr, ctxErr: ctxErr}
+			return Decision{}
+		}
+	} else {
+		class, after, ctxErr, attempt = j.Class, j.After, j.ctxErr, j.Attempt
+		if j.Interrupted {
+			intr = j.Reason
+		}
+	}
 	if err == nil {
-		s.reason, s.last = NoReason, nil
-		p.Hooks.success(attempt)
+		p.Hooks.success(s.succeeded(attempt))
 		return Decision{}
 	}
-	s.last = err
 	if intr != NoReason {
-		s.ctxErr = ctxErr
+		x.Last, x.CtxErr = err, ctxErr
 		s.stop(intr)
-		return Decision{Reason: s.reason, Interrupted: true}
+		return Decision{Reason: x.Reason, Interrupted: true}
 	}
+	return s.failed(p, err, class, after, now)
+}
+
+// ownClass is judging's first look at a failed attempt's error: the
+// class of Retryable, Permanent and After, without a call (ok); for any
+// other error s.classify applies Classify's order.
+func ownClass(err error) (c Class, after time.Duration, ok bool) {
+	if e, ok := err.(*classified); ok {
+		return e.class, e.after, true
+	}
+	return ClassUnknown, 0, false
+}
+
+// succeeded concludes on a success of attempt number attempt: no give-up.
+// It returns attempt, for OnSuccess (which the caller fires: succeeded
+// inlines).
+func (s *step) succeeded(attempt int) int {
+	x := s.st()
+	x.Reason, x.Last = NoReason, nil
+	return attempt
+}
+
+// failed concludes on a failure judged of class, asking for after, that
+// was not interrupted: the Policy's decision, then OnRetry with
+// Delivery.Prev set, or the give-up.
+func (s *step) failed(p *Policy, err error, class Class, after time.Duration, now *time.Time) Decision {
+	d := &s.Delivery
+	s.st().Last = err
 	dec := p.decideD(d, s.maxAttempts(p), class, after, now)
 	if !dec.Retry {
 		s.stop(dec.Reason)
@@ -500,13 +499,35 @@ func (s *Step) conclude(err error, attempt int, class Class, after time.Duration
 	return dec
 }
 
+// ended is judging's rules for an attempt that failed with err, of
+// class, under a context that may have ended (live: the driver's context
+// has not): an error of no class from an
+// attempt whose own timeout fired (or that the Classifier says expired) is
+// retryable; one that fails with the end of the driver's context is
+// interrupted (Canceled or Deadline, with the context's error, also kept
+// in x.CtxErr).
+func (s *step) ended(err error, class Class, v verdict, live bool) (Class, Reason, error) {
+	x := s.st()
+	if class == ClassUnknown && x.Actx != nil && live && (v.Expired || x.Actx.Err() != nil) {
+		class = ClassRetryable // the attempt's own timeout fired
+	}
+	if !live {
+		cerr := x.Ctx.Err()
+		if v.Ended || errors.Is(err, cerr) || errors.Is(err, context.Cause(x.Ctx)) {
+			x.CtxErr = cerr
+			return class, ctxReason(cerr), cerr
+		}
+	}
+	return class, NoReason, nil
+}
+
 // Do runs the attempts of the unit of work that are left in process, as
 // [Do] runs them: the Delivery carried in (attempts already made, the
 // deadline, MaxAttempts, ID) counts, so work handed over from another
 // driver continues with what is left rather than a fresh budget. fn is
 // called once per attempt with the attempt's context and may read
 // s.Delivery (the attempt number, the ID) for the attempt it runs.
-func (s *Step) Do(ctx context.Context, fn func(context.Context) error) error {
+func (s *step) Do(ctx context.Context, fn func(context.Context) error) error {
 	if err := s.policy().Validate(); err != nil {
 		return err
 	}
@@ -521,29 +542,31 @@ func (s *Step) Do(ctx context.Context, fn func(context.Context) error) error {
 // last attempt's error (errors.Is also matches the context's error when
 // the context ended it), or the last error itself for UnknownError. It is
 // nil while the work goes on or after a success.
-func (s *Step) Err() error {
-	switch s.reason {
+func (s *step) Err() error {
+	x := s.st()
+	switch x.Reason {
 	case NoReason:
 		return nil
 	case UnknownError:
-		if s.last != nil {
-			return s.last
+		if x.Last != nil {
+			return x.Last
 		}
 	}
-	return &Error{Reason: s.reason, Attempts: s.Delivery.Attempt, Err: s.last, ctxErr: s.ctxErr}
+	return &Error{Reason: x.Reason, Attempts: s.Delivery.Attempt, Err: x.Last, ctxErr: x.CtxErr}
 }
 
 // Reason is why the unit of work stopped (NoReason while it goes on).
-func (s *Step) Reason() Reason { return s.reason }
+func (s *step) Reason() Reason { return s.st().Reason }
 
 // stop records a give-up for r and fires OnGiveUp.
-func (s *Step) stop(r Reason) Reason {
-	if s.hedge {
+func (s *step) stop(r Reason) Reason {
+	x := s.st()
+	if x.Hedge {
 		return r // BeginHedge: not sent, no give-up
 	}
-	s.reason = r
+	x.Reason = r
 	if h := s.policy().Hooks.OnGiveUp; h != nil {
-		h(Event{Attempt: s.Delivery.Attempt, Err: s.last, Reason: r})
+		h(Event{Attempt: s.Delivery.Attempt, Err: x.Last, Reason: r})
 	}
 	return r
 }
@@ -554,14 +577,14 @@ func (s *Step) stop(r Reason) Reason {
 // on marked with its class (Retryable, Permanent, After), so a caller that
 // retries in turn reads the same class. ClassUnknown before any attempt
 // ended or after a success.
-func (s *Step) Judged() (Class, time.Duration) { return s.lastC, s.lastA }
+func (s *step) Judged() (Class, time.Duration) { return s.st().LastC, s.st().LastA }
 
 // MaxAttempts is the number of attempts the unit of work may make:
 // Delivery.MaxAttempts when set, else the Policy's (0 there means
 // DefaultMaxAttempts).
-func (s *Step) MaxAttempts() int { return s.maxAttempts(s.policy()) }
+func (s *step) MaxAttempts() int { return s.maxAttempts(s.policy()) }
 
-func (s *Step) maxAttempts(p *Policy) int {
+func (s *step) maxAttempts(p *Policy) int {
 	if s.Delivery.MaxAttempts > 0 {
 		return s.Delivery.MaxAttempts
 	}

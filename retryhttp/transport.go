@@ -19,6 +19,7 @@ import (
 	"github.com/staggerhq/stagger/internal/wait"
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // AfterMode says what a Transport does with a Retry-After longer than the
@@ -67,7 +68,7 @@ var ErrInvalid = errors.New("retryhttp: invalid configuration")
 
 // Transport is an http.RoundTripper that retries what is safe to retry
 // under a stagger [retry.Policy]. Every attempt runs the shared
-// [retry.Step] — the per-attempt rules the in-process loop, the queue, the
+// [retrydriver.Step] — the per-attempt rules the in-process loop, the queue, the
 // broker processor and the simulator run — so deadlines, attempt bounds,
 // budgets, limiters and hooks behave as in [retry.Do].
 //
@@ -337,7 +338,7 @@ type call struct {
 	t        *Transport
 	req      *http.Request
 	ctx      context.Context
-	step     retry.Step
+	step     retrydriver.Step
 	upstream int // the upstream owner's attempt number, 0 when none
 	waiter   wait.Waiter
 	bounded  bool         // the Step gave the attempt its own context

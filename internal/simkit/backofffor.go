@@ -100,6 +100,7 @@ func (c *BackoffForConfig) open(strategy string, f float64, seed uint64) (budget
 
 type serialClient struct {
 	attempt int32
+	l       ledger
 	failed  bool // the current attempt's outcome
 	streak  int  // failed calls in a row
 }
@@ -143,7 +144,8 @@ func (c *BackoffForConfig) serial(strategy string, f float64, seed uint64) budge
 				continue
 			}
 			out.originals++
-			d.begin(e.Time()) // no budget or limiter: always starts
+			cl.l = ledger{}
+			d.begin(&cl.l, e.Time()) // no budget or limiter: always starts
 			cl.attempt = 0
 			send(id, now)
 		case evSerialDone:
@@ -152,7 +154,7 @@ func (c *BackoffForConfig) serial(strategy string, f float64, seed uint64) budge
 			if cl.failed {
 				err = ErrFailed
 			}
-			dec := d.end(e.Time(), int(cl.attempt), err, time.Time{}, 0)
+			dec := d.end(&cl.l, e.Time(), int(cl.attempt), err)
 			switch {
 			case err == nil:
 				out.successes++

@@ -130,7 +130,7 @@ func (c *BimodalConfig) runOne(strategy string, hang float64, seed uint64) bimod
 				out.arrived++
 				busy += int64(pool.InFlight()) // Poisson arrivals see time averages
 			}
-			if d.begin(e.Time()) != retry.NoReason {
+			if d.begin(nil, e.Time()) != retry.NoReason {
 				continue // no free thread: refused at once
 			}
 			if measured {
@@ -145,9 +145,9 @@ func (c *BimodalConfig) runOne(strategy string, hang float64, seed uint64) bimod
 			}
 			e.After(time.Duration(rng.ExpFloat64()*float64(c.Latency)), evBimodalDone, 0)
 		case evBimodalDone:
-			d.end(e.Time(), 1, nil, time.Time{}, 0)
+			d.end(nil, e.Time(), 1, nil)
 		case evBimodalHang:
-			d.end(e.Time(), 1, ErrTimeout, time.Time{}, 0)
+			d.end(nil, e.Time(), 1, ErrTimeout)
 		}
 	}
 	if out.arrived > 0 {

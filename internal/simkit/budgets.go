@@ -177,7 +177,7 @@ type bReq struct {
 	client  int32
 	attempt int32
 	failed  bool
-	prev    time.Duration
+	l       ledger
 }
 
 const (
@@ -242,13 +242,14 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 			}
 			d := drivers[ev.ID]
 			out.originals++
-			if r := d.begin(e.Time()); r != retry.NoReason {
+			var l ledger
+			if r := d.begin(&l, e.Time()); r != retry.NoReason {
 				if pr != nil {
 					pr.end(nil, r, 0)
 				}
 				continue
 			}
-			reqs = append(reqs, bReq{client: ev.ID})
+			reqs = append(reqs, bReq{client: ev.ID, l: l})
 			send(int32(len(reqs)-1), now)
 		case evDone:
 			r := &reqs[ev.ID]
@@ -261,7 +262,7 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 				}
 			}
 			d := drivers[r.client]
-			dec := d.end(e.Time(), int(r.attempt), err, time.Time{}, r.prev)
+			dec := d.end(&r.l, e.Time(), int(r.attempt), err)
 			if pr := c.probe; pr != nil && (err == nil || !dec.Retry) {
 				pr.end(err, dec.Reason, r.attempt)
 			}
@@ -273,15 +274,13 @@ func (c *BudgetsConfig) runOne(name string, f float64, seed uint64) (budgetsRun,
 					out.refused++
 				}
 			case d.needsSendEvent():
-				r.prev = dec.Delay
 				e.After(dec.Delay, evResend, ev.ID)
 			default:
-				r.prev = dec.Delay
 				send(ev.ID, now+dec.Delay)
 			}
 		case evResend:
 			r := &reqs[ev.ID]
-			reason := drivers[r.client].againN(int(r.attempt) + 1)
+			reason := drivers[r.client].againN(&r.l, int(r.attempt)+1, e.Time())
 			switch {
 			case reason == retry.NoReason:
 				send(ev.ID, now)

@@ -203,7 +203,7 @@ type collapseRun struct {
 
 type cReq struct {
 	attempt int32
-	prev    time.Duration
+	l       ledger
 }
 
 type cAttempt struct {
@@ -242,15 +242,13 @@ func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {
 	}
 	fail := func(id int32) { // request id's attempt timed out now
 		r := &reqs[id]
-		dec := d.end(e.Time(), int(r.attempt), ErrTimeout, time.Time{}, r.prev)
+		dec := d.end(&r.l, e.Time(), int(r.attempt), ErrTimeout)
 		switch {
 		case !dec.Retry:
 			m.GiveUp(e.Now(), dec.Reason)
 		case dec.Delay == 0 && !d.needsSendEvent(): // a limiter acts in evRetrySend
-			r.prev = 0
 			send(id)
 		default:
-			r.prev = dec.Delay
 			e.After(dec.Delay, evRetrySend, id)
 		}
 	}
@@ -275,13 +273,14 @@ func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {
 				e.At(t, evNew, 0)
 			}
 			out.originals++
-			if r := d.begin(e.Time()); r != retry.NoReason {
+			var l ledger
+			if r := d.begin(&l, e.Time()); r != retry.NoReason {
 				out.refused++
 				m.GiveUp(now, r)
 				continue
 			}
 			m.Original()
-			reqs = append(reqs, cReq{})
+			reqs = append(reqs, cReq{l: l})
 			send(int32(len(reqs) - 1))
 		case evAtServer:
 			m.Call(now)
@@ -303,7 +302,7 @@ func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {
 			}
 			a.answered = true
 			r := &reqs[a.req]
-			d.end(e.Time(), int(r.attempt), nil, time.Time{}, r.prev)
+			d.end(&r.l, e.Time(), int(r.attempt), nil)
 			m.Success(now)
 		case evGiveUpC:
 			a := &atts[ev.ID]
@@ -314,7 +313,7 @@ func (c *CollapseConfig) runOne(name string, seed uint64) collapseRun {
 			out.timeouts++
 			fail(a.req)
 		case evRetrySend:
-			if r := d.again(); r != retry.NoReason {
+			if r := d.again(&reqs[ev.ID].l, e.Time()); r != retry.NoReason {
 				m.GiveUp(now, r)
 				continue
 			}

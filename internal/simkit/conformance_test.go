@@ -12,10 +12,16 @@ import (
 	"github.com/staggerhq/stagger/limit"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // simSkips are the suite's cases no simulated driver can run, and why.
 func simSkips() map[string]string {
+	// The suite bounds, cancels and ends attempts through their context;
+	// a simulated attempt is an event with no context (a model times an
+	// attempt out with an event of its own, ErrTimeout), so the Step has
+	// nothing to bound or cancel. Every other case runs, the deadline one
+	// included: Begin folds Policy.Timeout into the request's ledger.
 	noCtx := "a simulated client has no context: its models time out and give up themselves"
 	return map[string]string{
 		"attempt timeout":            noCtx,
@@ -36,18 +42,13 @@ func TestDriverConformance(t *testing.T) {
 		Skip: simSkips(),
 		Run: func(_ context.Context, p *retry.Policy, attempt func(context.Context) error) error {
 			d := driver{p}
-			start := time.Now()
-			var deadline time.Time
-			if p.Timeout > 0 {
-				deadline = start.Add(p.Timeout)
-			}
-			if r := d.begin(start); r != retry.NoReason {
+			var l ledger // the Step folds Policy.Timeout into it and records the delays
+			if r := d.begin(&l, time.Now()); r != retry.NoReason {
 				return &retry.Error{Reason: r}
 			}
-			var prev time.Duration
 			for n := 1; ; n++ {
 				err := attempt(context.Background())
-				dec := d.end(time.Now(), n, err, deadline, prev)
+				dec := d.end(&l, time.Now(), n, err)
 				switch {
 				case err == nil:
 					return nil
@@ -57,10 +58,9 @@ func TestDriverConformance(t *testing.T) {
 					return &retry.Error{Reason: dec.Reason, Attempts: n, Err: err}
 				}
 				time.Sleep(dec.Delay)
-				if r := d.againN(n + 1); r != retry.NoReason {
+				if r := d.againN(&l, n+1, time.Now()); r != retry.NoReason {
 					return &retry.Error{Reason: r, Attempts: n, Err: err}
 				}
-				prev = dec.Delay
 			}
 		},
 	})
@@ -73,7 +73,6 @@ func TestDriverConformance(t *testing.T) {
 // the bubble; the waits between attempts are the model's.
 func TestModelConformance(t *testing.T) {
 	skip := simSkips()
-	skip["retry would start at the deadline"] = "the budgets model's requests have no deadline: it passes none to the step and folds no Policy.Timeout"
 	drivertest.Run(t, drivertest.Driver{
 		Name: "sim budgets model",
 		Skip: skip,
@@ -133,7 +132,7 @@ func TestDriverPlain(t *testing.T) {
 			if !a.plain() || !b.plain() {
 				t.Fatal("a policy with no Budget, Limiter, Timeout or hooks is not plain")
 			}
-			if (&retry.Step{Policy: a.p}).NeedsNow(context.Background()) {
+			if (&retrydriver.Step{Policy: a.p}).NeedsNow(context.Background()) {
 				t.Fatal("a plain policy's Step needs the time: decide may not get the zero time")
 			}
 			var prev time.Duration
@@ -145,7 +144,9 @@ func TestDriverPlain(t *testing.T) {
 					deadline = now.Add(time.Second)
 				}
 				got := a.decide(now, n%7+1, err, deadline, prev)
-				want := b.end(now, n%7+1, err, deadline, prev)
+				l := withDeadline(deadline)
+				l.prev = prev
+				want := b.end(&l, now, n%7+1, err)
 				if got != want {
 					t.Fatalf("%#v attempt %d err %v: decide %+v, end %+v", s, n%7+1, err, got, want)
 				}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // Errors the simulated servers answer with. They are created once and
@@ -23,44 +24,102 @@ var (
 )
 
 // driver runs one retry.Policy one step per event with the shipped
-// retry.Step every stagger driver uses: Begin before an attempt (limiter
-// slot; the budget's Request for an original), End after it (the budget's
-// Result, the release, the decision — which asks the budget's Retry).
-// A model keeps only the attempt number, deadline and previous delay of a
-// request in flight; the Step is rebuilt from them at each event
-// (Step.Resume). Nothing of the decision or its bookkeeping is copied here.
+// retrydriver.Step every stagger driver uses: Begin before an attempt
+// (limiter slot; the budget's Request for an original; Policy.Timeout
+// folded into the request's deadline), End after it (the budget's Result,
+// the release, the decision — which asks the budget's Retry — and the
+// delay it decided, kept for the next decision). A model keeps only the
+// attempt number and the ledger of a request in flight; the Step is
+// rebuilt from them at each event (Step.Resume). Nothing of the decision
+// or its bookkeeping is copied here.
 type driver struct {
 	p *retry.Policy
 }
 
-// begin takes what an original attempt needs; NoReason means it may start.
-func (d driver) begin(now time.Time) retry.Reason {
-	s := retry.Step{Policy: d.p}
+// ledger is what a model keeps of a request's retry.Delivery between
+// events, packed (the simulator keeps millions): its deadline and the
+// delay decided after its last failure. The Step sets both — Begin folds
+// Policy.Timeout (and any deadline the model gave) into the deadline, End
+// records the delay — as it sets them in a queue row or message headers.
+// The attempt number the model counts itself, with its sends.
+type ledger struct {
+	deadline int64 // Delivery.Deadline as ns after Epoch, plus one; 0: none
+	prev     time.Duration
+}
+
+// withDeadline returns a ledger whose request must be done by t (the zero
+// time: none), for a model whose requests carry a deadline of their own.
+func withDeadline(t time.Time) ledger {
+	if t.IsZero() {
+		return ledger{}
+	}
+	return ledger{deadline: int64(t.Sub(Epoch)) + 1}
+}
+
+// load puts the ledger, for attempt number attempt, in d. A nil ledger is
+// that of a request a model keeps nothing of: one that makes one attempt
+// and uses no decision after it (a thread or connection held and given
+// back).
+func (l *ledger) load(d *retry.Delivery, attempt int) {
+	d.Attempt = attempt
+	if l == nil {
+		return
+	}
+	d.Prev = l.prev
+	if l.deadline != 0 {
+		d.Deadline = Epoch.Add(time.Duration(l.deadline - 1))
+	}
+}
+
+// keep takes the ledger back from d.
+func (l *ledger) keep(d *retry.Delivery) {
+	if l == nil {
+		return
+	}
+	l.prev = d.Prev
+	if !d.Deadline.IsZero() {
+		l.deadline = int64(d.Deadline.Sub(Epoch)) + 1
+	}
+}
+
+// begin takes what an original attempt needs, for the request whose
+// ledger is l; NoReason means it may start.
+func (d driver) begin(l *ledger, now time.Time) retry.Reason {
+	var s retrydriver.Step
+	s.Policy = d.p
+	l.load(&s.Delivery, 0)
+	r := s.Begin(context.Background(), now)
+	l.keep(&s.Delivery)
+	return r
+}
+
+// again takes what a retry attempt of the request whose ledger is l
+// needs at now (the budget was charged by the decision); NoReason means
+// it may start. The models' policies carry no hooks, so the attempt number
+// the Step reports to OnAttempt is not tracked here (see againN).
+func (d driver) again(l *ledger, now time.Time) retry.Reason { return d.againN(l, 2, now) }
+
+// againN is again for attempt number n (2 or more).
+func (d driver) againN(l *ledger, n int, now time.Time) retry.Reason {
+	var s retrydriver.Step
+	s.Policy = d.p
+	l.load(&s.Delivery, n-1)
 	return s.Begin(context.Background(), now)
 }
 
-// again takes what a retry attempt needs (the budget was charged by
-// the decision, so Begin reads no time for it); NoReason means it may
-// start. The models' policies carry no hooks, so the attempt number the
-// Step reports to OnAttempt is not tracked here (see againN).
-func (d driver) again() retry.Reason { return d.againN(2) }
-
-// againN is again for attempt number n (2 or more).
-func (d driver) againN(n int) retry.Reason {
-	s := retry.Step{Policy: d.p, Delivery: retry.Delivery{Attempt: n - 1}}
-	return s.Begin(context.Background(), time.Time{})
-}
-
-// end closes attempt number attempt, which ended at now with err, and
-// returns the policy's decision (the zero Decision for a success).
-func (d driver) end(now time.Time, attempt int, err error, deadline time.Time, prev time.Duration) retry.Decision {
+// end closes attempt number attempt of the request whose ledger is l,
+// which ended at now with err, and returns the policy's decision (the zero
+// Decision for a success).
+func (d driver) end(l *ledger, now time.Time, attempt int, err error) retry.Decision {
 	// fields set one by one: a composite literal here is built in a
 	// temporary and copied, two passes over the Step per event
-	var s retry.Step
+	var s retrydriver.Step
 	s.Policy = d.p
-	s.Delivery.Attempt, s.Delivery.Deadline, s.Delivery.Prev = attempt, deadline, prev
+	l.load(&s.Delivery, attempt)
 	s.Resume()
-	return s.End(err, now)
+	dec := s.End(err, now)
+	l.keep(&s.Delivery)
+	return dec
 }
 
 // plain reports whether the policy's Step has nothing to do around its

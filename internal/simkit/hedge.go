@@ -199,7 +199,7 @@ func (c *HedgeConfig) runOne(strategy string, load float64, seed uint64) hedgeSi
 		switch ev.Kind {
 		case evHedgeNew:
 			e.After(poissonGap(rng, rate), evHedgeNew, 0)
-			d.begin(e.Time()) // the Budget's Request; nothing here refuses an original
+			d.begin(nil, e.Time()) // the Budget's Request; nothing here refuses an original
 			calls = append(calls, hedgeCall{start: now, att: [2]int32{-1, -1}})
 			id := int32(len(calls) - 1)
 			send(id, 1, now)
@@ -217,7 +217,7 @@ func (c *HedgeConfig) runOne(strategy string, load float64, seed uint64) hedgeSi
 				}
 				continue
 			}
-			d.againN(2)
+			d.againN(nil, 2, e.Time())
 			if cl.start >= c.Warmup {
 				out.hedges++
 			}
@@ -232,7 +232,7 @@ func (c *HedgeConfig) runOne(strategy string, load float64, seed uint64) hedgeSi
 			measure(at.began, now)
 			if cl := &calls[at.call]; !cl.done {
 				cl.done = true
-				d.end(e.Time(), int(at.n), nil, time.Time{}, 0) // the winner
+				d.end(nil, e.Time(), int(at.n), nil) // the winner
 				h.Observe(now - cl.start)
 				if cl.start >= c.Warmup {
 					out.lat = append(out.lat, now-cl.start)

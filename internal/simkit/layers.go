@@ -135,7 +135,7 @@ func expectedCalls(layers, n int, owner bool, f float64) (calls, success float64
 
 type frame struct {
 	attempt int32
-	prev    time.Duration
+	l       ledger // carries the click's deadline down
 }
 
 type click struct {
@@ -185,7 +185,7 @@ func (c *LayersConfig) runOne(sh shape, owner bool, seed uint64) layersRun {
 		k := &clicks[i]
 		k.frames = frames[i*sh.layers : (i+1)*sh.layers]
 		k.start = time.Duration(i) * time.Millisecond
-		k.frames[0].attempt = 1
+		k.frames[0] = frame{attempt: 1, l: withDeadline(deadline(k))}
 		e.At(k.start+c.Hop, evDown, int32(i))
 	}
 	for {
@@ -206,8 +206,8 @@ func (c *LayersConfig) runOne(sh shape, owner bool, seed uint64) layersRun {
 			}
 			k.active++
 			f := &k.frames[k.active]
-			*f = frame{attempt: 1}
-			if drivers[k.active].begin(e.Time()) != retry.NoReason {
+			*f = frame{attempt: 1, l: withDeadline(deadline(k))}
+			if drivers[k.active].begin(&f.l, e.Time()) != retry.NoReason {
 				k.failed = true
 				k.active--
 				e.At(now+c.Hop, evUp, ev.ID)
@@ -221,9 +221,8 @@ func (c *LayersConfig) runOne(sh shape, owner bool, seed uint64) layersRun {
 				err = ErrFailed
 			}
 			d := drivers[k.active]
-			dec := d.end(e.Time(), int(f.attempt), err, deadline(k), f.prev)
+			dec := d.end(&f.l, e.Time(), int(f.attempt), err)
 			if err != nil && dec.Retry {
-				f.prev = dec.Delay
 				e.At(now+dec.Delay, evRetryL, ev.ID)
 				continue
 			}
@@ -239,7 +238,7 @@ func (c *LayersConfig) runOne(sh shape, owner bool, seed uint64) layersRun {
 		case evRetryL:
 			f := &k.frames[k.active]
 			f.attempt++
-			if drivers[k.active].again() != retry.NoReason {
+			if drivers[k.active].again(&f.l, e.Time()) != retry.NoReason {
 				k.failed = true
 				e.At(now, evUp, ev.ID)
 				continue

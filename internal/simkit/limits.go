@@ -175,7 +175,7 @@ func (c *LimitsConfig) runOne(mode string, seed uint64) limitsRun {
 		case evLimitsNew:
 			e.After(poissonGap(rng, c.Rate), evLimitsNew, 0)
 			out.requests++
-			if d.begin(e.Time()) != retry.NoReason {
+			if d.begin(nil, e.Time()) != retry.NoReason {
 				out.refused[k]++
 				continue
 			}
@@ -203,7 +203,7 @@ func (c *LimitsConfig) runOne(mode string, seed uint64) limitsRun {
 			}
 			r.done = true
 			inFlight--
-			d.end(e.Time(), 1, nil, time.Time{}, 0)
+			d.end(nil, e.Time(), 1, nil)
 			out.goodput[k]++
 			if r.sent >= c.StepAt {
 				out.latency += now - r.sent
@@ -216,7 +216,7 @@ func (c *LimitsConfig) runOne(mode string, seed uint64) limitsRun {
 			}
 			r.timeout = true
 			inFlight--
-			d.end(e.Time(), 1, ErrTimeout, time.Time{}, 0)
+			d.end(nil, e.Time(), 1, ErrTimeout)
 			out.timeouts[k]++
 		}
 	}

@@ -185,7 +185,7 @@ func (c *LittlesLawConfig) runOne(mode string, before, after, slowAt, duration, 
 				continue
 			}
 			e.After(gap(), evArrival, 0)
-			r := d.begin(e.Time())
+			r := d.begin(nil, e.Time())
 			if r != retry.NoReason && mode == "bulkhead" {
 				out.rejected++ // a controlled answer at once; never enters
 				continue
@@ -203,8 +203,8 @@ func (c *LittlesLawConfig) runOne(mode string, before, after, slowAt, duration, 
 			svc.Leave(now, 0)
 			sys.Leave(now, starts[ev.ID])
 			inSys--
-			d.end(e.Time(), 1, nil, time.Time{}, 0) // releases the connection
-			for head < len(queue) && d.begin(e.Time()) == retry.NoReason {
+			d.end(nil, e.Time(), 1, nil) // releases the connection
+			for head < len(queue) && d.begin(nil, e.Time()) == retry.NoReason {
 				serve(queue[head])
 				head++
 			}

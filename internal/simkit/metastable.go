@@ -137,6 +137,7 @@ func (c *MetastableConfig) runOne(strategy string, cutLen time.Duration, seed ui
 	work := 1 / c.Capacity
 	e := NewEngine(1 << 16)
 	attempt := make([]int32, 0, int(c.Rate*c.Duration.Seconds())+16)
+	ls := make([]ledger, 0, cap(attempt)) // each request's, beside its attempt
 	count := func(xs []int64, t time.Duration) {
 		if i := int(t / time.Second); i < len(xs) {
 			xs[i]++
@@ -166,18 +167,19 @@ func (c *MetastableConfig) runOne(strategy string, cutLen time.Duration, seed ui
 		case evMetaNew:
 			e.After(poissonGap(rng, c.Rate), evMetaNew, 0)
 			out.requests++
-			if d.begin(e.Time()) != retry.NoReason {
+			var l ledger
+			if d.begin(&l, e.Time()) != retry.NoReason {
 				continue
 			}
-			attempt = append(attempt, 0)
+			attempt, ls = append(attempt, 0), append(ls, l)
 			send(int32(len(attempt)-1), now)
 		case evMetaOK:
-			d.end(e.Time(), int(attempt[ev.ID]), nil, time.Time{}, 0)
+			d.end(&ls[ev.ID], e.Time(), int(attempt[ev.ID]), nil)
 			out.successes++
 			count(out.goodput, now)
 		case evMetaTimeout:
 			out.timeouts++
-			if dec := d.end(e.Time(), int(attempt[ev.ID]), ErrTimeout, time.Time{}, 0); dec.Retry {
+			if dec := d.end(&ls[ev.ID], e.Time(), int(attempt[ev.ID]), ErrTimeout); dec.Retry {
 				send(ev.ID, now) // an immediate resend: Constant(0) and no limiter
 			}
 		}

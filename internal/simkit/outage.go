@@ -66,7 +66,7 @@ type outageCaller struct {
 	jobs    int32 // jobs left after the current one
 	failed  bool  // the current attempt's answer
 	arrived time.Duration
-	prev    time.Duration
+	l       ledger
 	wait    time.Duration
 }
 
@@ -107,8 +107,8 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				return
 			}
 			c.jobs--
-			c.attempt, c.prev, c.wait = 0, 0, 0
-			if r := d.begin(e.Time()); r != retry.NoReason {
+			c.attempt, c.l, c.wait = 0, ledger{}, 0
+			if r := d.begin(&c.l, e.Time()); r != retry.NoReason {
 				m.GiveUp(e.Now(), r)
 				continue
 			}
@@ -161,7 +161,7 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 			if int(id) < om.logCallers {
 				res.log = append(res.log, attemptLog{caller: int(id), attempt: int(c.attempt), wait: c.wait, ok: !c.failed, at: c.arrived})
 			}
-			dec := d.end(e.Time(), int(c.attempt), err, time.Time{}, c.prev)
+			dec := d.end(&c.l, e.Time(), int(c.attempt), err)
 			switch {
 			case err == nil:
 				res.lastAccept = max(res.lastAccept, c.arrived)
@@ -171,7 +171,7 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				m.GiveUp(now, dec.Reason)
 				start(id)
 			default:
-				c.prev, c.wait = dec.Delay, dec.Delay
+				c.wait = dec.Delay
 				if res.waits != nil {
 					res.waits[dec.Delay] = true
 				}
@@ -182,7 +182,7 @@ func (om outageModel) run(p *retry.Policy) outageRun {
 				}
 			}
 		case evSend:
-			if r := d.again(); r != retry.NoReason {
+			if r := d.again(&c.l, e.Time()); r != retry.NoReason {
 				m.GiveUp(now, r)
 				start(id)
 				continue

@@ -11,6 +11,7 @@ import (
 	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/internal/timeline"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 // Errors of a replayed dependency, classified Retryable once.
@@ -65,7 +66,7 @@ const MaxReplayInFlight = 1 << 24
 // the request's deadline); one whose answer comes later ends at the bound
 // with ErrTimeout, and one that gets no answer and has no bound ends after
 // [DefaultHang]. Every decision — the budget, the limiter, the deadline,
-// the schedule — is the policy's own retry.Step; the network between the
+// the schedule — is the policy's own retrydriver.Step; the network between the
 // callers and the dependency takes no time (the latencies are what a
 // proxy in front of the dependency measured).
 type Replay struct {
@@ -313,7 +314,7 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 		e.At(now+lat, evRAnswer, id)
 	}
 	begin := func(id int32) bool {
-		s := retry.Step{Policy: &pol, Delivery: reqs[id].d}
+		s := retrydriver.Step{Policy: &pol, Delivery: reqs[id].d}
 		if reason := s.Begin(context.Background(), e.Time()); reason != retry.NoReason {
 			giveUp(id, reason)
 			return false
@@ -358,7 +359,7 @@ func (r *Replay) Run(ctx context.Context, p *retry.Policy, o ReplayOptions) (*Re
 			}
 		case evRAnswer:
 			q := &reqs[ev.ID]
-			s := retry.Step{Policy: &pol, Delivery: q.d}
+			s := retrydriver.Step{Policy: &pol, Delivery: q.d}
 			s.Resume()
 			dec := s.End(q.err, e.Time())
 			q.d = s.Delivery

@@ -117,6 +117,7 @@ func (c *SpiralConfig) runOne(name string, seed uint64) (spiralRun, error) {
 	burst := max(1, c.Capacity/100)
 	tokens, last := burst, time.Duration(0)
 	var attempt []int32
+	var ls []ledger // each request's, beside its attempt
 	try := func(id int32, now time.Duration) {
 		attempt[id]++
 		k := int(now / time.Second)
@@ -130,7 +131,7 @@ func (c *SpiralConfig) runOne(name string, seed uint64) (spiralRun, error) {
 		} else {
 			err = ErrFailed
 		}
-		dec := d.end(e.Time(), int(attempt[id]), err, time.Time{}, 0)
+		dec := d.end(&ls[id], e.Time(), int(attempt[id]), err)
 		if err != nil && dec.Retry && now+dec.Delay < c.Duration {
 			e.At(now+dec.Delay, evSpiralRetry, id) // no limiter: the retry starts when it arrives
 		}
@@ -149,10 +150,11 @@ func (c *SpiralConfig) runOne(name string, seed uint64) (spiralRun, error) {
 		case evSpiralNew:
 			e.After(poissonGap(rng, c.Rate), evSpiralNew, 0)
 			out.requests++
-			if d.begin(e.Time()) != retry.NoReason {
+			var l ledger
+			if d.begin(&l, e.Time()) != retry.NoReason {
 				continue
 			}
-			attempt = append(attempt, 0)
+			attempt, ls = append(attempt, 0), append(ls, l)
 			try(int32(len(attempt)-1), now)
 		case evSpiralRetry:
 			try(ev.ID, now)

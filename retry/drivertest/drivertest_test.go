@@ -13,6 +13,7 @@ import (
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/retry/drivertest"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 func TestDo(t *testing.T) { drivertest.Run(t, drivertest.Do) }
@@ -41,7 +42,7 @@ func (r *recorder) Failed() bool {
 	return len(r.errs) > 0
 }
 
-// loop is a driver written on retry.Step as the durable drivers are, with
+// loop is a driver written on retrydriver.Step as the durable drivers are, with
 // the faults a broken driver could have as options.
 type loop struct {
 	keep          []retry.Reason // keep the work on these reasons instead of giving up
@@ -65,7 +66,7 @@ func (l loop) run(ctx context.Context, p *retry.Policy, attempt func(context.Con
 			giveUp(e)
 		}
 	}
-	s := retry.Step{Policy: &q}
+	s := retrydriver.Step{Policy: &q}
 	kept := func() error {
 		for _, r := range l.keep {
 			if s.Reason() == r {
