@@ -105,7 +105,7 @@ func FuzzControl(f *testing.F) {
 	for _, s := range []string{`{"clause":"status 503"}`, "delay 1s", `{"name":"a","listen":"127.0.0.1:0","upstream":"http://127.0.0.1:1"}`, `{"clause":`, "\x00"} {
 		f.Add(s)
 	}
-	p := NewHTTP("api", mustURL("http://127.0.0.1:1"), 0, "")
+	p := mustHTTP(f, Config{Name: "api", Upstream: "http://127.0.0.1:1"})
 	c := NewControl(func(Config) (Proxy, error) { return nil, errorf("no proxies in this test") })
 	c.Add(p)
 	h := c.Handler()

@@ -165,7 +165,7 @@ func TestHTTPReset(t *testing.T) {
 // p = 0.05 (a path) in process: each applies within 5 standard deviations of
 // its binomial mean, and the proxy's counts agree with what clients saw.
 func TestHTTPProbability(t *testing.T) {
-	p := NewHTTP("p", mustURL("http://127.0.0.1:1"), time.Hour, "")
+	p := mustHTTP(t, Config{Name: "p", Upstream: "http://127.0.0.1:1", Window: time.Hour})
 	p.next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
 	addFault(t, p.Faults(), "status 503 p=0.3 name=p30")
 	addFault(t, p.Faults(), "status 500 p=0.05 path=/b name=p5")
@@ -280,12 +280,13 @@ func TestChangeUnderTraffic(t *testing.T) {
 	}
 }
 
-func mustURL(s string) *urlT {
-	u, err := parseURL(s)
+func mustHTTP(tb testing.TB, cfg Config) *HTTPProxy {
+	tb.Helper()
+	p, err := NewHTTP(cfg)
 	if err != nil {
-		panic(err)
+		tb.Fatal(err)
 	}
-	return u
+	return p
 }
 
 func waitFor(t *testing.T, ok func() bool, what string) {
