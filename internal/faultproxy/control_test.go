@@ -110,7 +110,7 @@ func FuzzControl(f *testing.F) {
 	c.Add(p)
 	h := c.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, route := range []string{"POST /faults", "PUT /faults/x", "POST /proxies"} {
+		for _, route := range []string{"POST /faults", "PUT /faults/x", "POST /proxies", "POST /schedule", "PUT /schedule/x"} {
 			method, path, _ := strings.Cut(route, " ")
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
@@ -119,5 +119,8 @@ func FuzzControl(f *testing.F) {
 			}
 		}
 		p.Faults().Clear()
+		for _, c := range p.Schedule().List() {
+			p.Schedule().Remove(c.Name)
+		}
 	})
 }

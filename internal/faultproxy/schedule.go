@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,6 +11,12 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/internal/labkit"
+)
+
+// Errors of a Schedule; the control API maps them to 404 and 409.
+var (
+	ErrNoClause     = errors.New("no such schedule clause")
+	ErrClauseExists = errors.New("a schedule clause of that name exists")
 )
 
 // ScheduleClause is one clause of an HTTP proxy's fault schedule (the
@@ -101,18 +108,18 @@ func (s *Schedule) Clauses() []string {
 	return out
 }
 
-// Get returns the clause called name; ErrNoFault when there is none.
+// Get returns the clause called name; ErrNoClause when there is none.
 func (s *Schedule) Get(name string) (ScheduleClause, error) {
 	for _, c := range s.load().list {
 		if c.Name == name {
 			return c, nil
 		}
 	}
-	return ScheduleClause{}, fmt.Errorf("%w: no schedule clause called %q", ErrNoFault, name)
+	return ScheduleClause{}, fmt.Errorf("%w: %q (GET /schedule lists them)", ErrNoClause, name)
 }
 
 // Add adds clause under name (or, for "", its first word with a number if
-// needed) and returns the name; ErrExists when the name is taken.
+// needed) and returns the name; ErrClauseExists when the name is taken.
 func (s *Schedule) Add(name, clause string) (string, error) {
 	c, err := ParseScheduleClause(clause)
 	if err != nil {
@@ -132,7 +139,7 @@ func (s *Schedule) Add(name, clause string) (string, error) {
 		}
 	}
 	if scheduleIndex(cur, name) >= 0 {
-		return "", fmt.Errorf("%w: schedule clause %q; change it with PUT or remove it first", ErrExists, name)
+		return "", fmt.Errorf("%w: %q; change it with PUT or remove it first", ErrClauseExists, name)
 	}
 	return name, s.store(append(slices.Clip(cur), ScheduleClause{Name: name, Clause: c}))
 }
@@ -159,14 +166,14 @@ func (s *Schedule) Put(name, clause string) (added bool, err error) {
 	return added, s.store(next)
 }
 
-// Remove removes the clause called name; ErrNoFault when there is none.
+// Remove removes the clause called name; ErrNoClause when there is none.
 func (s *Schedule) Remove(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.load().list
 	i := scheduleIndex(cur, name)
 	if i < 0 {
-		return fmt.Errorf("%w: no schedule clause called %q", ErrNoFault, name)
+		return fmt.Errorf("%w: %q (GET /schedule lists them)", ErrNoClause, name)
 	}
 	return s.store(slices.Delete(slices.Clone(cur), i, i+1))
 }
