@@ -314,7 +314,11 @@ func TestIDCountsBounded(t *testing.T) {
 	if _, ok := c.Get(fmt.Sprint("id-", MaxTrackedIDs)); ok {
 		t.Errorf("an ID past the bound of %d was tracked", MaxTrackedIDs)
 	}
-	if len(c.n) != MaxTrackedIDs {
-		t.Errorf("tracked %d IDs", len(c.n))
+	kept := 0
+	for i := range c.shards {
+		kept += len(c.shards[i].n)
+	}
+	if kept != MaxTrackedIDs || c.tracked.Load() != MaxTrackedIDs {
+		t.Errorf("tracked %d IDs (counter %d)", kept, c.tracked.Load())
 	}
 }

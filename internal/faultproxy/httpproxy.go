@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/maphash"
 	"io"
 	"log"
 	"net"
@@ -123,29 +124,55 @@ const MaxTrackedIDs = 1 << 14
 
 // IDCounts is the attempts of each logical request, at most MaxTrackedIDs
 // of them, for GET /stats/requests/{id}. The zero value is not usable:
-// call NewIDCounts. It is safe for concurrent use.
+// call NewIDCounts. It is safe for concurrent use: its IDs are spread over
+// idShards locks, so concurrent attempts seldom wait for each other.
 type IDCounts struct {
+	seed    maphash.Seed
+	tracked atomic.Int64 // IDs kept, over every shard
+	shards  [idShards]idShard
+}
+
+const idShards = 16
+
+type idShard struct {
 	mu sync.Mutex
 	n  map[string]int
+	_  [40]byte // a cache line each
 }
 
 // NewIDCounts returns an empty IDCounts.
-func NewIDCounts() *IDCounts { return &IDCounts{n: map[string]int{}} }
+func NewIDCounts() *IDCounts {
+	c := &IDCounts{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].n = map[string]int{}
+	}
+	return c
+}
+
+func (c *IDCounts) shard(id string) *idShard {
+	return &c.shards[maphash.String(c.seed, id)%idShards]
+}
 
 // Add counts an attempt of id.
 func (c *IDCounts) Add(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.n[id]; ok || len(c.n) < MaxTrackedIDs {
-		c.n[id]++
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.n[id]; ok {
+		sh.n[id]++
+	} else if c.tracked.Add(1) <= MaxTrackedIDs {
+		sh.n[id] = 1
+	} else {
+		c.tracked.Add(-1)
 	}
 }
 
 // Get returns the attempts of id, false when it was not tracked.
 func (c *IDCounts) Get(id string) (int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.n[id]
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n, ok := sh.n[id]
 	return n, ok
 }
 
@@ -370,14 +397,10 @@ func (p *HTTPProxy) bodyFits(w http.ResponseWriter, r *http.Request) (fits, aban
 		p.tooLarge(w)
 		return false, false
 	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return true, false
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength >= 0 {
+		return true, false // the server reads no more than the declared length, checked above
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, max)
-	if r.ContentLength >= 0 {
-		return true, false // the server reads no more than the declared length
-	}
-	buf, err := io.ReadAll(r.Body)
+	buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -185,6 +185,13 @@ func slicesConcat(a, b []*labkit.Fault) []*labkit.Fault {
 	return out
 }
 
+// relayBuf is the size of a pump's buffer; relayBufs keeps them for the
+// next connections, so a proxy with short connections does not allocate
+// 64 KiB for each.
+const relayBuf = 32 << 10
+
+var relayBufs = sync.Pool{New: func() any { return new([relayBuf]byte) }}
+
 // pump copies src to dst through the faults of its direction, and passes
 // src's end on as a half close (after slow-close's wait).
 func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, count func(int64)) {
@@ -227,7 +234,9 @@ func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, cou
 		r.close(true)
 		return
 	}
-	buf := make([]byte, 32<<10) // 64 KiB a connection: --max-conns of them bound the memory
+	bp := relayBufs.Get().(*[relayBuf]byte) // 64 KiB a connection: --max-conns of them bound the memory
+	defer relayBufs.Put(bp)
+	buf := bp[:]
 	var sent int64
 	began := time.Now()
 	for {
