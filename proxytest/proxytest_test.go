@@ -28,22 +28,30 @@ func send(t *testing.T, url, id string) int {
 	return resp.StatusCode
 }
 
-// Connect steers a proxy through the control API, as it would a running
-// `stagger proxy --control`; the checks say what they saw.
-func TestConnect(t *testing.T) {
+// controlled starts a service and a control API with a proxy called svc
+// in front of it; it returns the service's and the API's URLs.
+func controlled(t *testing.T) (svcURL, apiURL string) {
+	t.Helper()
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer svc.Close()
+	t.Cleanup(svc.Close)
 	ctl := faultproxy.NewControl(nil)
-	defer ctl.Close()
+	t.Cleanup(ctl.Close)
 	api := httptest.NewServer(ctl.Handler())
-	defer api.Close()
+	t.Cleanup(api.Close)
 	if _, err := ctl.StartProxy(faultproxy.Config{Name: "svc", Upstream: svc.URL, Window: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Connect(api.URL, "nope"); err == nil || !strings.Contains(err.Error(), `404: no proxy called "nope"`) {
+	return svc.URL, api.URL
+}
+
+// Connect steers a proxy through the control API, as it would a running
+// `stagger proxy --control`; the checks say what they saw.
+func TestConnect(t *testing.T) {
+	_, apiURL := controlled(t)
+	if _, err := Connect(apiURL, "nope"); err == nil || !strings.Contains(err.Error(), `404: no proxy called "nope"`) {
 		t.Fatalf("unknown proxy: %v", err)
 	}
-	p, err := Connect(api.URL, "svc")
+	p, err := Connect(apiURL, "svc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,16 +152,8 @@ func TestStartTCP(t *testing.T) {
 // The fault schedule changes at run time, in process and through the
 // control API alike.
 func TestSchedule(t *testing.T) {
-	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer svc.Close()
-	ctl := faultproxy.NewControl(nil)
-	defer ctl.Close()
-	api := httptest.NewServer(ctl.Handler())
-	defer api.Close()
-	if _, err := ctl.StartProxy(faultproxy.Config{Name: "svc", Upstream: svc.URL, Window: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	remote, err := Connect(api.URL, "svc")
+	svcURL, apiURL := controlled(t)
+	remote, err := Connect(apiURL, "svc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestSchedule(t *testing.T) {
 		name string
 		p    *Proxy
 		url  string
-	}{{"in process", Start(t, svc.URL), ""}, {"connected", remote, "http://" + s.Listen}} {
+	}{{"in process", Start(t, svcURL), ""}, {"connected", remote, "http://" + s.Listen}} {
 		p, base := c.p, c.url
 		if base == "" {
 			base = p.URL

@@ -203,16 +203,8 @@ func TestHTTPProbability(t *testing.T) {
 // clients send attempts: every attempt is counted once, and the fault's
 // count (kept across changes of its name) equals the 503s clients saw.
 func TestChangeUnderTraffic(t *testing.T) {
-	p, url := startHTTP(t)
-	c := NewControl(nil)
-	c.Add(p)
-	ctl := httptest.NewServer(c.Handler())
-	defer ctl.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 16}
-	defer tr.CloseIdleConnections()
-	cl := &http.Client{Transport: tr}
+	p, url, ctl, cl := startControlled(t)
 	const clients, each = 8, 150
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
 	stop := make(chan struct{})
@@ -243,25 +235,11 @@ func TestChangeUnderTraffic(t *testing.T) {
 			}
 		}
 	}()
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				resp, err := cl.Get(url + "/x")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				mu.Lock()
-				codes[resp.StatusCode]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	traffic(t, cl, url+"/x", clients, each, func(resp *http.Response) {
+		mu.Lock()
+		codes[resp.StatusCode]++
+		mu.Unlock()
+	})
 	close(stop)
 	<-changer
 	s := p.Stats(false)
@@ -278,6 +256,44 @@ func TestChangeUnderTraffic(t *testing.T) {
 	if s.Total != clients*each || s.Down != codes[503] || s.Accepted != codes[200] || int(applied) != codes[503] || changes < 10 {
 		t.Errorf("counted total %d, down %d, accepted %d, fault applied %d; clients saw %v", s.Total, s.Down, s.Accepted, applied, codes)
 	}
+}
+
+// startControlled starts an HTTP proxy with a control API in front of it
+// and a keep-alive client for the proxy.
+func startControlled(t *testing.T) (p *HTTPProxy, url string, ctl *httptest.Server, cl *http.Client) {
+	t.Helper()
+	p, url = startHTTP(t)
+	c := NewControl(nil)
+	c.Add(p)
+	ctl = httptest.NewServer(c.Handler())
+	t.Cleanup(ctl.Close)
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(tr.CloseIdleConnections)
+	return p, url, ctl, &http.Client{Transport: tr}
+}
+
+// traffic sends each GETs of url from each of clients goroutines and
+// hands every answer to see; it returns when all are answered.
+func traffic(t *testing.T, cl *http.Client, url string, clients, each int, see func(*http.Response)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				resp, err := cl.Get(url)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				see(resp)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func mustHTTP(tb testing.TB, cfg Config) *HTTPProxy {

@@ -1,9 +1,7 @@
 package faultproxy
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -70,11 +68,7 @@ func TestControlSchedule(t *testing.T) {
 	c.Add(p)
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
-	for _, s := range []struct {
-		method, path, body string
-		code               int
-		has                string
-	}{
+	checkSteps(t, srv.URL, []apiStep{
 		{"GET", "/schedule", "", 200, "[]"},
 		{"POST", "/schedule", "down 10s at 1h", 201, `"name": "down"`},
 		{"POST", "/schedule", `{"name": "later", "clause": "down  2s  at 2h"}`, 201, `"clause": "down 2s at 2h"`},
@@ -105,18 +99,7 @@ func TestControlSchedule(t *testing.T) {
 		{"POST", "/proxies", `{"name":"redis","listen":"127.0.0.1:0","upstream":"127.0.0.1:1","kind":"tcp"}`, 201, `"kind": "tcp"`},
 		{"POST", "/proxies/redis/schedule", "down 1s at 0s", 400, "has no fault schedule"},
 		{"GET", "/schedule?proxy=redis", "", 400, "has no fault schedule"},
-	} {
-		code, body := call(t, s.method, srv.URL+s.path, s.body)
-		if code != s.code || !strings.Contains(body, s.has) {
-			t.Errorf("%s %s %.40q: %d %s; want %d with %q", s.method, s.path, s.body, code, body, s.code, s.has)
-		}
-		if code >= 400 {
-			var e struct{ Error string }
-			if json.Unmarshal([]byte(body), &e) != nil || e.Error == "" {
-				t.Errorf("%s %s: error body %q is not {\"error\": ...}", s.method, s.path, body)
-			}
-		}
-	}
+	})
 }
 
 // TestScheduleChangeUnderTraffic changes the schedule (an outage, a cap)
@@ -125,14 +108,7 @@ func TestControlSchedule(t *testing.T) {
 // clients saw — 503 down from the schedule, 503 busy from the cap, 500
 // from the fault, 200 through.
 func TestScheduleChangeUnderTraffic(t *testing.T) {
-	p, url := startHTTP(t)
-	c := NewControl(nil)
-	c.Add(p)
-	ctl := httptest.NewServer(c.Handler())
-	defer ctl.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 16}
-	defer tr.CloseIdleConnections()
-	cl := &http.Client{Transport: tr}
+	p, url, ctl, cl := startControlled(t)
 	const clients, each = 8, 200
 	steps := []struct{ method, path, body string }{
 		{"PUT", "/schedule/out", "down 1h at 0s"},
@@ -164,32 +140,17 @@ func TestScheduleChangeUnderTraffic(t *testing.T) {
 			n++
 		}
 	}()
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				resp, err := cl.Get(url + "/x")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				kind := resp.Status
-				if f := resp.Header.Get(HeaderFault); f != "" {
-					kind = "fault " + f
-				} else if o := resp.Header.Get(labkit.HeaderOutcome); o != "" {
-					kind = o
-				}
-				mu.Lock()
-				seen[kind]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	traffic(t, cl, url+"/x", clients, each, func(resp *http.Response) {
+		kind := resp.Status
+		if f := resp.Header.Get(HeaderFault); f != "" {
+			kind = "fault " + f
+		} else if o := resp.Header.Get(labkit.HeaderOutcome); o != "" {
+			kind = o
+		}
+		mu.Lock()
+		seen[kind]++
+		mu.Unlock()
+	})
 	close(stop)
 	changes := <-changer
 	s := p.Stats(false)
