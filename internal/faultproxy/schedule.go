@@ -19,6 +19,10 @@ var (
 	ErrClauseExists = errors.New("a schedule clause of that name exists")
 )
 
+// MaxScheduleClause bounds the text of one schedule clause, so that the
+// schedule (at most labkit.MaxFaultClauses clauses) stays small.
+const MaxScheduleClause = 256
+
 // ScheduleClause is one clause of an HTTP proxy's fault schedule (the
 // timeline of `stagger proxy --fault`: down, drop, latency, slow, flap,
 // cap, retry-after), by name. Its times count from the proxy's start.
@@ -84,6 +88,8 @@ func ParseScheduleClause(clause string) (string, error) {
 	switch {
 	case c == "":
 		return "", errorf("clause: required, such as \"down 2s at 10s\" (%s)", labkit.FaultGrammar)
+	case len(c) > MaxScheduleClause:
+		return "", errorf("clause: %d bytes, over the limit of %d", len(c), MaxScheduleClause)
 	case strings.Contains(c, ";"):
 		return "", errorf("clause %q: one clause, without ';'", c)
 	}

@@ -41,6 +41,7 @@ func TestSchedule(t *testing.T) {
 		{"", "down 1s at 2s; cap 3", ErrBadRequest, "one clause, without ';'"},
 		{"", "  ", ErrBadRequest, "clause: required"},
 		{"", "status 503", ErrBadRequest, "unknown fault"},
+		{"", "down " + strings.Repeat("0", MaxScheduleClause) + "1s at 0s", ErrBadRequest, "over the limit of 256"},
 		{"a/b", "latency 1s", ErrBadRequest, "name"},
 	} {
 		if _, err := s.Add(c.name, c.clause); !errors.Is(err, c.err) || !strings.Contains(err.Error(), c.has) {
