@@ -48,7 +48,7 @@ func startControl(addr string, main faultproxy.Proxy, window time.Duration) (sto
 
 // controlLine is the line printed once the control API listens.
 func controlLine(addr string) string {
-	line := "control API: http://" + addr + " (GET /faults, POST /faults, GET /stats; see docs/proxy.md)"
+	line := "control API: http://" + addr + " (/faults, /schedule, /stats; see docs/proxy.md)"
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			line += "\nwarning: the control API is not on a loopback address: whoever reaches it can change the faults and start proxies"
