@@ -153,3 +153,4 @@ func BenchmarkProxyOverhead(b *testing.B) {
 }
 
 var benchBody = bytes.Repeat([]byte("x"), 1024)
+

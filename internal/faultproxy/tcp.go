@@ -150,7 +150,19 @@ func (p *TCPProxy) serve(c net.Conn) {
 		rec.Finish(pend, "", 0, labkit.Failed)
 		return
 	}
-	r.up = upc
+	// Close may have run since the connection was registered: it closed
+	// the client alone, and the upstream is this goroutine's to close.
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		r.up = upc
+	}
+	p.mu.Unlock()
+	if closed {
+		upc.Close()
+		rec.Finish(pend, "", 0, labkit.Abandoned)
+		return
+	}
 	for _, f := range slicesConcat(down, up) {
 		if f.Kind == labkit.FaultResetPeer {
 			t := time.AfterFunc(f.Delay, func() { r.close(true) })
