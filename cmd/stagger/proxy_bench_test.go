@@ -153,4 +153,3 @@ func BenchmarkProxyOverhead(b *testing.B) {
 }
 
 var benchBody = bytes.Repeat([]byte("x"), 1024)
-
