@@ -1,6 +1,7 @@
 // Package proxytest puts stagger's fault proxy in a Go test: start one in
 // process on a free loopback port (or connect to a running `stagger proxy
-// --control`), add and remove faults by clause while the test runs, and
+// --control`), add and remove faults by clause while the test runs (and,
+// for HTTP, the fault schedule's outages, drops, latency and cap), and
 // check what arrived: the attempts of one logical request, the peak inside
 // a window, the amplification. A check that fails says what it saw.
 //
