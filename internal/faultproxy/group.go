@@ -17,8 +17,8 @@ type Grouping struct {
 	Header string // canonical; "" for method+path+client
 }
 
-// groupSeed hashes request targets too long to be part of a key.
-var groupSeed = maphash.MakeSeed()
+// targetHashKey hashes request targets too long to be part of a key.
+var targetHashKey = maphash.MakeSeed()
 
 // Key returns the logical request r belongs to, "" when it carries none.
 func (g Grouping) Key(r *http.Request) string {
@@ -40,7 +40,7 @@ func (g Grouping) Key(r *http.Request) string {
 	}
 	k := r.Method + " " + client + " " + target
 	if len(k) > labkit.MaxIDLen {
-		k = r.Method + " " + client + " #" + strconv.FormatUint(maphash.String(groupSeed, target), 16)
+		k = r.Method + " " + client + " #" + strconv.FormatUint(maphash.String(targetHashKey, target), 16)
 	}
 	return k
 }

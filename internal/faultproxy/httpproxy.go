@@ -127,7 +127,7 @@ const MaxTrackedIDs = 1 << 14
 // call NewIDCounts. It is safe for concurrent use: its IDs are spread over
 // idShards locks, so concurrent attempts seldom wait for each other.
 type IDCounts struct {
-	seed    maphash.Seed
+	hashKey maphash.Seed
 	tracked atomic.Int64 // IDs kept, over every shard
 	shards  [idShards]idShard
 }
@@ -142,7 +142,7 @@ type idShard struct {
 
 // NewIDCounts returns an empty IDCounts.
 func NewIDCounts() *IDCounts {
-	c := &IDCounts{seed: maphash.MakeSeed()}
+	c := &IDCounts{hashKey: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].n = map[string]int{}
 	}
@@ -150,7 +150,7 @@ func NewIDCounts() *IDCounts {
 }
 
 func (c *IDCounts) shard(id string) *idShard {
-	return &c.shards[maphash.String(c.seed, id)%idShards]
+	return &c.shards[maphash.String(c.hashKey, id)%idShards]
 }
 
 // Add counts an attempt of id.
