@@ -66,3 +66,39 @@ func Example() {
 	// proxytest: 2.5 attempts per request, over 2: 5 attempts for 2 requests, the most 4 by one (by attempt number map[1:2 2:1 3:1 4:1])
 	// <nil>
 }
+
+// An outage switched on and off while the test runs: a clause of the
+// fault schedule (times count from the proxy's start, so "down 1h at 0s"
+// is down from now until removed), then a cap of one attempt in flight.
+func ExampleProxy_AddSchedule() {
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer svc.Close()
+	p, err := proxytest.New(svc.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	get := func() int {
+		resp, err := http.Get(p.URL + "/")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	name, _ := p.AddSchedule("outage", "down 1h at 0s")
+	fmt.Println(name, get())
+	p.RemoveSchedule(name)
+	fmt.Println("removed", get())
+	p.AddSchedule("", "cap 1")
+	clauses, _ := p.Schedule()
+	fmt.Println(clauses)
+	s, _ := p.Stats()
+	fmt.Println(s.Total, s.Down, s.Accepted)
+	// Output:
+	// outage 503
+	// removed 200
+	// [{cap cap 1}]
+	// 2 1 1
+}

@@ -1,6 +1,7 @@
 // Package proxytest puts stagger's fault proxy in a Go test: start one in
 // process on a free loopback port (or connect to a running `stagger proxy
-// --control`), add and remove faults by clause while the test runs, and
+// --control`), add and remove faults by clause while the test runs (and,
+// for HTTP, the fault schedule's outages, drops, latency and cap), and
 // check what arrived: the attempts of one logical request, the peak inside
 // a window, the amplification. A check that fails says what it saw.
 //
@@ -29,6 +30,9 @@ import (
 
 // Stats is what the proxy counted (GET /stats of the control API).
 type Stats = faultproxy.Stats
+
+// ScheduleClause is a named clause of an HTTP proxy's fault schedule.
+type ScheduleClause = faultproxy.ScheduleClause
 
 // FaultCount is a fault with what it did: the attempts or connections it
 // matched and those it applied to.
@@ -175,6 +179,80 @@ func (p *Proxy) Fault(name string) (FaultCount, error) {
 	var got FaultCount
 	err := p.do("GET", "/faults/"+url.PathEscape(name), nil, &got)
 	return got, err
+}
+
+// AddSchedule adds a clause to the fault schedule of an HTTP proxy
+// ("down 2s at 5s", "drop 1s at 3s", "latency 20ms", "slow 1s at 2s for
+// 10s", "flap 100ms/200ms at 1s for 5s", "cap 50", "retry-after 1s"; times
+// count from the proxy's start) and returns its name: name when not "",
+// else the clause's first word with a number if needed.
+func (p *Proxy) AddSchedule(name, clause string) (string, error) {
+	if p.local != nil {
+		s, err := p.schedule()
+		if err != nil {
+			return "", err
+		}
+		if name, err = s.Add(name, clause); err != nil {
+			return "", fmt.Errorf("proxytest: %w", err)
+		}
+		return name, nil
+	}
+	var got ScheduleClause
+	err := p.do("POST", "/schedule", faultproxy.FaultRequest{Name: name, Clause: clause}, &got)
+	return got.Name, err
+}
+
+// SetSchedule sets the schedule's clause called name, adding it if there
+// is none.
+func (p *Proxy) SetSchedule(name, clause string) error {
+	if p.local != nil {
+		s, err := p.schedule()
+		if err != nil {
+			return err
+		}
+		if _, err := s.Put(name, clause); err != nil {
+			return fmt.Errorf("proxytest: %w", err)
+		}
+		return nil
+	}
+	return p.do("PUT", "/schedule/"+url.PathEscape(name), faultproxy.FaultRequest{Clause: clause}, nil)
+}
+
+// RemoveSchedule removes the schedule's clause called name.
+func (p *Proxy) RemoveSchedule(name string) error {
+	if p.local != nil {
+		s, err := p.schedule()
+		if err != nil {
+			return err
+		}
+		if err := s.Remove(name); err != nil {
+			return fmt.Errorf("proxytest: %w", err)
+		}
+		return nil
+	}
+	return p.do("DELETE", "/schedule/"+url.PathEscape(name), nil, nil)
+}
+
+// Schedule returns the clauses of the fault schedule, in order.
+func (p *Proxy) Schedule() ([]ScheduleClause, error) {
+	if p.local != nil {
+		s, err := p.schedule()
+		if err != nil {
+			return nil, err
+		}
+		return s.List(), nil
+	}
+	var got []ScheduleClause
+	err := p.do("GET", "/schedule", nil, &got)
+	return got, err
+}
+
+func (p *Proxy) schedule() (*faultproxy.Schedule, error) {
+	sp, ok := p.local.(faultproxy.Scheduler)
+	if !ok {
+		return nil, fmt.Errorf("proxytest: a %s proxy has no fault schedule; use AddFault", p.local.Kind())
+	}
+	return sp.Schedule(), nil
 }
 
 // Stats returns what the proxy counted, with the timeline.

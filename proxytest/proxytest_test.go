@@ -28,22 +28,30 @@ func send(t *testing.T, url, id string) int {
 	return resp.StatusCode
 }
 
-// Connect steers a proxy through the control API, as it would a running
-// `stagger proxy --control`; the checks say what they saw.
-func TestConnect(t *testing.T) {
+// controlled starts a service and a control API with a proxy called svc
+// in front of it; it returns the service's and the API's URLs.
+func controlled(t *testing.T) (svcURL, apiURL string) {
+	t.Helper()
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer svc.Close()
+	t.Cleanup(svc.Close)
 	ctl := faultproxy.NewControl(nil)
-	defer ctl.Close()
+	t.Cleanup(ctl.Close)
 	api := httptest.NewServer(ctl.Handler())
-	defer api.Close()
+	t.Cleanup(api.Close)
 	if _, err := ctl.StartProxy(faultproxy.Config{Name: "svc", Upstream: svc.URL, Window: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Connect(api.URL, "nope"); err == nil || !strings.Contains(err.Error(), `404: no proxy called "nope"`) {
+	return svc.URL, api.URL
+}
+
+// Connect steers a proxy through the control API, as it would a running
+// `stagger proxy --control`; the checks say what they saw.
+func TestConnect(t *testing.T) {
+	_, apiURL := controlled(t)
+	if _, err := Connect(apiURL, "nope"); err == nil || !strings.Contains(err.Error(), `404: no proxy called "nope"`) {
 		t.Fatalf("unknown proxy: %v", err)
 	}
-	p, err := Connect(api.URL, "svc")
+	p, err := Connect(apiURL, "svc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,5 +146,58 @@ func TestStartTCP(t *testing.T) {
 	c.Close()
 	if err := p.CheckPeak(0); err == nil || !strings.Contains(err.Error(), "peak of 1 attempts") {
 		t.Errorf("CheckPeak: %v", err)
+	}
+}
+
+// The fault schedule changes at run time, in process and through the
+// control API alike.
+func TestSchedule(t *testing.T) {
+	svcURL, apiURL := controlled(t)
+	remote, err := Connect(apiURL, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := remote.Stats()
+	for _, c := range []struct {
+		name string
+		p    *Proxy
+		url  string
+	}{{"in process", Start(t, svcURL), ""}, {"connected", remote, "http://" + s.Listen}} {
+		p, base := c.p, c.url
+		if base == "" {
+			base = p.URL
+		}
+		name, err := p.AddSchedule("", "down 1h at 0s")
+		if err != nil || name != "down" {
+			t.Fatalf("%s: AddSchedule: %q %v", c.name, name, err)
+		}
+		if code := send(t, base+"/", "a"); code != 503 {
+			t.Errorf("%s: down: %d", c.name, code)
+		}
+		if err := p.SetSchedule("down", "down 1h at 2h"); err != nil {
+			t.Fatal(err)
+		}
+		if code := send(t, base+"/", "a"); code != 200 {
+			t.Errorf("%s: the outage moved on: %d", c.name, code)
+		}
+		if _, err := p.AddSchedule("", "cap 0"); err == nil || !strings.Contains(err.Error(), "cap") {
+			t.Errorf("%s: cap 0: %v", c.name, err)
+		}
+		if got, err := p.Schedule(); err != nil || len(got) != 1 || got[0].Clause != "down 1h at 2h" {
+			t.Errorf("%s: Schedule: %v %v", c.name, got, err)
+		}
+		if err := p.RemoveSchedule("down"); err != nil {
+			t.Error(err)
+		}
+		if err := p.RemoveSchedule("down"); err == nil || !strings.Contains(err.Error(), "no such schedule clause") {
+			t.Errorf("%s: removed twice: %v", c.name, err)
+		}
+		if err := p.CheckAttempts("a", 2); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	tcp := Start(t, "tcp://127.0.0.1:1")
+	if _, err := tcp.AddSchedule("", "down 1s at 0s"); err == nil || !strings.Contains(err.Error(), "no fault schedule") {
+		t.Errorf("TCP: %v", err)
 	}
 }

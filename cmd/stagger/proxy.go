@@ -1,21 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/staggerhq/stagger/internal/faultproxy"
@@ -40,9 +34,7 @@ const (
 	// statsPath is answered by the proxy itself and never counted.
 	statsPath = "/_stagger/stats"
 	// defaultMaxBody bounds a forwarded request body.
-	defaultMaxBody = 10 << 20
-	// proxyMaxHeaderBytes bounds the request headers the proxy reads.
-	proxyMaxHeaderBytes = 64 << 10
+	defaultMaxBody = faultproxy.DefaultMaxBody
 	// Defaults of the limits on clients: a request's headers, the whole
 	// request with its body, an idle keep-alive connection, and the
 	// connections open at once.
@@ -279,10 +271,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	p := newProxy(cfg, time.Now())
-	p.addr = l.Addr().String()
 	ctlAddr := ""
 	if cfg.control != "" {
-		p.ids.Store(faultproxy.NewIDCounts())
 		stop, bound, err := startControl(cfg.control, p, cfg.window)
 		if err != nil {
 			l.Close()
@@ -297,16 +287,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "stagger proxy: --record %s: %v\n", cfg.record, err)
 		return exitFail
 	}
-	srv := p.server()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(newLimitListener(l, cfg.maxConns)) }()
+	serveErr := p.Serve(l, p.serverConfig())
 	if !cfg.quiet {
 		fmt.Fprintf(stdout, "stagger proxy: listening on http://%s -> %s; stats at http://%s%s\n",
 			l.Addr(), cfg.upstream.Redacted(), l.Addr(), statsPath)
 		if ctlAddr != "" {
 			fmt.Fprintln(stdout, controlLine(ctlAddr))
 		}
-		if all := append(append([]string{}, cfg.faults.clauses...), p.rt.Clauses()...); len(all) > 0 {
+		if all := p.clauses(); len(all) > 0 {
 			fmt.Fprintf(stdout, "faults: %s\n", strings.Join(all, "; "))
 		}
 	}
@@ -326,13 +314,13 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(shutdown)
+	_ = p.Shutdown(shutdown)
 	if err := p.stopRecord(stdout); err != nil {
 		fmt.Fprintf(stderr, "stagger proxy: --record %s: %v\n", cfg.record, err)
 		failed = true
 	}
 
-	s := p.rec.Stats(true)
+	s := p.Recorder().Stats(true)
 	fmt.Fprintln(stdout, p.summaryLine(s))
 	if cfg.report != "" {
 		sub := fmt.Sprintf("stagger proxy %s — %s", strings.Join(quoteArgs(cfg.args), " "), time.Now().UTC().Format(time.RFC3339))
@@ -362,323 +350,48 @@ func quoteArgs(args []string) []string {
 	return out
 }
 
-// proxy is the handler: faults, forwarding and counting.
+// proxy is `stagger proxy`'s HTTP proxy (faultproxy.HTTPProxy: faults,
+// forwarding, counting) with the command's config, summary line and
+// report.
 type proxy struct {
-	cfg   *proxyConfig
-	start time.Time
-	rec   recorderRef
-	rp    *httputil.ReverseProxy
-	// rt holds the run-time faults (--fault clauses such as "status 503
-	// p=0.3", and the control API's); addr is where it listens.
-	rt   *faultproxy.Set
-	addr string
-	// ids counts the attempts of each logical request, for the control
-	// API's GET /stats/requests/{id} (nil without --control); replaced by
-	// a reset.
-	ids      atomic.Pointer[faultproxy.IDCounts]
-	inflight atomic.Int64
-	// byAttempt counts arrivals per Stagger-Attempt value (index 0: none or
-	// unreadable; the last entry: TrackedAttempts and above).
-	byAttempt [retryhttp.TrackedAttempts + 1]atomic.Int64
-	// oversized counts requests refused with 413 (--max-body); they are
-	// not attempts in the recorder.
-	oversized atomic.Int64
-	// now is the clock (time.Now); tests may replace it.
-	now func() time.Time
-	// tl writes the timeline file (--record); nil without one.
-	tl *recorder
+	*faultproxy.HTTPProxy
+	cfg *proxyConfig
 }
 
-// newProxy returns the handler for cfg, which parseProxy has checked.
+// newProxy returns the proxy for cfg, which parseProxy has checked; it
+// does not listen yet.
 func newProxy(cfg *proxyConfig, start time.Time) *proxy {
-	rec, err := labkit.NewWindowedRecorder(start, labkit.WindowedConfig{Window: cfg.window, Horizon: cfg.horizon, MaxRequests: cfg.maxReqs})
+	group := cfg.group.proxy()
+	hp, err := faultproxy.NewHTTP(faultproxy.Config{Name: cfg.name, Upstream: cfg.upstream.String(), Window: cfg.window, Group: &group,
+		Horizon: cfg.horizon, MaxRequests: cfg.maxReqs, MaxBody: cfg.maxBody, Schedule: cfg.faults.clauses, StatsPath: statsPath,
+		NoRequestCounts: cfg.control == "", Start: start})
 	if err != nil {
 		panic("stagger proxy: " + err.Error()) // parseProxy checked the same rules
 	}
-	p := &proxy{cfg: cfg, start: start, now: time.Now, rt: faultproxy.NewSet(false, nil)}
-	p.rec.p.Store(rec)
 	for _, f := range cfg.runtime {
-		if _, err := p.rt.Add(f); err != nil {
+		if _, err := hp.Faults().Add(f); err != nil {
 			panic("stagger proxy: " + err.Error()) // parseProxy checked the names
 		}
 	}
-	up := cfg.upstream
-	p.rp = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(up)
-			pr.SetXForwarded()
-		},
-		// The proxy never retries: it counts what its clients do.
-		Transport: &http.Transport{
-			Proxy:               nil,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if sw, ok := w.(*labkit.StatusWriter); ok {
-				sw.UpstreamErr = true
-			}
-			noteUpstreamErr(r, err)
-			http.Error(w, "stagger proxy: upstream: "+err.Error(), http.StatusBadGateway)
-		},
-	}
-	return p
+	return &proxy{HTTPProxy: hp, cfg: cfg}
 }
 
-// server is the http.Server for p, with the limits of its config; serve it
-// on a newLimitListener.
-func (p *proxy) server() *http.Server {
-	return &http.Server{
-		Handler:           p,
-		MaxHeaderBytes:    proxyMaxHeaderBytes,
-		ReadHeaderTimeout: p.cfg.readHeaderTimeout,
-		ReadTimeout:       p.cfg.readTimeout,
-		IdleTimeout:       p.cfg.idleTimeout,
-		// No WriteTimeout: a response may take as long as the upstream
-		// and the latency faults make it.
-		ErrorLog: log.New(io.Discard, "", 0), // a client that went away is counted, not logged
-	}
+// serverConfig is the limits on clients of cfg, for Serve.
+func (p *proxy) serverConfig() faultproxy.Config {
+	return faultproxy.Config{MaxConns: p.cfg.maxConns, ReadHeaderTimeout: p.cfg.readHeaderTimeout, ReadTimeout: p.cfg.readTimeout, IdleTimeout: p.cfg.idleTimeout}
 }
 
-func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == statsPath {
-		p.serveStats(w, r)
-		return
-	}
-	if fits, abandoned := p.bodyFits(w, r); !fits {
-		if abandoned && p.tl != nil {
-			// The client stopped sending its body: an attempt that was
-			// abandoned, not an answer (an oversized body is no attempt).
-			_, _, a := p.tl.arrive(w, r, p.now)
-			a.abandon()
-			a.done()
-		}
-		return
-	}
-	if p.tl != nil { // --record: every attempt the proxy counts
-		var a *recAttempt
-		w, r, a = p.tl.arrive(w, r, p.now)
-		defer a.done()
-	}
-	arrived := p.now()
-	rec := p.rec.load() // one recorder for the attempt, whatever a reset does meanwhile
-	pend := rec.Arrive(arrived)
-	t := arrived.Sub(p.start)
-	id, attempt := p.identify(r)
-	p.byAttempt[min(attempt, retryhttp.TrackedAttempts)].Add(1)
-	if c := p.ids.Load(); c != nil && id != "" {
-		c.Add(id)
-	}
-	f := p.cfg.faults
+// clauses is every fault as a clause: the schedule's, then the run-time
+// ones.
+func (p *proxy) clauses() []string { return append(p.Schedule().Clauses(), p.Faults().Clauses()...) }
 
-	if f.isDropped(t) {
-		rec.Finish(pend, id, attempt, labkit.Dropped)
-		panic(http.ErrAbortHandler) // the server closes the connection: no answer at all
+// schedule is the fault schedule as it is now.
+func (p *proxy) schedule() *labkit.FaultClauses {
+	s, err := labkit.ParseFaultClauses("schedule", p.Schedule().Clauses())
+	if err != nil || len(p.Schedule().Clauses()) == 0 {
+		return &labkit.FaultClauses{} // the schedule checked them together
 	}
-	// The lab gateway's decision, on the lab's timeline.
-	o, lat := f.Decide(t, int(p.inflight.Add(1)-1))
-	if o == labkit.Busy {
-		p.inflight.Add(-1)
-		p.refuse(w, labkit.Busy)
-		rec.Finish(pend, id, attempt, labkit.Busy)
-		return
-	}
-	defer p.inflight.Add(-1)
-	if lat > 0 {
-		timer := time.NewTimer(lat)
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			timer.Stop()
-			rec.Finish(pend, id, attempt, labkit.Abandoned) // the client gave up first
-			return
-		}
-	}
-	if o == labkit.Down {
-		p.refuse(w, labkit.Down)
-		rec.Finish(pend, id, attempt, labkit.Down)
-		return
-	}
-	// The run-time faults, then forwarding: Plan.Serve calls
-	// labkit.ServeAttempt, which wraps w in the StatusWriter ErrorHandler
-	// marks.
-	p.rt.PlanHTTP(r).Serve(w, r, p.rp, p.now, func(o labkit.Outcome) { rec.Finish(pend, id, attempt, o) })
-}
-
-// bodyFits refuses a request whose body is over --max-body before any of
-// it reaches the upstream, and before it counts as an attempt: 413, counted
-// as too_large (the proxy refused it; the upstream did not fail). A
-// declared length is checked at once; a body of unknown length (chunked)
-// is read into memory up to the limit and forwarded from there, so the
-// memory it holds is bounded by --max-body per connection (--max-conns of
-// them). A body the client stops sending (--read-timeout) counts as an
-// abandoned attempt (abandoned is then true).
-func (p *proxy) bodyFits(w http.ResponseWriter, r *http.Request) (fits, abandoned bool) {
-	max := p.cfg.maxBody
-	if r.ContentLength > max {
-		p.tooLarge(w)
-		return false, false
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return true, false
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, max)
-	if r.ContentLength >= 0 {
-		return true, false // the server reads no more than the declared length
-	}
-	buf, err := io.ReadAll(r.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			p.tooLarge(w)
-			return false, false
-		}
-		id, attempt := p.identify(r)
-		p.rec.Record(p.now(), id, attempt, labkit.Abandoned)
-		return false, true
-	}
-	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(buf)), int64(len(buf)), nil
-	return true, false
-}
-
-// tooLarge answers 413 for a body over --max-body.
-func (p *proxy) tooLarge(w http.ResponseWriter) {
-	p.oversized.Add(1)
-	http.Error(w, "stagger proxy: request body over --max-body "+strconv.FormatInt(p.cfg.maxBody, 10)+" bytes", http.StatusRequestEntityTooLarge)
-}
-
-// identify returns the logical request r belongs to and its attempt
-// number (0: none or unreadable, by the rule for values from the wire).
-func (p *proxy) identify(r *http.Request) (id string, attempt int) {
-	if v := r.Header[retryhttp.AttemptHeader]; len(v) == 1 {
-		attempt, _ = retryhttp.ParseAttempt(v[0])
-	}
-	return p.cfg.group.key(r), attempt
-}
-
-// refuse answers 503 for a fault (down) or the cap (busy).
-func (p *proxy) refuse(w http.ResponseWriter, o labkit.Outcome) {
-	h := w.Header()
-	if v := p.cfg.faults.retryAfterValue(); v != "" {
-		h.Set("Retry-After", v)
-	}
-	h.Set(labkit.HeaderOutcome, o.String())
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	io.WriteString(w, "stagger proxy: "+o.String()+"\n")
-}
-
-// proxyStats is the JSON of /_stagger/stats.
-type proxyStats struct {
-	Upstream           string           `json:"upstream"`
-	Faults             []string         `json:"faults"`
-	UptimeMS           int64            `json:"uptime_ms"`
-	WindowMS           int64            `json:"window_ms"`
-	Total              int              `json:"total"`
-	Accepted           int              `json:"accepted"`
-	Rejected           int              `json:"rejected"`
-	Down               int              `json:"down"`
-	Busy               int              `json:"busy"`
-	Dropped            int              `json:"dropped"`
-	Failed             int              `json:"failed"`
-	Abandoned          int              `json:"abandoned"`
-	Peak               int              `json:"peak"`
-	PeakAtMS           int64            `json:"peak_at_ms"`
-	InFlight           int64            `json:"in_flight"`
-	Requests           int              `json:"requests"`
-	RequestsAccepted   int              `json:"requests_accepted"`
-	Unidentified       int              `json:"unidentified"`
-	MaxAttempts        int              `json:"max_attempts"`
-	Evicted            int              `json:"evicted_requests"`
-	HorizonMS          int64            `json:"horizon_ms"`
-	Folded             int              `json:"folded"`
-	AttemptsPerRequest float64          `json:"attempts_per_request"`
-	GroupBy            string           `json:"group_by"`
-	ByAttempt          map[string]int64 `json:"by_attempt"`
-	Unnumbered         int64            `json:"unnumbered"`
-	TooLarge           int64            `json:"too_large"`
-	Timeline           []proxyWindow    `json:"timeline,omitempty"`
-}
-
-// grouped reports whether any attempt carried the grouping key: if none
-// did, the per-request numbers are not available (not zero).
-func (s proxyStats) grouped() bool { return s.Total == 0 || s.Unidentified < s.Total }
-
-// numbered reports whether any attempt carried a Stagger-Attempt.
-func (s proxyStats) numbered() bool { return s.Total == 0 || s.Unnumbered < int64(s.Total) }
-
-// MarshalJSON writes null for the numbers that are not available: the
-// per-request ones when no attempt carried the grouping key, by_attempt
-// when none carried a Stagger-Attempt.
-func (s proxyStats) MarshalJSON() ([]byte, error) {
-	type plain proxyStats
-	out := struct {
-		plain
-		Requests           *int              `json:"requests"`
-		RequestsAccepted   *int              `json:"requests_accepted"`
-		MaxAttempts        *int              `json:"max_attempts"`
-		AttemptsPerRequest *float64          `json:"attempts_per_request"`
-		ByAttempt          *map[string]int64 `json:"by_attempt"`
-	}{plain: plain(s)}
-	if s.grouped() {
-		out.Requests, out.RequestsAccepted, out.MaxAttempts, out.AttemptsPerRequest = &s.Requests, &s.RequestsAccepted, &s.MaxAttempts, &s.AttemptsPerRequest
-	}
-	if s.numbered() {
-		out.ByAttempt = &s.ByAttempt
-	}
-	return json.Marshal(out)
-}
-
-type proxyWindow struct {
-	StartMS   int64 `json:"start_ms"`
-	Accepted  int   `json:"accepted"`
-	Rejected  int   `json:"rejected"`
-	Down      int   `json:"down,omitempty"`
-	Busy      int   `json:"busy,omitempty"`
-	Dropped   int   `json:"dropped,omitempty"`
-	Failed    int   `json:"failed,omitempty"`
-	Abandoned int   `json:"abandoned,omitempty"`
-}
-
-// stats reads the recorder: a constant amount of work, plus one entry per
-// kept window when timeline is set.
-func (p *proxy) stats(timeline bool) proxyStats {
-	s := p.rec.Stats(timeline)
-	out := proxyStats{
-		Upstream: p.cfg.upstream.Redacted(), Faults: append(append([]string{}, p.cfg.faults.clauses...), p.rt.Clauses()...),
-		UptimeMS: p.now().Sub(p.start).Milliseconds(), WindowMS: p.cfg.window.Milliseconds(),
-		Total: s.Total, Accepted: s.Accepted, Rejected: s.Rejected, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
-		Peak: s.Peak, PeakAtMS: s.PeakAt.Milliseconds(), InFlight: p.inflight.Load(),
-		Requests: s.Requests, RequestsAccepted: s.RequestsAccepted, Unidentified: s.Unidentified,
-		MaxAttempts: s.MaxAttempts, AttemptsPerRequest: s.AttemptsPerRequest(),
-		Evicted: s.Evicted, HorizonMS: p.cfg.horizon.Milliseconds(), Folded: s.Folded,
-		GroupBy: p.cfg.group.String(), Unnumbered: p.byAttempt[0].Load(), TooLarge: p.oversized.Load(),
-		ByAttempt: map[string]int64{},
-	}
-	for i := range p.byAttempt {
-		if n := p.byAttempt[i].Load(); n > 0 {
-			out.ByAttempt[attemptKey(i)] = n
-		}
-	}
-	for _, b := range s.Timeline {
-		out.Timeline = append(out.Timeline, proxyWindow{StartMS: b.Start.Milliseconds(), Accepted: b.Accepted, Rejected: b.Rejected,
-			Down: b.Down, Busy: b.Busy, Dropped: b.Dropped, Failed: b.Failed, Abandoned: b.Abandoned})
-	}
-	return out
-}
-
-func (p *proxy) serveStats(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	s := p.stats(r.URL.Query().Get("timeline") == "1")
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(s)
+	return s
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -687,12 +400,12 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 // arrived through the proxy.
 func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 	w := p.cfg.window
-	f := p.cfg.faults
+	f := p.schedule()
 	var shades []report.Shade
 	for _, d := range f.Down {
 		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "down"})
 	}
-	for _, d := range f.drop {
+	for _, d := range f.Drop {
 		shades = append(shades, report.Shade{From: msOf(d.From), To: msOf(d.To), Label: "dropping connections"})
 	}
 	for _, d := range f.Flap {
@@ -714,10 +427,10 @@ func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 	}
 	byAttempt := &report.Table{Columns: []string{"Stagger-Attempt", "attempts"}}
 	var attemptNotes []string
-	if p.numbered(s) {
-		for i := range p.byAttempt {
-			if n := p.byAttempt[i].Load(); n > 0 {
-				byAttempt.Rows = append(byAttempt.Rows, []string{attemptKey(i), fmt.Sprint(n)})
+	if counts := p.Stats(false).ByAttempt; counts != nil {
+		for i := range retryhttp.TrackedAttempts + 1 {
+			if n := counts[faultproxy.AttemptKey(i)]; n > 0 {
+				byAttempt.Rows = append(byAttempt.Rows, []string{faultproxy.AttemptKey(i), fmt.Sprint(n)})
 			}
 		}
 	} else {
@@ -731,11 +444,11 @@ func (p *proxy) reportPage(subtitle string, s labkit.Stats) report.Page {
 	if s.Evicted > 0 {
 		groupNotes = append(groupNotes, fmt.Sprintf("%d request keys were forgotten to stay within --max-requests %d; an attempt of a forgotten request counts as a new request.", s.Evicted, p.cfg.maxReqs))
 	}
-	if n := p.oversized.Load(); n > 0 {
+	if n := p.Stats(false).TooLarge; n > 0 {
 		groupNotes = append(groupNotes, fmt.Sprintf("%d requests were refused with 413 before reaching the upstream (body over --max-body %d bytes); they are not counted as attempts.", n, p.cfg.maxBody))
 	}
 	faults := "no faults"
-	if all := append(append([]string{}, f.clauses...), p.rt.Clauses()...); len(all) > 0 {
+	if all := p.clauses(); len(all) > 0 {
 		faults = "faults: " + strings.Join(all, "; ")
 	}
 	return report.Page{
@@ -769,17 +482,12 @@ func (p *proxy) perRequest(s labkit.Stats) perRequestCells {
 		fmt.Sprintf("%.2f", s.AttemptsPerRequest()), fmt.Sprint(s.MaxAttempts)}
 }
 
-// numbered reports whether any attempt carried a Stagger-Attempt.
-func (p *proxy) numbered(s labkit.Stats) bool {
-	return s.Total == 0 || p.byAttempt[0].Load() < int64(s.Total)
-}
-
 // summaryLine is the line printed on exit.
 func (p *proxy) summaryLine(s labkit.Stats) string {
 	g := p.perRequest(s)
 	line := fmt.Sprintf("stagger proxy: %d attempts, %d accepted, %d down, %d busy, %d dropped, %d failed, %d abandoned, peak %d in %v; ",
 		s.Total, s.Accepted, s.Down, s.Busy, s.Dropped, s.Failed, s.Abandoned, s.Peak, p.cfg.window)
-	if n := p.oversized.Load(); n > 0 {
+	if n := p.Stats(false).TooLarge; n > 0 {
 		line = fmt.Sprintf("stagger proxy: %d refused with 413 (body over --max-body), ", n) + strings.TrimPrefix(line, "stagger proxy: ")
 	}
 	if !g.ok {
@@ -820,7 +528,7 @@ func (p *proxy) timelineChart(s labkit.Stats, shades []report.Shade) (report.Cha
 	}
 	xMax = max(xMax, w)
 	if xMin == 0 {
-		xMax = max(xMax, p.cfg.faults.end())
+		xMax = max(xMax, p.schedule().End())
 	}
 	unit, unitName := float64(time.Millisecond), "ms"
 	if xMax-xMin > 2*time.Minute {
@@ -877,16 +585,4 @@ func (p *proxy) timelineChart(s labkit.Stats, shades []report.Shade) (report.Cha
 		}
 	}
 	return chart, notes
-}
-
-// attemptKey names entry i of proxy.byAttempt: "none", "1", "2", …, and
-// the last with "+".
-func attemptKey(i int) string {
-	switch i {
-	case 0:
-		return "none"
-	case retryhttp.TrackedAttempts:
-		return strconv.Itoa(i) + "+"
-	}
-	return strconv.Itoa(i)
 }

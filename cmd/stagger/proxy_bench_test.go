@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
 )
 
@@ -33,7 +32,7 @@ func BenchmarkProxyStats(b *testing.B) {
 			buf := make([]byte, 0, 32)
 			for i := range n {
 				buf = strconv.AppendInt(append(buf[:0], "req-"...), int64(i%ids), 10)
-				p.rec.Record(p.start.Add(time.Duration(i)*time.Millisecond), string(buf), 0, labkit.Accepted)
+				p.Recorder().Record(p.StartTime().Add(time.Duration(i)*time.Millisecond), string(buf), 0, labkit.Accepted)
 			}
 			req := httptest.NewRequest("GET", statsPath, nil)
 			b.ReportAllocs()
@@ -75,7 +74,7 @@ func BenchmarkProxyCount(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	if s := p.rec.Stats(false); s.Down != b.N {
+	if s := p.Recorder().Stats(false); s.Down != b.N {
 		b.Fatalf("counted %d of %d", s.Down, b.N)
 	}
 }
@@ -104,6 +103,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	u, _ := url.Parse(upSrv.URL)
 	var out, errb testWriter
 	cfg, _ := parseProxy([]string{"--upstream", upSrv.URL, "--report", ""}, &out, &errb)
+	ctlCfg, _ := parseProxy([]string{"--upstream", upSrv.URL, "--report", "", "--control", "127.0.0.1:0"}, &out, &errb)
 	cases := []struct {
 		name string
 		h    http.Handler
@@ -113,7 +113,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
 		}},
 		{"stagger-proxy", newProxy(cfg, time.Now())},
-		{"proxytest", faultproxy.NewHTTP("bench", u, 0, "")},
+		{"stagger-proxy-control", newProxy(ctlCfg, time.Now())}, // and per-request counts, as proxytest
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
 	"github.com/staggerhq/stagger/internal/report"
 	"github.com/staggerhq/stagger/retry"
@@ -75,14 +76,22 @@ func startProxyFlags(t *testing.T, up *upstream, flags ...string) (*proxy, strin
 	return p, srv.URL
 }
 
-func getStats(t *testing.T, base string) proxyStats {
+// deref is *v, or 0 for nil (a number the stats have no value for).
+func deref[T int | float64](v *T) T {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
+func getStats(t *testing.T, base string) faultproxy.Stats {
 	t.Helper()
 	resp, err := http.Get(base + statsPath + "?timeline=1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var s proxyStats
+	var s faultproxy.Stats
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +116,7 @@ func TestProxyForwardsAndCounts(t *testing.T) {
 		}
 	}
 	s := getStats(t, base)
-	if s.Total != 3 || s.Accepted != 3 || s.Requests != 2 || s.MaxAttempts != 2 || up.calls.Load() != 3 {
+	if s.Total != 3 || s.Accepted != 3 || deref(s.Requests) != 2 || deref(s.MaxAttempts) != 2 || up.calls.Load() != 3 {
 		t.Errorf("stats %+v (upstream %d): want 3 attempts accepted, 2 requests, at most 2 by one", s, up.calls.Load())
 	}
 	if s.ByAttempt["1"] != 2 || s.ByAttempt["2"] != 1 {
@@ -123,7 +132,7 @@ func TestProxyFaultSchedule(t *testing.T) {
 	up := newUpstream(t, nil)
 	p, base := startProxy(t, up, "down 700ms at 2s; drop 1s at 5s; retry-after 1500ms")
 	var at atomic.Int64
-	p.now = func() time.Time { return p.start.Add(time.Duration(at.Load())) }
+	p.SetClock(func() time.Time { return p.StartTime().Add(time.Duration(at.Load())) })
 	// Fresh connections: Go's transport silently resends a GET once when a
 	// reused connection dies — a hidden retry the proxy would count.
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -452,8 +461,8 @@ func TestCurlRetriesThroughProxy(t *testing.T) {
 			args := append([]string{"-s", "-o", body, "-H", labkit.HeaderRequestID + ": curl-1", "--max-time", "20"}, c.args...)
 			exec.Command(curl, append(args, base+"/")...).Run() // the exit code is curl's verdict, not ours
 			s := getStats(t, base)
-			if s.Total != c.attempts || s.Requests != 1 || s.MaxAttempts != c.attempts {
-				t.Errorf("proxy counted %d attempts of %d requests (max %d), want %d of 1", s.Total, s.Requests, s.MaxAttempts, c.attempts)
+			if s.Total != c.attempts || deref(s.Requests) != 1 || deref(s.MaxAttempts) != c.attempts {
+				t.Errorf("proxy counted %d attempts of %d requests (max %d), want %d of 1", s.Total, deref(s.Requests), deref(s.MaxAttempts), c.attempts)
 			}
 			got := map[string]int{"accepted": s.Accepted, "down": s.Down, "busy": s.Busy, "dropped": s.Dropped, "failed": s.Failed}
 			if got[c.outcome] != c.attempts {
@@ -483,7 +492,7 @@ func TestRetryablehttpThroughProxy(t *testing.T) {
 	}
 	s := getStats(t, base)
 	// RetryMax 3 = 4 attempts per request, every one refused.
-	if s.Total != 8 || s.Down != 8 || s.Requests != 2 || s.MaxAttempts != 4 {
+	if s.Total != 8 || s.Down != 8 || deref(s.Requests) != 2 || deref(s.MaxAttempts) != 4 {
 		t.Errorf("stats %+v: want 2 requests × 4 attempts, all down", s)
 	}
 
@@ -499,7 +508,7 @@ func TestRetryablehttpThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if s := p2.rec.Stats(false); s.Total != 4+1 {
+	if s := p2.Recorder().Stats(false); s.Total != 4+1 {
 		t.Errorf("POSTs: %d attempts, want 4 (go-retryablehttp) + 1 (stagger)", s.Total)
 	}
 }
@@ -516,7 +525,7 @@ func TestStaggerTransportThroughProxy(t *testing.T) {
 	}
 	resp.Body.Close()
 	s := getStats(t, base)
-	if s.Total != 3 || s.Down != 3 || s.MaxAttempts != 3 {
+	if s.Total != 3 || s.Down != 3 || deref(s.MaxAttempts) != 3 {
 		t.Errorf("stats %+v: want 3 attempts, all down", s)
 	}
 	if s.ByAttempt["1"] != 1 || s.ByAttempt["2"] != 1 || s.ByAttempt["3"] != 1 {
@@ -529,10 +538,16 @@ func TestStaggerTransportThroughProxy(t *testing.T) {
 func TestProxyReportByAttempt(t *testing.T) {
 	p, _ := startProxy(t, newUpstream(t, nil))
 	for _, i := range []int{retryhttp.TrackedAttempts, 2, 0, 10, 1} {
-		p.byAttempt[i].Add(int64(i + 1))
+		for range i + 1 { // i+1 attempts numbered i (0: none)
+			req := httptest.NewRequest("GET", "/x", nil)
+			if i > 0 {
+				req.Header.Set(retryhttp.AttemptHeader, strconv.Itoa(i))
+			}
+			p.ServeHTTP(httptest.NewRecorder(), req)
+		}
 	}
 	var tab *report.Table
-	for _, sec := range p.reportPage("", p.rec.Stats(true)).Sections {
+	for _, sec := range p.reportPage("", p.Recorder().Stats(true)).Sections {
 		if sec.Title == "Attempts by attempt number" {
 			tab = sec.Table
 		}
@@ -542,7 +557,7 @@ func TestProxyReportByAttempt(t *testing.T) {
 	if tab == nil || !reflect.DeepEqual(tab.Rows, want) {
 		t.Fatalf("rows %v, want %v", tab, want)
 	}
-	if got := p.stats(false).ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
+	if got := p.Stats(false).ByAttempt; len(got) != 5 || got["none"] != 1 || got[last+"+"] != int64(retryhttp.TrackedAttempts+1) {
 		t.Errorf("stats ByAttempt %v", got)
 	}
 }

@@ -54,52 +54,36 @@ func checkThresholds(cfg *proxyConfig, s faultproxy.Stats) ([]threshold, []strin
 	return out, failed
 }
 
-// proxySummary is the --summary file: what the run counted, with no
-// times or addresses that change from run to run, so two runs diff.
+// proxySummary is the --summary file: the stats in the shape of GET
+// /stats (faultproxy.Stats), less what changes from run to run (the
+// address, times, what is in flight, the windows), so two runs diff; plus
+// each threshold and whether the run passed.
 type proxySummary struct {
-	Proxy              string                  `json:"proxy"`
-	Kind               string                  `json:"kind"`
-	Upstream           string                  `json:"upstream"`
-	Faults             []string                `json:"faults"`
-	WindowMS           int64                   `json:"window_ms"`
-	Total              int                     `json:"total"`
-	Accepted           int                     `json:"accepted"`
-	Down               int                     `json:"down"`
-	Busy               int                     `json:"busy"`
-	Dropped            int                     `json:"dropped"`
-	Failed             int                     `json:"failed"`
-	Abandoned          int                     `json:"abandoned"`
-	Peak               int                     `json:"peak"`
-	Requests           *int                    `json:"requests"`
-	MaxAttempts        *int                    `json:"max_attempts"`
-	AttemptsPerRequest *float64                `json:"attempts_per_request"`
-	Unidentified       int                     `json:"unidentified"`
-	ByAttempt          map[string]int64        `json:"by_attempt"`
-	BytesUp            int64                   `json:"bytes_up,omitempty"`
-	BytesDown          int64                   `json:"bytes_down,omitempty"`
-	PeakBytes          int64                   `json:"peak_bytes,omitempty"`
-	FaultCounts        []faultproxy.FaultCount `json:"fault_counts"`
-	Thresholds         []threshold             `json:"thresholds"`
-	Passed             bool                    `json:"passed"`
+	faultproxy.Stats
+	// These hide the Stats fields of the same JSON names: always nil, they
+	// are left out.
+	Listen        *struct{} `json:"listen,omitempty"`
+	UptimeMS      *struct{} `json:"uptime_ms,omitempty"`
+	PeakAtMS      *struct{} `json:"peak_at_ms,omitempty"`
+	InFlight      *struct{} `json:"in_flight,omitempty"`
+	PeakBytesAtMS *struct{} `json:"peak_bytes_at_ms,omitempty"`
+	Timeline      *struct{} `json:"timeline,omitempty"`
+
+	Thresholds []threshold `json:"thresholds"`
+	Passed     bool        `json:"passed"`
 }
 
 func summarize(s faultproxy.Stats, ths []threshold, passed bool) proxySummary {
-	out := proxySummary{Proxy: s.Name, Kind: s.Kind, Upstream: s.Upstream, Faults: s.Faults, WindowMS: s.WindowMS,
-		Total: s.Total, Accepted: s.Accepted, Down: s.Down, Busy: s.Busy, Dropped: s.Dropped, Failed: s.Failed, Abandoned: s.Abandoned,
-		Peak: s.Peak, Requests: s.Requests, MaxAttempts: s.MaxAttempts, Unidentified: s.Unidentified, ByAttempt: s.ByAttempt,
-		BytesUp: s.BytesUp, BytesDown: s.BytesDown, PeakBytes: s.PeakBytes, FaultCounts: s.Counts, Thresholds: ths, Passed: passed}
-	if out.Faults == nil {
-		out.Faults = []string{}
-	}
+	out := proxySummary{Stats: s, Thresholds: ths, Passed: passed}
 	if out.Thresholds == nil {
 		out.Thresholds = []threshold{}
 	}
-	if s.AttemptsPerRequest != nil {
+	if s.AttemptsPerRequest != nil { // to 4 decimals: the same on every machine
 		a := math.Round(*s.AttemptsPerRequest*10000) / 10000
 		out.AttemptsPerRequest = &a
 	}
 	if s.Kind == "tcp" {
-		out.ByAttempt = nil
+		out.ByAttempt = nil // connections carry no attempt numbers
 	}
 	return out
 }

@@ -8,80 +8,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
 )
-
-// recorderRef is the proxy's recorder, replaced by a reset of the counts
-// (POST /stats/reset). An attempt loads it once and finishes where it
-// arrived.
-type recorderRef struct {
-	p atomic.Pointer[labkit.WindowedRecorder]
-}
-
-func (r *recorderRef) load() *labkit.WindowedRecorder { return r.p.Load() }
-
-// Arrive, Finish, Record and Stats act on the current recorder.
-func (r *recorderRef) Arrive(at time.Time) labkit.Pending { return r.load().Arrive(at) }
-func (r *recorderRef) Finish(p labkit.Pending, id string, attempt int, o labkit.Outcome) {
-	r.load().Finish(p, id, attempt, o)
-}
-func (r *recorderRef) Record(at time.Time, id string, attempt int, o labkit.Outcome) {
-	r.load().Record(at, id, attempt, o)
-}
-func (r *recorderRef) Stats(timeline bool) labkit.Stats { return r.load().Stats(timeline) }
-
-// The proxy is the control API's default proxy (faultproxy.Proxy).
-
-func (p *proxy) Name() string            { return p.cfg.name }
-func (p *proxy) Kind() string            { return "http" }
-func (p *proxy) Addr() string            { return p.addr }
-func (p *proxy) Upstream() string        { return p.cfg.upstream.Redacted() }
-func (p *proxy) Faults() *faultproxy.Set { return p.rt }
-func (p *proxy) Close() error            { return nil } // runProxy closes it
-
-// Attempts returns the attempts of the logical request id
-// (faultproxy.RequestCounter).
-func (p *proxy) Attempts(id string) (int, bool) {
-	if c := p.ids.Load(); c != nil {
-		return c.Get(id)
-	}
-	return 0, false
-}
-
-// Stats is what the control API's GET /stats returns: the counts of
-// /_stagger/stats in the shape every proxy of the API shares.
-func (p *proxy) Stats(timeline bool) faultproxy.Stats {
-	s := faultproxy.BaseStats(p, p.now().Sub(p.start), p.inflight.Load(), p.rec.Stats(timeline))
-	s.Faults = append(append([]string{}, p.cfg.faults.clauses...), s.Faults...)
-	for i := range p.byAttempt {
-		if n := p.byAttempt[i].Load(); n > 0 {
-			s.ByAttempt[faultproxy.AttemptKey(i)] = n
-		}
-	}
-	return s
-}
-
-// ResetStats starts the counts afresh: the recorder, the attempt numbers,
-// the 413s and the faults' counts. The fault schedule keeps its clock.
-func (p *proxy) ResetStats() {
-	rec, err := labkit.NewWindowedRecorder(p.now(), labkit.WindowedConfig{Window: p.cfg.window, Horizon: p.cfg.horizon, MaxRequests: p.cfg.maxReqs})
-	if err != nil {
-		panic("stagger proxy: " + err.Error()) // the same config as at the start
-	}
-	p.rec.p.Store(rec)
-	for i := range p.byAttempt {
-		p.byAttempt[i].Store(0)
-	}
-	p.oversized.Store(0)
-	if p.ids.Load() != nil {
-		p.ids.Store(faultproxy.NewIDCounts())
-	}
-	p.rt.ResetCounts()
-}
 
 // Limits of the control API's server.
 const (
@@ -117,7 +48,7 @@ func startControl(addr string, main faultproxy.Proxy, window time.Duration) (sto
 
 // controlLine is the line printed once the control API listens.
 func controlLine(addr string) string {
-	line := "control API: http://" + addr + " (GET /faults, POST /faults, GET /stats; see docs/proxy.md)"
+	line := "control API: http://" + addr + " (/faults, /schedule, /stats; see docs/proxy.md)"
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			line += "\nwarning: the control API is not on a loopback address: whoever reaches it can change the faults and start proxies"

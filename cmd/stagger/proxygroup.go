@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"hash/maphash"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 
+	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
-	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
@@ -19,9 +16,6 @@ import (
 type grouping struct {
 	header string // canonical; "" for method+path+client
 }
-
-// groupSeed hashes request targets too long to be part of a key.
-var groupSeed = maphash.MakeSeed()
 
 // parseGrouping reads a --group-by value.
 func parseGrouping(v string) (grouping, error) {
@@ -54,35 +48,8 @@ func validHeaderName(name string) bool {
 	return true
 }
 
-// key returns the logical request r belongs to, "" when it carries none.
-func (g grouping) key(r *http.Request) string {
-	if g.header != "" {
-		// The rule for IDs from the wire: one value of 1 to 255 bytes of
-		// printable ASCII; anything else leaves the attempt ungrouped.
-		if v := r.Header[g.header]; len(v) == 1 && wire.ValidID(v[0]) {
-			return v[0]
-		}
-		return ""
-	}
-	client, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		client = r.RemoteAddr
-	}
-	target := r.RequestURI
-	if target == "" {
-		target = r.URL.RequestURI()
-	}
-	k := r.Method + " " + client + " " + target
-	if len(k) > labkit.MaxIDLen {
-		k = r.Method + " " + client + " #" + strconv.FormatUint(maphash.String(groupSeed, target), 16)
-	}
-	return k
-}
+// grouping returns g as the proxy's Grouping.
+func (g grouping) proxy() faultproxy.Grouping { return faultproxy.Grouping{Header: g.header} }
 
 // String describes the grouping for the report and the stats.
-func (g grouping) String() string {
-	if g.header == "" {
-		return "method+path+client"
-	}
-	return "header " + g.header
-}
+func (g grouping) String() string { return g.proxy().String() }

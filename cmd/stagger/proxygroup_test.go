@@ -85,7 +85,7 @@ func TestProxyWithoutKeyIsNotAvailable(t *testing.T) {
 	if m["total"] != 4.0 || m["unidentified"] != 4.0 || m["unnumbered"] != 4.0 || m["group_by"] != "header Stagger-Request-Id" {
 		t.Errorf("stats %v", m)
 	}
-	s := p.rec.Stats(true)
+	s := p.Recorder().Stats(true)
 	if line := p.summaryLine(s); !strings.Contains(line, "requests n/a (no attempt carried header Stagger-Request-Id)") {
 		t.Errorf("summary line %q", line)
 	}
@@ -137,9 +137,9 @@ func TestProxyGroupBy(t *testing.T) {
 				retryable().Do(req)
 			}
 			s := getStats(t, base)
-			if s.Total != 12 || s.Requests != c.requests || s.MaxAttempts != c.most || s.Unidentified != 0 {
+			if s.Total != 12 || deref(s.Requests) != c.requests || deref(s.MaxAttempts) != c.most || s.Unidentified != 0 {
 				t.Errorf("%d attempts, %d requests, at most %d by one, %d ungrouped; want 12, %d, %d, 0",
-					s.Total, s.Requests, s.MaxAttempts, s.Unidentified, c.requests, c.most)
+					s.Total, deref(s.Requests), deref(s.MaxAttempts), s.Unidentified, c.requests, c.most)
 			}
 		})
 	}
@@ -151,14 +151,14 @@ func TestGroupingKey(t *testing.T) {
 	g := grouping{}
 	r := httptest.NewRequest("GET", "/a?"+strings.Repeat("q", 400), nil)
 	r.RemoteAddr = "10.1.2.3:5555"
-	k := g.key(r)
+	k := g.proxy().Key(r)
 	r2 := httptest.NewRequest("GET", r.RequestURI, nil)
 	r2.RemoteAddr = "10.1.2.3:6666"
-	if len(k) > 256 || k == "" || g.key(r2) != k {
-		t.Errorf("long target: key %q (%d bytes), another port gives %q", k, len(k), g.key(r2))
+	if len(k) > 256 || k == "" || g.proxy().Key(r2) != k {
+		t.Errorf("long target: key %q (%d bytes), another port gives %q", k, len(k), g.proxy().Key(r2))
 	}
 	r2.RemoteAddr = "10.1.2.4:5555"
-	if g.key(r2) == k {
+	if g.proxy().Key(r2) == k {
 		t.Error("two clients share a key")
 	}
 }
@@ -174,7 +174,7 @@ func TestCurlGroupedByMethodPathClient(t *testing.T) {
 	_, base := startProxyFlags(t, up, "--group-by", "method+path+client", "--fault", "down 1h at 0s")
 	body := filepath.Join(t.TempDir(), "body")
 	exec.Command(curl, "-s", "-o", body, "--retry", "1", "--retry-delay", "1", "--max-time", "20", base+"/x").Run()
-	if s := getStats(t, base); s.Total != 2 || s.Requests != 1 || s.MaxAttempts != 2 || s.AttemptsPerRequest != 2 {
+	if s := getStats(t, base); s.Total != 2 || deref(s.Requests) != 1 || deref(s.MaxAttempts) != 2 || deref(s.AttemptsPerRequest) != 2 {
 		t.Errorf("stats %+v: want 2 attempts of 1 request", s)
 	}
 }
@@ -200,10 +200,10 @@ func TestProxyReportInBrowser(t *testing.T) {
 		case i%13 == 0:
 			o = labkit.Abandoned
 		}
-		p.rec.Record(p.start.Add(at), fmt.Sprint("r", i/2), 0, o)
+		p.Recorder().Record(p.StartTime().Add(at), fmt.Sprint("r", i/2), 0, o)
 	}
 	path := filepath.Join(t.TempDir(), "proxy.html")
-	if err := report.WriteFile(path, p.reportPage("browser test", p.rec.Stats(true))); err != nil {
+	if err := report.WriteFile(path, p.reportPage("browser test", p.Recorder().Stats(true))); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -29,9 +29,9 @@ func TestProxyHostileHeaders(t *testing.T) {
 		}
 	}
 	s := getStats(t, base)
-	if s.Unidentified-before.Unidentified != 3 || s.Requests != before.Requests {
+	if s.Unidentified-before.Unidentified != 3 || deref(s.Requests) != deref(before.Requests) {
 		t.Errorf("malformed IDs: unidentified %d → %d, requests %d → %d; want +3 unidentified, no new request",
-			before.Unidentified, s.Unidentified, before.Requests, s.Requests)
+			before.Unidentified, s.Unidentified, deref(before.Requests), deref(s.Requests))
 	}
 	if code, err := wiretest.Send(addr, "/x", []wiretest.Header{{labkit.HeaderRequestID, "r1"}, {retryhttp.AttemptHeader, "2"}}); err != nil || code != 200 {
 		t.Fatalf("a normal request after the hostile ones: %d, %v", code, err)

@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/faultproxy"
 	"github.com/staggerhq/stagger/internal/labkit"
 )
 
@@ -33,15 +34,14 @@ func serveProxy(t *testing.T, up *upstream, flags ...string) (p *proxy, addr str
 		t.Fatal(err)
 	}
 	p = newProxy(cfg, time.Now())
-	srv := p.server()
 	// Counted under the limit listener, as its slots are: a connection is
 	// open from the inner Accept to its Close, which comes before the slot
 	// is freed. (The server's ConnState hooks run after the close, so they
 	// can see the next connection first.)
 	counted := &countingListener{Listener: l, max: &atomic.Int64{}}
 	maxOpen = counted.max
-	go srv.Serve(newLimitListener(counted, cfg.maxConns))
-	t.Cleanup(func() { srv.Close() })
+	p.Serve(counted, p.serverConfig())
+	t.Cleanup(func() { p.Close() })
 	return p, l.Addr().String(), maxOpen
 }
 
@@ -101,7 +101,7 @@ func TestProxyIdleTimeoutAndConnectionCap(t *testing.T) {
 	if m := maxOpen.Load(); m != 1 {
 		t.Errorf("%d connections were open at once, want at most --max-conns 1", m)
 	}
-	if s := p.stats(false); s.Total != 2 || s.Accepted != 2 {
+	if s := p.Stats(false); s.Total != 2 || s.Accepted != 2 {
 		t.Errorf("stats %+v", s)
 	}
 }
@@ -114,7 +114,7 @@ func TestProxySlowHeaders(t *testing.T) {
 	c := dial(t, addr)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: proxy\r\nX-Slow: ")
 	requireClosedByServer(t, c, "half-sent headers")
-	if s := p.stats(false); s.Total != 0 || up.calls.Load() != 0 {
+	if s := p.Stats(false); s.Total != 0 || up.calls.Load() != 0 {
 		t.Errorf("stats %+v, upstream %d: want nothing counted", s, up.calls.Load())
 	}
 }
@@ -140,16 +140,16 @@ func TestProxySlowBody(t *testing.T) {
 
 // waitStats polls until n attempts have been counted (the proxy counts an
 // attempt when its handler ends, after the client saw the end).
-func waitStats(t *testing.T, p *proxy, n int) proxyStats {
+func waitStats(t *testing.T, p *proxy, n int) faultproxy.Stats {
 	t.Helper()
 	for range 10_000 {
-		if s := p.stats(false); s.Total >= n {
+		if s := p.Stats(false); s.Total >= n {
 			return s
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("the proxy never counted %d attempts: %+v", n, p.stats(false))
-	return proxyStats{}
+	t.Fatalf("the proxy never counted %d attempts: %+v", n, p.Stats(false))
+	return faultproxy.Stats{}
 }
 
 // A client that goes away — while the upstream works, while a latency fault
@@ -203,13 +203,13 @@ func TestProxyAbandoned(t *testing.T) {
 			case c.upstream != nil:
 				<-entered
 			default:
-				for p.inflight.Load() == 0 { // inside the latency fault
+				for p.InFlight() == 0 { // inside the latency fault
 					time.Sleep(time.Millisecond)
 				}
 			}
 			conn.Close()
 			s := waitStats(t, p, 1)
-			if s.Abandoned != 1 || s.Failed != 0 || s.Accepted != 0 || s.Requests != 1 {
+			if s.Abandoned != 1 || s.Failed != 0 || s.Accepted != 0 || deref(s.Requests) != 1 {
 				t.Errorf("stats %+v: want 1 abandoned attempt of 1 request", s)
 			}
 		})

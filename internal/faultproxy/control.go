@@ -217,13 +217,18 @@ type FaultRequest struct {
 //	GET    /faults/{name}            one fault
 //	PUT    /faults/{name}            replace it (or add it), counts kept
 //	DELETE /faults/{name}            remove it
+//	GET    /schedule                 the fault schedule's clauses (HTTP)
+//	POST   /schedule                 {"clause","name"} or the clause: add one
+//	GET    /schedule/{name}          one clause
+//	PUT    /schedule/{name}          replace it (or add it)
+//	DELETE /schedule/{name}          remove it
 //	GET    /stats                    the counts (?timeline=1: and the windows)
 //	GET    /stats/requests/{id}      the attempts of one logical request
 //	POST   /stats/reset              start the counts afresh
 //
-// /faults and /stats act on the default proxy (the first) or on
-// ?proxy=NAME; /proxies/{proxy}/faults… and /proxies/{proxy}/stats… are
-// the same for a named one.
+// /faults, /schedule and /stats act on the default proxy (the first) or
+// on ?proxy=NAME; /proxies/{proxy}/faults… (and …/schedule…, …/stats…)
+// are the same for a named one.
 func (c *Control) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /proxies", func(w http.ResponseWriter, r *http.Request) {
@@ -314,6 +319,56 @@ func (c *Control) Handler() http.Handler {
 			}
 			w.WriteHeader(http.StatusNoContent)
 		}))
+		mux.HandleFunc("GET "+prefix+"/schedule", c.withSchedule(func(w http.ResponseWriter, r *http.Request, s *Schedule) {
+			writeJSON(w, http.StatusOK, s.List())
+		}))
+		mux.HandleFunc("POST "+prefix+"/schedule", c.withSchedule(func(w http.ResponseWriter, r *http.Request, s *Schedule) {
+			req, ok := readClause(w, r, "")
+			if !ok {
+				return
+			}
+			name, err := s.Add(req.Name, req.Clause)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			got, _ := s.Get(name)
+			w.Header().Set("Location", "/schedule/"+name)
+			writeJSON(w, http.StatusCreated, got)
+		}))
+		mux.HandleFunc("GET "+prefix+"/schedule/{name}", c.withSchedule(func(w http.ResponseWriter, r *http.Request, s *Schedule) {
+			got, err := s.Get(r.PathValue("name"))
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, got)
+		}))
+		mux.HandleFunc("PUT "+prefix+"/schedule/{name}", c.withSchedule(func(w http.ResponseWriter, r *http.Request, s *Schedule) {
+			name := r.PathValue("name")
+			req, ok := readClause(w, r, name)
+			if !ok {
+				return
+			}
+			added, err := s.Put(name, req.Clause)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			got, _ := s.Get(name)
+			code := http.StatusOK
+			if added {
+				code = http.StatusCreated
+			}
+			writeJSON(w, code, got)
+		}))
+		mux.HandleFunc("DELETE "+prefix+"/schedule/{name}", c.withSchedule(func(w http.ResponseWriter, r *http.Request, s *Schedule) {
+			if err := s.Remove(r.PathValue("name")); err != nil {
+				writeErr(w, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
 		mux.HandleFunc("GET "+prefix+"/stats", c.withProxy(func(w http.ResponseWriter, r *http.Request, p Proxy) {
 			writeJSON(w, http.StatusOK, p.Stats(r.URL.Query().Get("timeline") == "1"))
 		}))
@@ -351,7 +406,7 @@ func (c *Control) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no route " + r.Method + " " + r.URL.Path +
-			"; the routes: /proxies, /proxies/{proxy}, /faults, /faults/{name}, /stats, /stats/reset (see docs/proxy.md)"})
+			"; the routes: /proxies, /proxies/{proxy}, /faults, /faults/{name}, /schedule, /schedule/{name}, /stats, /stats/reset (see docs/proxy.md)"})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -381,6 +436,72 @@ func (c *Control) withProxy(h func(http.ResponseWriter, *http.Request, Proxy)) h
 	}
 }
 
+// withSchedule finds the proxy as withProxy does and hands on its fault
+// schedule; a proxy without one (TCP) is a 400.
+func (c *Control) withSchedule(h func(http.ResponseWriter, *http.Request, *Schedule)) http.HandlerFunc {
+	return c.withProxy(func(w http.ResponseWriter, r *http.Request, p Proxy) {
+		sp, ok := p.(Scheduler)
+		if !ok {
+			writeErr(w, fmt.Errorf("%w: proxy %q (%s) has no fault schedule; its faults are at /faults", ErrKind, p.Name(), p.Kind()))
+			return
+		}
+		h(w, r, sp.Schedule())
+	})
+}
+
+// readClause reads a FaultRequest (or a bare clause) for the schedule;
+// name, when not "", is the clause's name from the path.
+func readClause(w http.ResponseWriter, r *http.Request, name string) (FaultRequest, bool) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return FaultRequest{}, false
+	}
+	req, err := ParseScheduleRequest(body, name)
+	if err != nil {
+		writeErr(w, err)
+		return FaultRequest{}, false
+	}
+	return req, true
+}
+
+// ParseScheduleRequest reads the body of POST /schedule or PUT
+// /schedule/{name}: {"clause", "name"}, or the clause itself when it does
+// not start with '{'. pathName, when not "", is the name in the path,
+// which a name in the body must repeat. The clause comes back in normal
+// form, and the name as given ("" for POST without one).
+func ParseScheduleRequest(body []byte, pathName string) (FaultRequest, error) {
+	req, err := parseClauseBody(body)
+	if err != nil {
+		return FaultRequest{}, err
+	}
+	switch {
+	case req.Name != "" && !labkit.ValidFaultName(req.Name):
+		return FaultRequest{}, errorf("name %q: want 1 to %d letters, digits, '-', '_' or '.'", req.Name, labkit.MaxFaultName)
+	case pathName != "" && !labkit.ValidFaultName(pathName):
+		return FaultRequest{}, errorf("schedule clause name %q: want 1 to %d letters, digits, '-', '_' or '.'", pathName, labkit.MaxFaultName)
+	case pathName != "" && req.Name != "" && req.Name != pathName:
+		return FaultRequest{}, errorf("name: the body names another clause than the path's %q", pathName)
+	}
+	if req.Clause, err = ParseScheduleClause(req.Clause); err != nil {
+		return FaultRequest{}, err
+	}
+	return req, nil
+}
+
+// parseClauseBody reads {"clause", "name"}, or a body that does not start
+// with '{' as the clause itself.
+func parseClauseBody(body []byte) (FaultRequest, error) {
+	var req FaultRequest
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '{' {
+		if err := decodeJSON(t, &req); err != nil {
+			return FaultRequest{}, err
+		}
+	} else {
+		req.Clause = string(t)
+	}
+	return req, nil
+}
+
 // readFault reads a FaultRequest (or a bare clause) and parses its clause
 // for set; name, when not "", is the fault's name from the path.
 func readFault(w http.ResponseWriter, r *http.Request, set *Set, name string) (labkit.Fault, bool) {
@@ -388,14 +509,10 @@ func readFault(w http.ResponseWriter, r *http.Request, set *Set, name string) (l
 	if !ok {
 		return labkit.Fault{}, false
 	}
-	var req FaultRequest
-	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '{' {
-		if err := decodeJSON(t, &req); err != nil {
-			writeErr(w, err)
-			return labkit.Fault{}, false
-		}
-	} else {
-		req.Clause = string(t)
+	req, err := parseClauseBody(body)
+	if err != nil {
+		writeErr(w, err)
+		return labkit.Fault{}, false
 	}
 	if strings.TrimSpace(req.Clause) == "" {
 		writeErr(w, errorf("clause: required, such as \"status 503 p=0.5\" (%s)", labkit.RuntimeFaultGrammar))
@@ -480,9 +597,9 @@ func decodeJSON(b []byte, v any) error {
 func writeErr(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrNoFault), errors.Is(err, ErrNoProxy), errors.Is(err, errNotTracked):
+	case errors.Is(err, ErrNoFault), errors.Is(err, ErrNoProxy), errors.Is(err, errNotTracked), errors.Is(err, ErrNoClause):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrExists):
+	case errors.Is(err, ErrExists), errors.Is(err, ErrClauseExists):
 		code = http.StatusConflict
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrKind), errors.Is(err, ErrFull):
 		code = http.StatusBadRequest
@@ -499,5 +616,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // "<=" in a message stays readable
 	enc.Encode(v)
 }

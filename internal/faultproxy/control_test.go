@@ -31,11 +31,7 @@ func TestControlRoutes(t *testing.T) {
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 	u := srv.URL
-	steps := []struct {
-		method, path, body string
-		code               int
-		has                string
-	}{
+	steps := []apiStep{
 		{"GET", "/faults", "", 200, "[]"},
 		{"POST", "/faults", `{"name":"flaky","clause":"status 503 p=0.5"}`, 201, `"clause": "status 503 p=0.5 name=flaky"`},
 		{"POST", "/faults", "delay 10ms jitter=1ms", 201, `"name": "delay"`},
@@ -77,8 +73,23 @@ func TestControlRoutes(t *testing.T) {
 		{"DELETE", "/proxies/redis", "", 204, ""},
 		{"GET", "/proxies/redis", "", 404, "no proxy"},
 	}
+	checkSteps(t, u, steps)
+}
+
+// apiStep is a call to the control API and what it must answer: the code
+// and a piece of the body.
+type apiStep struct {
+	method, path, body string
+	code               int
+	has                string
+}
+
+// checkSteps makes each call in turn; every error answer must be
+// {"error": "..."}.
+func checkSteps(t *testing.T, base string, steps []apiStep) {
+	t.Helper()
 	for _, s := range steps {
-		code, body := call(t, s.method, u+s.path, s.body)
+		code, body := call(t, s.method, base+s.path, s.body)
 		if code != s.code || !strings.Contains(body, s.has) {
 			t.Errorf("%s %s %.40q: %d %s; want %d with %q", s.method, s.path, s.body, code, body, s.code, s.has)
 		}
@@ -105,12 +116,12 @@ func FuzzControl(f *testing.F) {
 	for _, s := range []string{`{"clause":"status 503"}`, "delay 1s", `{"name":"a","listen":"127.0.0.1:0","upstream":"http://127.0.0.1:1"}`, `{"clause":`, "\x00"} {
 		f.Add(s)
 	}
-	p := NewHTTP("api", mustURL("http://127.0.0.1:1"), 0, "")
+	p := mustHTTP(f, Config{Name: "api", Upstream: "http://127.0.0.1:1"})
 	c := NewControl(func(Config) (Proxy, error) { return nil, errorf("no proxies in this test") })
 	c.Add(p)
 	h := c.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, route := range []string{"POST /faults", "PUT /faults/x", "POST /proxies"} {
+		for _, route := range []string{"POST /faults", "PUT /faults/x", "POST /proxies", "POST /schedule", "PUT /schedule/x"} {
 			method, path, _ := strings.Cut(route, " ")
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
@@ -119,5 +130,8 @@ func FuzzControl(f *testing.F) {
 			}
 		}
 		p.Faults().Clear()
+		for _, c := range p.Schedule().List() {
+			p.Schedule().Remove(c.Name)
+		}
 	})
 }

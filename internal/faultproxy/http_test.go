@@ -165,7 +165,7 @@ func TestHTTPReset(t *testing.T) {
 // p = 0.05 (a path) in process: each applies within 5 standard deviations of
 // its binomial mean, and the proxy's counts agree with what clients saw.
 func TestHTTPProbability(t *testing.T) {
-	p := NewHTTP("p", mustURL("http://127.0.0.1:1"), time.Hour, "")
+	p := mustHTTP(t, Config{Name: "p", Upstream: "http://127.0.0.1:1", Window: time.Hour})
 	p.next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
 	addFault(t, p.Faults(), "status 503 p=0.3 name=p30")
 	addFault(t, p.Faults(), "status 500 p=0.05 path=/b name=p5")
@@ -203,16 +203,8 @@ func TestHTTPProbability(t *testing.T) {
 // clients send attempts: every attempt is counted once, and the fault's
 // count (kept across changes of its name) equals the 503s clients saw.
 func TestChangeUnderTraffic(t *testing.T) {
-	p, url := startHTTP(t)
-	c := NewControl(nil)
-	c.Add(p)
-	ctl := httptest.NewServer(c.Handler())
-	defer ctl.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 16}
-	defer tr.CloseIdleConnections()
-	cl := &http.Client{Transport: tr}
+	p, url, ctl, cl := startControlled(t)
 	const clients, each = 8, 150
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
 	stop := make(chan struct{})
@@ -243,25 +235,11 @@ func TestChangeUnderTraffic(t *testing.T) {
 			}
 		}
 	}()
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				resp, err := cl.Get(url + "/x")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				mu.Lock()
-				codes[resp.StatusCode]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	traffic(t, cl, url+"/x", clients, each, func(resp *http.Response) {
+		mu.Lock()
+		codes[resp.StatusCode]++
+		mu.Unlock()
+	})
 	close(stop)
 	<-changer
 	s := p.Stats(false)
@@ -280,12 +258,51 @@ func TestChangeUnderTraffic(t *testing.T) {
 	}
 }
 
-func mustURL(s string) *urlT {
-	u, err := parseURL(s)
-	if err != nil {
-		panic(err)
+// startControlled starts an HTTP proxy with a control API in front of it
+// and a keep-alive client for the proxy.
+func startControlled(t *testing.T) (p *HTTPProxy, url string, ctl *httptest.Server, cl *http.Client) {
+	t.Helper()
+	p, url = startHTTP(t)
+	c := NewControl(nil)
+	c.Add(p)
+	ctl = httptest.NewServer(c.Handler())
+	t.Cleanup(ctl.Close)
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(tr.CloseIdleConnections)
+	return p, url, ctl, &http.Client{Transport: tr}
+}
+
+// traffic sends each GETs of url from each of clients goroutines and
+// hands every answer to see; it returns when all are answered.
+func traffic(t *testing.T, cl *http.Client, url string, clients, each int, see func(*http.Response)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				resp, err := cl.Get(url)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				see(resp)
+			}
+		}()
 	}
-	return u
+	wg.Wait()
+}
+
+func mustHTTP(tb testing.TB, cfg Config) *HTTPProxy {
+	tb.Helper()
+	p, err := NewHTTP(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
 
 func waitFor(t *testing.T, ok func() bool, what string) {
@@ -313,7 +330,11 @@ func TestIDCountsBounded(t *testing.T) {
 	if _, ok := c.Get(fmt.Sprint("id-", MaxTrackedIDs)); ok {
 		t.Errorf("an ID past the bound of %d was tracked", MaxTrackedIDs)
 	}
-	if len(c.n) != MaxTrackedIDs {
-		t.Errorf("tracked %d IDs", len(c.n))
+	kept := 0
+	for i := range c.shards {
+		kept += len(c.shards[i].n)
+	}
+	if kept != MaxTrackedIDs || c.tracked.Load() != MaxTrackedIDs {
+		t.Errorf("tracked %d IDs (counter %d)", kept, c.tracked.Load())
 	}
 }

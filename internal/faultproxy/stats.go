@@ -8,10 +8,12 @@ import (
 	"github.com/staggerhq/stagger/retryhttp"
 )
 
-// Stats is what a proxy counted, as GET /stats returns it. HTTP proxies
-// count attempts; TCP proxies count connections as attempts (accepted: it
-// ended normally; dropped: a fault closed or reset it; failed: the
-// upstream could not be reached) and bytes.
+// Stats is what a proxy counted: the one shape of the control API's
+// GET /stats, `stagger proxy`'s /_stagger/stats, its --summary file (less
+// the fields that change from run to run) and package proxytest. HTTP
+// proxies count attempts; TCP proxies count connections as attempts
+// (accepted: it ended normally; dropped: a fault closed or reset it;
+// failed: the upstream could not be reached) and bytes.
 type Stats struct {
 	Name      string       `json:"name"`
 	Kind      string       `json:"kind"` // "http" or "tcp"
@@ -33,12 +35,24 @@ type Stats struct {
 	PeakAtMS  int64        `json:"peak_at_ms"`
 	InFlight  int64        `json:"in_flight"`
 	// Per logical request (HTTP): null when no attempt carried the key.
-	Requests           *int             `json:"requests"`
-	RequestsAccepted   *int             `json:"requests_accepted"`
-	MaxAttempts        *int             `json:"max_attempts"`
-	AttemptsPerRequest *float64         `json:"attempts_per_request"`
-	Unidentified       int              `json:"unidentified"`
-	ByAttempt          map[string]int64 `json:"by_attempt"`
+	Requests           *int     `json:"requests"`
+	RequestsAccepted   *int     `json:"requests_accepted"`
+	MaxAttempts        *int     `json:"max_attempts"`
+	AttemptsPerRequest *float64 `json:"attempts_per_request"`
+	Unidentified       int      `json:"unidentified"`
+	// Attempts per Stagger-Attempt value ("none", "1", …, "16+"); null
+	// when no attempt carried one (HTTP).
+	ByAttempt map[string]int64 `json:"by_attempt"`
+	// HTTP: attempts without a readable Stagger-Attempt, requests refused
+	// with 413 (no attempts), request keys forgotten to stay within the
+	// bound, attempts of windows older than the horizon, the horizon, and
+	// how attempts are grouped into logical requests.
+	Unnumbered int64  `json:"unnumbered"`
+	TooLarge   int64  `json:"too_large"`
+	Evicted    int    `json:"evicted_requests"`
+	Folded     int    `json:"folded"`
+	HorizonMS  int64  `json:"horizon_ms,omitempty"`
+	GroupBy    string `json:"group_by,omitempty"`
 	// TCP: bytes each way, and the most bytes in one window.
 	BytesUp       int64    `json:"bytes_up,omitempty"`
 	BytesDown     int64    `json:"bytes_down,omitempty"`
@@ -65,7 +79,7 @@ type Window struct {
 // their counts, and the recorder's counts.
 func BaseStats(p Proxy, uptime time.Duration, inflight int64, rec labkit.Stats) Stats {
 	s := Stats{Name: p.Name(), Kind: p.Kind(), Listen: p.Addr(), Upstream: p.Upstream(), UptimeMS: uptime.Milliseconds(),
-		InFlight: inflight, ByAttempt: map[string]int64{}, Faults: p.Faults().Clauses(), Counts: p.Faults().Counts()}
+		InFlight: inflight, ByAttempt: map[string]int64{}, Faults: append([]string{}, p.Faults().Clauses()...), Counts: p.Faults().Counts()}
 	s.FromRecorder(rec)
 	return s
 }

@@ -150,7 +150,19 @@ func (p *TCPProxy) serve(c net.Conn) {
 		rec.Finish(pend, "", 0, labkit.Failed)
 		return
 	}
-	r.up = upc
+	// Close may have run since the connection was registered: it closed
+	// the client alone, and the upstream is this goroutine's to close.
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		r.up = upc
+	}
+	p.mu.Unlock()
+	if closed {
+		upc.Close()
+		rec.Finish(pend, "", 0, labkit.Abandoned)
+		return
+	}
 	for _, f := range slicesConcat(down, up) {
 		if f.Kind == labkit.FaultResetPeer {
 			t := time.AfterFunc(f.Delay, func() { r.close(true) })
@@ -184,6 +196,13 @@ func slicesConcat(a, b []*labkit.Fault) []*labkit.Fault {
 	}
 	return out
 }
+
+// relayBuf is the size of a pump's buffer; relayBufs keeps them for the
+// next connections, so a proxy with short connections does not allocate
+// 64 KiB for each.
+const relayBuf = 32 << 10
+
+var relayBufs = sync.Pool{New: func() any { return new([relayBuf]byte) }}
 
 // pump copies src to dst through the faults of its direction, and passes
 // src's end on as a half close (after slow-close's wait).
@@ -227,7 +246,9 @@ func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, cou
 		r.close(true)
 		return
 	}
-	buf := make([]byte, 32<<10) // 64 KiB a connection: --max-conns of them bound the memory
+	bp := relayBufs.Get().(*[relayBuf]byte) // 64 KiB a connection: --max-conns of them bound the memory
+	defer relayBufs.Put(bp)
+	buf := bp[:]
 	var sent int64
 	began := time.Now()
 	for {
@@ -342,59 +363,107 @@ func (p *TCPProxy) Close() error {
 }
 
 // byteWindows counts bytes per window, keeping the last maxByteWindows.
+// Counting a chunk takes no lock: totals and each window's slot are
+// atomic; a slot is taken over for a newer window (once every
+// maxByteWindows windows) under mu, which also keeps the peak of the
+// windows that left the ring.
 type byteWindows struct {
-	start  time.Time
-	width  time.Duration
-	mu     sync.Mutex
-	up     int64
-	down   int64
-	ring   [maxByteWindows][2]int64
-	newest int64
-	peak   int64
-	peakAt int64
+	start    time.Time
+	width    time.Duration
+	up, down atomic.Int64
+	newest   atomic.Int64 // the newest window seen; -1 before any
+	ring     [maxByteWindows]byteSlot
+
+	mu           sync.Mutex
+	peak, peakAt int64 // the fullest window that left the ring
+}
+
+// byteSlot counts window k of the ring.
+type byteSlot struct {
+	k        atomic.Int64 // -1: none yet
+	up, down atomic.Int64
 }
 
 const maxByteWindows = 4096
 
 func newByteWindows(start time.Time, w time.Duration) *byteWindows {
-	return &byteWindows{start: start, width: w, newest: -1}
+	b := &byteWindows{start: start, width: w}
+	b.newest.Store(-1)
+	for i := range b.ring {
+		b.ring[i].k.Store(-1)
+	}
+	return b
 }
 
 func (b *byteWindows) add(now time.Time, up, down int64) {
 	k := int64(now.Sub(b.start) / b.width)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.up += up
-	b.down += down
-	for b.newest < k {
-		b.newest++
-		b.ring[b.newest%maxByteWindows] = [2]int64{}
-	}
-	if k < b.newest-maxByteWindows+1 || k < 0 {
+	b.up.Add(up)
+	b.down.Add(down)
+	if k < 0 {
 		return
 	}
-	w := &b.ring[k%maxByteWindows]
-	w[0] += up
-	w[1] += down
-	if t := w[0] + w[1]; t > b.peak {
-		b.peak, b.peakAt = t, k
+	n := b.newest.Load()
+	for n < k && !b.newest.CompareAndSwap(n, k) {
+		n = b.newest.Load()
+	}
+	if k <= max(n, k)-maxByteWindows {
+		return // older than the ring: in the totals only
+	}
+	s := &b.ring[k%maxByteWindows]
+	if s.k.Load() != k {
+		b.mu.Lock()
+		old := s.k.Load()
+		if old > k { // the slot holds a newer window: k left the ring
+			b.mu.Unlock()
+			return
+		}
+		if old != k {
+			if t := s.up.Load() + s.down.Load(); old >= 0 && t > b.peak {
+				b.peak, b.peakAt = t, old
+			}
+			s.up.Store(0)
+			s.down.Store(0)
+			s.k.Store(k)
+		}
+		b.mu.Unlock()
+	}
+	// A writer that read its window maxByteWindows windows ago and only
+	// now adds would count in the slot's new window: a pause of minutes
+	// between reading the clock and adding, which the proxy's pumps do
+	// not make.
+	if up != 0 {
+		s.up.Add(up)
+	}
+	if down != 0 {
+		s.down.Add(down)
 	}
 }
 
+// totals returns the bytes each way and the fullest window.
 func (b *byteWindows) totals() (up, down, peak, peakAtMS int64) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.up, b.down, b.peak, (time.Duration(b.peakAt) * b.width).Milliseconds()
+	peak, at := b.peak, b.peakAt
+	b.mu.Unlock()
+	for i := range b.ring {
+		s := &b.ring[i]
+		if k := s.k.Load(); k >= 0 {
+			if t := s.up.Load() + s.down.Load(); t > peak || t == peak && k < at {
+				peak, at = t, k
+			}
+		}
+	}
+	return b.up.Load(), b.down.Load(), peak, (time.Duration(at) * b.width).Milliseconds()
 }
 
 // fill adds the bytes to the timeline's windows it still keeps.
 func (b *byteWindows) fill(tl []Window) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	for i := range tl {
 		k := int64(time.Duration(tl[i].StartMS) * time.Millisecond / b.width)
-		if k <= b.newest && k > b.newest-maxByteWindows && k >= 0 {
-			tl[i].BytesUp, tl[i].BytesDown = b.ring[k%maxByteWindows][0], b.ring[k%maxByteWindows][1]
+		if k < 0 || k <= b.newest.Load()-maxByteWindows {
+			continue
+		}
+		if s := &b.ring[k%maxByteWindows]; s.k.Load() == k {
+			tl[i].BytesUp, tl[i].BytesDown = s.up.Load(), s.down.Load()
 		}
 	}
 }

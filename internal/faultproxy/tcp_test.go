@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -248,5 +249,46 @@ func TestTCPChangeUnderTraffic(t *testing.T) {
 	}
 	if got, err := p.Faults().Get("flip"); err == nil && got.Matched > int64(clients*each) {
 		t.Errorf("the fault matched %d of %d connections", got.Matched, clients*each)
+	}
+}
+
+// TestByteWindows: bytes counted from many goroutines add up exactly, per
+// window and in all; the peak survives its window leaving the ring.
+func TestByteWindows(t *testing.T) {
+	start := time.Unix(0, 0)
+	b := newByteWindows(start, time.Second)
+	at := func(sec int) time.Time { return start.Add(time.Duration(sec) * time.Second) }
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				b.add(at(i%3), int64(g), 1) // windows 0, 1, 2
+			}
+		}()
+	}
+	wg.Wait()
+	up, down, peak, peakAt := b.totals()
+	if up != 28*1000 || down != 8000 {
+		t.Errorf("totals %d up, %d down; want 28000, 8000", up, down)
+	}
+	tl := []Window{{StartMS: 0}, {StartMS: 1000}, {StartMS: 2000}, {StartMS: 3000}}
+	b.fill(tl)
+	if tl[0].BytesDown != 8*334 || tl[1].BytesDown != 8*333 || tl[3].BytesDown != 0 || tl[0].BytesUp != 28*334 {
+		t.Errorf("windows %+v", tl)
+	}
+	if peak != 36*334 || peakAt != 0 {
+		t.Errorf("peak %d at %d ms; want %d at 0", peak, peakAt, 36*334)
+	}
+	b.add(at(maxByteWindows+5), 1, 0) // window 0 leaves the ring; window 5 too
+	b.add(at(2), 1, 0)                // too old for the ring: in the totals only
+	if up2, _, peak2, at2 := b.totals(); up2 != up+2 || peak2 != peak || at2 != 0 {
+		t.Errorf("after the ring moved: up %d, peak %d at %d", up2, peak2, at2)
+	}
+	tl = []Window{{StartMS: 2000}, {StartMS: (maxByteWindows + 5) * 1000}}
+	b.fill(tl)
+	if tl[0].BytesUp != 0 || tl[1].BytesUp != 1 {
+		t.Errorf("windows after the ring moved %+v", tl)
 	}
 }
