@@ -257,9 +257,6 @@ func (c *Client) newCall(ctx context.Context, target, method string) *call {
 	} else {
 		k.s.Delivery.ID = newRequestID()
 	}
-	if _, ok := UpstreamAttempt(ctx); ok && !c.NestedRetries {
-		k.s.Delivery.MaxAttempts = 1
-	}
 	k.ledger(ctx)
 	return k
 }
@@ -289,7 +286,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			return err
 		}
 		k := c.newCall(ctx, cc.Target(), method)
-		if err := k.exhausted(); err != nil {
+		if err := k.s.Delivery.Exhausted(); err != nil {
 			return statusErr(ctx, err)
 		}
 		err := k.s.Do(ctx, func(actx context.Context) error {
@@ -440,7 +437,7 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		rs := &retryStream{call: c.newCall(ctx, cc.Target(), method), ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
-		if err := rs.exhausted(); err != nil {
+		if err := rs.s.Delivery.Exhausted(); err != nil {
 			return nil, statusErr(ctx, err)
 		}
 		rs.max = c.MaxBuffer

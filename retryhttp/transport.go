@@ -324,7 +324,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := &call{t: t, req: req, ctx: req.Context()}
 	c.start(t.state(req.URL.Host))
-	if err := c.exhausted(); err != nil {
+	if err := c.step.Delivery.Exhausted(); err != nil { // no attempt left (ledger.go)
 		closeRequestBody(req)
 		return nil, err
 	}
