@@ -252,8 +252,10 @@ type call struct {
 }
 
 // calls are the states of unary calls, which nothing reaches once the
-// interceptor returns: the Step's Classifier (a method value) and the
-// option buffer are made once per pooled call, not per call.
+// interceptor returns (the invoker below it returns when its call is
+// over, as grpc-go's does, having written the trailer): the Step's
+// Classifier (a method value) and the option buffer are made once per
+// pooled call, not per call.
 var calls = sync.Pool{New: func() any { return newCallState() }}
 
 func newCallState() *call {
