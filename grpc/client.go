@@ -244,23 +244,60 @@ type call struct {
 	m       Method
 	trailer metadata.MD // the attempt's trailer, for its pushback
 	budget  string      // MaxAttemptsKey's value (ledger.go)
+
+	// A unary call's options, the caller's and grpc.Trailer(&trailer),
+	// while they fit (unaryOpts).
+	optBuf [6]grpc.CallOption
+}
+
+// calls are the states of unary calls, which nothing reaches once the
+// interceptor returns (the invoker below it returns when its call is
+// over, as grpc-go's does, having written the trailer): the Step's
+// Classifier (a method value) and the option buffer are made once per
+// pooled call, not per call.
+var calls = sync.Pool{New: func() any { return newCallState() }}
+
+func newCallState() *call {
+	k := new(call)
+	k.s.Classifier = k.verdict
+	return k
 }
 
 // newCall starts the ledger of one call.
 func (c *Client) newCall(ctx context.Context, target, method string) *call {
+	k := newCallState()
+	c.startCall(k, ctx, target, method)
+	return k
+}
+
+// startCall makes k, fresh or from the pool, the state of a call to method
+// on target and starts its ledger.
+func (c *Client) startCall(k *call, ctx context.Context, target, method string) {
 	p, m := c.policy(target, method)
-	k := &call{c: c, m: m, s: retrydriver.Step{Policy: p, Delivery: retry.Delivery{Source: "grpc"}}}
-	k.s.Classifier = k.verdict
-	if id, ok := incoming(ctx, RequestIDKey); ok {
-		k.s.Delivery.ID = id
+	*k = call{c: c, m: m, s: retrydriver.Step{Policy: p, Classifier: k.s.Classifier, Delivery: retry.Delivery{Source: "grpc"}}}
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && v[0] != "" && len(v[0]) <= 128 {
+		k.s.Delivery.ID = v[0]
 	} else {
-		k.s.Delivery.ID = newRequestID()
-	}
-	if _, ok := UpstreamAttempt(ctx); ok && !c.NestedRetries {
-		k.s.Delivery.MaxAttempts = 1
+		k.s.Delivery.ID = retry.NewID()
 	}
 	k.ledger(ctx)
-	return k
+}
+
+// unaryOpts is opts with grpc.Trailer(&k.trailer) after them, in the
+// call's buffer while they fit.
+func (k *call) unaryOpts(opts []grpc.CallOption) []grpc.CallOption {
+	buf := k.optBuf[:0]
+	if len(opts) >= len(k.optBuf) {
+		buf = make([]grpc.CallOption, 0, len(opts)+1)
+	}
+	return append(append(buf, opts...), grpc.Trailer(&k.trailer))
+}
+
+// release gives a unary call's state back to the pool, holding nothing.
+func (k *call) release() {
+	clear(k.optBuf[:])
+	*k = call{s: retrydriver.Step{Classifier: k.s.Classifier}}
+	calls.Put(k)
 }
 
 // outgoing adds the attempt's metadata to ctx.
@@ -287,14 +324,20 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		if err := c.init(); err != nil {
 			return err
 		}
-		k := c.newCall(ctx, cc.Target(), method)
-		if err := k.exhausted(); err != nil {
+		k := calls.Get().(*call)
+		defer k.release()
+		c.startCall(k, ctx, cc.Target(), method)
+		if err := k.s.Delivery.Exhausted(); err != nil {
 			return statusErr(ctx, err)
 		}
+		opts = k.unaryOpts(opts)
 		err := k.s.Do(ctx, func(actx context.Context) error {
 			k.trailer = nil
-			return invoker(outgoing(actx, &k.s.Delivery, k.budget), method, req, reply, cc, append(opts, grpc.Trailer(&k.trailer))...)
+			return invoker(outgoing(actx, &k.s.Delivery, k.budget), method, req, reply, cc, opts...)
 		})
+		if err == nil {
+			return nil
+		}
 		return statusErr(ctx, k.marked(err))
 	}
 }
@@ -336,8 +379,11 @@ func (k *call) marked(err error) error {
 // error (the context ended, a refusal) becomes a status of its own that
 // still wraps the retry.Error (errors.Is sees its reason's sentinel).
 func statusErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
 	var e *retry.Error
-	if err == nil || !errors.As(err, &e) || e.Err != nil {
+	if !errors.As(err, &e) || e.Err != nil {
 		return err
 	}
 	code := codes.Unavailable // budget, limiter: the client sheds
@@ -439,7 +485,7 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		rs := &retryStream{call: c.newCall(ctx, cc.Target(), method), ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
-		if err := rs.exhausted(); err != nil {
+		if err := rs.s.Delivery.Exhausted(); err != nil {
 			return nil, statusErr(ctx, err)
 		}
 		rs.max = c.MaxBuffer
@@ -638,17 +684,4 @@ func (r *retryStream) recvMsg(m any) error {
 			return statusErr(r.ctx, r.marked(serr))
 		}
 	}
-}
-
-// incoming returns the first value of key in ctx's incoming metadata.
-func incoming(ctx context.Context, key string) (string, bool) {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return "", false
-	}
-	v := md.Get(key)
-	if len(v) == 0 || v[0] == "" || len(v[0]) > 128 {
-		return "", false
-	}
-	return v[0], true
 }

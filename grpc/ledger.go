@@ -26,48 +26,26 @@ const DefaultMaxBudget = wire.DefaultMaxBudget
 // upstream owner retries, NestedRetries unset) the call makes one attempt
 // numbered as the incoming call's, with its budget; inside other work that
 // has a budget (a queue job, a broker message: retry.DeliveryFrom) the
-// call's attempts count on from that work's, up to the smaller of the
-// Policy's MaxAttempts and the work's budget, within its deadline.
+// call is the next hop of that work (retry's Delivery.CountOn).
 func (k *call) ledger(ctx context.Context) {
 	d := &k.s.Delivery
-	own := k.s.Policy.MaxAttempts
-	if own <= 0 {
-		own = retry.DefaultMaxAttempts
-	}
-	budget := own
 	prev, hasPrev := retry.DeliveryFrom(ctx)
 	if d.ID == "" && hasPrev && prev.ID != "" {
 		d.ID = prev.ID
 	}
-	if n, ok := UpstreamAttempt(ctx); ok {
-		if k.c.NestedRetries {
-			k.budget = budgetValue(budget) // every layer its own owner, asked for
-			return
-		}
+	var budget int
+	if n, ok := UpstreamAttempt(ctx); ok && !k.c.NestedRetries {
 		d.Attempt, d.MaxAttempts = n-1, n
-		budget = 0
-		if hasPrev {
-			budget = prev.MaxAttempts
-		}
-	} else if hasPrev && prev.MaxAttempts > 0 && prev.Attempt > 0 {
-		d.Attempt = prev.Attempt
-		d.MaxAttempts = min(own, prev.MaxAttempts)
-		d.Deadline = prev.Deadline
 		budget = prev.MaxAttempts
+	} else {
+		if ok { // every layer its own owner, asked for: nothing to count on
+			prev = retry.Delivery{}
+		}
+		budget = d.CountOn(prev, k.s.Policy.MaxAttempts)
 	}
 	if budget > 0 {
 		k.budget = budgetValue(budget)
 	}
-}
-
-// exhausted is the error of a call whose carried ledger has no attempt
-// left: nothing is sent.
-func (k *call) exhausted() error {
-	d := &k.s.Delivery
-	if d.Attempt == 0 || d.Attempt < d.MaxAttempts {
-		return nil
-	}
-	return &retry.Error{Reason: retry.Exhausted, Attempts: d.Attempt}
 }
 
 // budgets are the MaxAttemptsKey values of small budgets, made once.

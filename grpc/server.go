@@ -2,8 +2,6 @@ package staggergrpc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -245,10 +243,3 @@ type markedStream struct {
 }
 
 func (m *markedStream) Context() context.Context { return m.ctx }
-
-// newRequestID returns a random logical request ID.
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}

@@ -21,31 +21,22 @@ const MaxAttemptsHeader = "Stagger-Max-Attempts"
 const DefaultMaxBudget = wire.DefaultMaxBudget
 
 // ledger continues the work ctx carries (prev): a call inside work that
-// has an attempt budget (prev.MaxAttempts > 0) is the next hop of that
-// work — its attempts count on from prev.Attempt, up to the smaller of
-// the Policy's MaxAttempts and prev's budget, so a hand-over never starts
-// the budget over. It sets the MaxAttemptsHeader value the call sends.
+// has an attempt budget is the next hop of that work (retry's
+// Delivery.CountOn), so a hand-over never starts the budget over. A call
+// under an upstream owner makes one attempt numbered as the owner's and
+// carries its budget; with NestedRetries it has a budget of its own. It
+// sets the MaxAttemptsHeader value the call sends.
 func (c *call) ledger(prev retry.Delivery) {
-	d := &c.step.Delivery
-	own := c.step.Policy.MaxAttempts
-	if own <= 0 {
-		own = retry.DefaultMaxAttempts
-	}
-	budget := own
+	var budget int
 	switch {
 	case c.upstream > 0:
 		// One attempt, numbered as the upstream owner's: its budget.
 		budget = prev.MaxAttempts
 	case c.t.NestedRetries && upstream(c):
 		// Every layer its own owner, asked for: a budget of its own.
-	case prev.MaxAttempts > 0 && prev.Attempt > 0:
-		budget = prev.MaxAttempts
-		d.Attempt = prev.Attempt
-		if d.MaxAttempts == 0 { // not capped to one attempt (a body that cannot be replayed)
-			d.MaxAttempts = min(own, budget)
-		} else {
-			d.MaxAttempts = min(d.Attempt+d.MaxAttempts, min(own, budget))
-		}
+		budget = c.step.Delivery.CountOn(retry.Delivery{}, c.step.Policy.MaxAttempts)
+	default:
+		budget = c.step.Delivery.CountOn(prev, c.step.Policy.MaxAttempts)
 	}
 	if budget > 0 {
 		c.budget = attemptValue(budget)
@@ -55,16 +46,6 @@ func (c *call) ledger(prev retry.Delivery) {
 func upstream(c *call) bool {
 	_, ok := UpstreamAttempt(c.ctx)
 	return ok
-}
-
-// exhausted is the error of a call whose carried ledger has no attempt
-// left: nothing is sent.
-func (c *call) exhausted() error {
-	d := &c.step.Delivery
-	if c.upstream > 0 || d.Attempt == 0 || d.Attempt < d.MaxAttempts {
-		return nil
-	}
-	return &retry.Error{Reason: retry.Exhausted, Attempts: d.Attempt}
 }
 
 // setBudget sets the attempt's MaxAttemptsHeader in h.

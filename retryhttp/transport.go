@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -325,7 +323,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := &call{t: t, req: req, ctx: req.Context()}
 	c.start(t.state(req.URL.Host))
-	if err := c.exhausted(); err != nil {
+	if err := c.step.Delivery.Exhausted(); err != nil { // no attempt left (ledger.go)
 		closeRequestBody(req)
 		return nil, err
 	}
@@ -633,13 +631,13 @@ func (c *call) setTimeout(h http.Header, now time.Time) {
 }
 
 // firstLedger sets the first attempt's RequestIDHeader and TimeoutHeader
-// in h. A request ID the call makes (16 random hex digits: unique, not
-// secret) is cut from a block of them, and the header values live in the
-// call: the first attempt's ledger costs no allocation without a deadline,
-// and one (the time left) with one.
+// in h. A request ID the call makes (retry.NewID: 16 random hex digits,
+// unique, not secret) is cut from a block of them, and the header values
+// live in the call: the first attempt's ledger costs no allocation
+// without a deadline, and one (the time left) with one.
 func (c *call) firstLedger(h http.Header) {
 	if c.id[0] == "" && c.step.Delivery.ID == "" {
-		c.id[0] = newRequestID()
+		c.id[0] = retry.NewID()
 		c.step.Delivery.ID = c.id[0]
 	}
 	if c.id[0] != "" {
@@ -649,48 +647,6 @@ func (c *call) firstLedger(h http.Header) {
 		c.tmo[0] = strconv.FormatInt(timeLeft(dl, c.started), 10)
 		h[TimeoutHeader] = c.tmo[:]
 	}
-}
-
-// idBlock is a string of idsPerBlock request IDs of 16 random hex digits
-// each; next is the index of the next one to hand out.
-type idBlock struct {
-	s    string
-	next atomic.Int32
-}
-
-// idsPerBlock is small: an ID a caller keeps (in a log's buffer, a map)
-// keeps its whole block, 16·idsPerBlock bytes, alive.
-const idsPerBlock = 16
-
-var idBlocks atomic.Pointer[idBlock]
-
-// newRequestID returns a request ID of 16 random hex digits, cut from the
-// current block (a new block when it is used up): two allocations per
-// idsPerBlock IDs, not one per call.
-func newRequestID() string {
-	for {
-		b := idBlocks.Load()
-		if b != nil {
-			if i := int(b.next.Add(1)) - 1; i < idsPerBlock {
-				return b.s[16*i : 16*i+16]
-			}
-		}
-		idBlocks.CompareAndSwap(b, newIDBlock())
-	}
-}
-
-func newIDBlock() *idBlock {
-	const hex = "0123456789abcdef"
-	var sb strings.Builder
-	sb.Grow(16 * idsPerBlock)
-	for range idsPerBlock {
-		v := rand.Uint64()
-		for range 16 {
-			sb.WriteByte(hex[v>>60])
-			v <<= 4
-		}
-	}
-	return &idBlock{s: sb.String()}
 }
 
 // timeLeft is the TimeoutHeader value at now: whole milliseconds before

@@ -205,15 +205,8 @@ type wireCtx struct {
 	mu       sync.Mutex
 	done     chan struct{}
 	err      error
-	after    []afterEntry // AfterFunc's registrations, in afterBuf while they fit
-	afterBuf [1]afterEntry
-	nextID   uint64
-}
-
-// afterEntry is one AfterFunc registration of a wireCtx.
-type afterEntry struct {
-	id uint64
-	f  func()
+	after    []func() // AfterFunc's registrations, in afterBuf while they fit
+	afterBuf [1]func()
 }
 
 func (w *wireCtx) Value(key any) any {
@@ -258,7 +251,16 @@ func (w *wireCtx) Err() error {
 }
 
 // AfterFunc arranges to call f in its own goroutine once w is canceled
-// (context.AfterFunc's contract); stop undoes it if f has not started.
+// (context.AfterFunc's contract). The context package is its one caller
+// (a context derived from w registers its cancel here), and the stop it
+// returns does not undo the registration: it is one function for every
+// call, so a registration costs no allocation. What a stopped
+// registration may still run is harmless, as the context package's
+// callbacks are: a derived context's cancel does nothing once it ended,
+// and context.AfterFunc's runs its function only if its own stop has not.
+// The registrations stay with w, an attempt's context, until it is
+// dropped; w is canceled only while its attempt's RoundTrip runs, so once
+// it returned (detached) nothing more is registered.
 func (w *wireCtx) AfterFunc(f func()) (stop func() bool) {
 	if !w.own {
 		return context.AfterFunc(w.Context, f)
@@ -267,30 +269,21 @@ func (w *wireCtx) AfterFunc(f func()) (stop func() bool) {
 	defer w.mu.Unlock()
 	if w.err != nil {
 		go f()
-		return func() bool { return false }
+		return keepAfter
 	}
-	w.nextID++
-	id := w.nextID
+	if w.trace.Load() == nil {
+		return keepAfter // detached, never to be canceled: f would never run
+	}
 	if w.after == nil {
 		w.after = w.afterBuf[:0]
 	}
-	w.after = append(w.after, afterEntry{id: id, f: f})
-	return func() bool { return w.stopAfter(id) }
+	w.after = append(w.after, f)
+	return keepAfter
 }
 
-// stopAfter drops the AfterFunc registration id; it reports whether it was
-// still there (its function had not been started).
-func (w *wireCtx) stopAfter(id uint64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i, e := range w.after {
-		if e.id == id {
-			w.after = append(w.after[:i], w.after[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
+// keepAfter is the stop of every wireCtx.AfterFunc registration: it
+// leaves f registered and reports so.
+func keepAfter() bool { return false }
 
 // cancel ends an own wireCtx with context.Canceled.
 func (w *wireCtx) cancel() {
@@ -303,8 +296,8 @@ func (w *wireCtx) cancel() {
 	if w.done != nil {
 		close(w.done)
 	}
-	for _, e := range w.after {
-		go e.f()
+	for _, f := range w.after {
+		go f()
 	}
 	w.after = nil
 }

@@ -131,3 +131,40 @@ func stacks(all bool) string {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// TestWireCtxStoppedRegistrations: AfterFunc's stop leaves the
+// registration with the context, and what then runs on a cancel does
+// nothing more: a derived context that ended stays as it ended, and a
+// function whose context.AfterFunc was stopped does not run. Once
+// detached, a context that was not canceled registers nothing more.
+func TestWireCtxStoppedRegistrations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &wireCtx{Context: context.Background(), own: true}
+		w.trace.Store(&httptrace.ClientTrace{})
+		ended, end := context.WithCancelCause(w)
+		cause := errors.New("ended on its own")
+		end(cause)
+		stop := context.AfterFunc(w, func() { t.Error("a stopped AfterFunc ran") })
+		if !stop() {
+			t.Error("context.AfterFunc's stop reported it had not stopped anything")
+		}
+		w.cancel()
+		synctest.Wait()
+		if context.Cause(ended) != cause {
+			t.Errorf("the ended child's cause is %v, want its own", context.Cause(ended))
+		}
+
+		d := &wireCtx{Context: context.Background(), own: true}
+		d.trace.Store(&httptrace.ClientTrace{})
+		_ = d.Done()
+		d.detach()
+		late, stopLate := context.WithCancel(d)
+		defer stopLate()
+		if len(d.after) != 0 {
+			t.Errorf("%d registrations after the detach, want none", len(d.after))
+		}
+		if late.Err() != nil {
+			t.Error("a context derived after the detach is done")
+		}
+	})
+}
