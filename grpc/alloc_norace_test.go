@@ -15,7 +15,7 @@ import (
 // TestUnaryAllocs bounds what the unary interceptor allocates for one
 // successful call on top of the invoker: only the attempt's outgoing
 // metadata (metadata.AppendToOutgoingContext: four). The call's state
-// comes from a pool, its request ID from a block (retry.NewID) and its
+// comes from a pool, its request ID from a block (retrydriver.NewID) and its
 // header values are made once.
 func TestUnaryAllocs(t *testing.T) {
 	cc, err := grpc.NewClient("passthrough:///svc", grpc.WithTransportCredentials(insecure.NewCredentials()))

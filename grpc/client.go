@@ -278,7 +278,7 @@ func (c *Client) startCall(k *call, ctx context.Context, target, method string) 
 	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && v[0] != "" && len(v[0]) <= 128 {
 		k.s.Delivery.ID = v[0]
 	} else {
-		k.s.Delivery.ID = retry.NewID()
+		k.s.Delivery.ID = retrydriver.NewID()
 	}
 	k.ledger(ctx)
 }

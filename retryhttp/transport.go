@@ -631,13 +631,13 @@ func (c *call) setTimeout(h http.Header, now time.Time) {
 }
 
 // firstLedger sets the first attempt's RequestIDHeader and TimeoutHeader
-// in h. A request ID the call makes (retry.NewID: 16 random hex digits,
+// in h. A request ID the call makes (retrydriver.NewID: 16 random hex digits,
 // unique, not secret) is cut from a block of them, and the header values
 // live in the call: the first attempt's ledger costs no allocation
 // without a deadline, and one (the time left) with one.
 func (c *call) firstLedger(h http.Header) {
 	if c.id[0] == "" && c.step.Delivery.ID == "" {
-		c.id[0] = retry.NewID()
+		c.id[0] = retrydriver.NewID()
 		c.step.Delivery.ID = c.id[0]
 	}
 	if c.id[0] != "" {
