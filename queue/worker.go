@@ -88,12 +88,14 @@ type WorkerConfig struct {
 	// SweepInterval) did.
 	OnMaintenance func(Maintenance)
 	// Loops is how many claim loops share a queue's handlers (1 to
-	// Concurrency): each runs its share of the Concurrency handlers and of
-	// the BatchSize, and has its own claim (and commit) in flight, so
-	// that Loops round trips to the store overlap (see lanes). 0 means
-	// DefaultLoops, at most Concurrency, or 1 for a queue with fleet
-	// Limits (its claims take turns at the store). With NewMultiWorker:
-	// the default of each Serve's own.
+	// Concurrency): each runs its share of the Concurrency handlers, claims
+	// up to BatchSize jobs for them and has its own claim (and commit) in
+	// flight, so that Loops round trips to the store overlap. Jobs claimed
+	// but not started (prefetched) are at most Loops × BatchSize. 0 means
+	// DefaultLoops (at most Concurrency), or 1 when BatchSize is 256 or
+	// more (a loop already commits beside its claims) or the queue has
+	// fleet Limits (its claims take turns at the store). With
+	// NewMultiWorker: the default of each Serve's own.
 	Loops int
 }
 
