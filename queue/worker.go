@@ -182,7 +182,8 @@ func setDefault[T comparable](p *T, v T) {
 
 // Worker runs handlers on the jobs of one or more queues of one store until
 // its context is done. Each queue it serves has its own handler, Policy,
-// Limits and Concurrency handlers, fed by a loop of its own that, each turn, claims as many due
+// Limits and Concurrency handlers, shared among claim loops of its own
+// (Loops; see lane.split), each of which, each turn, claims as many due
 // jobs as there are idle handlers (up to BatchSize) — plus, when handlers
 // are short next to a commit, the few they will start within about one
 // commit (prefetch) — and commits the outcomes of the handlers that
@@ -386,7 +387,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// loop is the one committer of a queue the worker serves. Each turn it
+// loop is one claim loop of a queue the worker serves (a lane of split:
+// its share of the handlers), the one committer of their outcomes. Each turn it
 // commits the outcomes of the handlers that finished and claims jobs for
 // the idle handlers and the prefetch (up to BatchSize) — in one
 // transaction when the store is a RecordClaimer and the turn is smaller
