@@ -94,15 +94,7 @@ func drainOverlap(t *testing.T, qcfg queue.Config, cfg queue.WorkerConfig) int {
 	if err := w.Run(rctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err := q.Stats(ctx)
-	if err != nil || st.Done != n {
-		t.Fatalf("done %d of %d: %v", st.Done, n, err)
-	}
-	for id, c := range runs {
-		if c != 1 {
-			t.Errorf("%s ran %d times", id, c)
-		}
-	}
+	doneOnce(t, q, n, runs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.big > 0 {
@@ -156,5 +148,20 @@ func TestWorkerLoopsInvalid(t *testing.T) {
 	}
 	if _, err := queue.NewMultiWorker(queue.WorkerConfig{}, queue.Serve{Queue: b, Handler: h, Concurrency: 2, Loops: 3}); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("Serve.Loops above its Concurrency: %v", err)
+	}
+}
+
+// doneOnce checks that q has n jobs done, each run once (runs: the
+// handler's calls by job ID).
+func doneOnce(t *testing.T, q *queue.Queue, n int, runs map[string]int) {
+	t.Helper()
+	st, err := q.Stats(context.Background())
+	if err != nil || st.Done != int64(n) {
+		t.Fatalf("done %d of %d: %v", st.Done, n, err)
+	}
+	for id, c := range runs {
+		if c != 1 {
+			t.Errorf("%s ran %d times", id, c)
+		}
 	}
 }

@@ -1042,15 +1042,7 @@ func TestWorkerBigTurnsRecordBesideClaims(t *testing.T) {
 		if err := w.Run(rctx); err != nil {
 			t.Fatal(err)
 		}
-		st, err := q.Stats(ctx)
-		if err != nil || st.Done != n {
-			t.Fatalf("done %d of %d: %v", st.Done, n, err)
-		}
-		for id, c := range calls {
-			if c != 1 {
-				t.Errorf("%s ran %d times", id, c)
-			}
-		}
+		doneOnce(t, q, n, calls)
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
 		if big := slices.Max(sc.limits); big < 256 {
