@@ -6,10 +6,10 @@ package queue
 // outcomes in the same transaction. Each loop keeps its own claim in
 // flight, so the queue has up to DefaultLoops round trips to the store at
 // once. Draining 50,000 no-op jobs on PostgreSQL with 4 handlers (claims
-// of 64), 4 loops made 1.12–2.4× one loop (BENCHMARKS.md); with 512
-// handlers (claims of 1,000, outcomes already committed beside the
-// claims) they made 0.6–1.3×, so a queue whose BatchSize reaches
-// splitTurn runs one loop.
+// of 64), 4 loops made 0.96–2.7× one loop (median 1.5, 4 rounds;
+// BENCHMARKS.md); with 512 handlers (claims of 1,000, outcomes already
+// committed beside the claims) 4 Workers made 0.8–1.3× one loop, so a
+// queue whose BatchSize reaches splitTurn runs one loop.
 const DefaultLoops = 4
 
 // split divides the lane's handlers among its claim loops: loops lanes of
