@@ -67,6 +67,9 @@ func BenchmarkQueuePostgresDrain(b *testing.B) {
 	// claim loops, so that many transactions in flight.
 	for _, c := range []int{4, 512} {
 		b.Run(fmt.Sprintf("c=%d/stagger-loops", c), func(b *testing.B) { drainStagger(b, pool, c, drainLoops) })
+		// One Worker of one claim loop (WorkerConfig.Loops 1), as before
+		// the Worker shared a queue's handlers among loops.
+		b.Run(fmt.Sprintf("c=%d/stagger-1loop", c), func(b *testing.B) { drainStagger(b, pool, c, -1) })
 	}
 	b.Run("best/river", func(b *testing.B) { drainRiver(b, pool, riverBestWorkers) })
 	for _, batch := range ceilingBatches {
@@ -83,8 +86,17 @@ type splitStore struct{ queue.Store }
 const drainLoops = 4
 
 // drainStagger drains with loops Workers of c/loops handlers each on one
-// store (one Worker: the Worker as adopters run it).
+// store (one Worker: the Worker as adopters run it; -1: one Worker of one
+// claim loop; more: Workers of one claim loop each, unless
+// STAGGER_BENCH_LOOPS says otherwise).
 func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
+	claimLoops := benchInt(b, "STAGGER_BENCH_LOOPS")
+	switch {
+	case loops == -1:
+		loops, claimLoops = 1, 1
+	case loops > 1 && claimLoops == 0:
+		claimLoops = 1 // each Worker one claim loop
+	}
 	ctx := context.Background()
 	var err error
 	opts := postgres.Options{Schema: pgSchema(b, pool)}
@@ -119,7 +131,7 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 				cancel()
 			}
 			return nil
-		}, queue.WorkerConfig{Concurrency: c / loops, BatchSize: benchBatch(b), PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
+		}, queue.WorkerConfig{Concurrency: c / loops, BatchSize: benchBatch(b), Loops: claimLoops, PollInterval: 50 * time.Millisecond, OnError: func(err error) { b.Error(err) }})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -154,14 +166,18 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 
 // benchBatch is STAGGER_BENCH_BATCH, the Worker's BatchSize (0, the
 // default, when unset).
-func benchBatch(b *testing.B) int {
-	v := os.Getenv("STAGGER_BENCH_BATCH")
+func benchBatch(b *testing.B) int { return benchInt(b, "STAGGER_BENCH_BATCH") }
+
+// benchInt is the integer in the environment variable name, 0 when unset
+// (STAGGER_BENCH_LOOPS: the Worker's Loops).
+func benchInt(b *testing.B, name string) int {
+	v := os.Getenv(name)
 	if v == "" {
 		return 0
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		b.Fatalf("STAGGER_BENCH_BATCH=%q: %v", v, err)
+		b.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return n
 }

@@ -131,7 +131,7 @@ func BenchmarkQueuePostgres(b *testing.B) {
 // (claims take as many jobs as there are idle handlers; outcomes are
 // committed with the next claim).
 func runStagger(b *testing.B, s queue.Store) {
-	runStaggerCfg(b, s, queue.WorkerConfig{Concurrency: benchWorkers, PollInterval: 50 * time.Millisecond})
+	runStaggerCfg(b, s, queue.WorkerConfig{Concurrency: benchWorkers, Loops: benchInt(b, "STAGGER_BENCH_LOOPS"), PollInterval: 50 * time.Millisecond})
 }
 
 func runStaggerCfg(b *testing.B, s queue.Store, wc queue.WorkerConfig) {

@@ -87,6 +87,16 @@ type WorkerConfig struct {
 	// OnMaintenance, when set, receives what each maintenance pass (every
 	// SweepInterval) did.
 	OnMaintenance func(Maintenance)
+	// Loops is how many claim loops share a queue's handlers (1 to
+	// Concurrency): each runs its share of the Concurrency handlers, claims
+	// up to BatchSize jobs for them and has its own claim (and commit) in
+	// flight, so that Loops round trips to the store overlap. Jobs claimed
+	// but not started (prefetched) are at most Loops × BatchSize. 0 means
+	// DefaultLoops (at most Concurrency), or 1 when BatchSize is 256 or
+	// more (a loop already commits beside its claims) or the queue has
+	// fleet Limits (its claims take turns at the store). With
+	// NewMultiWorker: the default of each Serve's own.
+	Loops int
 }
 
 // Maintenance is what one maintenance pass of a Worker did.
@@ -147,6 +157,8 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 		return c, fmt.Errorf("%w: Concurrency must be in [1, %d] (0 means 1), got %d", ErrInvalid, MaxConcurrency, c.Concurrency)
 	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
 		return c, fmt.Errorf("%w: BatchSize must be in [1, %d] (0 means 4×Concurrency, at least 64), got %d", ErrInvalid, MaxBatchSize, c.BatchSize)
+	case c.Loops < 0 || c.Loops > c.Concurrency:
+		return c, fmt.Errorf("%w: Loops must be in [1, Concurrency (%d)] (0 means up to %d), got %d", ErrInvalid, c.Concurrency, DefaultLoops, c.Loops)
 	}
 	if err := checkDuration("PollInterval", c.PollInterval, time.Millisecond); err != nil {
 		return c, err
@@ -170,7 +182,8 @@ func setDefault[T comparable](p *T, v T) {
 
 // Worker runs handlers on the jobs of one or more queues of one store until
 // its context is done. Each queue it serves has its own handler, Policy,
-// Limits and Concurrency handlers, fed by a loop of its own that, each turn, claims as many due
+// Limits and Concurrency handlers, shared among claim loops of its own
+// (Loops; see lane.split), each of which, each turn, claims as many due
 // jobs as there are idle handlers (up to BatchSize) — plus, when handlers
 // are short next to a commit, the few they will start within about one
 // commit (prefetch) — and commits the outcomes of the handlers that
@@ -200,6 +213,7 @@ type lane struct {
 	h           retry.Handler
 	concurrency int
 	batch       int
+	loops       int // 0: the default (see lanes)
 }
 
 // Serve is one queue a Worker serves (NewMultiWorker): its Queue, whose
@@ -218,6 +232,10 @@ type Serve struct {
 	// WorkerConfig.BatchSize, or else the default (4×Concurrency, 64 to
 	// MaxBatchSize).
 	BatchSize int
+	// Loops is how many claim loops share this queue's handlers (1 to
+	// Concurrency); 0 means WorkerConfig.Loops, or else the default (see
+	// WorkerConfig.Loops).
+	Loops int
 }
 
 // NewWorker returns a Worker running h on q's jobs.
@@ -233,7 +251,7 @@ func NewWorker(q *Queue, h retry.Handler, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg}
-	w.lanes = []*lane{{w: w, q: q, h: h, concurrency: cfg.Concurrency, batch: cfg.BatchSize}}
+	w.lanes = []*lane{{w: w, q: q, h: h, concurrency: cfg.Concurrency, batch: cfg.BatchSize, loops: cfg.Loops}}
 	return w, nil
 }
 
@@ -264,11 +282,12 @@ func NewMultiWorker(cfg WorkerConfig, serves ...Serve) (*Worker, error) {
 		}
 		seen[name] = true
 		lc := WorkerConfig{Concurrency: cmp.Or(sv.Concurrency, cfg.Concurrency), BatchSize: cmp.Or(sv.BatchSize, cfg.BatchSize)}
+		lc.Loops = cmp.Or(sv.Loops, min(cfg.Loops, lc.Concurrency))
 		lc, err := lc.withDefaults()
 		if err != nil {
 			return nil, fmt.Errorf("queue %q: %w", name, err)
 		}
-		lanes[i] = &lane{q: sv.Queue, h: sv.Handler, concurrency: lc.Concurrency, batch: lc.BatchSize}
+		lanes[i] = &lane{q: sv.Queue, h: sv.Handler, concurrency: lc.Concurrency, batch: lc.BatchSize, loops: lc.Loops}
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -335,12 +354,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	loopDone := make(chan struct{})
 	var loops sync.WaitGroup
-	for _, l := range w.lanes {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			l.loop(ctx, hctx, rec)
-		}()
+	for _, ql := range w.lanes {
+		for _, l := range ql.split() {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				l.loop(ctx, hctx, rec)
+			}()
+		}
 	}
 	go func() {
 		loops.Wait()
@@ -366,7 +387,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// loop is the one committer of a queue the worker serves. Each turn it
+// loop is one claim loop of a queue the worker serves (a lane of split:
+// its share of the handlers), the one committer of their outcomes. Each turn it
 // commits the outcomes of the handlers that finished and claims jobs for
 // the idle handlers and the prefetch (up to BatchSize) — in one
 // transaction when the store is a RecordClaimer and the turn is smaller

@@ -661,7 +661,7 @@ func TestWorkerClaimsForEveryShortHandler(t *testing.T) {
 						cancel()
 					}
 					return nil
-				}, queue.WorkerConfig{Concurrency: 4, PollInterval: time.Second})
+				}, queue.WorkerConfig{Concurrency: 4, Loops: 1, PollInterval: time.Second})
 				if err := w.Run(rctx); err != nil {
 					t.Fatal(err)
 				}
@@ -858,7 +858,7 @@ func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
 				time.Sleep(150 * time.Millisecond) // > Lease/4: the prefetched jobs go stale
 			}
 			return nil
-		}, queue.WorkerConfig{Concurrency: 4, PollInterval: time.Second, OnResult: func(r queue.Result) {
+		}, queue.WorkerConfig{Concurrency: 4, Loops: 1, PollInterval: time.Second, OnResult: func(r queue.Result) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -1038,19 +1038,11 @@ func TestWorkerBigTurnsRecordBesideClaims(t *testing.T) {
 				cancel()
 			}
 			return nil
-		}, queue.WorkerConfig{Concurrency: 128, PollInterval: time.Second, OnError: func(err error) { t.Error(err) }})
+		}, queue.WorkerConfig{Concurrency: 128, Loops: 1, PollInterval: time.Second, OnError: func(err error) { t.Error(err) }})
 		if err := w.Run(rctx); err != nil {
 			t.Fatal(err)
 		}
-		st, err := q.Stats(ctx)
-		if err != nil || st.Done != n {
-			t.Fatalf("done %d of %d: %v", st.Done, n, err)
-		}
-		for id, c := range calls {
-			if c != 1 {
-				t.Errorf("%s ran %d times", id, c)
-			}
-		}
+		doneOnce(t, q, n, calls)
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
 		if big := slices.Max(sc.limits); big < 256 {
