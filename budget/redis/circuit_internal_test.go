@@ -136,8 +136,13 @@ func TestDownRedisCostsCallersNothing(t *testing.T) {
 	if b.Retry(t0) {
 		t.Fatal("retry allowed with Redis down")
 	}
-	if n := sw.calls.Load(); n != 2 {
-		t.Fatalf("%d calls, want 2", n)
+	// The first Retry's call and the failing one; the flusher, woken by
+	// the first, may push its earnings in between (a third call) when the
+	// machine is slow to schedule it. What matters is below: after the
+	// failure no caller reaches Redis.
+	base := sw.calls.Load()
+	if base < 2 || base > 3 {
+		t.Fatalf("%d calls, want 2 (3 with the flusher's push)", base)
 	}
 
 	// The probes are held at the gate: a caller that called Redis would
@@ -150,11 +155,11 @@ func TestDownRedisCostsCallersNothing(t *testing.T) {
 	}
 	// Past the cooldown, one Retry asked for one probe (held at the gate);
 	// no other call reached the Scripter.
-	for sw.calls.Load() < 3 {
+	for sw.calls.Load() < base+1 {
 		time.Sleep(time.Millisecond)
 	}
-	if n := sw.calls.Load(); n != 3 || !b.probing.Load() {
-		t.Fatalf("%d calls (probing %v), want 3: two, then one probe", n, b.probing.Load())
+	if n := sw.calls.Load(); n != base+1 || !b.probing.Load() {
+		t.Fatalf("%d calls (probing %v), want %d: the failure, then one probe", n, b.probing.Load(), base+1)
 	}
 	sw.open()
 	waitProbe(b) // the probe at t0+1m failed (first retry at the gate was at t0+1m)
