@@ -70,11 +70,23 @@ func ScanStats(rows Rows, now int64) (map[string]queue.Stats, error) {
 // order is byte order). One state is one ordered scan of the queue's
 // (queue, state, id) index; several are one such scan each, limited,
 // merged by a UNION ALL and cut to the limit again, so that the first
-// page of a big queue never sorts the queue.
+// page of a big queue never sorts the queue. cols must name payload
+// second (after id), as the stores' column lists do: s.NoPayload reads
+// NULL in its place.
 func SearchSQL(table, cols string, pg bool, s queue.Search) (string, []any) {
 	idc := "id"
 	if pg {
 		idc = `id COLLATE "C"`
+	}
+	if s.NoPayload {
+		null := "NULL"
+		if pg {
+			null = "NULL::bytea"
+		}
+		if !strings.HasPrefix(cols, "id, payload, ") {
+			panic("queuesql: the columns do not start with id, payload: " + cols)
+		}
+		cols = "id, " + null + ", " + strings.TrimPrefix(cols, "id, payload, ")
 	}
 	args := []any{s.Queue, s.Limit}
 	arg := func(v any) string {

@@ -71,7 +71,13 @@ func (s *Store) Search(ctx context.Context, q queue.Search) ([]queue.Job, error)
 		return nil, nil
 	}
 	text, args := s.SearchSQL(q)
-	return s.query(ctx, text, args...)
+	jobs, err := s.query(ctx, text, args...)
+	if q.NoPayload {
+		for i := range jobs {
+			jobs[i].Payload = nil
+		}
+	}
+	return jobs, err
 }
 
 func (s *Store) addEvent(ctx context.Context, tx pgx.Tx, id string, e queue.Event) error {
