@@ -570,20 +570,29 @@ func TestBasicAuth(t *testing.T) {
 }
 
 // A search of every queue that would read too many jobs is refused,
-// naming what to narrow.
+// naming what to narrow; the search reads no payloads, so 25 queues of
+// 500 (12,500 jobs, over the 5,000 of a search with payloads) are read,
+// and their sizes are not known (-1).
 func TestSearchTooWide(t *testing.T) {
 	f := newFixture(t, ui.Config{})
 	ctx := context.Background()
-	for i := range 12 {
-		if _, _, err := f.q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("w-%d", i), Queue: fmt.Sprintf("q%02d", i)}); err != nil {
+	for i := range 24 {
+		if _, _, err := f.q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("w-%d", i), Queue: fmt.Sprintf("q%02d", i), Payload: []byte("big")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b := f.browser(t)
-	if code, body := b.get("jobs?limit=500"); code != 400 || !strings.Contains(body, "choose a queue or a smaller limit") {
+	if code, body := b.get("jobs?limit=1000"); code != 400 || !strings.Contains(body, "choose a queue or a smaller limit") {
 		t.Fatalf("%d %.300s", code, body)
 	}
-	if code, _ := b.get("jobs?limit=500&queue=q03"); code != 200 {
+	if code, _ := b.get("jobs?limit=1000&queue=q03"); code != 200 {
 		t.Fatalf("one queue: %d", code)
+	}
+	if code, body := b.get("jobs?limit=500"); code != 200 || !strings.Contains(body, "w-23") {
+		t.Fatalf("25 queues of 500: %d %.300s", code, body)
+	}
+	jobs, _, err := ui.NewQueues(f.q).Jobs(ctx, ui.JobFilter{Limit: 500})
+	if err != nil || len(jobs) < 24 || jobs[0].PayloadSize != -1 {
+		t.Fatalf("Jobs = %d jobs (first %+v), %v; want 24 or more, without payload sizes", len(jobs), jobs[0], err)
 	}
 }

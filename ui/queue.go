@@ -29,9 +29,14 @@ type queues struct {
 	named map[string]*queue.Queue // per queue name, for searches and redrives
 }
 
-// maxRowsRead bounds the jobs one search reads (they come with their
-// payloads): queues searched × page size.
-const maxRowsRead = 5000
+// Bounds of the jobs one search reads: queues searched × page size. A
+// job search reads no payloads (queue.Filter.NoPayload), so a row is at
+// most an ID, a queue name and an error of queue.MaxLastErrorLen bytes;
+// the dead-letters list reads payloads for their sizes.
+const (
+	maxRowsListed = 20000
+	maxRowsRead   = 5000
+)
 
 // opError keeps a source's message and says which kind of refusal it is.
 type opError struct {
@@ -131,6 +136,11 @@ func (s *queues) Overview(ctx context.Context) ([]QueueInfo, error) {
 }
 
 func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, error) {
+	return s.search(ctx, f, false)
+}
+
+// search is Jobs, reading the payloads when payloads is true.
+func (s *queues) search(ctx context.Context, f JobFilter, payloads bool) ([]JobInfo, string, error) {
 	var names []string
 	if f.Queue != "" {
 		names = []string{f.Queue}
@@ -140,9 +150,13 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 			return nil, "", err
 		}
 	}
-	if len(names)*f.Limit > maxRowsRead {
-		return nil, "", &opError{ErrInvalid, fmt.Errorf("searching %d queues for %d jobs each reads up to %d jobs with their payloads, more than %d: choose a queue or a smaller limit",
-			len(names), f.Limit, len(names)*f.Limit, maxRowsRead)}
+	bound, what := maxRowsListed, "jobs"
+	if payloads {
+		bound, what = maxRowsRead, "jobs with their payloads"
+	}
+	if len(names)*f.Limit > bound {
+		return nil, "", &opError{ErrInvalid, fmt.Errorf("searching %d queues for %d jobs each reads up to %d %s, more than %d: choose a queue or a smaller limit",
+			len(names), f.Limit, len(names)*f.Limit, what, bound)}
 	}
 	// IDs are unique across the queues of a store and every page is in
 	// ID order, so the first Limit of the queues' pages merged is the
@@ -154,7 +168,7 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 			return nil, "", err
 		}
 		p, err := q.Jobs(ctx, queue.Filter{Queue: n, State: queue.State(f.State), Reason: queue.DeadReason(f.Reason),
-			IDPrefix: f.Prefix, OlderThan: f.OlderThan, After: f.After, Limit: f.Limit})
+			IDPrefix: f.Prefix, OlderThan: f.OlderThan, After: f.After, Limit: f.Limit, NoPayload: !payloads})
 		if errors.Is(err, queue.ErrNoAdmin) {
 			p.Jobs, err = s.list(ctx, n, f)
 		}
@@ -174,6 +188,9 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 	out := make([]JobInfo, len(all))
 	for i, j := range all {
 		out[i] = jobInfo(j)
+		if !payloads {
+			out[i].PayloadSize = -1
+		}
 	}
 	return out, next, nil
 }
@@ -305,7 +322,7 @@ type queueDead struct{ s *queues }
 func (d queueDead) Name() string { return "queue" }
 
 func (d queueDead) List(ctx context.Context, limit int) ([]DeadLetter, error) {
-	jobs, _, err := d.s.Jobs(ctx, JobFilter{State: "dead", Limit: limit})
+	jobs, _, err := d.s.search(ctx, JobFilter{State: "dead", Limit: limit}, true)
 	if err != nil {
 		return nil, err
 	}
