@@ -27,7 +27,17 @@ type queues struct {
 	q     *queue.Queue
 	mu    sync.Mutex
 	named map[string]*queue.Queue // per queue name, for searches and redrives
+	// seen are the queues' names as the last Overview read them, at
+	// seenAt: a search of every queue takes them while they are fresher
+	// than namesFresh rather than count the whole store again.
+	seen   []string
+	seenAt time.Time
 }
+
+// namesFresh is how old the names a search of every queue takes from the
+// last Overview (which the dashboard reads every Config.Interval) may be;
+// older, the search reads them from the store's counts itself.
+const namesFresh = time.Minute
 
 // Bounds of the jobs one search reads: queues searched × page size. A
 // job search reads no payloads (queue.Filter.NoPayload), so a row is at
@@ -91,6 +101,18 @@ func (s *queues) named1(name string) (*queue.Queue, error) {
 	return q, nil
 }
 
+// fresh are the names the last Overview read, if it was less than
+// namesFresh ago (a queue whose first job came after it is searched from
+// the next one on); else nil.
+func (s *queues) fresh() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil || time.Since(s.seenAt) > namesFresh {
+		return nil
+	}
+	return s.seen
+}
+
 // names are the store's queues (its own among them), in name order.
 func (s *queues) names(ctx context.Context) ([]string, map[string]queue.Stats, error) {
 	by, err := s.q.StatsByQueue(ctx)
@@ -125,6 +147,9 @@ func (s *queues) Overview(ctx context.Context) ([]QueueInfo, error) {
 	} else if !errors.Is(err, queue.ErrNoAdmin) {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.seen, s.seenAt = names, time.Now()
+	s.mu.Unlock()
 	out := make([]QueueInfo, 0, len(names))
 	for _, n := range names {
 		st := by[n]
@@ -144,7 +169,7 @@ func (s *queues) search(ctx context.Context, f JobFilter, payloads bool) ([]JobI
 	var names []string
 	if f.Queue != "" {
 		names = []string{f.Queue}
-	} else {
+	} else if names = s.fresh(); names == nil {
 		var err error
 		if names, _, err = s.names(ctx); err != nil {
 			return nil, "", err
