@@ -596,3 +596,57 @@ func TestSearchTooWide(t *testing.T) {
 		t.Fatalf("Jobs = %d jobs (first %+v), %v; want 24 or more, without payload sizes", len(jobs), jobs[0], err)
 	}
 }
+
+// statsCounting counts the store-wide counts read (StatsByQueue).
+type statsCounting struct {
+	*queue.MemoryStore
+	calls atomic.Int32
+}
+
+func (s *statsCounting) StatsByQueue(ctx context.Context, now int64) (map[string]queue.Stats, error) {
+	s.calls.Add(1)
+	return s.MemoryStore.StatsByQueue(ctx, now)
+}
+
+// A search of every queue takes the queues' names from the last
+// Overview instead of counting the store again; a queue whose first job
+// came after it is searched from the next Overview on.
+func TestSearchTakesSampledNames(t *testing.T) {
+	st := &statsCounting{MemoryStore: queue.NewMemoryStore()}
+	q, err := queue.New(st, queue.Config{Queue: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	enqueue := func(id, name string) {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id, Queue: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue("a-1", "a")
+	enqueue("b-1", "b")
+	qs := ui.NewQueues(q)
+	search := func(want int) {
+		t.Helper()
+		jobs, _, err := qs.Jobs(ctx, ui.JobFilter{Limit: 10})
+		if err != nil || len(jobs) != want {
+			t.Fatalf("Jobs = %v, %v; want %d jobs", jobs, err, want)
+		}
+	}
+	search(2) // no Overview yet: the search counts the store itself
+	if n := st.calls.Load(); n != 1 {
+		t.Fatalf("StatsByQueue read %d times; want 1", n)
+	}
+	if _, err := qs.Overview(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("c-1", "c")
+	search(2)
+	if n := st.calls.Load(); n != 2 {
+		t.Fatalf("StatsByQueue read %d times after an Overview and a search; want 2", n)
+	}
+	if _, err := qs.Overview(ctx); err != nil {
+		t.Fatal(err)
+	}
+	search(3)
+}
