@@ -79,6 +79,9 @@ type Search struct {
 	After string
 	// Limit is the most jobs returned, 1 to MaxPageSize.
 	Limit int
+	// NoPayload leaves the payloads out: every job's Payload is nil, and
+	// a store reads no payload bytes (see Filter.NoPayload).
+	NoPayload bool
 }
 
 // AdminStore is implemented by stores that take an operator's actions.
@@ -142,6 +145,10 @@ type Filter struct {
 	After string
 	// Limit is the page size, 1 to MaxPageSize; 0 means DefaultPageSize.
 	Limit int
+	// NoPayload lists the jobs without their payloads (Job.Payload nil):
+	// a listing to show, whose rows cost their metadata only however big
+	// the payloads are. Get reads one job's payload.
+	NoPayload bool
 }
 
 // Page is one page of Queue.Jobs.
@@ -347,7 +354,7 @@ func (q *Queue) search(f Filter, now int64) (Search, error) {
 	if err != nil {
 		return Search{}, err
 	}
-	s := Search{Queue: name, Reason: f.Reason, IDPrefix: f.IDPrefix, After: f.After, Limit: f.Limit}
+	s := Search{Queue: name, Reason: f.Reason, IDPrefix: f.IDPrefix, After: f.After, Limit: f.Limit, NoPayload: f.NoPayload}
 	switch {
 	case f.State != "":
 		if err := ValidateState(f.State); err != nil {

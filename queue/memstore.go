@@ -421,7 +421,12 @@ func (m *MemoryStore) Search(ctx context.Context, s Search) ([]Job, error) {
 	var out []Job
 	for _, j := range m.jobs {
 		if j.ID > s.After && s.Matches(*j) {
-			out = append(out, clone(j))
+			c := *j
+			c.Payload = nil
+			if !s.NoPayload {
+				c.Payload = bytes.Clone(j.Payload)
+			}
+			out = append(out, c)
 		}
 	}
 	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.ID, b.ID) })

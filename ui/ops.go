@@ -80,7 +80,7 @@ type JobInfo struct {
 	Attempts    int    `json:"attempts"`
 	MaxAttempts int    `json:"maxAttempts"`
 	LastError   string `json:"lastError,omitempty"`
-	PayloadSize int    `json:"payloadSize"`
+	PayloadSize int    `json:"payloadSize"` // -1 in a job search, which reads no payload
 	CreatedAt   int64  `json:"createdAt"`
 	UpdatedAt   int64  `json:"updatedAt"`
 	AvailableAt int64  `json:"availableAt"`
@@ -117,7 +117,7 @@ type JobFilter struct {
 // Bounds of a job search.
 const (
 	DefaultPageSize = 50
-	MaxPageSize     = 500
+	MaxPageSize     = 1000
 	maxFilterLen    = 255 // an ID, a prefix or a cursor
 	maxAge          = 100 * 365 * 24 * time.Hour
 )

@@ -570,20 +570,83 @@ func TestBasicAuth(t *testing.T) {
 }
 
 // A search of every queue that would read too many jobs is refused,
-// naming what to narrow.
+// naming what to narrow; the search reads no payloads, so 25 queues of
+// 500 (12,500 jobs, over the 5,000 of a search with payloads) are read,
+// and their sizes are not known (-1).
 func TestSearchTooWide(t *testing.T) {
 	f := newFixture(t, ui.Config{})
 	ctx := context.Background()
-	for i := range 12 {
-		if _, _, err := f.q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("w-%d", i), Queue: fmt.Sprintf("q%02d", i)}); err != nil {
+	for i := range 24 {
+		if _, _, err := f.q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("w-%d", i), Queue: fmt.Sprintf("q%02d", i), Payload: []byte("big")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b := f.browser(t)
-	if code, body := b.get("jobs?limit=500"); code != 400 || !strings.Contains(body, "choose a queue or a smaller limit") {
+	if code, body := b.get("jobs?limit=1000"); code != 400 || !strings.Contains(body, "choose a queue or a smaller limit") {
 		t.Fatalf("%d %.300s", code, body)
 	}
-	if code, _ := b.get("jobs?limit=500&queue=q03"); code != 200 {
+	if code, _ := b.get("jobs?limit=1000&queue=q03"); code != 200 {
 		t.Fatalf("one queue: %d", code)
 	}
+	if code, body := b.get("jobs?limit=500"); code != 200 || !strings.Contains(body, "w-23") {
+		t.Fatalf("25 queues of 500: %d %.300s", code, body)
+	}
+	jobs, _, err := ui.NewQueues(f.q).Jobs(ctx, ui.JobFilter{Limit: 500})
+	if err != nil || len(jobs) < 24 || jobs[0].PayloadSize != -1 {
+		t.Fatalf("Jobs = %d jobs (first %+v), %v; want 24 or more, without payload sizes", len(jobs), jobs[0], err)
+	}
+}
+
+// statsCounting counts the store-wide counts read (StatsByQueue).
+type statsCounting struct {
+	*queue.MemoryStore
+	calls atomic.Int32
+}
+
+func (s *statsCounting) StatsByQueue(ctx context.Context, now int64) (map[string]queue.Stats, error) {
+	s.calls.Add(1)
+	return s.MemoryStore.StatsByQueue(ctx, now)
+}
+
+// A search of every queue takes the queues' names from the last
+// Overview instead of counting the store again; a queue whose first job
+// came after it is searched from the next Overview on.
+func TestSearchTakesSampledNames(t *testing.T) {
+	st := &statsCounting{MemoryStore: queue.NewMemoryStore()}
+	q, err := queue.New(st, queue.Config{Queue: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	enqueue := func(id, name string) {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id, Queue: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue("a-1", "a")
+	enqueue("b-1", "b")
+	qs := ui.NewQueues(q)
+	search := func(want int) {
+		t.Helper()
+		jobs, _, err := qs.Jobs(ctx, ui.JobFilter{Limit: 10})
+		if err != nil || len(jobs) != want {
+			t.Fatalf("Jobs = %v, %v; want %d jobs", jobs, err, want)
+		}
+	}
+	search(2) // no Overview yet: the search counts the store itself
+	if n := st.calls.Load(); n != 1 {
+		t.Fatalf("StatsByQueue read %d times; want 1", n)
+	}
+	if _, err := qs.Overview(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("c-1", "c")
+	search(2)
+	if n := st.calls.Load(); n != 2 {
+		t.Fatalf("StatsByQueue read %d times after an Overview and a search; want 2", n)
+	}
+	if _, err := qs.Overview(ctx); err != nil {
+		t.Fatal(err)
+	}
+	search(3)
 }

@@ -27,11 +27,26 @@ type queues struct {
 	q     *queue.Queue
 	mu    sync.Mutex
 	named map[string]*queue.Queue // per queue name, for searches and redrives
+	// seen are the queues' names as the last Overview read them, at
+	// seenAt: a search of every queue takes them while they are fresher
+	// than namesFresh rather than count the whole store again.
+	seen   []string
+	seenAt time.Time
 }
 
-// maxRowsRead bounds the jobs one search reads (they come with their
-// payloads): queues searched × page size.
-const maxRowsRead = 5000
+// namesFresh is how old the names a search of every queue takes from the
+// last Overview (which the dashboard reads every Config.Interval) may be;
+// older, the search reads them from the store's counts itself.
+const namesFresh = time.Minute
+
+// Bounds of the jobs one search reads: queues searched × page size. A
+// job search reads no payloads (queue.Filter.NoPayload), so a row is at
+// most an ID, a queue name and an error of queue.MaxLastErrorLen bytes;
+// the dead-letters list reads payloads for their sizes.
+const (
+	maxRowsListed = 20000
+	maxRowsRead   = 5000
+)
 
 // opError keeps a source's message and says which kind of refusal it is.
 type opError struct {
@@ -86,6 +101,18 @@ func (s *queues) named1(name string) (*queue.Queue, error) {
 	return q, nil
 }
 
+// fresh are the names the last Overview read, if it was less than
+// namesFresh ago (a queue whose first job came after it is searched from
+// the next one on); else nil.
+func (s *queues) fresh() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil || time.Since(s.seenAt) > namesFresh {
+		return nil
+	}
+	return s.seen
+}
+
 // names are the store's queues (its own among them), in name order.
 func (s *queues) names(ctx context.Context) ([]string, map[string]queue.Stats, error) {
 	by, err := s.q.StatsByQueue(ctx)
@@ -120,6 +147,9 @@ func (s *queues) Overview(ctx context.Context) ([]QueueInfo, error) {
 	} else if !errors.Is(err, queue.ErrNoAdmin) {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.seen, s.seenAt = names, time.Now()
+	s.mu.Unlock()
 	out := make([]QueueInfo, 0, len(names))
 	for _, n := range names {
 		st := by[n]
@@ -131,18 +161,27 @@ func (s *queues) Overview(ctx context.Context) ([]QueueInfo, error) {
 }
 
 func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, error) {
+	return s.search(ctx, f, false)
+}
+
+// search is Jobs, reading the payloads when payloads is true.
+func (s *queues) search(ctx context.Context, f JobFilter, payloads bool) ([]JobInfo, string, error) {
 	var names []string
 	if f.Queue != "" {
 		names = []string{f.Queue}
-	} else {
+	} else if names = s.fresh(); names == nil {
 		var err error
 		if names, _, err = s.names(ctx); err != nil {
 			return nil, "", err
 		}
 	}
-	if len(names)*f.Limit > maxRowsRead {
-		return nil, "", &opError{ErrInvalid, fmt.Errorf("searching %d queues for %d jobs each reads up to %d jobs with their payloads, more than %d: choose a queue or a smaller limit",
-			len(names), f.Limit, len(names)*f.Limit, maxRowsRead)}
+	bound, what := maxRowsListed, "jobs"
+	if payloads {
+		bound, what = maxRowsRead, "jobs with their payloads"
+	}
+	if len(names)*f.Limit > bound {
+		return nil, "", &opError{ErrInvalid, fmt.Errorf("searching %d queues for %d jobs each reads up to %d %s, more than %d: choose a queue or a smaller limit",
+			len(names), f.Limit, len(names)*f.Limit, what, bound)}
 	}
 	// IDs are unique across the queues of a store and every page is in
 	// ID order, so the first Limit of the queues' pages merged is the
@@ -154,7 +193,7 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 			return nil, "", err
 		}
 		p, err := q.Jobs(ctx, queue.Filter{Queue: n, State: queue.State(f.State), Reason: queue.DeadReason(f.Reason),
-			IDPrefix: f.Prefix, OlderThan: f.OlderThan, After: f.After, Limit: f.Limit})
+			IDPrefix: f.Prefix, OlderThan: f.OlderThan, After: f.After, Limit: f.Limit, NoPayload: !payloads})
 		if errors.Is(err, queue.ErrNoAdmin) {
 			p.Jobs, err = s.list(ctx, n, f)
 		}
@@ -174,6 +213,9 @@ func (s *queues) Jobs(ctx context.Context, f JobFilter) ([]JobInfo, string, erro
 	out := make([]JobInfo, len(all))
 	for i, j := range all {
 		out[i] = jobInfo(j)
+		if !payloads {
+			out[i].PayloadSize = -1
+		}
 	}
 	return out, next, nil
 }
@@ -305,7 +347,7 @@ type queueDead struct{ s *queues }
 func (d queueDead) Name() string { return "queue" }
 
 func (d queueDead) List(ctx context.Context, limit int) ([]DeadLetter, error) {
-	jobs, _, err := d.s.Jobs(ctx, JobFilter{State: "dead", Limit: limit})
+	jobs, _, err := d.s.search(ctx, JobFilter{State: "dead", Limit: limit}, true)
 	if err != nil {
 		return nil, err
 	}

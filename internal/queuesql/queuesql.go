@@ -70,11 +70,23 @@ func ScanStats(rows Rows, now int64) (map[string]queue.Stats, error) {
 // order is byte order). One state is one ordered scan of the queue's
 // (queue, state, id) index; several are one such scan each, limited,
 // merged by a UNION ALL and cut to the limit again, so that the first
-// page of a big queue never sorts the queue.
+// page of a big queue never sorts the queue. cols must name payload
+// second (after id), as the stores' column lists do: s.NoPayload reads
+// NULL in its place.
 func SearchSQL(table, cols string, pg bool, s queue.Search) (string, []any) {
 	idc := "id"
 	if pg {
 		idc = `id COLLATE "C"`
+	}
+	if s.NoPayload {
+		null := "NULL"
+		if pg {
+			null = "NULL::bytea"
+		}
+		if !strings.HasPrefix(cols, "id, payload, ") {
+			panic("queuesql: the columns do not start with id, payload: " + cols)
+		}
+		cols = "id, " + null + ", " + strings.TrimPrefix(cols, "id, payload, ")
 	}
 	args := []any{s.Queue, s.Limit}
 	arg := func(v any) string {
@@ -102,30 +114,59 @@ func SearchSQL(table, cols string, pg bool, s queue.Search) (string, []any) {
 		after = arg(s.SinceAfter)
 	}
 	parts := make([]string, 0, len(s.States))
+	var with []string
 	for i, st := range s.States {
 		since := "created_at"
-		if st == queue.Done || st == queue.Dead {
+		finished := st == queue.Done || st == queue.Dead
+		if finished {
 			since = "finished_at"
 		}
-		w := where.String()
+		var span string
 		if before != "" {
-			w += " AND " + since + " < " + before
+			span += " AND " + since + " < " + before
 		}
 		if after != "" {
-			w += " AND " + since + " > " + after
+			span += " AND " + since + " > " + after
 		}
-		parts = append(parts, fmt.Sprintf(`SELECT * FROM (SELECT %s FROM %s WHERE queue = $1 AND state = '%s'%s ORDER BY %s LIMIT $2) s%d`,
-			cols, table, stateLiteral(st), w, idc, i))
+		w := where.String() + span
+		walk := fmt.Sprintf(`SELECT %s FROM %s WHERE queue = $1 AND state = '%s'%s ORDER BY %s LIMIT $2`,
+			cols, table, stateLiteral(st), w, idc)
+		if !pg || !finished || span == "" {
+			parts = append(parts, fmt.Sprintf(`SELECT * FROM (%s) s%d`, walk, i))
+			continue
+		}
+		// A done or dead job's age is a range of stagger_jobs_finished
+		// (state, finished_at). When that range holds fewer than
+		// SpanRows jobs (of every queue), its jobs are read there and
+		// sorted by ID (OFFSET 0 keeps the planner from walking the ID
+		// order instead); otherwise the ID order is walked, filtering.
+		// The count, an index-only scan stopped at SpanRows, runs once
+		// (a materialized CTE) and each branch's one-time filter skips
+		// the branch not taken.
+		with = append(with, fmt.Sprintf(`span%d AS MATERIALIZED (SELECT count(*) < %d AS few FROM (SELECT 1 FROM %s WHERE state = '%s'%s LIMIT %d) c)`,
+			i, SpanRows, table, stateLiteral(st), span, SpanRows))
+		few := fmt.Sprintf(`(SELECT few FROM span%d)`, i)
+		parts = append(parts, fmt.Sprintf(`SELECT * FROM ((SELECT * FROM (SELECT %s FROM %s WHERE queue = $1 AND state = '%s'%s OFFSET 0) m WHERE %s ORDER BY %s LIMIT $2)
+			UNION ALL (%s)) s%d`,
+			cols, table, stateLiteral(st), w, few, idc, strings.Replace(walk, " ORDER BY ", " AND NOT "+few+" ORDER BY ", 1), i))
 	}
 	q := parts[0]
 	if len(parts) > 1 {
 		q = `SELECT * FROM (` + strings.Join(parts, " UNION ALL ") + `) u ORDER BY ` + idc + ` LIMIT $2`
+	}
+	if len(with) > 0 {
+		q = "WITH " + strings.Join(with, ", ") + " " + q
 	}
 	if !pg {
 		q = strings.ReplaceAll(q, "$", "?")
 	}
 	return q, args
 }
+
+// SpanRows is how many done or dead jobs an age filter's range of
+// finished times may hold for PostgreSQL's search to read them all by
+// that range and sort them by ID, rather than walk the ID order.
+const SpanRows = 20000
 
 // stateLiteral is st as an SQL literal: only the four states are ever
 // written into a query (queue.Search's states are validated).

@@ -65,13 +65,25 @@ func (s *Store) SearchSQL(q queue.Search) (string, []any) {
 	return queuesql.SearchSQL(s.jobs, s.readCols, true, q)
 }
 
-// Search implements queue.AdminStore, on the stagger_jobs_list index.
+// Search implements queue.AdminStore, on the stagger_jobs_list index:
+// one ID-ordered range scan per state. An age of done or dead jobs is a
+// range of stagger_jobs_finished instead when it holds fewer than 20,000
+// jobs (counted first, an index-only scan): they are read and sorted by
+// ID, so that a rare age does not walk the whole state. An age of
+// pending or leased jobs, which no index the claims keep holds, is a
+// filter on the walk.
 func (s *Store) Search(ctx context.Context, q queue.Search) ([]queue.Job, error) {
 	if q.Limit < 1 || len(q.States) == 0 {
 		return nil, nil
 	}
 	text, args := s.SearchSQL(q)
-	return s.query(ctx, text, args...)
+	jobs, err := s.query(ctx, text, args...)
+	if q.NoPayload {
+		for i := range jobs {
+			jobs[i].Payload = nil
+		}
+	}
+	return jobs, err
 }
 
 func (s *Store) addEvent(ctx context.Context, tx pgx.Tx, id string, e queue.Event) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -376,7 +377,7 @@ func checkSearchFilters(s queue.Store) error {
 	// IDs whose byte order differs from a locale's order, enqueued a
 	// second apart; B1 and Z are due first (an AvailableAt in the past).
 	for _, id := range []string{"a-2", "B1", "a1", "ab", "a_3", "é1", "a10", "Z"} {
-		j := queue.NewJob{ID: id}
+		j := queue.NewJob{ID: id, Payload: []byte("payload of " + id)}
 		switch id {
 		case "B1":
 			j.AvailableAt = 1
@@ -392,7 +393,7 @@ func checkSearchFilters(s queue.Store) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := other.Enqueue(e.ctx, queue.NewJob{ID: "a0"}); err != nil {
+	if _, _, err := other.Enqueue(e.ctx, queue.NewJob{ID: "a0", Payload: []byte("payload of a0")}); err != nil {
 		return err
 	}
 	// At 8s: ab cancelled, B1 dead (permanent); at 9s Z leased.
@@ -440,6 +441,25 @@ func checkSearchFilters(s queue.Store) error {
 		p, err := e.q.Jobs(e.ctx, c.f)
 		if err != nil || !slices.Equal(ids(p.Jobs), c.want) || p.Next != "" {
 			return fmt.Errorf("%s: Jobs(%+v) = %v next %q, %v; want %v", c.name, c.f, ids(p.Jobs), p.Next, err, c.want)
+		}
+		// Without payloads: the same jobs, the same fields, no payload.
+		c.f.NoPayload = true
+		bare, err := e.q.Jobs(e.ctx, c.f)
+		if err != nil || len(bare.Jobs) != len(p.Jobs) || bare.Next != p.Next {
+			return fmt.Errorf("%s: Jobs(%+v) = %v next %q, %v; want %v", c.name, c.f, ids(bare.Jobs), bare.Next, err, c.want)
+		}
+		for i, j := range bare.Jobs {
+			full := p.Jobs[i]
+			if string(full.Payload) != "payload of "+full.ID {
+				return fmt.Errorf("%s: job %q has the payload %q", c.name, full.ID, full.Payload)
+			}
+			if j.Payload != nil {
+				return fmt.Errorf("%s: NoPayload: job %q has the payload %q; want nil", c.name, j.ID, j.Payload)
+			}
+			full.Payload = nil
+			if !reflect.DeepEqual(j, full) {
+				return fmt.Errorf("%s: NoPayload: job %+v; want %+v", c.name, j, full)
+			}
 		}
 	}
 	// Pages of 3: Next is the last ID of a full page.

@@ -91,6 +91,15 @@ func (o *offsetPaging) Search(ctx context.Context, s queue.Search) ([]queue.Job,
 	return page, nil
 }
 
+// payloadAlways ignores Search.NoPayload: every job comes with its
+// payload.
+type payloadAlways struct{ *queue.MemoryStore }
+
+func (p payloadAlways) Search(ctx context.Context, s queue.Search) ([]queue.Job, error) {
+	s.NoPayload = false
+	return p.MemoryStore.Search(ctx, s)
+}
+
 // TestAdminChecksFailBrokenStores: each operator check passes on a
 // correct store and fails on a store broken the way it guards against.
 func TestAdminChecksFailBrokenStores(t *testing.T) {
@@ -103,6 +112,7 @@ func TestAdminChecksFailBrokenStores(t *testing.T) {
 		{"AdminPause", func() queue.Store {
 			return &pausesInMemory{MemoryStore: queue.NewMemoryStore(), paused: map[string]queue.Pause{}}
 		}},
+		{"AdminSearchFilters", func() queue.Store { return payloadAlways{queue.NewMemoryStore()} }},
 		{"AdminSearchPagingWhileJobsMove", func() queue.Store {
 			return &offsetPaging{MemoryStore: queue.NewMemoryStore(), offsets: map[string]int{}}
 		}},

@@ -17,7 +17,13 @@ func (s *Store) Search(ctx context.Context, q queue.Search) ([]queue.Job, error)
 		return nil, nil
 	}
 	text, args := queuesql.SearchSQL("stagger_jobs", s.readCols, false, q)
-	return s.query(ctx, text, args...)
+	jobs, err := s.query(ctx, text, args...)
+	if q.NoPayload {
+		for i := range jobs {
+			jobs[i].Payload = nil
+		}
+	}
+	return jobs, err
 }
 
 func addEvent(ctx context.Context, tx *sql.Tx, id string, e queue.Event) error {
