@@ -95,9 +95,7 @@ type csvReader struct {
 }
 
 // bad is a content error at the current line.
-func (c *csvReader) bad(field, rule string) error {
-	return &Error{Line: c.lr.line, Window: -1, Field: field, Rule: rule}
-}
+func (c *csvReader) bad(field, rule string) error { return c.lr.bad(field, rule) }
 
 // readRow reads the next row, skipping blank lines; io.EOF at the end.
 func (c *csvReader) readRow() ([]string, error) {
