@@ -182,18 +182,7 @@ func (s *FaultClauses) addSpan(f []string) error {
 
 // addLatency reads "latency D", given at most once.
 func (s *FaultClauses) addLatency(f []string) error {
-	if err := clauseForm(f, "latency D", 2); err != nil {
-		return err
-	}
-	if s.Latency != 0 {
-		return errors.New("latency is already set; give it once (a phase of growing latency is \"slow D at T for W\")")
-	}
-	d, err := faultDuration("latency", f[1], true)
-	if err != nil {
-		return err
-	}
-	s.Latency = d
-	return nil
+	return setDurationOnce(f, &s.Latency, "latency is already set; give it once (a phase of growing latency is \"slow D at T for W\")")
 }
 
 // addPhase reads "slow D at T for W" and "flap D/U at T for W".
@@ -263,17 +252,23 @@ func (s *FaultClauses) addCap(f []string) error {
 
 // addRetryAfter reads "retry-after D", given at most once.
 func (s *FaultClauses) addRetryAfter(f []string) error {
-	if err := clauseForm(f, "retry-after D", 2); err != nil {
+	return setDurationOnce(f, &s.RetryAfter, "retry-after is already set; give it once")
+}
+
+// setDurationOnce reads a clause "KIND D" into *dst; already is the error
+// when an earlier clause set it.
+func setDurationOnce(f []string, dst *time.Duration, already string) error {
+	if err := clauseForm(f, f[0]+" D", 2); err != nil {
 		return err
 	}
-	if s.RetryAfter != 0 {
-		return errors.New("retry-after is already set; give it once")
+	if *dst != 0 {
+		return errors.New(already)
 	}
-	d, err := faultDuration("retry-after", f[1], true)
+	d, err := faultDuration(f[0], f[1], true)
 	if err != nil {
 		return err
 	}
-	s.RetryAfter = d
+	*dst = d
 	return nil
 }
 
