@@ -284,105 +284,164 @@ func (e *Experiment) Validate() error {
 	return err
 }
 
+// plan checks the experiment one group of fields at a time, naming the
+// first field that is wrong, and works out the run's span.
 func (e *Experiment) plan() (*plan, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+	if err := e.checkPolicies(); err != nil {
+		return nil, err
 	}
-	if len(e.Policies) == 0 {
-		return nil, bad("Policies: want at least one policy")
-	}
-	seen := map[string]bool{}
-	for i, p := range e.Policies {
-		switch {
-		case p.Name == "":
-			return nil, bad("Policies[%d].Name: must not be empty", i)
-		case seen[p.Name]:
-			return nil, bad("Policies[%d].Name: %q is used twice", i, p.Name)
-		case p.newRetry == nil && p.wrap == nil:
-			return nil, bad("Policies[%d] (%s): make it with check.Retry, RetryFunc, Hedged, HedgedFunc or Transport", i, p.Name)
-		}
-		seen[p.Name] = true
-	}
-	c := e.Callers
 	if e.Replay != nil {
-		switch {
-		case len(e.Faults) > 0:
-			return nil, bad("Faults and Replay exclude each other: a replay's faults are the recording's")
-		case c != Callers{}:
-			return nil, bad("Callers and Replay exclude each other: a replay's callers are the recording's")
-		case e.Window < 0:
-			return nil, bad("Window must be > 0 (0 means %v), got %v", DefaultWindow, e.Window)
-		case e.Dependency.Hang < 0:
-			return nil, bad("Dependency.Hang must be >= 0 (0 means %v), got %v", DefaultHang, e.Dependency.Hang)
-		}
-		fc, _ := labkit.ParseFaultClauses("Faults", nil)
-		return &plan{e: e, faults: fc, window: e.window()}, nil
+		return e.replayPlan()
 	}
-	switch {
-	case !finite(c.Rate) || c.Rate < 0:
-		return nil, bad("Callers.Rate must be a finite number >= 0 (0 means a closed loop), got %v", c.Rate)
-	case c.Rate == 0 && c.N < 1:
-		return nil, bad("Callers: want N >= 1 callers (closed loop) or a Rate > 0 (open loop), got N %d", c.N)
-	case c.N < 0:
-		return nil, bad("Callers.N must be >= 0, got %d", c.N)
-	case c.Requests < 0:
-		return nil, bad("Callers.Requests must be >= 0 (0 means 1), got %d", c.Requests)
-	case c.Think < 0:
-		return nil, bad("Callers.Think must be >= 0, got %v", c.Think)
-	case c.Ramp < 0:
-		return nil, bad("Callers.Ramp must be >= 0, got %v", c.Ramp)
+	if err := e.Callers.check(); err != nil {
+		return nil, err
 	}
-	d := e.Dependency
-	switch {
-	case d.Latency < 0:
-		return nil, bad("Dependency.Latency must be >= 0, got %v", d.Latency)
-	case d.LatencyExp < 0:
-		return nil, bad("Dependency.LatencyExp must be >= 0, got %v", d.LatencyExp)
-	case d.PerInFlight < 0:
-		return nil, bad("Dependency.PerInFlight must be >= 0, got %v", d.PerInFlight)
-	case d.Concurrency < 0:
-		return nil, bad("Dependency.Concurrency must be >= 0 (0 means no cap), got %d", d.Concurrency)
-	case !finite(d.Rate) || d.Rate < 0:
-		return nil, bad("Dependency.Rate must be a finite number >= 0 (0 means no cap), got %v", d.Rate)
-	case d.Overload > Queue:
-		return nil, bad("Dependency.Overload must be Refuse or Queue, got %d", d.Overload)
-	case d.Refusal > Drop:
-		return nil, bad("Dependency.Refusal must be Status503, RetryAfter, Timeout or Drop, got %d", d.Refusal)
-	case d.RetryAfter < 0:
-		return nil, bad("Dependency.RetryAfter must be >= 0, got %v", d.RetryAfter)
-	case d.Hang < 0:
-		return nil, bad("Dependency.Hang must be >= 0 (0 means %v), got %v", DefaultHang, d.Hang)
-	case e.Duration < 0:
-		return nil, bad("Duration must be >= 0, got %v", e.Duration)
-	case e.Window < 0:
-		return nil, bad("Window must be > 0 (0 means %v), got %v", DefaultWindow, e.Window)
-	case !finite(e.Tolerance) || e.Tolerance < 0 || e.Tolerance >= 1:
-		return nil, bad("Tolerance must be in [0, 1) (0 means %v), got %v", DefaultTolerance, e.Tolerance)
+	if err := e.Dependency.check(); err != nil {
+		return nil, err
+	}
+	if err := e.checkRun(); err != nil {
+		return nil, err
 	}
 	fc, err := labkit.ParseFaultClauses("Faults", e.Faults)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	p := &plan{e: e, faults: fc, window: e.window(), duration: e.Duration}
-	end := fc.End()
+	p.setLimit(fc.End())
+	if err := p.checkSize(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// invalid is an ErrInvalid with the message formatted.
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// checkPolicies checks that there are policies, each named, once, and made
+// by one of the package's constructors.
+func (e *Experiment) checkPolicies() error {
+	if len(e.Policies) == 0 {
+		return invalid("Policies: want at least one policy")
+	}
+	seen := map[string]bool{}
+	for i, p := range e.Policies {
+		switch {
+		case p.Name == "":
+			return invalid("Policies[%d].Name: must not be empty", i)
+		case seen[p.Name]:
+			return invalid("Policies[%d].Name: %q is used twice", i, p.Name)
+		case p.newRetry == nil && p.wrap == nil:
+			return invalid("Policies[%d] (%s): make it with check.Retry, RetryFunc, Hedged, HedgedFunc or Transport", i, p.Name)
+		}
+		seen[p.Name] = true
+	}
+	return nil
+}
+
+// replayPlan checks a replay's few fields of its own (the recording brings
+// the faults and the callers) and plans it.
+func (e *Experiment) replayPlan() (*plan, error) {
 	switch {
-	case e.Duration > 0:
-		p.limit = e.Duration
-	case c.Open():
+	case len(e.Faults) > 0:
+		return nil, invalid("Faults and Replay exclude each other: a replay's faults are the recording's")
+	case e.Callers != Callers{}:
+		return nil, invalid("Callers and Replay exclude each other: a replay's callers are the recording's")
+	case e.Window < 0:
+		return nil, invalid("Window must be > 0 (0 means %v), got %v", DefaultWindow, e.Window)
+	case e.Dependency.Hang < 0:
+		return nil, invalid("Dependency.Hang must be >= 0 (0 means %v), got %v", DefaultHang, e.Dependency.Hang)
+	}
+	fc, _ := labkit.ParseFaultClauses("Faults", nil)
+	return &plan{e: e, faults: fc, window: e.window()}, nil
+}
+
+// check checks the callers of an experiment without a replay.
+func (c Callers) check() error {
+	switch {
+	case !finite(c.Rate) || c.Rate < 0:
+		return invalid("Callers.Rate must be a finite number >= 0 (0 means a closed loop), got %v", c.Rate)
+	case c.Rate == 0 && c.N < 1:
+		return invalid("Callers: want N >= 1 callers (closed loop) or a Rate > 0 (open loop), got N %d", c.N)
+	case c.N < 0:
+		return invalid("Callers.N must be >= 0, got %d", c.N)
+	case c.Requests < 0:
+		return invalid("Callers.Requests must be >= 0 (0 means 1), got %d", c.Requests)
+	case c.Think < 0:
+		return invalid("Callers.Think must be >= 0, got %v", c.Think)
+	case c.Ramp < 0:
+		return invalid("Callers.Ramp must be >= 0, got %v", c.Ramp)
+	}
+	return nil
+}
+
+// check checks the dependency's model.
+func (d Dependency) check() error {
+	switch {
+	case d.Latency < 0:
+		return invalid("Dependency.Latency must be >= 0, got %v", d.Latency)
+	case d.LatencyExp < 0:
+		return invalid("Dependency.LatencyExp must be >= 0, got %v", d.LatencyExp)
+	case d.PerInFlight < 0:
+		return invalid("Dependency.PerInFlight must be >= 0, got %v", d.PerInFlight)
+	case d.Concurrency < 0:
+		return invalid("Dependency.Concurrency must be >= 0 (0 means no cap), got %d", d.Concurrency)
+	case !finite(d.Rate) || d.Rate < 0:
+		return invalid("Dependency.Rate must be a finite number >= 0 (0 means no cap), got %v", d.Rate)
+	case d.Overload > Queue:
+		return invalid("Dependency.Overload must be Refuse or Queue, got %d", d.Overload)
+	case d.Refusal > Drop:
+		return invalid("Dependency.Refusal must be Status503, RetryAfter, Timeout or Drop, got %d", d.Refusal)
+	case d.RetryAfter < 0:
+		return invalid("Dependency.RetryAfter must be >= 0, got %v", d.RetryAfter)
+	case d.Hang < 0:
+		return invalid("Dependency.Hang must be >= 0 (0 means %v), got %v", DefaultHang, d.Hang)
+	}
+	return nil
+}
+
+// checkRun checks the run's own settings: its duration, window and
+// tolerance.
+func (e *Experiment) checkRun() error {
+	switch {
+	case e.Duration < 0:
+		return invalid("Duration must be >= 0, got %v", e.Duration)
+	case e.Window < 0:
+		return invalid("Window must be > 0 (0 means %v), got %v", DefaultWindow, e.Window)
+	case !finite(e.Tolerance) || e.Tolerance < 0 || e.Tolerance >= 1:
+		return invalid("Tolerance must be in [0, 1) (0 means %v), got %v", DefaultTolerance, e.Tolerance)
+	}
+	return nil
+}
+
+// setLimit sets the run's hard end, given the end of the faults: the
+// Duration if given; an open loop runs twice past the faults; a closed
+// loop until done, at most a minute after them.
+func (p *plan) setLimit(end time.Duration) {
+	switch {
+	case p.e.Duration > 0:
+		p.limit = p.e.Duration
+	case p.e.Callers.Open():
 		p.duration = 2*end + 2*time.Second
 		p.limit = p.duration
 	default:
 		p.limit = end + time.Minute
 	}
+}
+
+// checkSize bounds the requests and the windows a run may take.
+func (p *plan) checkSize() error {
+	c := p.e.Callers
 	if c.Open() {
 		if n := c.Rate * p.limit.Seconds(); n > MaxRequests {
-			return nil, bad("Callers.Rate × Duration must be <= %d requests, got %.3g", MaxRequests, n)
+			return invalid("Callers.Rate × Duration must be <= %d requests, got %.3g", MaxRequests, n)
 		}
 	} else if n := float64(c.N) * float64(c.requests()); n > MaxRequests {
-		return nil, bad("Callers.N × Requests must be <= %d requests, got %.3g", MaxRequests, n)
+		return invalid("Callers.N × Requests must be <= %d requests, got %.3g", MaxRequests, n)
 	}
 	if p.limit/p.window > 1<<22 {
-		return nil, bad("Window %v is too small for a run of %v (at most %d windows)", p.window, p.limit, 1<<22)
+		return invalid("Window %v is too small for a run of %v (at most %d windows)", p.window, p.limit, 1<<22)
 	}
-	return p, nil
+	return nil
 }

@@ -176,170 +176,38 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		return PolicyResult{}, 0, fmt.Errorf("the gateway cannot listen: %w", err)
 	}
 	g := &gateway{dep: newDepModel(p, rand.New(rand.NewPCG(e.Seed, 2)))}
-	// HTTP/2 without TLS (h2c): a caller that gives up on an attempt (its
-	// timeout, a hedge's loser) resets a stream instead of closing a
-	// connection, so a run does not spend a loaded machine on dials and
-	// stays the experiment it describes.
-	var protos http.Protocols
-	protos.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, Protocols: &protos,
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxRealRequests * 4}}
-	go func() { _ = srv.Serve(l) }()
-	url := "http://" + l.Addr().String()
-	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true, Protocols: &protos}
+	srv, base := serveGateway(l, g)
 	defer base.CloseIdleConnections()
+	r := &realRun{ctx: ctx, p: p, pol: pol, url: "http://" + l.Addr().String()}
 	var rt http.RoundTripper = base
 	if pol.wrap != nil {
 		rt = pol.wrap(base)
 	}
-	client := &http.Client{Transport: rt}
-	if err := warm(ctx, &http.Client{Transport: base}, url, e.Callers); err != nil {
+	r.client = &http.Client{Transport: rt}
+	if err := warm(ctx, &http.Client{Transport: base}, r.url, e.Callers); err != nil {
 		_ = srv.Close()
 		return PolicyResult{}, 0, fmt.Errorf("the gateway does not answer: %w", err)
 	}
-	var (
-		hedge   *retry.Hedge
-		shared  retry.Policy
-		ownRand bool
-	)
 	if pol.newRetry != nil {
 		var rp *retry.Policy
-		if rp, hedge = pol.newRetry(); rp != nil {
-			shared, ownRand = *rp, rp.Rand != nil
+		if rp, r.hedge = pol.newRetry(); rp != nil {
+			r.shared, r.ownRand = *rp, rp.Rand != nil
 		}
 	}
 
-	start := time.Now()
-	g.start = start
-	g.rec = labkit.NewRecorder(start)
-	runCtx, cancel := context.WithDeadline(ctx, start.Add(p.limit))
+	r.start = time.Now()
+	g.start = r.start
+	g.rec = labkit.NewRecorder(r.start)
+	runCtx, cancel := context.WithDeadline(ctx, r.start.Add(p.limit))
 	defer cancel()
-
-	var (
-		mu   sync.Mutex
-		reqs []realReq
-		wg   sync.WaitGroup
-	)
-	var late time.Duration // the most an arrival or a caller's start came after its time
-	one := func(n int) {
-		s := time.Since(start)
-		id := []string{strconv.Itoa(n)}
-		rq := realReq{start: s}
-		work := func(actx context.Context) error {
-			req, err := http.NewRequestWithContext(actx, http.MethodGet, url+"/", nil)
-			if err != nil {
-				return retry.Permanent(err)
-			}
-			req.Header[labkit.HeaderRequestID] = id
-			resp, err := client.Do(req)
-			if err != nil {
-				return retry.Retryable(err)
-			}
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
-			switch resp.StatusCode {
-			case http.StatusOK:
-				return nil
-			case http.StatusInternalServerError:
-				return errFailedR
-			case http.StatusServiceUnavailable:
-				if ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); err == nil && ra > 0 {
-					return retry.After(errRefused, time.Duration(ra)*time.Second)
-				}
-				return errRefusedR
-			}
-			return retry.Permanent(fmt.Errorf("gateway answered %d", resp.StatusCode))
-		}
-		switch {
-		case pol.wrap != nil:
-			transportCall(runCtx, client, url, id, &rq)
-		default:
-			pp := shared
-			if !ownRand { // a seeded source per goroutine: a PCG is not safe for concurrent use
-				pp.Rand = rand.NewPCG(e.Seed, uint64(n))
-			}
-			var err error
-			if hedge != nil {
-				err = hedge.Do(runCtx, &pp, work)
-			} else {
-				err = retry.Do(runCtx, &pp, work)
-			}
-			rq.ok = err == nil
-			var re *retry.Error
-			if errors.As(err, &re) {
-				rq.reason = re.Reason
-			} else if err != nil {
-				rq.reason = retry.UnknownError
-			}
-		}
-		rq.end = time.Since(start)
-		if !rq.ok && runCtx.Err() != nil && ctx.Err() == nil {
-			rq.unfinished = true // the run ended first
-		}
-		mu.Lock()
-		reqs = append(reqs, rq)
-		mu.Unlock()
-	}
-	c := e.Callers
-	if c.Open() || e.Replay != nil {
-		var next func() (time.Duration, bool)
-		if e.Replay != nil {
-			ts := e.Replay.arrivals(rand.New(rand.NewPCG(e.Seed, 1)))
-			next = func() (time.Duration, bool) {
-				if len(ts) == 0 {
-					return 0, false
-				}
-				t := ts[0]
-				ts = ts[1:]
-				return t, true
-			}
-		} else {
-			arr := &arrivals{c: c, rng: rand.New(rand.NewPCG(e.Seed, 1))}
-			next = func() (time.Duration, bool) {
-				t := arr.next()
-				return t, t < p.limit
-			}
-		}
-		timer := time.NewTimer(0)
-		<-timer.C
-	gen:
-		for n := 1; ; n++ {
-			t, ok := next()
-			if !ok {
-				break
-			}
-			timer.Reset(time.Until(start.Add(t)))
-			select {
-			case <-timer.C:
-			case <-runCtx.Done():
-				break gen
-			}
-			late = max(late, time.Since(start)-t)
-			wg.Add(1)
-			go func() { defer wg.Done(); one(n) }()
-		}
+	r.runCtx = runCtx
+	if e.Callers.Open() || e.Replay != nil {
+		r.openLoop(r.arrivalTimes())
 	} else {
-		for i := range c.N {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if c.Ramp > 0 && !sleepCtx(runCtx, time.Until(start.Add(c.Ramp*time.Duration(i+1)/time.Duration(c.N)))) {
-					return
-				}
-				for k := range c.requests() {
-					if k > 0 && !sleepCtx(runCtx, c.Think) {
-						return
-					}
-					if runCtx.Err() != nil {
-						return
-					}
-					one(i*c.requests() + k + 1)
-				}
-			}()
-		}
+		r.closedLoop()
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	r.wg.Wait()
+	elapsed := time.Since(r.start)
 	cancel()
 	base.CloseIdleConnections()
 	// Every caller has returned, and the gateway records an attempt when
@@ -351,21 +219,207 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 	}
 
 	if e.Replay != nil {
-		r, span := realReplay(p, pol, reqs, g.rec.Arrivals())
-		r.Lateness = late
-		return r, span, nil
+		res, span := realReplay(p, pol, r.reqs, g.rec.Arrivals())
+		res.Lateness = r.late
+		return res, span, nil
 	}
+	res, span := r.summary(g.rec.Arrivals(), elapsed)
+	return res, span, nil
+}
+
+// serveGateway serves the gateway on l and returns the server and the
+// transport that reaches it.
+func serveGateway(l net.Listener, g *gateway) (*http.Server, *http.Transport) {
+	// HTTP/2 without TLS (h2c): a caller that gives up on an attempt (its
+	// timeout, a hedge's loser) resets a stream instead of closing a
+	// connection, so a run does not spend a loaded machine on dials and
+	// stays the experiment it describes.
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, Protocols: &protos,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxRealRequests * 4}}
+	go func() { _ = srv.Serve(l) }()
+	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true, Protocols: &protos}
+	return srv, base
+}
+
+// realRun is one policy's real-time run: its callers and the requests
+// they have finished.
+type realRun struct {
+	ctx    context.Context // the caller's; its end cancels the run
+	runCtx context.Context // ends with the run's time limit
+	p      *plan
+	pol    Policy
+	url    string
+	client *http.Client
+	start  time.Time
+
+	// The retry policy every request copies, with a hedge if the policy
+	// has one; ownRand when the policy brings its own random source.
+	hedge   *retry.Hedge
+	shared  retry.Policy
+	ownRand bool
+
+	mu   sync.Mutex
+	reqs []realReq
+	wg   sync.WaitGroup
+	late time.Duration // the most an arrival or a caller's start came after its time
+}
+
+// arrivalTimes yields an open loop's arrivals: the replay's recorded ones,
+// or the experiment's arrival process up to the time limit.
+func (r *realRun) arrivalTimes() func() (time.Duration, bool) {
+	e := r.p.e
+	if e.Replay != nil {
+		ts := e.Replay.arrivals(rand.New(rand.NewPCG(e.Seed, 1)))
+		return func() (time.Duration, bool) {
+			if len(ts) == 0 {
+				return 0, false
+			}
+			t := ts[0]
+			ts = ts[1:]
+			return t, true
+		}
+	}
+	arr := &arrivals{c: e.Callers, rng: rand.New(rand.NewPCG(e.Seed, 1))}
+	return func() (time.Duration, bool) {
+		t := arr.next()
+		return t, t < r.p.limit
+	}
+}
+
+// openLoop starts a request at each arrival, whatever the earlier ones
+// are doing.
+func (r *realRun) openLoop(next func() (time.Duration, bool)) {
+	timer := time.NewTimer(0)
+	<-timer.C
+	for n := 1; ; n++ {
+		t, ok := next()
+		if !ok {
+			return
+		}
+		timer.Reset(time.Until(r.start.Add(t)))
+		select {
+		case <-timer.C:
+		case <-r.runCtx.Done():
+			return
+		}
+		r.late = max(r.late, time.Since(r.start)-t)
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.one(n) }()
+	}
+}
+
+// closedLoop starts the callers, ramped up if asked; each sends its
+// requests one after the other.
+func (r *realRun) closedLoop() {
+	for i := range r.p.e.Callers.N {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.caller(i) }()
+	}
+}
+
+// caller is closed-loop caller i (from 0).
+func (r *realRun) caller(i int) {
+	c := r.p.e.Callers
+	if c.Ramp > 0 && !sleepCtx(r.runCtx, time.Until(r.start.Add(c.Ramp*time.Duration(i+1)/time.Duration(c.N)))) {
+		return
+	}
+	for k := range c.requests() {
+		if k > 0 && !sleepCtx(r.runCtx, c.Think) {
+			return
+		}
+		if r.runCtx.Err() != nil {
+			return
+		}
+		r.one(i*c.requests() + k + 1)
+	}
+}
+
+// one sends logical request n (from 1) through the policy and records it.
+func (r *realRun) one(n int) {
+	rq := realReq{start: time.Since(r.start)}
+	id := []string{strconv.Itoa(n)}
+	if r.pol.wrap != nil {
+		transportCall(r.runCtx, r.client, r.url, id, &rq)
+	} else {
+		r.retried(n, id, &rq)
+	}
+	rq.end = time.Since(r.start)
+	if !rq.ok && r.runCtx.Err() != nil && r.ctx.Err() == nil {
+		rq.unfinished = true // the run ended first
+	}
+	r.mu.Lock()
+	r.reqs = append(r.reqs, rq)
+	r.mu.Unlock()
+}
+
+// retried runs request n under the retry policy (hedged if it has a
+// hedge) and notes how it ended.
+func (r *realRun) retried(n int, id []string, rq *realReq) {
+	pp := r.shared
+	if !r.ownRand { // a seeded source per goroutine: a PCG is not safe for concurrent use
+		pp.Rand = rand.NewPCG(r.p.e.Seed, uint64(n))
+	}
+	work := func(actx context.Context) error { return r.attempt(actx, id) }
+	var err error
+	if r.hedge != nil {
+		err = r.hedge.Do(r.runCtx, &pp, work)
+	} else {
+		err = retry.Do(r.runCtx, &pp, work)
+	}
+	rq.ok = err == nil
+	var re *retry.Error
+	if errors.As(err, &re) {
+		rq.reason = re.Reason
+	} else if err != nil {
+		rq.reason = retry.UnknownError
+	}
+}
+
+// attempt is one attempt of a request with this id: the gateway's answer
+// as the retry package classes it.
+func (r *realRun) attempt(actx context.Context, id []string) error {
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, r.url+"/", nil)
+	if err != nil {
+		return retry.Permanent(err)
+	}
+	req.Header[labkit.HeaderRequestID] = id
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return retry.Retryable(err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusInternalServerError:
+		return errFailedR
+	case http.StatusServiceUnavailable:
+		if ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); err == nil && ra > 0 {
+			return retry.After(errRefused, time.Duration(ra)*time.Second)
+		}
+		return errRefusedR
+	}
+	return retry.Permanent(fmt.Errorf("gateway answered %d", resp.StatusCode))
+}
+
+// summary meters the requests and the gateway's arrivals into the
+// policy's result and the span it covers.
+func (r *realRun) summary(arrivals []labkit.Arrival, elapsed time.Duration) (PolicyResult, time.Duration) {
+	p := r.p
 	m := newMeter(p.window)
-	slices.SortFunc(reqs, func(a, b realReq) int { return int(a.start - b.start) })
-	for _, rq := range reqs {
+	slices.SortFunc(r.reqs, func(a, b realReq) int { return int(a.start - b.start) })
+	for _, rq := range r.reqs {
 		m.request(rq.start)
 	}
-	for _, a := range g.rec.Arrivals() {
+	for _, a := range arrivals {
 		if a.At < p.limit {
 			m.attempt(a.At, a.Outcome == labkit.Accepted)
 		}
 	}
-	for _, rq := range reqs {
+	for _, rq := range r.reqs {
 		switch {
 		case rq.unfinished:
 		case rq.ok:
@@ -377,13 +431,13 @@ func runReal(ctx context.Context, p *plan, pol Policy) (PolicyResult, time.Durat
 		}
 	}
 	span := p.limit
-	if !c.Open() && p.duration == 0 && m.requests == m.done {
+	if !p.e.Callers.Open() && p.duration == 0 && m.requests == m.done {
 		span = (elapsed/p.window + 1) * p.window
 		span = min(span, p.limit)
 	}
-	r := m.result(pol.Name, p, span)
-	r.Lateness = late
-	return r, span, nil
+	res := m.result(r.pol.Name, p, span)
+	res.Lateness = r.late
+	return res, span
 }
 
 // realReplay sums up a real-time replay as the virtual one is: the

@@ -86,162 +86,232 @@ type checkConfig struct {
 
 func parseCheck(args []string, stdout, stderr io.Writer) (*checkConfig, int) {
 	const name = "stagger check"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cfg := &checkConfig{exp: check.LabOutage()}
-	e := &cfg.exp
-	var (
-		callers, requests, concurrency, maxPeak      int
-		rate, depRate, maxAmp, tolerance, loadFactor float64
-		constant, queue, notMetastable               bool
-		ramp, think, latency, latencyExp, perFlight  time.Duration
-		retryAfter, hang, duration, window, recover  time.Duration
-		refusal, baseline, expFile, replay           string
-		seed                                         = e.Seed
-	)
+	f := newCheckFlags(cfg)
+	if code, ok := parseFlags(f.fs, args, stdout, stderr, func(w io.Writer) { checkUsage(w, f.fs) }); !ok {
+		return nil, code
+	}
+	if err := f.configure(cfg); err != nil {
+		return nil, usageError(stderr, name, "%v", err)
+	}
+	return cfg, exitOK
+}
+
+// checkFlags holds the values of stagger check's flags that do not go
+// straight into checkConfig, until configure turns them into the
+// experiment.
+type checkFlags struct {
+	fs                                           *flag.FlagSet
+	callers, requests, concurrency, maxPeak      int
+	rate, depRate, maxAmp, tolerance, loadFactor float64
+	constant, queue, notMetastable               bool
+	ramp, think, latency, latencyExp, perFlight  time.Duration
+	retryAfter, hang, duration, window, recover  time.Duration
+	refusal, baseline, expFile, replay           string
+	seed                                         uint64
+}
+
+// newCheckFlags defines stagger check's flags; their defaults are the
+// lab's outage in cfg.
+func newCheckFlags(cfg *checkConfig) *checkFlags {
+	fs := flag.NewFlagSet("stagger check", flag.ContinueOnError)
+	f := &checkFlags{fs: fs, seed: cfg.exp.Seed}
 	const maxDur = 24 * time.Hour
 	fs.Var(&faultList{p: &cfg.policies}, "policy", "a policy file (JSON: retry.Policy's fields, or a gRPC service config); repeat to compare policies side by side")
 	fs.Var(&faultList{p: &cfg.faults}, "fault", "fault clause(s), repeatable, ';'-separated: "+faultGrammar+" (default: down 700ms at 0s)")
-	fs.Var(intValue{P: &callers, Min: 1, Max: 1_000_000}, "callers", "closed loop: this many callers (default 4, the lab's)")
-	fs.Var(intValue{P: &requests, Min: 1, Max: 1_000_000}, "requests", "closed loop: logical requests per caller (default 1)")
-	fs.Var(durationValue{P: &think, Max: maxDur}, "think", "closed loop: pause between a caller's requests")
-	fs.Var(floatValue{p: &rate, min: 0, open: true}, "rate", "open loop: logical requests per second (replaces --callers)")
-	fs.BoolVar(&constant, "constant", false, "open loop: constant gaps instead of Poisson arrivals")
-	fs.Var(durationValue{P: &ramp, Max: maxDur}, "ramp", "spread the start over this long (default 48ms, the lab's)")
-	fs.Var(durationValue{P: &latency, Max: maxDur}, "latency", "the dependency's latency (default 26.2ms, the lab's round trip)")
-	fs.Var(durationValue{P: &latencyExp, Max: maxDur}, "latency-exp", "mean of an exponential extra latency (a distribution)")
-	fs.Var(durationValue{P: &perFlight, Max: maxDur}, "per-in-flight", "latency added per attempt in flight (the collapse model: 10ms with --latency 1s)")
-	fs.Var(intValue{P: &concurrency, Min: 0, Max: 1 << 30}, "concurrency", "attempts in flight the dependency serves; more are refused, or wait with --queue (0: no cap)")
-	fs.Var(floatValue{p: &depRate, min: 0}, "dep-rate", "attempts per second the dependency serves (0: no cap)")
-	fs.BoolVar(&queue, "queue", false, "over --concurrency or --dep-rate, attempts wait their turn instead of being refused")
-	fs.StringVar(&refusal, "refusal", "503", "how the dependency refuses: 503, retry-after, timeout or drop")
-	fs.Var(durationValue{P: &retryAfter, Max: maxDur}, "retry-after", "the Retry-After of --refusal retry-after (default 1s)")
-	fs.Var(durationValue{P: &hang, Max: maxDur}, "hang", "how long --refusal timeout holds an attempt (default 30s)")
-	fs.Var(durationValue{P: &duration, Max: maxDur}, "duration", "how long the run lasts (default: until the callers are done, or for an open loop twice the fault's end + 2s)")
-	fs.Var(durationValue{P: &window, Positive: true, Max: time.Hour}, "window", "width of a window (default 200ms)")
-	fs.Var(uintValue{P: &seed}, "seed", "seed of the run")
-	fs.Var(floatValue{p: &tolerance, min: 0}, "tolerance", "goodput within this fraction of its level before the fault counts as recovered (default 0.2)")
-	fs.StringVar(&replay, "replay", "", "replay a recorded outage instead of --fault, --rate and --callers: stagger proxy --record's JSON lines, or a CSV export (a name ending in .csv); virtual time")
+	fs.Var(intValue{P: &f.callers, Min: 1, Max: 1_000_000}, "callers", "closed loop: this many callers (default 4, the lab's)")
+	fs.Var(intValue{P: &f.requests, Min: 1, Max: 1_000_000}, "requests", "closed loop: logical requests per caller (default 1)")
+	fs.Var(durationValue{P: &f.think, Max: maxDur}, "think", "closed loop: pause between a caller's requests")
+	fs.Var(floatValue{p: &f.rate, min: 0, open: true}, "rate", "open loop: logical requests per second (replaces --callers)")
+	fs.BoolVar(&f.constant, "constant", false, "open loop: constant gaps instead of Poisson arrivals")
+	fs.Var(durationValue{P: &f.ramp, Max: maxDur}, "ramp", "spread the start over this long (default 48ms, the lab's)")
+	fs.Var(durationValue{P: &f.latency, Max: maxDur}, "latency", "the dependency's latency (default 26.2ms, the lab's round trip)")
+	fs.Var(durationValue{P: &f.latencyExp, Max: maxDur}, "latency-exp", "mean of an exponential extra latency (a distribution)")
+	fs.Var(durationValue{P: &f.perFlight, Max: maxDur}, "per-in-flight", "latency added per attempt in flight (the collapse model: 10ms with --latency 1s)")
+	fs.Var(intValue{P: &f.concurrency, Min: 0, Max: 1 << 30}, "concurrency", "attempts in flight the dependency serves; more are refused, or wait with --queue (0: no cap)")
+	fs.Var(floatValue{p: &f.depRate, min: 0}, "dep-rate", "attempts per second the dependency serves (0: no cap)")
+	fs.BoolVar(&f.queue, "queue", false, "over --concurrency or --dep-rate, attempts wait their turn instead of being refused")
+	fs.StringVar(&f.refusal, "refusal", "503", "how the dependency refuses: 503, retry-after, timeout or drop")
+	fs.Var(durationValue{P: &f.retryAfter, Max: maxDur}, "retry-after", "the Retry-After of --refusal retry-after (default 1s)")
+	fs.Var(durationValue{P: &f.hang, Max: maxDur}, "hang", "how long --refusal timeout holds an attempt (default 30s)")
+	fs.Var(durationValue{P: &f.duration, Max: maxDur}, "duration", "how long the run lasts (default: until the callers are done, or for an open loop twice the fault's end + 2s)")
+	fs.Var(durationValue{P: &f.window, Positive: true, Max: time.Hour}, "window", "width of a window (default 200ms)")
+	fs.Var(uintValue{P: &f.seed}, "seed", "seed of the run")
+	fs.Var(floatValue{p: &f.tolerance, min: 0}, "tolerance", "goodput within this fraction of its level before the fault counts as recovered (default 0.2)")
+	fs.StringVar(&f.replay, "replay", "", "replay a recorded outage instead of --fault, --rate and --callers: stagger proxy --record's JSON lines, or a CSV export (a name ending in .csv); virtual time")
 	fs.BoolVar(&cfg.real, "real", false, "run in real time on a loopback gateway instead of the simulator")
-	fs.Var(floatValue{p: &maxAmp, min: 1}, "max-amplification", "threshold: attempts per logical request")
-	fs.Var(intValue{P: &maxPeak, Min: 1, Max: math.MaxInt32}, "max-peak", "threshold: attempts received in any window")
-	fs.Var(durationValue{P: &recover, Max: maxDur}, "recover-within", "threshold: time from the fault's end until goodput is back")
-	fs.BoolVar(&notMetastable, "not-metastable", false, "threshold: the run must not end still failing")
-	fs.StringVar(&baseline, "baseline", "", "threshold with --max-load: the policy (by name) the others are compared with")
-	fs.Var(floatValue{p: &loadFactor, min: 0, open: true}, "max-load", "threshold: attempts and peak at most this times --baseline's")
+	fs.Var(floatValue{p: &f.maxAmp, min: 1}, "max-amplification", "threshold: attempts per logical request")
+	fs.Var(intValue{P: &f.maxPeak, Min: 1, Max: math.MaxInt32}, "max-peak", "threshold: attempts received in any window")
+	fs.Var(durationValue{P: &f.recover, Max: maxDur}, "recover-within", "threshold: time from the fault's end until goodput is back")
+	fs.BoolVar(&f.notMetastable, "not-metastable", false, "threshold: the run must not end still failing")
+	fs.StringVar(&f.baseline, "baseline", "", "threshold with --max-load: the policy (by name) the others are compared with")
+	fs.Var(floatValue{p: &f.loadFactor, min: 0, open: true}, "max-load", "threshold: attempts and peak at most this times --baseline's")
 	fs.BoolVar(&cfg.json, "json", false, "print the result as JSON")
 	fs.StringVar(&cfg.report, "report", "", "write the HTML report to this file")
 	fs.StringVar(&cfg.junit, "junit", "", "write a JUnit XML file: one test case per policy × threshold")
-	fs.StringVar(&expFile, "experiment", "", "a JSON object of these flags' settings, keyed by flag name (\"rate\": 200, \"fault\": [\"down 5s at 5s\"], \"max-peak\": 80); the command line wins")
-	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { checkUsage(w, fs) }); !ok {
-		return nil, code
-	}
-	if expFile != "" {
-		if err := applyExperimentFile(fs, expFile); err != nil {
-			return nil, usageError(stderr, name, "--experiment %s: %v", expFile, err)
+	fs.StringVar(&f.expFile, "experiment", "", "a JSON object of these flags' settings, keyed by flag name (\"rate\": 200, \"fault\": [\"down 5s at 5s\"], \"max-peak\": 80); the command line wins")
+	return f
+}
+
+func (f *checkFlags) set(name string) bool { return flagWasSet(f.fs, name) }
+
+// configure turns the parsed flags into cfg's experiment and thresholds:
+// the --experiment file's settings first, then the rules between flags,
+// the load, the dependency, the thresholds, the output files and the
+// policies; the experiment's own checks last.
+func (f *checkFlags) configure(cfg *checkConfig) error {
+	if f.expFile != "" {
+		if err := applyExperimentFile(f.fs, f.expFile); err != nil {
+			return fmt.Errorf("--experiment %s: %v", f.expFile, err)
 		}
 	}
-	set := func(n string) bool { return flagWasSet(fs, n) }
 	if len(cfg.policies) == 0 {
-		return nil, usageError(stderr, name, "--policy FILE is required")
+		return errors.New("--policy FILE is required")
 	}
+	if err := f.checkCombinations(); err != nil {
+		return err
+	}
+	e := &cfg.exp
+	if err := f.setLoad(cfg); err != nil {
+		return err
+	}
+	if err := f.setDependency(&e.Dependency); err != nil {
+		return err
+	}
+	e.Duration, e.Seed, e.Tolerance = f.duration, f.seed, f.tolerance
+	if f.set("window") {
+		e.Window = f.window
+	}
+	f.addThresholds(cfg)
+	if err := checkOutputPaths(cfg); err != nil {
+		return err
+	}
+	if err := f.loadPolicies(cfg); err != nil {
+		return err
+	}
+	return e.Validate()
+}
+
+// checkCombinations checks the flags that need or exclude one another.
+func (f *checkFlags) checkCombinations() error {
+	set := f.set
 	switch {
 	case set("baseline") != set("max-load"):
-		return nil, usageError(stderr, name, "--baseline and --max-load go together")
+		return errors.New("--baseline and --max-load go together")
 	case set("rate") && set("callers"):
-		return nil, usageError(stderr, name, "--rate (open loop) and --callers (closed loop) exclude each other")
+		return errors.New("--rate (open loop) and --callers (closed loop) exclude each other")
 	case set("constant") && !set("rate"):
-		return nil, usageError(stderr, name, "--constant needs --rate")
+		return errors.New("--constant needs --rate")
 	case set("replay") && (set("fault") || set("rate") || set("callers")):
-		return nil, usageError(stderr, name, "--replay excludes --fault, --rate and --callers: a replay's callers and faults are the recording's")
+		return errors.New("--replay excludes --fault, --rate and --callers: a replay's callers and faults are the recording's")
 	case set("queue") && !set("dep-rate") && !set("concurrency"):
-		return nil, usageError(stderr, name, "--queue needs --concurrency or --dep-rate")
+		return errors.New("--queue needs --concurrency or --dep-rate")
 	}
+	return nil
+}
+
+// setLoad sets the faults and the callers, or the recording a replay
+// takes both from.
+func (f *checkFlags) setLoad(cfg *checkConfig) error {
+	e := &cfg.exp
 	if len(cfg.faults) > 0 {
 		if _, err := parseFaults(cfg.faults); err != nil {
-			return nil, usageError(stderr, name, "%v", err)
+			return err
 		}
 		e.Faults = cfg.faults
 		e.Name = "stagger check"
 	}
-	if set("rate") {
-		e.Callers = check.Callers{Rate: rate, Poisson: !constant}
+	if f.set("rate") {
+		e.Callers = check.Callers{Rate: f.rate, Poisson: !f.constant}
 		e.Name = "stagger check"
 	}
-	if set("callers") {
-		e.Callers = check.Callers{N: callers}
+	if f.set("callers") {
+		e.Callers = check.Callers{N: f.callers}
 		e.Name = "stagger check"
 	}
-	if set("ramp") {
-		e.Callers.Ramp = ramp
+	if f.set("ramp") {
+		e.Callers.Ramp = f.ramp
 	}
-	e.Callers.Requests, e.Callers.Think = requests, think
-	if replay != "" {
-		rec, err := readRecording(replay)
+	e.Callers.Requests, e.Callers.Think = f.requests, f.think
+	if f.replay != "" {
+		rec, err := readRecording(f.replay)
 		if err != nil {
-			return nil, usageError(stderr, name, "--replay %s: %v", replay, err)
+			return fmt.Errorf("--replay %s: %v", f.replay, err)
 		}
-		e.Name, e.Replay, e.Faults, e.Callers = "replay of "+filepath.Base(replay), rec, nil, check.Callers{}
+		e.Name, e.Replay, e.Faults, e.Callers = "replay of "+filepath.Base(f.replay), rec, nil, check.Callers{}
 	}
-	d := &e.Dependency
-	if set("latency") {
-		d.Latency = latency
+	return nil
+}
+
+// checkRefusals maps --refusal's names to the dependency's refusals.
+var checkRefusals = map[string]check.Refusal{"503": check.Status503, "retry-after": check.RetryAfter, "timeout": check.Timeout, "drop": check.Drop}
+
+// setDependency sets the dependency's model.
+func (f *checkFlags) setDependency(d *check.Dependency) error {
+	if f.set("latency") {
+		d.Latency = f.latency
 	}
-	d.LatencyExp, d.PerInFlight, d.Concurrency, d.Rate, d.RetryAfter, d.Hang = latencyExp, perFlight, concurrency, depRate, retryAfter, hang
-	if queue {
+	d.LatencyExp, d.PerInFlight, d.Concurrency, d.Rate, d.RetryAfter, d.Hang = f.latencyExp, f.perFlight, f.concurrency, f.depRate, f.retryAfter, f.hang
+	if f.queue {
 		d.Overload = check.Queue
 	}
-	switch refusal {
-	case "503":
-	case "retry-after":
-		d.Refusal = check.RetryAfter
-	case "timeout":
-		d.Refusal = check.Timeout
-	case "drop":
-		d.Refusal = check.Drop
-	default:
-		return nil, usageError(stderr, name, "--refusal: want 503, retry-after, timeout or drop, got %q", refusal)
+	refusal, ok := checkRefusals[f.refusal]
+	if !ok {
+		return fmt.Errorf("--refusal: want 503, retry-after, timeout or drop, got %q", f.refusal)
 	}
-	e.Duration, e.Seed, e.Tolerance = duration, seed, tolerance
-	if set("window") {
-		e.Window = window
+	if refusal != check.Status503 { // 503, the default, keeps the experiment's own
+		d.Refusal = refusal
 	}
-	if set("max-amplification") {
-		cfg.thresholds = append(cfg.thresholds, check.MaxAmplification(maxAmp))
+	return nil
+}
+
+// addThresholds adds a threshold for each threshold flag given.
+func (f *checkFlags) addThresholds(cfg *checkConfig) {
+	if f.set("max-amplification") {
+		cfg.thresholds = append(cfg.thresholds, check.MaxAmplification(f.maxAmp))
 	}
-	if set("max-peak") {
-		cfg.thresholds = append(cfg.thresholds, check.MaxPeakPerWindow(maxPeak))
+	if f.set("max-peak") {
+		cfg.thresholds = append(cfg.thresholds, check.MaxPeakPerWindow(f.maxPeak))
 	}
-	if set("recover-within") {
-		cfg.thresholds = append(cfg.thresholds, check.RecoversWithin(recover))
+	if f.set("recover-within") {
+		cfg.thresholds = append(cfg.thresholds, check.RecoversWithin(f.recover))
 	}
-	if notMetastable {
+	if f.notMetastable {
 		cfg.thresholds = append(cfg.thresholds, check.NotMetastable())
 	}
-	if set("max-load") {
-		cfg.thresholds = append(cfg.thresholds, check.AtMost(loadFactor, baseline))
+	if f.set("max-load") {
+		cfg.thresholds = append(cfg.thresholds, check.AtMost(f.loadFactor, f.baseline))
 	}
+}
+
+// checkOutputPaths checks the files --report and --junit would write.
+func checkOutputPaths(cfg *checkConfig) error {
 	for _, p := range []struct{ flag, path string }{{"report", cfg.report}, {"junit", cfg.junit}} {
 		if p.path == "" {
 			continue
 		}
 		if err := checkReportPath(p.path); err != nil {
-			return nil, usageError(stderr, name, "--%s: %v", p.flag, err)
+			return fmt.Errorf("--%s: %v", p.flag, err)
 		}
 	}
+	return nil
+}
+
+// loadPolicies reads every --policy file, and checks that --baseline names
+// one of them.
+func (f *checkFlags) loadPolicies(cfg *checkConfig) error {
+	e := &cfg.exp
 	for _, path := range cfg.policies {
 		pol, err := loadPolicy(path)
 		if err != nil {
-			return nil, usageError(stderr, name, "--policy %s: %v", path, err)
+			return fmt.Errorf("--policy %s: %v", path, err)
 		}
 		e.Policies = append(e.Policies, pol)
 	}
-	if set("baseline") && !hasPolicy(e.Policies, baseline) {
-		return nil, usageError(stderr, name, "--baseline %q: no policy of that name (names: %s)", baseline, policyNames(e.Policies))
+	if f.set("baseline") && !hasPolicy(e.Policies, f.baseline) {
+		return fmt.Errorf("--baseline %q: no policy of that name (names: %s)", f.baseline, policyNames(e.Policies))
 	}
-	if err := e.Validate(); err != nil {
-		return nil, usageError(stderr, name, "%v", err)
-	}
-	return cfg, exitOK
+	return nil
 }
 
 // applyExperimentFile sets the flags an --experiment file names (a JSON

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -80,135 +81,175 @@ type proxyConfig struct {
 // parseProxy parses and validates every flag; it returns exit code -1 when
 // the proxy should run.
 func parseProxy(args []string, stdout, stderr io.Writer) (*proxyConfig, int) {
-	var (
-		listen   = defaultProxyListen
-		upstream string
-		faults   []string
-		window   = labkit.DefaultWindow
-		horizon  = labkit.DefaultHorizon
-		maxReqs  = labkit.DefaultMaxRequests
-		rep      = defaultProxyReport
-		record   string
-		duration time.Duration
-		idHeader = labkit.HeaderRequestID
-		groupBy  string
-		maxBody  = defaultMaxBody
-		quiet    bool
-		rht      = defaultReadHeaderTimeout
-		rt       = defaultReadTimeout
-		it       = defaultIdleTimeout
-		maxConns = defaultMaxConns
-		name     = "main"
-		control  string
-		maxAmp   float64
-		maxPeak  int
-		maxAtt   int
-		summary  string
-	)
-	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
-	fs.StringVar(&listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
-	fs.StringVar(&upstream, "upstream", "", "URL of the service to forward to (http or https), required")
-	fs.Var(&faultList{p: &faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
-		" (times since the proxy started, durations with a unit); or run-time faults: "+labkit.RuntimeFaultGrammar)
-	fs.Var(durationValue{P: &window, Positive: true, Max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
-	fs.Var(durationValue{P: &horizon, Positive: true, Max: 30 * 24 * time.Hour}, "horizon",
-		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", labkit.MaxWindows))
-	fs.Var(intValue{P: &maxReqs, Min: 1, Max: 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
-	fs.StringVar(&rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
-	fs.StringVar(&record, "record", "", "write what the upstream did per --window to this timeline file (JSON lines, written on exit; see docs/proxy.md)")
-	fs.Var(durationValue{P: &duration, Max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
-	fs.StringVar(&idHeader, "id-header", labkit.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
-	fs.StringVar(&groupBy, "group-by", "header:"+labkit.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
-		"or method+path+client (method, request target and client IP: for a run with one client that sends each request once)")
-	fs.Var(intValue{P: &maxBody, Min: 0, Max: 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
-	fs.Var(durationValue{P: &rht, Positive: true, Max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
-	fs.Var(durationValue{P: &rt, Positive: true, Max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
-	fs.Var(durationValue{P: &it, Positive: true, Max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
-	fs.Var(intValue{P: &maxConns, Min: 1, Max: 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
-	fs.BoolVar(&quiet, "quiet", false, "print only the final summary line")
-	fs.StringVar(&name, "name", "main", "the proxy's name in the control API")
-	fs.StringVar(&control, "control", "", "serve the control API (HTTP+JSON: faults, proxies, stats) on this host:port, such as 127.0.0.1:8474; an empty host is 127.0.0.1")
-	fs.Var(floatValue{p: &maxAmp, max: 1e6}, "max-amplification", "at exit, fail (exit 1) when attempts per logical request exceed this (0: no check)")
-	fs.Var(intValue{P: &maxPeak, Min: 0, Max: 1 << 30}, "max-peak", "at exit, fail (exit 1) when the peak attempts (connections for TCP) in one --window exceed this (0: no check)")
-	fs.Var(intValue{P: &maxAtt, Min: 0, Max: 1 << 20}, "max-attempts", "at exit, fail (exit 1) when one logical request made more attempts than this (0: no check)")
-	fs.StringVar(&summary, "summary", "", "write a JSON summary on exit, meant to be diffed between runs (counts, peak, amplification, faults, thresholds; no times)")
-	if code, ok := parseFlags(fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, fs) }); !ok {
+	f := newProxyFlags()
+	if code, ok := parseFlags(f.fs, args, stdout, stderr, func(w io.Writer) { proxyUsage(w, f.fs) }); !ok {
 		return nil, code
 	}
-	usageErr := func(format string, a ...any) (*proxyConfig, int) {
-		return nil, usageError(stderr, fs.Name(), format, a...)
+	cfg, err := f.config(args)
+	if err != nil {
+		return nil, usageError(stderr, f.fs.Name(), "%v", err)
 	}
+	return cfg, -1
+}
+
+// proxyFlags holds stagger proxy's flags as given, until config checks
+// them and builds the proxyConfig.
+type proxyFlags struct {
+	fs                         *flag.FlagSet
+	listen, upstream           string
+	faults                     []string
+	window, horizon, duration  time.Duration
+	maxReqs, maxBody, maxConns int
+	rep, record                string
+	idHeader, groupBy          string
+	quiet                      bool
+	rht, rt, it                time.Duration
+	name, control, summary     string
+	maxAmp                     float64
+	maxPeak, maxAtt            int
+}
+
+// newProxyFlags defines stagger proxy's flags with their defaults.
+func newProxyFlags() *proxyFlags {
+	f := &proxyFlags{}
+	fs := flag.NewFlagSet("stagger proxy", flag.ContinueOnError)
+	f.fs = fs
+	f.window, f.horizon, f.maxReqs = labkit.DefaultWindow, labkit.DefaultHorizon, labkit.DefaultMaxRequests
+	f.maxBody, f.rht, f.rt, f.it, f.maxConns = defaultMaxBody, defaultReadHeaderTimeout, defaultReadTimeout, defaultIdleTimeout, defaultMaxConns
+	fs.StringVar(&f.listen, "listen", defaultProxyListen, "address to listen on (host:port; port 0 picks a free one); loopback unless you say otherwise")
+	fs.StringVar(&f.upstream, "upstream", "", "URL of the service to forward to (http or https), required")
+	fs.Var(&faultList{p: &f.faults}, "fault", "fault schedule clause(s), repeatable, ';'-separated: "+faultGrammar+
+		" (times since the proxy started, durations with a unit); or run-time faults: "+labkit.RuntimeFaultGrammar)
+	fs.Var(durationValue{P: &f.window, Positive: true, Max: time.Hour}, "window", "width of the window the peak is counted in (sliding) and of the report's bars")
+	fs.Var(durationValue{P: &f.horizon, Positive: true, Max: 30 * 24 * time.Hour}, "horizon",
+		fmt.Sprintf("how far back the timeline (stats and report) reaches; older windows are folded into the totals (at most %d windows)", labkit.MaxWindows))
+	fs.Var(intValue{P: &f.maxReqs, Min: 1, Max: 1 << 26}, "max-requests", "request IDs tracked at once; a new one beyond this forgets the oldest (counted as evicted)")
+	fs.StringVar(&f.rep, "report", defaultProxyReport, "write the HTML report to this file on exit (empty for none)")
+	fs.StringVar(&f.record, "record", "", "write what the upstream did per --window to this timeline file (JSON lines, written on exit; see docs/proxy.md)")
+	fs.Var(durationValue{P: &f.duration, Max: 7 * 24 * time.Hour}, "duration", "stop by itself after this long; 0 runs until SIGINT or SIGTERM")
+	fs.StringVar(&f.idHeader, "id-header", labkit.HeaderRequestID, "request header naming the logical request an attempt belongs to (the same as --group-by header:NAME)")
+	fs.StringVar(&f.groupBy, "group-by", "header:"+labkit.HeaderRequestID, "what makes attempts one logical request: idempotency-key (the Idempotency-Key header), header:NAME (any header), "+
+		"or method+path+client (method, request target and client IP: for a run with one client that sends each request once)")
+	fs.Var(intValue{P: &f.maxBody, Min: 0, Max: 1 << 30}, "max-body", "largest request body forwarded, in bytes (larger: 413)")
+	fs.Var(durationValue{P: &f.rht, Positive: true, Max: time.Hour}, "read-header-timeout", "longest a client may take to send a request's headers; then the connection is closed")
+	fs.Var(durationValue{P: &f.rt, Positive: true, Max: 24 * time.Hour}, "read-timeout", "longest a client may take to send a whole request, body included (a slower sender is cut off; its attempt counts as abandoned)")
+	fs.Var(durationValue{P: &f.it, Positive: true, Max: 24 * time.Hour}, "idle-timeout", "longest a keep-alive connection may sit idle between requests; then the proxy closes it")
+	fs.Var(intValue{P: &f.maxConns, Min: 1, Max: 1 << 20}, "max-conns", "most client connections open at once; more wait to be accepted (keep it below the open-file limit, ulimit -n)")
+	fs.BoolVar(&f.quiet, "quiet", false, "print only the final summary line")
+	fs.StringVar(&f.name, "name", "main", "the proxy's name in the control API")
+	fs.StringVar(&f.control, "control", "", "serve the control API (HTTP+JSON: faults, proxies, stats) on this host:port, such as 127.0.0.1:8474; an empty host is 127.0.0.1")
+	fs.Var(floatValue{p: &f.maxAmp, max: 1e6}, "max-amplification", "at exit, fail (exit 1) when attempts per logical request exceed this (0: no check)")
+	fs.Var(intValue{P: &f.maxPeak, Min: 0, Max: 1 << 30}, "max-peak", "at exit, fail (exit 1) when the peak attempts (connections for TCP) in one --window exceed this (0: no check)")
+	fs.Var(intValue{P: &f.maxAtt, Min: 0, Max: 1 << 20}, "max-attempts", "at exit, fail (exit 1) when one logical request made more attempts than this (0: no check)")
+	fs.StringVar(&f.summary, "summary", "", "write a JSON summary on exit, meant to be diffed between runs (counts, peak, amplification, faults, thresholds; no times)")
+	return f
+}
+
+// config checks the flags in turn (the upstream, where to listen and how
+// far back to count, the faults, the control API, how attempts are
+// grouped, the output files) and builds the proxy's configuration.
+func (f *proxyFlags) config(args []string) (*proxyConfig, error) {
+	u, tcp, err := parseUpstream(f.upstream)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(f.listen); err != nil {
+		return nil, fmt.Errorf("--listen %q: want host:port, such as %s", f.listen, defaultProxyListen)
+	}
+	if f.horizon < f.window || f.horizon/f.window > labkit.MaxWindows {
+		return nil, fmt.Errorf("--horizon %v: want between the --window (%v) and %d windows (%v)", f.horizon, f.window, labkit.MaxWindows, f.window*labkit.MaxWindows)
+	}
+	schedValues, runtime, err := splitFaults(f.faults, tcp)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := parseFaults(schedValues)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.checkControl(); err != nil {
+		return nil, err
+	}
+	group, err := f.grouping()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.checkOutputs(); err != nil {
+		return nil, err
+	}
+	return &proxyConfig{listen: f.listen, upstream: u, faults: sched, window: f.window, horizon: f.horizon, maxReqs: f.maxReqs, report: f.rep, record: f.record,
+		duration: f.duration, group: group, maxBody: int64(f.maxBody),
+		readHeaderTimeout: min(f.rht, f.rt), readTimeout: f.rt, idleTimeout: f.it, maxConns: f.maxConns, quiet: f.quiet, args: args,
+		name: f.name, control: f.control, runtime: runtime, tcp: tcp, maxAmplification: f.maxAmp, maxPeak: f.maxPeak, maxAttempts: f.maxAtt, summary: f.summary}, nil
+}
+
+// parseUpstream reads --upstream: tcp://host:port for a TCP proxy, else an
+// http or https URL. Errors never show a password or a token.
+func parseUpstream(upstream string) (u *url.URL, tcp bool, err error) {
 	if upstream == "" {
-		return usageErr("--upstream is required: the URL of the service to forward to")
+		return nil, false, errors.New("--upstream is required: the URL of the service to forward to")
 	}
-	u, err := url.Parse(upstream)
-	tcp := err == nil && u.Scheme == "tcp"
+	u, err = url.Parse(upstream)
+	tcp = err == nil && u.Scheme == "tcp"
 	if tcp && (u.Host == "" || u.Port() == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "") {
-		return usageErr("--upstream %s: want tcp://host:port for a TCP proxy, such as tcp://127.0.0.1:6379", redact.String(upstream))
+		return nil, false, fmt.Errorf("--upstream %s: want tcp://host:port for a TCP proxy, such as tcp://127.0.0.1:6379", redact.String(upstream))
 	}
 	if !tcp && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "") {
 		shown := "(unparseable)"
 		if err == nil {
 			shown = redact.String(upstream) // never print a password or a token
 		}
-		return usageErr("--upstream %s: want an http or https URL with a host and no user, query or fragment, such as http://127.0.0.1:9000 (or tcp://host:port for any protocol)", shown)
+		return nil, false, fmt.Errorf("--upstream %s: want an http or https URL with a host and no user, query or fragment, such as http://127.0.0.1:9000 (or tcp://host:port for any protocol)", shown)
 	}
-	if _, _, err := net.SplitHostPort(listen); err != nil {
-		return usageErr("--listen %q: want host:port, such as %s", listen, defaultProxyListen)
+	return u, tcp, nil
+}
+
+// checkControl checks the proxy's name, the control API's address (made
+// whole) and the --summary file.
+func (f *proxyFlags) checkControl() (err error) {
+	if !labkit.ValidFaultName(f.name) {
+		return fmt.Errorf("--name %q: want 1 to %d letters, digits, '-', '_' or '.'", f.name, labkit.MaxFaultName)
 	}
-	if horizon < window || horizon/window > labkit.MaxWindows {
-		return usageErr("--horizon %v: want between the --window (%v) and %d windows (%v)", horizon, window, labkit.MaxWindows, window*labkit.MaxWindows)
-	}
-	schedValues, runtime, err := splitFaults(faults, tcp)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	sched, err := parseFaults(schedValues)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if !labkit.ValidFaultName(name) {
-		return usageErr("--name %q: want 1 to %d letters, digits, '-', '_' or '.'", name, labkit.MaxFaultName)
-	}
-	if control != "" {
-		if control, err = controlAddr(control); err != nil {
-			return usageErr("%v", err)
+	if f.control != "" {
+		if f.control, err = controlAddr(f.control); err != nil {
+			return err
 		}
 	}
-	if summary != "" {
-		if err := checkReportPath(summary); err != nil {
-			return usageErr("--summary: %v", err)
+	if f.summary != "" {
+		if err := checkReportPath(f.summary); err != nil {
+			return fmt.Errorf("--summary: %v", err)
 		}
 	}
-	if !validHeaderName(idHeader) {
-		return usageErr("--id-header %q: want a header name such as %s", idHeader, labkit.HeaderRequestID)
+	return nil
+}
+
+// grouping is how attempts make one logical request: --group-by, or
+// --id-header's header, not both.
+func (f *proxyFlags) grouping() (grouping, error) {
+	if !validHeaderName(f.idHeader) {
+		return grouping{}, fmt.Errorf("--id-header %q: want a header name such as %s", f.idHeader, labkit.HeaderRequestID)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["group-by"] && set["id-header"] {
-		return usageErr("--group-by and --id-header both say how to group attempts: give one")
+	byGroup := flagWasSet(f.fs, "group-by")
+	if byGroup && flagWasSet(f.fs, "id-header") {
+		return grouping{}, errors.New("--group-by and --id-header both say how to group attempts: give one")
 	}
-	group := grouping{header: http.CanonicalHeaderKey(idHeader)}
-	if set["group-by"] {
-		if group, err = parseGrouping(groupBy); err != nil {
-			return usageErr("%v", err)
+	if byGroup {
+		return parseGrouping(f.groupBy)
+	}
+	return grouping{header: http.CanonicalHeaderKey(f.idHeader)}, nil
+}
+
+// checkOutputs checks the files --report and --record would write.
+func (f *proxyFlags) checkOutputs() error {
+	if f.rep != "" && strings.ContainsRune(f.rep, 0) {
+		return errors.New("--report: the file name contains a NUL byte")
+	}
+	if f.rep != "" {
+		if err := checkReportPath(f.rep); err != nil {
+			return fmt.Errorf("--report: %v", err)
 		}
 	}
-	if rep != "" && strings.ContainsRune(rep, 0) {
-		return usageErr("--report: the file name contains a NUL byte")
-	}
-	if rep != "" {
-		if err := checkReportPath(rep); err != nil {
-			return usageErr("--report: %v", err)
-		}
-	}
-	if err := checkRecord(record, window); err != nil {
-		return usageErr("%v", err)
-	}
-	return &proxyConfig{listen: listen, upstream: u, faults: sched, window: window, horizon: horizon, maxReqs: maxReqs, report: rep, record: record,
-		duration: duration, group: group, maxBody: int64(maxBody),
-		readHeaderTimeout: min(rht, rt), readTimeout: rt, idleTimeout: it, maxConns: maxConns, quiet: quiet, args: args,
-		name: name, control: control, runtime: runtime, tcp: tcp, maxAmplification: maxAmp, maxPeak: maxPeak, maxAttempts: maxAtt, summary: summary}, -1
+	return checkRecord(f.record, f.window)
 }
 
 // faultList collects --fault values; they are parsed together afterwards.

@@ -132,104 +132,143 @@ func span(d, at, t string) (Span, error) {
 	return Span{From: from, To: from + dur}, nil
 }
 
+// clauseParsers reads each kind of fault clause into the set, keyed by the
+// clause's first word; f is the clause's words, lower-cased.
+var clauseParsers = map[string]func(s *FaultClauses, f []string) error{
+	"down":        (*FaultClauses).addSpan,
+	"drop":        (*FaultClauses).addSpan,
+	"latency":     (*FaultClauses).addLatency,
+	"slow":        (*FaultClauses).addPhase,
+	"flap":        (*FaultClauses).addPhase,
+	"cap":         (*FaultClauses).addCap,
+	"retry-after": (*FaultClauses).addRetryAfter,
+}
+
+// add reads one clause into the set, by its kind's entry in clauseParsers.
 func (s *FaultClauses) add(clause string) error {
 	f := strings.Fields(strings.ToLower(clause))
-	form := func(want string, n int) error {
-		if len(f) != n {
-			return fmt.Errorf("want %q", want)
-		}
-		return nil
-	}
-	switch f[0] {
-	case "down", "drop":
-		if err := form(f[0]+" D at T", 4); err != nil {
-			return err
-		}
-		sp, err := span(f[1], f[2], f[3])
-		if err != nil {
-			return fmt.Errorf("want %q: %w", f[0]+" D at T", err)
-		}
-		if f[0] == "down" {
-			s.Down = append(s.Down, sp)
-		} else {
-			s.Drop = append(s.Drop, sp)
-		}
-	case "latency":
-		if err := form("latency D", 2); err != nil {
-			return err
-		}
-		if s.Latency != 0 {
-			return errors.New("latency is already set; give it once (a phase of growing latency is \"slow D at T for W\")")
-		}
-		d, err := faultDuration("latency", f[1], true)
-		if err != nil {
-			return err
-		}
-		s.Latency = d
-	case "slow", "flap":
-		want := f[0] + " D at T for W"
-		if f[0] == "flap" {
-			want = "flap D/U at T for W"
-		}
-		if err := form(want, 6); err != nil {
-			return err
-		}
-		if f[4] != "for" {
-			return fmt.Errorf("want %q, got %q where \"for\" belongs", want, f[4])
-		}
-		amount := f[1]
-		var up time.Duration
-		if f[0] == "flap" {
-			d, u, ok := strings.Cut(f[1], "/")
-			if !ok {
-				return fmt.Errorf("want %q: %q is not D/U, such as 100ms/200ms", want, f[1])
-			}
-			var err error
-			if up, err = faultDuration("up time", u, true); err != nil {
-				return err
-			}
-			amount = d
-		}
-		sp, err := span(f[5], f[2], f[3])
-		if err != nil {
-			return fmt.Errorf("want %q: %w", want, err)
-		}
-		d, err := faultDuration(map[string]string{"slow": "extra latency", "flap": "down time"}[f[0]], amount, true)
-		if err != nil {
-			return err
-		}
-		if f[0] == "slow" {
-			s.Slow = append(s.Slow, Slow{Span: sp, Extra: d})
-		} else {
-			s.Flap = append(s.Flap, Flap{Span: sp, Down: d, Up: up})
-		}
-	case "cap":
-		if err := form("cap N", 2); err != nil {
-			return err
-		}
-		if s.Capacity != 0 {
-			return errors.New("cap is already set; give it once")
-		}
-		n, err := strconv.Atoi(f[1])
-		if err != nil || n < 1 || n > MaxFaultCap {
-			return fmt.Errorf("cap: want a whole number of attempts in flight between 1 and %d, got %q", MaxFaultCap, f[1])
-		}
-		s.Capacity = n
-	case "retry-after":
-		if err := form("retry-after D", 2); err != nil {
-			return err
-		}
-		if s.RetryAfter != 0 {
-			return errors.New("retry-after is already set; give it once")
-		}
-		d, err := faultDuration("retry-after", f[1], true)
-		if err != nil {
-			return err
-		}
-		s.RetryAfter = d
-	default:
+	parse, ok := clauseParsers[f[0]]
+	if !ok {
 		return fmt.Errorf("unknown fault %q; want one of: %s", f[0], FaultGrammar)
 	}
+	return parse(s, f)
+}
+
+// clauseForm checks that the clause has n words; want is its shape, shown
+// when it does not.
+func clauseForm(f []string, want string, n int) error {
+	if len(f) != n {
+		return fmt.Errorf("want %q", want)
+	}
+	return nil
+}
+
+// addSpan reads "down D at T" and "drop D at T".
+func (s *FaultClauses) addSpan(f []string) error {
+	if err := clauseForm(f, f[0]+" D at T", 4); err != nil {
+		return err
+	}
+	sp, err := span(f[1], f[2], f[3])
+	if err != nil {
+		return fmt.Errorf("want %q: %w", f[0]+" D at T", err)
+	}
+	if f[0] == "down" {
+		s.Down = append(s.Down, sp)
+	} else {
+		s.Drop = append(s.Drop, sp)
+	}
+	return nil
+}
+
+// addLatency reads "latency D", given at most once.
+func (s *FaultClauses) addLatency(f []string) error {
+	return setDurationOnce(f, &s.Latency, "latency is already set; give it once (a phase of growing latency is \"slow D at T for W\")")
+}
+
+// addPhase reads "slow D at T for W" and "flap D/U at T for W".
+func (s *FaultClauses) addPhase(f []string) error {
+	want := f[0] + " D at T for W"
+	if f[0] == "flap" {
+		want = "flap D/U at T for W"
+	}
+	if err := clauseForm(f, want, 6); err != nil {
+		return err
+	}
+	if f[4] != "for" {
+		return fmt.Errorf("want %q, got %q where \"for\" belongs", want, f[4])
+	}
+	amount, up, err := phaseAmount(f[0], f[1], want)
+	if err != nil {
+		return err
+	}
+	sp, err := span(f[5], f[2], f[3])
+	if err != nil {
+		return fmt.Errorf("want %q: %w", want, err)
+	}
+	d, err := faultDuration(map[string]string{"slow": "extra latency", "flap": "down time"}[f[0]], amount, true)
+	if err != nil {
+		return err
+	}
+	if f[0] == "slow" {
+		s.Slow = append(s.Slow, Slow{Span: sp, Extra: d})
+	} else {
+		s.Flap = append(s.Flap, Flap{Span: sp, Down: d, Up: up})
+	}
+	return nil
+}
+
+// phaseAmount is the amount word of a phase: for slow the extra latency as
+// given; for flap, "D/U" split into the down time as given and the up time
+// parsed.
+func phaseAmount(kind, word, want string) (amount string, up time.Duration, err error) {
+	if kind != "flap" {
+		return word, 0, nil
+	}
+	d, u, ok := strings.Cut(word, "/")
+	if !ok {
+		return "", 0, fmt.Errorf("want %q: %q is not D/U, such as 100ms/200ms", want, word)
+	}
+	if up, err = faultDuration("up time", u, true); err != nil {
+		return "", 0, err
+	}
+	return d, up, nil
+}
+
+// addCap reads "cap N", given at most once.
+func (s *FaultClauses) addCap(f []string) error {
+	if err := clauseForm(f, "cap N", 2); err != nil {
+		return err
+	}
+	if s.Capacity != 0 {
+		return errors.New("cap is already set; give it once")
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil || n < 1 || n > MaxFaultCap {
+		return fmt.Errorf("cap: want a whole number of attempts in flight between 1 and %d, got %q", MaxFaultCap, f[1])
+	}
+	s.Capacity = n
+	return nil
+}
+
+// addRetryAfter reads "retry-after D", given at most once.
+func (s *FaultClauses) addRetryAfter(f []string) error {
+	return setDurationOnce(f, &s.RetryAfter, "retry-after is already set; give it once")
+}
+
+// setDurationOnce reads a clause "KIND D" into *dst; already is the error
+// when an earlier clause set it.
+func setDurationOnce(f []string, dst *time.Duration, already string) error {
+	if err := clauseForm(f, f[0]+" D", 2); err != nil {
+		return err
+	}
+	if *dst != 0 {
+		return errors.New(already)
+	}
+	d, err := faultDuration(f[0], f[1], true)
+	if err != nil {
+		return err
+	}
+	*dst = d
 	return nil
 }
 

@@ -304,191 +304,297 @@ const (
 
 // ParseFault parses one runtime fault clause. Errors name the option and
 // the rule it broke.
+//
+// A clause is a kind, its positional arguments, then NAME=VALUE options;
+// each part is read by its own step below.
 func ParseFault(clause string) (Fault, error) {
-	if len(clause) > maxFaultLen {
-		return Fault{}, fmt.Errorf("fault: %d bytes, over the limit of %d", len(clause), maxFaultLen)
-	}
-	words, err := faultWords(clause)
+	f, args, opts, err := splitFault(clause)
 	if err != nil {
 		return Fault{}, err
 	}
-	if len(words) == 0 {
-		return Fault{}, errors.New("fault: empty; want one of: " + RuntimeFaultGrammar)
+	if err := f.parseArgs(args); err != nil {
+		return Fault{}, err
 	}
-	f := Fault{Kind: FaultKind(strings.ToLower(words[0])), Toxicity: 1, Dir: dirNone}
-	if !IsRuntimeFault(words[0]) {
-		return Fault{}, fmt.Errorf("unknown fault %q; want one of: %s", words[0], RuntimeFaultGrammar)
-	}
-	var args []string
-	opts := words[1:]
-	for len(opts) > 0 && !strings.Contains(opts[0], "=") {
-		args, opts = append(args, opts[0]), opts[1:]
-	}
-	wantArgs := func(n int, form string) error {
-		if len(args) != n {
-			return fmt.Errorf("%s: want %q", f.Kind, form)
-		}
-		return nil
-	}
-	dur := func(what, v string, positive bool) (time.Duration, error) {
-		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil:
-			return 0, fmt.Errorf("%s %s %q: want a duration with a unit, such as 700ms or 2s", f.Kind, what, v)
-		case d < 0, positive && d == 0, d > maxRuntimeFaultTime:
-			rule := ">= 0"
-			if positive {
-				rule = "> 0"
-			}
-			return 0, fmt.Errorf("%s %s %v: must be %s and <= %v", f.Kind, what, d, rule, maxRuntimeFaultTime)
-		}
-		return d, nil
-	}
-	switch f.Kind {
-	case FaultStatus:
-		if err := wantArgs(1, "status CODE"); err != nil {
-			return Fault{}, err
-		}
-		n, err := strconv.Atoi(args[0])
-		if err != nil || n < 400 || n > 599 {
-			return Fault{}, fmt.Errorf("status: code %q: want a whole number from 400 to 599, such as 429 or 503", args[0])
-		}
-		f.Status = n
-	case FaultDelay, FaultLatency:
-		if err := wantArgs(1, string(f.Kind)+" D"); err != nil {
-			return Fault{}, err
-		}
-		if f.Delay, err = dur("D", args[0], false); err != nil {
-			return Fault{}, err
-		}
-	case FaultCut, FaultLimitData, FaultSlicer, FaultBandwidth:
-		form := map[FaultKind]string{FaultCut: "cut N", FaultLimitData: "limit-data N", FaultSlicer: "slicer N", FaultBandwidth: "bandwidth RATE"}[f.Kind]
-		if err := wantArgs(1, form); err != nil {
-			return Fault{}, err
-		}
-		n, err := parseBytes(args[0])
-		if err != nil || (n == 0 && f.Kind != FaultCut && f.Kind != FaultLimitData) {
-			return Fault{}, fmt.Errorf("%s: %q: want a whole number of bytes, >= 1 (0 allowed for cut and limit-data), at most 1TB, with an optional unit KB or MB (1024-based)", f.Kind, args[0])
-		}
-		f.Bytes = n
-	case FaultReset:
-		if err := wantArgs(0, "reset"); err != nil {
-			return Fault{}, err
-		}
-	case FaultSlowClose, FaultTimeout:
-		if err := wantArgs(1, string(f.Kind)+" D"); err != nil {
-			return Fault{}, err
-		}
-		if f.Delay, err = dur("D", args[0], f.Kind == FaultSlowClose); err != nil {
-			return Fault{}, err
-		}
-	case FaultResetPeer:
-		if len(args) > 1 {
-			return Fault{}, errors.New(`reset-peer: want "reset-peer" or "reset-peer D"`)
-		}
-		if len(args) == 1 {
-			if f.Delay, err = dur("D", args[0], false); err != nil {
-				return Fault{}, err
-			}
-		}
-	}
-	seen := map[string]bool{}
-	for _, o := range opts {
-		k, v, _ := strings.Cut(o, "=")
-		k = strings.ToLower(k)
-		if seen[k] {
-			return Fault{}, fmt.Errorf("%s: option %s given twice", f.Kind, k)
-		}
-		seen[k] = true
-		allowed := map[string]bool{"p": true, "toxicity": true, "name": true}
-		if f.Kind.TCP() {
-			allowed["dir"] = true
-		} else {
-			allowed["method"], allowed["path"], allowed["header"] = true, true, true
-		}
-		switch f.Kind {
-		case FaultStatus:
-			allowed["retry-after"], allowed["body"] = true, true
-		case FaultDelay, FaultLatency:
-			allowed["jitter"] = true
-		case FaultSlicer:
-			allowed["delay"] = true
-		}
-		if !allowed[k] {
-			names := make([]string, 0, len(allowed))
-			for n := range allowed {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			return Fault{}, fmt.Errorf("%s: unknown option %q; want one of %s", f.Kind, k, strings.Join(names, ", "))
-		}
-		switch k {
-		case "p", "toxicity":
-			if seen["p"] && seen["toxicity"] {
-				return Fault{}, fmt.Errorf("%s: give p or toxicity, not both", f.Kind)
-			}
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || math.IsNaN(x) || x < 0 || x > 1 {
-				return Fault{}, fmt.Errorf("%s %s=%q: want a probability from 0 to 1, such as 0.25", f.Kind, k, v)
-			}
-			f.Toxicity = x
-		case "name":
-			if !validFaultName(v) {
-				return Fault{}, fmt.Errorf("%s name=%q: want 1 to %d letters, digits, '-', '_' or '.'", f.Kind, v, MaxFaultName)
-			}
-			f.Name = v
-		case "dir":
-			switch strings.ToLower(v) {
-			case "down", "downstream":
-				f.Dir = DirDown
-			case "up", "upstream":
-				f.Dir = DirUp
-			case "both":
-				f.Dir = DirBoth
-			default:
-				return Fault{}, fmt.Errorf("%s dir=%q: want down, up or both", f.Kind, v)
-			}
-		case "method":
-			if !isToken(v) {
-				return Fault{}, fmt.Errorf("%s method=%q: want a method such as GET or POST", f.Kind, v)
-			}
-			f.Method = strings.ToUpper(v)
-		case "path":
-			if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, " \t\r\n?#") {
-				return Fault{}, fmt.Errorf("%s path=%q: want a path prefix starting with /, without a query", f.Kind, v)
-			}
-			f.PathPrefix = v
-		case "header":
-			name, val, set := strings.Cut(v, ":")
-			if !isToken(name) || strings.ContainsAny(val, "\r\n\x00") {
-				return Fault{}, fmt.Errorf("%s header=%q: want NAME or NAME:VALUE, such as X-Canary:1", f.Kind, v)
-			}
-			f.Header, f.HeaderValue, f.HeaderSet = http.CanonicalHeaderKey(name), strings.TrimSpace(val), set
-		case "retry-after":
-			d, isDate := strings.CutPrefix(v, "date:")
-			if f.RetryAfter, err = dur("retry-after", d, true); err != nil {
-				return Fault{}, err
-			}
-			f.RetryAfterDate = isDate
-		case "body":
-			if len(v) > MaxFaultBody {
-				return Fault{}, fmt.Errorf("status body: %d bytes, over the limit of %d", len(v), MaxFaultBody)
-			}
-			f.Body = v
-		case "jitter":
-			if f.Jitter, err = dur("jitter", v, false); err != nil {
-				return Fault{}, err
-			}
-		case "delay":
-			if f.Delay, err = dur("delay", v, false); err != nil {
-				return Fault{}, err
-			}
-		}
+	if err := f.parseOptions(opts); err != nil {
+		return Fault{}, err
 	}
 	if f.Kind.TCP() && f.Dir == dirNone {
 		f.Dir = DirDown
 	}
 	return f, nil
+}
+
+// splitFault checks the clause's size and kind and splits the words after
+// the kind into positional arguments and the NAME=VALUE options that follow.
+func splitFault(clause string) (f Fault, args, opts []string, err error) {
+	if len(clause) > maxFaultLen {
+		return Fault{}, nil, nil, fmt.Errorf("fault: %d bytes, over the limit of %d", len(clause), maxFaultLen)
+	}
+	words, err := faultWords(clause)
+	if err != nil {
+		return Fault{}, nil, nil, err
+	}
+	if len(words) == 0 {
+		return Fault{}, nil, nil, errors.New("fault: empty; want one of: " + RuntimeFaultGrammar)
+	}
+	if !IsRuntimeFault(words[0]) {
+		return Fault{}, nil, nil, fmt.Errorf("unknown fault %q; want one of: %s", words[0], RuntimeFaultGrammar)
+	}
+	f = Fault{Kind: FaultKind(strings.ToLower(words[0])), Toxicity: 1, Dir: dirNone}
+	opts = words[1:]
+	for len(opts) > 0 && !strings.Contains(opts[0], "=") {
+		args, opts = append(args, opts[0]), opts[1:]
+	}
+	return f, args, opts, nil
+}
+
+// parseArgs reads the kind's positional arguments.
+func (f *Fault) parseArgs(args []string) error {
+	switch f.Kind {
+	case FaultStatus:
+		return f.parseStatusArg(args)
+	case FaultDelay, FaultLatency, FaultSlowClose, FaultTimeout:
+		return f.parseDelayArg(args)
+	case FaultCut, FaultLimitData, FaultSlicer, FaultBandwidth:
+		return f.parseBytesArg(args)
+	case FaultReset:
+		return f.wantArgs(args, 0, "reset")
+	case FaultResetPeer:
+		return f.parseResetPeerArgs(args)
+	}
+	return nil
+}
+
+// wantArgs checks that exactly n positional arguments were given; form is
+// the clause's shape, shown when they were not.
+func (f *Fault) wantArgs(args []string, n int, form string) error {
+	if len(args) != n {
+		return fmt.Errorf("%s: want %q", f.Kind, form)
+	}
+	return nil
+}
+
+// duration reads the duration v of the part named what; positive rules
+// out 0.
+func (f *Fault) duration(what, v string, positive bool) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s %s %q: want a duration with a unit, such as 700ms or 2s", f.Kind, what, v)
+	case d < 0, positive && d == 0, d > maxRuntimeFaultTime:
+		rule := ">= 0"
+		if positive {
+			rule = "> 0"
+		}
+		return 0, fmt.Errorf("%s %s %v: must be %s and <= %v", f.Kind, what, d, rule, maxRuntimeFaultTime)
+	}
+	return d, nil
+}
+
+// parseStatusArg reads "status CODE".
+func (f *Fault) parseStatusArg(args []string) error {
+	if err := f.wantArgs(args, 1, "status CODE"); err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 400 || n > 599 {
+		return fmt.Errorf("status: code %q: want a whole number from 400 to 599, such as 429 or 503", args[0])
+	}
+	f.Status = n
+	return nil
+}
+
+// parseDelayArg reads the one duration of delay, latency, slow-close and
+// timeout; slow-close alone needs it above 0.
+func (f *Fault) parseDelayArg(args []string) (err error) {
+	if err := f.wantArgs(args, 1, string(f.Kind)+" D"); err != nil {
+		return err
+	}
+	f.Delay, err = f.duration("D", args[0], f.Kind == FaultSlowClose)
+	return err
+}
+
+// bytesArgForms is the clause shape of each kind that takes a byte count.
+var bytesArgForms = map[FaultKind]string{FaultCut: "cut N", FaultLimitData: "limit-data N", FaultSlicer: "slicer N", FaultBandwidth: "bandwidth RATE"}
+
+// parseBytesArg reads the byte count of cut, limit-data, slicer and
+// bandwidth; only cut and limit-data accept 0.
+func (f *Fault) parseBytesArg(args []string) error {
+	if err := f.wantArgs(args, 1, bytesArgForms[f.Kind]); err != nil {
+		return err
+	}
+	n, err := parseBytes(args[0])
+	if err != nil || (n == 0 && f.Kind != FaultCut && f.Kind != FaultLimitData) {
+		return fmt.Errorf("%s: %q: want a whole number of bytes, >= 1 (0 allowed for cut and limit-data), at most 1TB, with an optional unit KB or MB (1024-based)", f.Kind, args[0])
+	}
+	f.Bytes = n
+	return nil
+}
+
+// parseResetPeerArgs reads "reset-peer" or "reset-peer D".
+func (f *Fault) parseResetPeerArgs(args []string) (err error) {
+	if len(args) > 1 {
+		return errors.New(`reset-peer: want "reset-peer" or "reset-peer D"`)
+	}
+	if len(args) == 1 {
+		f.Delay, err = f.duration("D", args[0], false)
+	}
+	return err
+}
+
+// parseOptions reads the NAME=VALUE options: each at most once, only those
+// the kind accepts, each by its entry in faultOptionParsers.
+func (f *Fault) parseOptions(opts []string) error {
+	seen := map[string]bool{}
+	allowed := f.allowedOptions()
+	for _, o := range opts {
+		k, v, _ := strings.Cut(o, "=")
+		k = strings.ToLower(k)
+		if seen[k] {
+			return fmt.Errorf("%s: option %s given twice", f.Kind, k)
+		}
+		seen[k] = true
+		if !allowed[k] {
+			return fmt.Errorf("%s: unknown option %q; want one of %s", f.Kind, k, strings.Join(sortedKeys(allowed), ", "))
+		}
+		if seen["p"] && seen["toxicity"] {
+			return fmt.Errorf("%s: give p or toxicity, not both", f.Kind)
+		}
+		if err := faultOptionParsers[k](f, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allowedOptions is the set of options the fault's kind accepts: every
+// kind the shared ones, TCP kinds a direction, HTTP kinds the request
+// matchers, and a few kinds their own.
+func (f *Fault) allowedOptions() map[string]bool {
+	allowed := map[string]bool{"p": true, "toxicity": true, "name": true}
+	if f.Kind.TCP() {
+		allowed["dir"] = true
+	} else {
+		allowed["method"], allowed["path"], allowed["header"] = true, true, true
+	}
+	switch f.Kind {
+	case FaultStatus:
+		allowed["retry-after"], allowed["body"] = true, true
+	case FaultDelay, FaultLatency:
+		allowed["jitter"] = true
+	case FaultSlicer:
+		allowed["delay"] = true
+	}
+	return allowed
+}
+
+// sortedKeys lists a set's members in order, for error messages.
+func sortedKeys(set map[string]bool) []string {
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// faultOptionParsers reads each option's value into the fault; k is the
+// option's name as given, lower-cased.
+var faultOptionParsers = map[string]func(f *Fault, k, v string) error{
+	"p":           (*Fault).parseToxicity,
+	"toxicity":    (*Fault).parseToxicity,
+	"name":        (*Fault).parseName,
+	"dir":         (*Fault).parseDir,
+	"method":      (*Fault).parseMethod,
+	"path":        (*Fault).parsePath,
+	"header":      (*Fault).parseHeader,
+	"retry-after": (*Fault).parseRetryAfter,
+	"body":        (*Fault).parseBody,
+	"jitter":      (*Fault).parseJitter,
+	"delay":       (*Fault).parseDelayOption,
+}
+
+func (f *Fault) parseToxicity(k, v string) error {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(x) || x < 0 || x > 1 {
+		return fmt.Errorf("%s %s=%q: want a probability from 0 to 1, such as 0.25", f.Kind, k, v)
+	}
+	f.Toxicity = x
+	return nil
+}
+
+func (f *Fault) parseName(_, v string) error {
+	if !validFaultName(v) {
+		return fmt.Errorf("%s name=%q: want 1 to %d letters, digits, '-', '_' or '.'", f.Kind, v, MaxFaultName)
+	}
+	f.Name = v
+	return nil
+}
+
+func (f *Fault) parseDir(_, v string) error {
+	switch strings.ToLower(v) {
+	case "down", "downstream":
+		f.Dir = DirDown
+	case "up", "upstream":
+		f.Dir = DirUp
+	case "both":
+		f.Dir = DirBoth
+	default:
+		return fmt.Errorf("%s dir=%q: want down, up or both", f.Kind, v)
+	}
+	return nil
+}
+
+func (f *Fault) parseMethod(_, v string) error {
+	if !isToken(v) {
+		return fmt.Errorf("%s method=%q: want a method such as GET or POST", f.Kind, v)
+	}
+	f.Method = strings.ToUpper(v)
+	return nil
+}
+
+func (f *Fault) parsePath(_, v string) error {
+	if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, " \t\r\n?#") {
+		return fmt.Errorf("%s path=%q: want a path prefix starting with /, without a query", f.Kind, v)
+	}
+	f.PathPrefix = v
+	return nil
+}
+
+func (f *Fault) parseHeader(_, v string) error {
+	name, val, set := strings.Cut(v, ":")
+	if !isToken(name) || strings.ContainsAny(val, "\r\n\x00") {
+		return fmt.Errorf("%s header=%q: want NAME or NAME:VALUE, such as X-Canary:1", f.Kind, v)
+	}
+	f.Header, f.HeaderValue, f.HeaderSet = http.CanonicalHeaderKey(name), strings.TrimSpace(val), set
+	return nil
+}
+
+func (f *Fault) parseRetryAfter(_, v string) (err error) {
+	d, isDate := strings.CutPrefix(v, "date:")
+	if f.RetryAfter, err = f.duration("retry-after", d, true); err != nil {
+		return err
+	}
+	f.RetryAfterDate = isDate
+	return nil
+}
+
+func (f *Fault) parseBody(_, v string) error {
+	if len(v) > MaxFaultBody {
+		return fmt.Errorf("status body: %d bytes, over the limit of %d", len(v), MaxFaultBody)
+	}
+	f.Body = v
+	return nil
+}
+
+func (f *Fault) parseJitter(_, v string) (err error) {
+	f.Jitter, err = f.duration("jitter", v, false)
+	return err
+}
+
+func (f *Fault) parseDelayOption(_, v string) (err error) {
+	f.Delay, err = f.duration("delay", v, false)
+	return err
 }
 
 // Applies reports whether the fault applies, given u uniform in [0, 1).

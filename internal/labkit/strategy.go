@@ -124,40 +124,88 @@ var StrategyNames = []string{"immediate", "constant", "expo", "expo-full", "expo
 // "+hedge" (a second attempt after Options.Hedge without an answer; hedges
 // spend the budget), each at most once.
 func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
-	if o.Base < 0 {
-		return Strategy{}, fmt.Errorf("%w: strategy base must be > 0, got %v", ErrInvalid, o.Base)
-	}
-	if o.Cap < 0 {
-		return Strategy{}, fmt.Errorf("%w: strategy cap must be >= 0 (0 means none), got %v", ErrInvalid, o.Cap)
-	}
-	if o.Bulkhead < 0 {
-		return Strategy{}, fmt.Errorf("%w: bulkhead size must be >= 1, got %d", ErrInvalid, o.Bulkhead)
-	}
-	rate, burst := cmp.Or(o.Rate, DefaultRate), cmp.Or(o.Burst, DefaultBurst)
-	if _, err := limit.NewRate(rate, burst, nil); err != nil {
-		return Strategy{}, fmt.Errorf("%w: +rate: %w", ErrInvalid, err)
-	}
-	breaker := o.Breaker
-	if b := breaker; b.FailureRatio == 0 && b.MinCalls == 0 && b.Window == 0 && b.CoolDown == 0 && b.TrialCalls == 0 {
-		breaker.FailureRatio, breaker.MinCalls, breaker.Window, breaker.CoolDown, breaker.TrialCalls =
-			DefaultBreaker.FailureRatio, DefaultBreaker.MinCalls, DefaultBreaker.Window, DefaultBreaker.CoolDown, DefaultBreaker.TrialCalls
-	}
-	if _, err := budget.NewCircuitBreaker(breaker); err != nil {
-		return Strategy{}, fmt.Errorf("%w: +breaker: %w", ErrInvalid, err)
-	}
-	if o.Hedge < 0 {
-		return Strategy{}, fmt.Errorf("%w: hedge delay must be > 0, got %v", ErrInvalid, o.Hedge)
-	}
-	base := o.Base
-	if base == 0 {
-		base = DefaultBase
-	}
-	if o.Cap != 0 && o.Cap < base {
-		return Strategy{}, fmt.Errorf("%w: strategy cap (%v) must be >= base (%v)", ErrInvalid, o.Cap, base)
+	opt, err := resolveStrategyOptions(o)
+	if err != nil {
+		return Strategy{}, err
 	}
 	parts := strings.Split(name, "+")
-	s := Strategy{Name: name}
-	switch parts[0] {
+	s, err := baseStrategy(name, parts[0], opt)
+	if err != nil {
+		return Strategy{}, err
+	}
+	seen := map[string]bool{}
+	for _, p := range parts[1:] {
+		if seen[p] {
+			return Strategy{}, fmt.Errorf("%w: strategy %q names +%s twice", ErrInvalid, name, p)
+		}
+		seen[p] = true
+		if err := s.addSuffix(name, p, opt); err != nil {
+			return Strategy{}, err
+		}
+	}
+	if seen["breaker"] {
+		// After the loop: +budget may come before or after +breaker.
+		s.guardWithBreaker(opt.breaker)
+	}
+	if err := backoff.Validate(s.Schedule); err != nil {
+		return Strategy{}, fmt.Errorf("%w: strategy %q: %w", ErrInvalid, name, err)
+	}
+	return s, nil
+}
+
+// strategyOptions are StrategyOptions checked, with the defaults put in
+// for the zero values the suffixes read.
+type strategyOptions struct {
+	StrategyOptions
+	base    time.Duration
+	rate    float64
+	burst   int
+	breaker budget.CircuitConfig
+}
+
+// resolveStrategyOptions checks every option, whichever suffixes the name
+// turns out to have, so a bad option is reported the same way for all.
+func resolveStrategyOptions(o StrategyOptions) (strategyOptions, error) {
+	r := strategyOptions{StrategyOptions: o}
+	if o.Base < 0 {
+		return r, fmt.Errorf("%w: strategy base must be > 0, got %v", ErrInvalid, o.Base)
+	}
+	if o.Cap < 0 {
+		return r, fmt.Errorf("%w: strategy cap must be >= 0 (0 means none), got %v", ErrInvalid, o.Cap)
+	}
+	if o.Bulkhead < 0 {
+		return r, fmt.Errorf("%w: bulkhead size must be >= 1, got %d", ErrInvalid, o.Bulkhead)
+	}
+	r.rate, r.burst = cmp.Or(o.Rate, DefaultRate), cmp.Or(o.Burst, DefaultBurst)
+	if _, err := limit.NewRate(r.rate, r.burst, nil); err != nil {
+		return r, fmt.Errorf("%w: +rate: %w", ErrInvalid, err)
+	}
+	r.breaker = o.Breaker
+	if b := r.breaker; b.FailureRatio == 0 && b.MinCalls == 0 && b.Window == 0 && b.CoolDown == 0 && b.TrialCalls == 0 {
+		r.breaker.FailureRatio, r.breaker.MinCalls, r.breaker.Window, r.breaker.CoolDown, r.breaker.TrialCalls =
+			DefaultBreaker.FailureRatio, DefaultBreaker.MinCalls, DefaultBreaker.Window, DefaultBreaker.CoolDown, DefaultBreaker.TrialCalls
+	}
+	if _, err := budget.NewCircuitBreaker(r.breaker); err != nil {
+		return r, fmt.Errorf("%w: +breaker: %w", ErrInvalid, err)
+	}
+	if o.Hedge < 0 {
+		return r, fmt.Errorf("%w: hedge delay must be > 0, got %v", ErrInvalid, o.Hedge)
+	}
+	r.base = o.Base
+	if r.base == 0 {
+		r.base = DefaultBase
+	}
+	if o.Cap != 0 && o.Cap < r.base {
+		return r, fmt.Errorf("%w: strategy cap (%v) must be >= base (%v)", ErrInvalid, o.Cap, r.base)
+	}
+	return r, nil
+}
+
+// baseStrategy is the strategy the name's first part names, before any
+// suffix.
+func baseStrategy(name, first string, o strategyOptions) (Strategy, error) {
+	s, base := Strategy{Name: name}, o.base
+	switch first {
 	case "immediate":
 		s.Title, s.Schedule = "RETRY IMMEDIATELY", backoff.Constant(ImmediateWait)
 	case "constant":
@@ -176,58 +224,51 @@ func ParseStrategy(name string, o StrategyOptions) (Strategy, error) {
 		s.Schedule = backoff.Decorrelated{Base: base, Cap: o.Cap, Unit: time.Millisecond}
 	default:
 		return Strategy{}, fmt.Errorf("%w: unknown strategy %q (want one of %s, optionally followed by +budget, +bulkhead, +breaker, +rate or +hedge)",
-			ErrInvalid, parts[0], strings.Join(StrategyNames, ", "))
-	}
-	seen := map[string]bool{}
-	for _, p := range parts[1:] {
-		if seen[p] {
-			return Strategy{}, fmt.Errorf("%w: strategy %q names +%s twice", ErrInvalid, name, p)
-		}
-		seen[p] = true
-		switch p {
-		case "budget":
-			s.Title += " + BUDGET"
-			s.NewBudget = o.NewBudget
-			if s.NewBudget == nil {
-				s.NewBudget = func() budget.Budget { return &budget.TokenBucket{Initial: DefaultBudgetInitial} } // full
-			}
-		case "bulkhead":
-			s.Title += " + BULKHEAD"
-			s.Bulkhead = o.Bulkhead
-			if s.Bulkhead == 0 {
-				s.Bulkhead = DefaultBulkhead
-			}
-		case "breaker":
-			s.Title += " + BREAKER"
-		case "rate":
-			s.Title += " + RATE"
-			s.NewLimiter = func() limit.Limiter {
-				r, _ := limit.NewRate(rate, burst, nil) // validated above
-				return r
-			}
-		case "hedge":
-			s.Title += " + HEDGE"
-			s.Hedge = o.Hedge
-			if s.Hedge == 0 {
-				s.Hedge = DefaultHedge
-			}
-		default:
-			return Strategy{}, fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget, +bulkhead, +breaker, +rate or +hedge)", ErrInvalid, "+"+p, name)
-		}
-	}
-	if seen["breaker"] {
-		// After the loop: +budget may come before or after +breaker.
-		behind := s.NewBudget
-		s.NewBudget = func() budget.Budget {
-			cb, _ := budget.NewCircuitBreaker(breaker) // validated above
-			if behind == nil {
-				return cb
-			}
-			return cb.Guard(behind())
-		}
-	}
-	if err := backoff.Validate(s.Schedule); err != nil {
-		return Strategy{}, fmt.Errorf("%w: strategy %q: %w", ErrInvalid, name, err)
+			ErrInvalid, first, strings.Join(StrategyNames, ", "))
 	}
 	return s, nil
+}
+
+// addSuffix adds what the suffix p ("budget", "bulkhead", ...) of the
+// strategy name stands for; "+breaker" is finished by guardWithBreaker.
+func (s *Strategy) addSuffix(name, p string, o strategyOptions) error {
+	switch p {
+	case "budget":
+		s.Title += " + BUDGET"
+		s.NewBudget = o.NewBudget
+		if s.NewBudget == nil {
+			s.NewBudget = func() budget.Budget { return &budget.TokenBucket{Initial: DefaultBudgetInitial} } // full
+		}
+	case "bulkhead":
+		s.Title += " + BULKHEAD"
+		s.Bulkhead = cmp.Or(o.Bulkhead, DefaultBulkhead)
+	case "breaker":
+		s.Title += " + BREAKER"
+	case "rate":
+		s.Title += " + RATE"
+		rate, burst := o.rate, o.burst
+		s.NewLimiter = func() limit.Limiter {
+			r, _ := limit.NewRate(rate, burst, nil) // validated above
+			return r
+		}
+	case "hedge":
+		s.Title += " + HEDGE"
+		s.Hedge = cmp.Or(o.Hedge, DefaultHedge)
+	default:
+		return fmt.Errorf("%w: unknown strategy suffix %q in %q (want +budget, +bulkhead, +breaker, +rate or +hedge)", ErrInvalid, "+"+p, name)
+	}
+	return nil
+}
+
+// guardWithBreaker puts the circuit breaker in front of the budget, if
+// there is one.
+func (s *Strategy) guardWithBreaker(breaker budget.CircuitConfig) {
+	behind := s.NewBudget
+	s.NewBudget = func() budget.Budget {
+		cb, _ := budget.NewCircuitBreaker(breaker) // validated above
+		if behind == nil {
+			return cb
+		}
+		return cb.Guard(behind())
+	}
 }

@@ -144,42 +144,9 @@ func (lr *lineReader) next() ([]byte, error) {
 // [*Error] naming the line, the field and the rule.
 func Read(r io.Reader) (*Timeline, error) {
 	lr := newLineReader(r)
-	bad := func(field, rule string) error { return &Error{Line: lr.line, Window: -1, Field: field, Rule: rule} }
-	line, err := lr.next()
-	if err == io.EOF {
-		return nil, &Error{Line: 1, Window: -1, Rule: "empty file: want a header line such as {\"stagger_timeline\":1,\"window_ms\":200}"}
-	}
+	tl, err := readHeaderLine(lr)
 	if err != nil {
 		return nil, err
-	}
-	var h headerJSON
-	if f, rule := decodeStrict(line, &h); rule != "" {
-		return nil, bad(f, rule)
-	}
-	tl := &Timeline{}
-	switch {
-	case h.Version == nil:
-		return nil, bad("stagger_timeline", "the header must give the format's version (1); is this a timeline file?")
-	case *h.Version != Version:
-		return nil, bad("stagger_timeline", fmt.Sprintf("version %d is not supported (want %d)", *h.Version, Version))
-	case h.WindowMS == nil:
-		return nil, bad("window_ms", "required: the width of the windows in ms")
-	case *h.WindowMS <= 0 || *h.WindowMS > MaxWidth.Milliseconds():
-		return nil, bad("window_ms", fmt.Sprintf("must be in [1, %d], got %d", MaxWidth.Milliseconds(), *h.WindowMS))
-	}
-	tl.Width = time.Duration(*h.WindowMS) * time.Millisecond
-	if h.Origin != nil {
-		t, err := time.Parse(time.RFC3339Nano, *h.Origin)
-		if err != nil {
-			return nil, bad("origin", "want an RFC 3339 time such as 2026-11-03T14:00:00Z")
-		}
-		tl.Origin = t
-	}
-	if h.Source != nil {
-		if len(*h.Source) > MaxSource {
-			return nil, bad("source", fmt.Sprintf("at most %d bytes, got %d", MaxSource, len(*h.Source)))
-		}
-		tl.Source = *h.Source
 	}
 	var arrivals int64
 	for {
@@ -192,44 +159,125 @@ func Read(r io.Reader) (*Timeline, error) {
 		}
 		var l lineJSON
 		if f, rule := decodeStrict(line, &l); rule != "" {
-			return nil, bad(f, rule)
+			return nil, lr.bad(f, rule)
 		}
 		if l.End != nil {
-			if l.StartMS != nil || l.Arrivals != nil || l.Originals != nil || len(l.Status) > 0 || l.Refusals != 0 ||
-				l.Errors != nil || l.Abandoned != 0 || l.P50 != nil || l.P90 != nil || l.P99 != nil {
-				return nil, bad("end", "the end line holds only \"end\"")
-			}
-			switch {
-			case l.End.Windows == nil || *l.End.Windows != int64(len(tl.Windows)):
-				return nil, bad("end.windows", fmt.Sprintf("must equal the windows read (%d)", len(tl.Windows)))
-			case l.End.Arrivals == nil || *l.End.Arrivals != arrivals:
-				return nil, bad("end.arrivals", fmt.Sprintf("must equal the arrivals read (%d)", arrivals))
-			}
-			if _, err := lr.next(); err != io.EOF {
-				if err == nil {
-					return nil, bad("", "nothing may follow the end line")
-				}
+			if err := readEnd(lr, &l, len(tl.Windows), arrivals); err != nil {
 				return nil, err
 			}
 			return tl, nil
 		}
-		if len(tl.Windows) == MaxWindows {
-			return nil, bad("", fmt.Sprintf("more than %d windows", MaxWindows))
-		}
-		w, field, rule := l.window(tl.Width)
-		if rule == "" {
-			var prev *Window
-			if n := len(tl.Windows); n > 0 {
-				prev = &tl.Windows[n-1]
-			}
-			field, rule = w.check(prev, tl.Width)
-		}
-		if rule != "" {
-			return nil, bad(field, rule)
+		w, err := nextWindow(lr, &l, tl)
+		if err != nil {
+			return nil, err
 		}
 		arrivals += w.Arrivals
 		tl.Windows = append(tl.Windows, w)
 	}
+}
+
+// bad is a content error at the current line.
+func (lr *lineReader) bad(field, rule string) error {
+	return &Error{Line: lr.line, Window: -1, Field: field, Rule: rule}
+}
+
+// readHeaderLine reads the first line, the header, into an empty timeline.
+func readHeaderLine(lr *lineReader) (*Timeline, error) {
+	line, err := lr.next()
+	if err == io.EOF {
+		return nil, &Error{Line: 1, Window: -1, Rule: "empty file: want a header line such as {\"stagger_timeline\":1,\"window_ms\":200}"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var h headerJSON
+	if f, rule := decodeStrict(line, &h); rule != "" {
+		return nil, lr.bad(f, rule)
+	}
+	tl, field, rule := h.timeline()
+	if rule != "" {
+		return nil, lr.bad(field, rule)
+	}
+	return tl, nil
+}
+
+// timeline checks the header and converts it to a timeline without
+// windows; on a broken rule it returns the field and the rule.
+func (h *headerJSON) timeline() (*Timeline, string, string) {
+	tl := &Timeline{}
+	switch {
+	case h.Version == nil:
+		return nil, "stagger_timeline", "the header must give the format's version (1); is this a timeline file?"
+	case *h.Version != Version:
+		return nil, "stagger_timeline", fmt.Sprintf("version %d is not supported (want %d)", *h.Version, Version)
+	case h.WindowMS == nil:
+		return nil, "window_ms", "required: the width of the windows in ms"
+	case *h.WindowMS <= 0 || *h.WindowMS > MaxWidth.Milliseconds():
+		return nil, "window_ms", fmt.Sprintf("must be in [1, %d], got %d", MaxWidth.Milliseconds(), *h.WindowMS)
+	}
+	tl.Width = time.Duration(*h.WindowMS) * time.Millisecond
+	if h.Origin != nil {
+		t, err := time.Parse(time.RFC3339Nano, *h.Origin)
+		if err != nil {
+			return nil, "origin", "want an RFC 3339 time such as 2026-11-03T14:00:00Z"
+		}
+		tl.Origin = t
+	}
+	if h.Source != nil {
+		if len(*h.Source) > MaxSource {
+			return nil, "source", fmt.Sprintf("at most %d bytes, got %d", MaxSource, len(*h.Source))
+		}
+		tl.Source = *h.Source
+	}
+	return tl, "", ""
+}
+
+// readEnd checks the end line against the windows and arrivals read, and
+// that nothing follows it.
+func readEnd(lr *lineReader, l *lineJSON, windows int, arrivals int64) error {
+	if l.holdsWindowFields() {
+		return lr.bad("end", "the end line holds only \"end\"")
+	}
+	switch {
+	case l.End.Windows == nil || *l.End.Windows != int64(windows):
+		return lr.bad("end.windows", fmt.Sprintf("must equal the windows read (%d)", windows))
+	case l.End.Arrivals == nil || *l.End.Arrivals != arrivals:
+		return lr.bad("end.arrivals", fmt.Sprintf("must equal the arrivals read (%d)", arrivals))
+	}
+	if _, err := lr.next(); err != io.EOF {
+		if err == nil {
+			return lr.bad("", "nothing may follow the end line")
+		}
+		return err
+	}
+	return nil
+}
+
+// holdsWindowFields reports whether the line sets any field of a window
+// line.
+func (l *lineJSON) holdsWindowFields() bool {
+	return l.StartMS != nil || l.Arrivals != nil || l.Originals != nil || len(l.Status) > 0 || l.Refusals != 0 ||
+		l.Errors != nil || l.Abandoned != 0 || l.P50 != nil || l.P90 != nil || l.P99 != nil
+}
+
+// nextWindow converts a window line and checks it against the window
+// before it.
+func nextWindow(lr *lineReader, l *lineJSON, tl *Timeline) (Window, error) {
+	if len(tl.Windows) == MaxWindows {
+		return Window{}, lr.bad("", fmt.Sprintf("more than %d windows", MaxWindows))
+	}
+	w, field, rule := l.window(tl.Width)
+	if rule == "" {
+		var prev *Window
+		if n := len(tl.Windows); n > 0 {
+			prev = &tl.Windows[n-1]
+		}
+		field, rule = w.check(prev, tl.Width)
+	}
+	if rule != "" {
+		return Window{}, lr.bad(field, rule)
+	}
+	return w, nil
 }
 
 // window converts a window line; it checks what the conversion needs (the
