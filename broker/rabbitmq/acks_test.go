@@ -1,0 +1,129 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// wireLog is an acknowledger that checks the frames an acker sends, as
+// RabbitMQ would: a tag is settled once (a second settlement closes the
+// channel with PRECONDITION_FAILED), a multiple ack settles every
+// unsettled tag up to its own, and nothing may settle a tag before the
+// Consumer decided it.
+type wireLog struct {
+	t       *testing.T
+	decided map[uint64]string // tag: "ack" or "nack", once decided
+	wire    map[uint64]string // tag: how it was settled on the wire
+	frames  int
+}
+
+func (w *wireLog) settle(tag uint64, how string) {
+	if w.wire[tag] != "" {
+		w.t.Fatalf("tag %d settled twice (%s, then %s)", tag, w.wire[tag], how)
+	}
+	if w.decided[tag] != how {
+		w.t.Fatalf("tag %d settled by %s on the wire, decided %q", tag, how, w.decided[tag])
+	}
+	w.wire[tag] = how
+}
+
+func (w *wireLog) Ack(tag uint64, multiple bool) error {
+	w.frames++
+	if !multiple {
+		w.settle(tag, "ack")
+		return nil
+	}
+	for t := uint64(1); t <= tag; t++ {
+		if w.wire[t] == "" {
+			w.settle(t, "ack")
+		}
+	}
+	return nil
+}
+
+func (w *wireLog) Nack(tag uint64, multiple, requeue bool) error {
+	w.frames++
+	if multiple {
+		w.t.Fatal("multiple nack")
+	}
+	w.settle(tag, "nack")
+	return nil
+}
+
+// TestAckerCoalesces settles tags in random orders, acks lazy or not and
+// some nacks, flushing at random, and checks that no tag is settled on the
+// wire before it was decided, none twice, a nack is never covered by an
+// ack, at most limit acks wait at once, and after a flush every decided
+// tag is settled on the wire.
+func TestAckerCoalesces(t *testing.T) {
+	for seed := range uint64(300) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			n := 1 + r.IntN(200)
+			prefetch := 1 + r.IntN(64)
+			w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
+			a := newAcker(w, prefetch)
+			order := r.Perm(n)
+			if r.IntN(2) == 0 {
+				// Mostly in order, as one handler goroutine settles them.
+				for i := range order {
+					order[i] = i
+				}
+				for range n / 10 {
+					i, j := r.IntN(n), r.IntN(n)
+					order[i], order[j] = order[j], order[i]
+				}
+			}
+			for _, i := range order {
+				tag := uint64(i + 1)
+				var err error
+				if r.IntN(20) == 0 {
+					w.decided[tag] = "nack"
+					err = a.nack(tag, true)
+				} else {
+					w.decided[tag] = "ack"
+					err = a.ack(tag, r.IntN(4) != 0)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if waiting := a.waitBase + a.waitLoose; waiting >= a.limit {
+					t.Fatalf("%d acks wait, limit %d", waiting, a.limit)
+				}
+				if r.IntN(10) == 0 {
+					if err := a.flush(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := a.flush(); err != nil {
+				t.Fatal(err)
+			}
+			for tag := uint64(1); tag <= uint64(n); tag++ {
+				if w.wire[tag] == "" {
+					t.Fatalf("tag %d never settled on the wire", tag)
+				}
+			}
+			if w.frames > n {
+				t.Fatalf("%d frames for %d tags", w.frames, n)
+			}
+		})
+	}
+}
+
+// TestAckerInOrderCoalesces: one handler goroutine settling in order
+// sends one frame per limit acks.
+func TestAckerInOrderCoalesces(t *testing.T) {
+	w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
+	a := newAcker(w, 128)
+	for tag := uint64(1); tag <= 320; tag++ {
+		w.decided[tag] = "ack"
+		if err := a.ack(tag, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.frames != 10 {
+		t.Fatalf("%d frames for 320 acks in order, limit 32: want 10", w.frames)
+	}
+}
