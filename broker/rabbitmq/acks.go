@@ -6,7 +6,8 @@ import "sync"
 // settled delivery whose lower tags are all settled too is acknowledged
 // with the next multiple ack (basic.ack multiple=true), one frame for many
 // deliveries. A multiple ack covers every tag up to its own, so it is sent
-// only up to base, below which nothing is unsettled: a delivery still
+// only up to base, below which nothing is unsettled (to its highest
+// waiting tag): a delivery still
 // handled, held or waiting for its forward's confirm is never acknowledged
 // early, and a nack is sent at once, so no multiple ack swallows it. A
 // delivery settled above an unsettled one waits too, but at most limit
@@ -19,7 +20,7 @@ type acker struct {
 
 	mu        sync.Mutex
 	base      uint64          // every tag up to base is settled
-	sent      uint64          // every tag up to sent is settled on the wire
+	top       uint64          // the highest tag up to base whose ack waits
 	loose     map[uint64]bool // settled tags above base+1: true once on the wire
 	waitBase  int             // acks waiting for a multiple ack up to base
 	waitLoose int             // acks in loose waiting (false entries)
@@ -80,6 +81,7 @@ func (a *acker) settle(tag uint64, onWire bool) {
 	a.base = tag
 	if !onWire {
 		a.waitBase++
+		a.top = tag
 	}
 	for {
 		w, ok := a.loose[a.base+1]
@@ -91,15 +93,19 @@ func (a *acker) settle(tag uint64, onWire bool) {
 		if !w {
 			a.waitLoose--
 			a.waitBase++
+			a.top = a.base
 		}
 	}
 }
 
+// ackBase acknowledges every tag up to top. RabbitMQ requires the tag of
+// a multiple ack to be unacknowledged itself (else the channel closes with
+// PRECONDITION_FAILED, unknown delivery tag), so it is top, not base.
 func (a *acker) ackBase() error {
-	if err := a.ch.Ack(a.base, true); err != nil {
+	if err := a.ch.Ack(a.top, true); err != nil {
 		return err
 	}
-	a.sent, a.waitBase = a.base, 0
+	a.waitBase = 0
 	return nil
 }
 

@@ -9,7 +9,7 @@ import (
 // wireLog is an acknowledger that checks the frames an acker sends, as
 // RabbitMQ would: a tag is settled once (a second settlement closes the
 // channel with PRECONDITION_FAILED), a multiple ack settles every
-// unsettled tag up to its own, and nothing may settle a tag before the
+// unsettled tag up to its own, which must be unsettled itself, and nothing may settle a tag before the
 // Consumer decided it.
 type wireLog struct {
 	t       *testing.T
@@ -33,6 +33,9 @@ func (w *wireLog) Ack(tag uint64, multiple bool) error {
 	if !multiple {
 		w.settle(tag, "ack")
 		return nil
+	}
+	if w.wire[tag] != "" {
+		w.t.Fatalf("multiple ack of tag %d, settled already (%s): unknown delivery tag", tag, w.wire[tag])
 	}
 	for t := uint64(1); t <= tag; t++ {
 		if w.wire[t] == "" {
