@@ -1,9 +1,19 @@
 package rabbitmq
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/staggerhq/stagger/backoff"
+	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/broker/brokertest"
+	"github.com/staggerhq/stagger/retry"
 )
 
 // wireLog is an acknowledger that checks the frames an acker sends, as
@@ -128,5 +138,84 @@ func TestAckerInOrderCoalesces(t *testing.T) {
 	}
 	if w.frames != 10 {
 		t.Fatalf("%d frames for 320 acks in order, limit 32: want 10", w.frames)
+	}
+}
+
+// warnCounter is a slog.Handler counting the records at Warn and above.
+type warnCounter struct{ n atomic.Int32 }
+
+func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.n.Add(1)
+	}
+	return nil
+}
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
+
+// TestCoalescedAcksKeepTheChannel runs Consumers whose acks coalesce
+// (successes, held retries and forwards settling out of order, four
+// handler goroutines) against RabbitMQ, which closes the channel on an ack
+// it does not expect: every message must succeed on the first connection,
+// with no reconnect, and leave no queue holding anything.
+func TestCoalescedAcksKeepTheChannel(t *testing.T) {
+	for _, wip := range []time.Duration{-1, MaxWaitInPlace} {
+		t.Run(fmt.Sprint(wip), func(t *testing.T) {
+			conn := dial(t)
+			topo := NewTopology(uniqueName(t), broker.Tiers{time.Millisecond})
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := topo.Declare(ch); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = topo.Delete(ch) })
+			pub, err := NewPublisher(conn, topo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 600
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for i := range n {
+				if err := pub.Publish(ctx, fmt.Sprintf("m%d", i), []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tp := brokertest.NewThroughput(n, 30)
+			tcp := &tcpTracker{}
+			warns := &warnCounter{}
+			c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: tp.Handler(), Prefetch: 16, Concurrency: 4,
+				WaitInPlace: wip, Dial: tcp.dial, Logger: slog.New(warns),
+				Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(rctx) }()
+			await(t, ctx, tp.Done(), "not every message succeeded")
+			stop()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run returned %v", err)
+			}
+			if got := warns.n.Load(); got != 0 {
+				t.Errorf("%d warnings (a reconnect: RabbitMQ closed the channel)", got)
+			}
+			if got := len(tcp.conns); got != 1 {
+				t.Errorf("%d connections, want 1", got)
+			}
+			for _, q := range []string{topo.Queue, topo.TierQueue(0), topo.DLQ} {
+				st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Messages != 0 {
+					t.Errorf("%s holds %d messages", q, st.Messages)
+				}
+			}
+		})
 	}
 }
