@@ -104,6 +104,17 @@ func TestAckerCoalesces(t *testing.T) {
 				if waiting := a.waitBase + a.waitLoose; waiting >= a.limit {
 					t.Fatalf("%d acks wait, limit %d", waiting, a.limit)
 				}
+				if len(a.waiting) > 2*a.limit {
+					t.Fatalf("%d tags in waiting, limit %d", len(a.waiting), a.limit)
+				}
+				if next := tag + 1; r.IntN(10) == 0 && next <= uint64(n) && w.decided[next] == "" {
+					a.forwarding(next) // its forward waits for the confirm
+				}
+				if r.IntN(5) == 0 {
+					if err := a.idle(); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if r.IntN(10) == 0 {
 					if err := a.flush(); err != nil {
 						t.Fatal(err)

@@ -349,7 +349,9 @@ func (c *Consumer) work(ctx context.Context, s *session, deliveries <-chan amqp.
 		case x, ok = <-ready:
 		default:
 			// Nothing to do: the acks that wait go out first.
-			s.flush()
+			if err := s.acks.idle(); err != nil {
+				s.fail(err)
+			}
 			select {
 			case d, ok = <-deliveries:
 				isD = true
@@ -399,8 +401,7 @@ func (c *Consumer) release(ctx context.Context, s *session, x *held) {
 	}
 }
 
-// flush sends the acks that wait (acker): the handler goroutines call it
-// before they wait for work.
+// flush sends the acks that wait (acker), when the session ends.
 func (s *session) flush() {
 	if err := s.acks.flush(); err != nil {
 		s.fail(err)
@@ -523,6 +524,7 @@ func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from 
 	if err != nil {
 		return err
 	}
+	s.acks.forwarding(d.DeliveryTag)
 	s.pending.Add(1)
 	go func() {
 		defer s.pending.Done()
