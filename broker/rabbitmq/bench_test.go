@@ -279,42 +279,53 @@ const benchPairs = 8
 // broker and queues; each segment's messages are published (untimed)
 // before it starts. Broker-side drift and machine load between rounds hit
 // both sides of a pair alike. It reports the Consumer ÷ raw rate ratio of
-// the pairs (min, median, max) and both sides' median rates.
+// the pairs (min, median, max), both sides' median rates, and the client
+// process's CPU time per message (raw ÷ Consumer: above 1 when the
+// Consumer costs less), which load moves far less than rates.
 func BenchmarkWaitQueuePairs(b *testing.B) {
 	conn, topo := benchSetup(b) // publishes the first segment
 	pub := benchConfirmChannel(b, conn)
 	first := true
-	seg := func(raw bool) float64 {
+	// seg runs one segment and returns its rate and the process's CPU time
+	// (user and system) per message, which the machine's load barely moves.
+	seg := func(raw bool) (rate, cpu float64) {
 		if !first {
 			benchPublish(b, conn, topo, b.N)
 		}
 		first = false
+		c0 := cpuTime(b)
 		if raw {
-			return benchRawSegment(b, conn, pub, topo, topo.TierQueue(0), b.N)
+			rate = benchRawSegment(b, conn, pub, topo, topo.TierQueue(0), b.N)
+		} else {
+			rate = benchConsumerSegment(b, topo, 10, -1, b.N)
 		}
-		return benchConsumerSegment(b, topo, 10, -1, b.N)
+		return rate, (cpuTime(b) - c0).Seconds() * 1e6 / float64(b.N)
 	}
-	var ratios, stg, raw []float64
+	var ratios, cpuRatios, stg, raw, stgCPU, rawCPU []float64
 	b.ResetTimer()
 	for i := range benchPairs {
-		var s, r float64
+		var s, r, sc, rc float64
 		if i%2 == 0 {
-			s = seg(false)
-			r = seg(true)
+			s, sc = seg(false)
+			r, rc = seg(true)
 		} else {
-			r = seg(true)
-			s = seg(false)
+			r, rc = seg(true)
+			s, sc = seg(false)
 		}
 		stg, raw, ratios = append(stg, s), append(raw, r), append(ratios, s/r)
+		stgCPU, rawCPU, cpuRatios = append(stgCPU, sc), append(rawCPU, rc), append(cpuRatios, rc/sc)
 	}
 	b.StopTimer()
-	b.Logf("%d msgs/segment, consumer/raw per pair: %.2f", b.N, ratios)
+	b.Logf("%d msgs/segment, consumer/raw rate per pair: %.2f; raw/consumer CPU per message: %.2f", b.N, ratios, cpuRatios)
 	slices.Sort(ratios)
 	b.ReportMetric(ratios[0], "ratio-min")
 	b.ReportMetric(median(ratios), "ratio-median")
 	b.ReportMetric(ratios[len(ratios)-1], "ratio-max")
+	b.ReportMetric(median(cpuRatios), "cpu-ratio-median")
 	b.ReportMetric(median(stg), "stagger-msgs/s")
 	b.ReportMetric(median(raw), "raw-msgs/s")
+	b.ReportMetric(median(stgCPU), "stagger-cpu-µs/msg")
+	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
 }
 
 // median is xs's median; it sorts xs.
