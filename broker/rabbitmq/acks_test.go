@@ -70,9 +70,9 @@ func (w *wireLog) Nack(tag uint64, multiple, requeue bool) error {
 // ack, at most limit acks wait at once, and after a flush every decided
 // tag is settled on the wire.
 func TestAckerCoalesces(t *testing.T) {
-	for seed := range uint64(300) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 7))
+	for run := range uint64(300) {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(run, 7))
 			n := 1 + r.IntN(200)
 			prefetch := 1 + r.IntN(64)
 			w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}

@@ -401,7 +401,7 @@ func (c *Consumer) release(ctx context.Context, s *session, x *held) {
 	}
 }
 
-// flush sends the acks that wait (acker), when the session ends.
+// flush sends the acks that wait (acker), once the consuming ends.
 func (s *session) flush() {
 	if err := s.acks.flush(); err != nil {
 		s.fail(err)
@@ -425,7 +425,7 @@ func (c *Consumer) withTrace(ctx context.Context, d *amqp.Delivery) context.Cont
 }
 
 // handle processes one delivery. A success is acknowledged (coalesced by
-// the session's acker: its ack may wait for the next multiple ack). A
+// the channel's acker: its ack may wait for the next multiple ack). A
 // retry due within WaitInPlace is held (hold). A forward (retry or dead
 // letter) is published, and a goroutine acknowledges the original once
 // RabbitMQ confirmed the copy, so the handler goroutine goes on with the
