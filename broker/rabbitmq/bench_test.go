@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ import (
 // that tail is ~2% of a run (with 10k it was ~10%). Run them side by side:
 //
 //	cd broker/rabbitmq && go test -run '^$' -bench . -benchtime 50000x -count 5
+//
+// Separate runs drift apart (the raw loop's own rate swings up to 1.8×
+// between runs): BenchmarkWaitQueuePairs alternates the two within one run.
 
 const benchPrefetch = 128
 
@@ -51,8 +55,14 @@ func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 			_ = topo.Delete(ch)
 		}
 	})
-	// Publish with confirms in windows: the setup is not measured, and a
-	// confirm per message (an fsync) would make it slow.
+	benchPublish(b, conn, topo, b.N)
+	return conn, topo
+}
+
+// benchPublish publishes n persistent messages m0..m(n-1) to topo, with
+// confirms in windows: the setup is not measured, and a confirm per message
+// (an fsync) would make it slow.
+func benchPublish(b *testing.B, conn *amqp.Connection, topo Topology, n int) {
 	conf, err := newConfirmer(conn)
 	if err != nil {
 		b.Fatal(err)
@@ -60,13 +70,13 @@ func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 	defer conf.ch.Close()
 	ctx := context.Background()
 	var waits []func(context.Context) error
-	for i := range b.N {
+	for i := range n {
 		wait, err := conf.publish(ctx, topo.Exchange, topo.RoutingKey, amqp.Publishing{
 			MessageId: fmt.Sprintf("m%d", i), DeliveryMode: amqp.Persistent, Body: []byte("payload")})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if waits = append(waits, wait); len(waits) == 1000 || i == b.N-1 {
+		if waits = append(waits, wait); len(waits) == 1000 || i == n-1 {
 			for _, w := range waits {
 				if err := w(ctx); err != nil {
 					b.Fatal(err)
@@ -75,7 +85,6 @@ func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 			waits = waits[:0]
 		}
 	}
-	return conn, topo
 }
 
 // benchConsume starts the raw loops' consumer of topo's main queue: a
@@ -141,6 +150,14 @@ func benchRawRetry(b *testing.B, viaWaitQueue bool) {
 	if viaWaitQueue {
 		target = topo.TierQueue(0)
 	}
+	pub := benchConfirmChannel(b, conn)
+	b.ResetTimer()
+	b.ReportMetric(benchRawSegment(b, conn, pub, topo, target, b.N), "msgs/s")
+}
+
+// benchConfirmChannel opens the raw loop's publishing channel, in confirm
+// mode.
+func benchConfirmChannel(b *testing.B, conn *amqp.Connection) *amqp.Channel {
 	pub, err := conn.Channel()
 	if err != nil {
 		b.Fatal(err)
@@ -148,12 +165,30 @@ func benchRawRetry(b *testing.B, viaWaitQueue bool) {
 	if err := pub.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
-	ds := benchConsume(b, conn, topo)
-	tp := brokertest.NewThroughput(b.N, 10)
+	return pub
+}
+
+// benchRawSegment runs the raw loop on a consuming channel of its own until
+// n messages succeeded, republishing each failure to target on pub, and
+// returns its rate. The channel is closed on return: nothing is left
+// unacknowledged by then.
+func benchRawSegment(b *testing.B, conn *amqp.Connection, pub *amqp.Channel, topo Topology, target string, n int) float64 {
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Qos(benchPrefetch, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	ds, err := ch.Consume(topo.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := brokertest.NewThroughput(n, 10)
 	h := tp.Handler()
 	ctx := context.Background()
 	var pending sync.WaitGroup
-	b.ResetTimer()
 	for d := range ds {
 		attempt := 1
 		if _, ok := d.Headers["x-raw-attempt"]; ok {
@@ -190,7 +225,7 @@ func benchRawRetry(b *testing.B, viaWaitQueue bool) {
 	}
 	<-tp.Done()
 	pending.Wait()
-	b.ReportMetric(tp.Rate(), "msgs/s")
+	return tp.Rate()
 }
 
 // BenchmarkConsumer10PctTransient is the Consumer with its defaults: the
@@ -208,22 +243,96 @@ func BenchmarkConsumer0PctTransient(b *testing.B) { benchConsumer(b, 0, 0) }
 
 func benchConsumer(b *testing.B, pct uint32, waitInPlace time.Duration) {
 	_, topo := benchSetup(b)
-	tp := brokertest.NewThroughput(b.N, pct)
-	h := tp.Handler()
-	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: h, Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
+	b.ResetTimer()
+	b.ReportMetric(benchConsumerSegment(b, topo, pct, waitInPlace, b.N), "msgs/s")
+}
+
+// benchConsumerSegment runs a Consumer of topo until n messages succeeded,
+// stops it, and returns its rate.
+func benchConsumerSegment(b *testing.B, topo Topology, pct uint32, waitInPlace time.Duration, n int) float64 {
+	tp := brokertest.NewThroughput(n, pct)
+	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: tp.Handler(), Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
 		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	b.ResetTimer()
 	go func() { done <- c.Run(ctx) }()
 	<-tp.Done()
-	b.ReportMetric(tp.Rate(), "msgs/s")
-	// Stopped before the next round starts and before the cleanup deletes
-	// the topology (a consumer left running would share the next round's
-	// cores, and could declare the deleted queues again).
+	// Stopped before the next segment or round starts and before the
+	// cleanup deletes the topology (a consumer left running would share
+	// the next one's cores, and could declare the deleted queues again).
 	cancel()
 	<-done
+	return tp.Rate()
+}
+
+// benchPairs is the number of consumer/raw pairs of
+// BenchmarkWaitQueuePairs.
+const benchPairs = 8
+
+// BenchmarkWaitQueuePairs compares BenchmarkConsumer10PctWaitQueue with
+// BenchmarkRawWaitQueue10Pct within one run: benchPairs pairs of segments
+// of b.N messages each (the same IDs, so the same 10% fail), the Consumer
+// first in even pairs and the raw loop first in odd ones, against the same
+// broker and queues; each segment's messages are published (untimed)
+// before it starts. Broker-side drift and machine load between rounds hit
+// both sides of a pair alike. It reports the Consumer ÷ raw rate ratio of
+// the pairs (min, median, max), both sides' median rates, and the client
+// process's CPU time per message (raw ÷ Consumer: above 1 when the
+// Consumer costs less), which load moves far less than rates.
+func BenchmarkWaitQueuePairs(b *testing.B) {
+	conn, topo := benchSetup(b) // publishes the first segment
+	pub := benchConfirmChannel(b, conn)
+	first := true
+	// seg runs one segment and returns its rate and the process's CPU time
+	// (user and system) per message, which the machine's load barely moves.
+	seg := func(raw bool) (rate, cpu float64) {
+		if !first {
+			benchPublish(b, conn, topo, b.N)
+		}
+		first = false
+		c0 := cpuTime(b)
+		if raw {
+			rate = benchRawSegment(b, conn, pub, topo, topo.TierQueue(0), b.N)
+		} else {
+			rate = benchConsumerSegment(b, topo, 10, -1, b.N)
+		}
+		return rate, (cpuTime(b) - c0).Seconds() * 1e6 / float64(b.N)
+	}
+	var ratios, cpuRatios, stg, raw, stgCPU, rawCPU []float64
+	b.ResetTimer()
+	for i := range benchPairs {
+		var s, r, sc, rc float64
+		if i%2 == 0 {
+			s, sc = seg(false)
+			r, rc = seg(true)
+		} else {
+			r, rc = seg(true)
+			s, sc = seg(false)
+		}
+		stg, raw, ratios = append(stg, s), append(raw, r), append(ratios, s/r)
+		stgCPU, rawCPU, cpuRatios = append(stgCPU, sc), append(rawCPU, rc), append(cpuRatios, rc/sc)
+	}
+	b.StopTimer()
+	b.Logf("%d msgs/segment, consumer/raw rate per pair: %.2f; raw/consumer CPU per message: %.2f", b.N, ratios, cpuRatios)
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[0], "ratio-min")
+	b.ReportMetric(median(ratios), "ratio-median")
+	b.ReportMetric(ratios[len(ratios)-1], "ratio-max")
+	b.ReportMetric(median(cpuRatios), "cpu-ratio-median")
+	b.ReportMetric(median(stg), "stagger-msgs/s")
+	b.ReportMetric(median(raw), "raw-msgs/s")
+	b.ReportMetric(median(stgCPU), "stagger-cpu-µs/msg")
+	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
+}
+
+// median is xs's median; it sorts xs.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }

@@ -254,7 +254,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// then and a hung handler must not hold up the reconnect.
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, holds: c.newHolder()}
+	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, acks: newAcker(ch, c.opts.Prefetch), holds: c.newHolder()}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
@@ -273,7 +273,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// acknowledged, unless the connection goes first.
 	settle := func() {
 		done := make(chan struct{})
-		go func() { <-drained; s.pending.Wait(); close(done) }()
+		go func() { <-drained; s.pending.Wait(); s.flush(); close(done) }()
 		select {
 		case <-done:
 		case <-closed:
@@ -327,6 +327,7 @@ type session struct {
 	pending sync.WaitGroup // forwards waiting for their confirm
 	failed  chan error
 	ch      *amqp.Channel // the consuming channel
+	acks    *acker        // ch's acks
 	holds   *holder
 	dropped atomic.Bool // the connection is lost, or is being dropped
 }
@@ -337,13 +338,33 @@ type session struct {
 func (c *Consumer) work(ctx context.Context, s *session, deliveries <-chan amqp.Delivery) {
 	ready := s.holds.ready
 	for {
+		var (
+			d       amqp.Delivery
+			x       *held
+			ok, isD bool
+		)
 		select {
-		case d, ok := <-deliveries:
+		case d, ok = <-deliveries:
+			isD = true
+		case x, ok = <-ready:
+		default:
+			// Nothing to do: the acks that wait go out first.
+			if err := s.acks.idle(); err != nil {
+				s.fail(err)
+			}
+			select {
+			case d, ok = <-deliveries:
+				isD = true
+			case x, ok = <-ready:
+			}
+		}
+		if isD {
 			if !ok {
 				s.holds.close()
 				for x := range s.holds.ready {
 					c.release(ctx, s, x)
 				}
+				s.flush()
 				return
 			}
 			if ctx.Err() != nil {
@@ -352,16 +373,16 @@ func (c *Consumer) work(ctx context.Context, s *session, deliveries <-chan amqp.
 			if err := c.handle(ctx, s, &d); err != nil {
 				s.fail(err)
 			}
-		case x, ok := <-ready:
-			switch {
-			case !ok:
-				ready = nil // closed: the delivery channel is closed too
-			case ctx.Err() != nil:
-				c.release(ctx, s, x)
-			default:
-				if err := c.resume(ctx, s, x); err != nil {
-					s.fail(err)
-				}
+			continue
+		}
+		switch {
+		case !ok:
+			ready = nil // closed: the delivery channel is closed too
+		case ctx.Err() != nil:
+			c.release(ctx, s, x)
+		default:
+			if err := c.resume(ctx, s, x); err != nil {
+				s.fail(err)
 			}
 		}
 	}
@@ -376,6 +397,13 @@ func (c *Consumer) release(ctx context.Context, s *session, x *held) {
 		return
 	}
 	if err := c.park(ctx, s, x.d, x.from, x.st); err != nil {
+		s.fail(err)
+	}
+}
+
+// flush sends the acks that wait (acker), once the consuming ends.
+func (s *session) flush() {
+	if err := s.acks.flush(); err != nil {
 		s.fail(err)
 	}
 }
@@ -396,7 +424,8 @@ func (c *Consumer) withTrace(ctx context.Context, d *amqp.Delivery) context.Cont
 	return c.proc.WithTrace(ctx, tableGet(d.Headers))
 }
 
-// handle processes one delivery. A success is acknowledged at once. A
+// handle processes one delivery. A success is acknowledged (coalesced by
+// the channel's acker: its ack may wait for the next multiple ack). A
 // retry due within WaitInPlace is held (hold). A forward (retry or dead
 // letter) is published, and a goroutine acknowledges the original once
 // RabbitMQ confirmed the copy, so the handler goroutine goes on with the
@@ -414,7 +443,7 @@ func (c *Consumer) handle(ctx context.Context, s *session, d *amqp.Delivery) err
 	if broker.Interrupted(ctx, o) {
 		// Shutting down, and the failure is the cancellation itself. Not
 		// an attempt: requeue as it was.
-		return d.Nack(false, true)
+		return s.acks.nack(d.DeliveryTag, true)
 	}
 	return c.apply(ctx, s, d, from, o, nil)
 }
@@ -440,7 +469,7 @@ func (c *Consumer) apply(ctx context.Context, s *session, d *amqp.Delivery, from
 		if c.opts.afterSuccess != nil {
 			c.opts.afterSuccess()
 		}
-		return d.Ack(false)
+		return s.acks.ack(d.DeliveryTag, true)
 	case broker.Retry, broker.Park:
 		if c.hold(s, d, from, o, x) {
 			return nil
@@ -495,6 +524,7 @@ func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from 
 	if err != nil {
 		return err
 	}
+	s.acks.forwarding(d.DeliveryTag)
 	s.pending.Add(1)
 	go func() {
 		defer s.pending.Done()
@@ -512,7 +542,7 @@ func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from 
 			c.opts.afterForward()
 		}
 		if err == nil {
-			err = d.Ack(false)
+			err = s.acks.ack(d.DeliveryTag, false)
 		}
 		if err != nil {
 			s.fail(err)
