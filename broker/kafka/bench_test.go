@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,7 +166,7 @@ func (c *asyncCommitter) wait() { c.inflight <- struct{}{} }
 func BenchmarkRawForward10Pct(b *testing.B) {
 	addrs, topics := benchCluster(b)
 	b.ResetTimer()
-	b.ReportMetric(rawForward(b, addrs, topics, "raw", false), "msgs/s")
+	b.ReportMetric(rawForward(b, addrs, topics, "raw", false).rate, "msgs/s")
 }
 
 // rawForward is the raw client retrying through a retry topic without a
@@ -181,7 +182,8 @@ func BenchmarkRawForward10Pct(b *testing.B) {
 //   - transactional: each poll's forwards and offsets are one transaction
 //     of a GroupTransactSession, read committed, as the Consumer's
 //     Transactional mode.
-func rawForward(b *testing.B, addrs []string, topics Topics, group string, transactional bool) float64 {
+func rawForward(b *testing.B, addrs []string, topics Topics, group string, transactional bool) segment {
+	cpu0 := processCPU()
 	n := b.N
 	tp := brokertest.NewThroughput(n, 10)
 	h := tp.Handler()
@@ -278,26 +280,28 @@ func rawForward(b *testing.B, addrs []string, topics Topics, group string, trans
 		}()
 	}
 	<-tp.Done()
+	seg := segment{rate: tp.Rate(), cpu: processCPU() - cpu0}
 	cancel()
-	return tp.Rate()
+	return seg
 }
 
 func BenchmarkConsumer10PctTransient(b *testing.B) {
 	addrs, topics := benchCluster(b)
 	b.ResetTimer()
-	b.ReportMetric(consumerRate(b, addrs, topics, "stagger", 10, false), "msgs/s")
+	b.ReportMetric(consumerRate(b, addrs, topics, "stagger", 10, false).rate, "msgs/s")
 }
 
 // BenchmarkConsumer0PctTransient is the Consumer's own overhead: nothing fails.
 func BenchmarkConsumer0PctTransient(b *testing.B) {
 	addrs, topics := benchCluster(b)
 	b.ResetTimer()
-	b.ReportMetric(consumerRate(b, addrs, topics, "stagger", 0, false), "msgs/s")
+	b.ReportMetric(consumerRate(b, addrs, topics, "stagger", 0, false).rate, "msgs/s")
 }
 
 // consumerRate runs a Consumer on topics until b.N successes, pct% of the
 // records failing once, and returns their rate.
-func consumerRate(b *testing.B, addrs []string, topics Topics, group string, pct uint32, transactional bool) float64 {
+func consumerRate(b *testing.B, addrs []string, topics Topics, group string, pct uint32, transactional bool) segment {
+	cpu0 := processCPU()
 	tp := brokertest.NewThroughput(b.N, pct)
 	opts := Options{Brokers: addrs, Topics: topics, Group: group, Handler: tp.Handler(), ClientOpts: benchFetchOpts(),
 		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}}
@@ -312,9 +316,28 @@ func consumerRate(b *testing.B, addrs []string, topics Topics, group string, pct
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	<-tp.Done()
+	seg := segment{rate: tp.Rate(), cpu: processCPU() - cpu0}
 	cancel()
 	<-done
-	return tp.Rate()
+	return seg
+}
+
+// segment is one turn of a loop: its rate, and the process's CPU time from
+// the loop's start (clients made, groups joined) to its last success.
+type segment struct {
+	rate float64 // successes per second, first delivery to the last success
+	cpu  time.Duration
+}
+
+// processCPU is the process's user and system CPU time so far: the clients'
+// and kfake's, which run in the benchmark's process. Unlike the rates it
+// does not count the time other processes hold the cores.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPaired10Pct runs the raw loop (rawForward) and the Consumer in
@@ -322,7 +345,9 @@ func consumerRate(b *testing.B, addrs []string, topics Topics, group string, pct
 // each turn on fresh topics and groups with its backlog produced first;
 // the pairs alternate which side goes first (AB BA AB …). It reports the
 // Consumer ÷ raw ratio of each pair (logged) and their minimum, median and
-// maximum, and the median rates.
+// maximum, and the median rates. The cpu-ratio metrics compare the
+// process's CPU time per turn (raw ÷ Consumer), which other processes'
+// load does not inflate as it does the rates.
 func BenchmarkPaired10Pct(b *testing.B) {
 	for _, mode := range []struct {
 		name          string
@@ -349,10 +374,10 @@ func benchPaired(b *testing.B, transactional bool) {
 	}
 	defer cluster.Close()
 	addrs := cluster.ListenAddrs()
-	var ratios, raws, cons []float64
+	var ratios, cpuRatios, raws, cons []float64
 	b.ResetTimer()
 	for p := range pairs {
-		var rate [2]float64 // raw, Consumer
+		var seg [2]segment // raw, Consumer
 		for k := range 2 {
 			side := k ^ p&1 // even pairs: raw first; odd: the Consumer first
 			i := 2*p + side
@@ -362,20 +387,25 @@ func benchPaired(b *testing.B, transactional bool) {
 			b.StartTimer()
 			group := fmt.Sprintf("g%d", i)
 			if side == 0 {
-				rate[0] = rawForward(b, addrs, sets[i], group, transactional)
+				seg[0] = rawForward(b, addrs, sets[i], group, transactional)
 			} else {
-				rate[1] = consumerRate(b, addrs, sets[i], group, 10, transactional)
+				seg[1] = consumerRate(b, addrs, sets[i], group, 10, transactional)
 			}
 		}
-		raws, cons = append(raws, rate[0]), append(cons, rate[1])
-		ratios = append(ratios, rate[1]/rate[0])
-		b.Logf("pair %d: raw %.0f msgs/s, Consumer %.0f msgs/s, ratio %.2f", p, rate[0], rate[1], rate[1]/rate[0])
+		raws, cons = append(raws, seg[0].rate), append(cons, seg[1].rate)
+		ratios = append(ratios, seg[1].rate/seg[0].rate)
+		// CPU per record, raw ÷ Consumer: above 1 the Consumer spends less.
+		cpuRatios = append(cpuRatios, float64(seg[0].cpu)/float64(seg[1].cpu))
+		b.Logf("pair %d: raw %.0f msgs/s %v CPU, Consumer %.0f msgs/s %v CPU; ratio %.2f, by CPU %.2f",
+			p, seg[0].rate, seg[0].cpu, seg[1].rate, seg[1].cpu, ratios[p], cpuRatios[p])
 	}
 	b.ReportMetric(median(raws), "raw-msgs/s")
 	b.ReportMetric(median(cons), "stagger-msgs/s")
 	b.ReportMetric(slices.Min(ratios), "ratio-min")
 	b.ReportMetric(median(ratios), "ratio-median")
 	b.ReportMetric(slices.Max(ratios), "ratio-max")
+	b.ReportMetric(slices.Min(cpuRatios), "cpu-ratio-min")
+	b.ReportMetric(median(cpuRatios), "cpu-ratio-median")
 }
 
 func median(xs []float64) float64 {
