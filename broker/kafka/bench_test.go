@@ -52,7 +52,7 @@ import (
 // answers from memory. The numbers compare the client loops' costs, not
 // Kafka's throughput.
 //
-//	cd broker/kafka && go test -run '^$' -bench Paired -benchtime 100000x
+//	cd broker/kafka && go test -run '^$' -bench Paired -benchtime 300000x -v
 
 const benchFetchBytes = 64 << 10
 
