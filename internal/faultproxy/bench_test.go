@@ -16,7 +16,7 @@ import (
 )
 
 // echoServer answers every byte it reads with the same byte.
-func echoServer(b *testing.B) string {
+func echoServer(b testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -1,0 +1,149 @@
+//go:build linux
+
+package faultproxy
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+)
+
+// The flags of splice(2).
+const (
+	spliceMove     = 0x1
+	spliceNonblock = 0x2
+)
+
+// canSplice reports whether src can be relayed to dst in the kernel.
+func canSplice(src, dst net.Conn) bool {
+	_, a := src.(*net.TCPConn)
+	_, b := dst.(*net.TCPConn)
+	return a && b
+}
+
+// pipes keeps empty pipes for the next chunks, so that an idle
+// connection holds none; past 64 a pipe returned is closed.
+var pipes = make(chan [2]int, 64)
+
+func getPipe() ([2]int, error) {
+	select {
+	case pp := <-pipes:
+		return pp, nil
+	default:
+	}
+	var pp [2]int
+	err := syscall.Pipe2(pp[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK)
+	return pp, err
+}
+
+// putPipe keeps pp, which must be empty.
+func putPipe(pp [2]int) {
+	select {
+	case pipes <- pp:
+	default:
+		closePipe(pp)
+	}
+}
+
+func closePipe(pp [2]int) {
+	syscall.Close(pp[0])
+	syscall.Close(pp[1])
+}
+
+// spliceRelay moves src's bytes to dst with splice(2) through a pipe, as
+// io.Copy between two TCP connections does, a chunk of at most relayBuf
+// bytes at a time, calling count and adding to sent for each piece
+// written. Before writing a chunk it looks at the direction's faults: once
+// one acts, it reads the chunk back from the pipe into getBuf's buffer and
+// returns it as carry. Otherwise it returns src's end or read error as
+// readErr, or neither when a write failed. handled is false, with nothing
+// moved, when the kernel cannot splice these connections.
+func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byte, count func(int64), sent *int64) (carry []byte, readErr error, handled bool) {
+	rc, err := src.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return nil, nil, false
+	}
+	wc, err := dst.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return nil, nil, false
+	}
+	for {
+		var (
+			pp            [2]int
+			have          bool
+			n             int64
+			pipeErr, serr error
+		)
+		err := rc.Read(func(fd uintptr) bool {
+			if !have {
+				if pp, pipeErr = getPipe(); pipeErr != nil {
+					return true
+				}
+				have = true
+			}
+			for {
+				n, serr = syscall.Splice(int(fd), nil, pp[1], nil, relayBuf, spliceMove|spliceNonblock)
+				if serr != syscall.EINTR {
+					break
+				}
+			}
+			if serr == syscall.EAGAIN { // the pipe is empty: src has nothing yet
+				putPipe(pp)
+				have = false
+				return false
+			}
+			return true
+		})
+		if have && (err != nil || serr != nil || n <= 0) {
+			putPipe(pp) // nothing moved into it
+		}
+		switch {
+		case pipeErr != nil || serr == syscall.EINVAL:
+			return nil, nil, false
+		case err != nil:
+			return nil, err, true
+		case serr != nil:
+			return nil, os.NewSyscallError("splice", serr), true
+		case n == 0:
+			return nil, io.EOF, true
+		}
+		if cf.list(dir) != nil {
+			b := getBuf()[:n]
+			for got := 0; got < len(b); {
+				m, err := syscall.Read(pp[0], b[got:])
+				if err == syscall.EINTR {
+					continue
+				}
+				if err != nil || m <= 0 {
+					closePipe(pp)
+					return nil, nil, true
+				}
+				got += m
+			}
+			putPipe(pp)
+			return b, nil, true
+		}
+		for left := n; left > 0; {
+			var m int64
+			var werr error
+			err := wc.Write(func(fd uintptr) bool {
+				for {
+					m, werr = syscall.Splice(pp[0], nil, int(fd), nil, int(left), spliceMove|spliceNonblock)
+					if werr != syscall.EINTR {
+						break
+					}
+				}
+				return werr != syscall.EAGAIN
+			})
+			if err != nil || werr != nil || m <= 0 {
+				closePipe(pp) // bytes may be left in it
+				return nil, nil, true
+			}
+			left -= m
+			*sent += m
+			count(m)
+		}
+		putPipe(pp)
+	}
+}
