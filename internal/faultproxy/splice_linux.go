@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"sync"
 	"syscall"
 )
 
@@ -22,37 +24,51 @@ func canSplice(src, dst net.Conn) bool {
 	return a && b
 }
 
-// pipes keeps empty pipes for the next chunks, so that an idle
-// connection holds none; past 64 a pipe returned is closed.
-var pipes = make(chan [2]int, 64)
+// maxSplice is the most a chunk moves, and the size asked of each pipe,
+// as the io.Copy of package net does.
+const maxSplice = 1 << 20
 
-func getPipe() ([2]int, error) {
-	select {
-	case pp := <-pipes:
-		return pp, nil
-	default:
-	}
-	var pp [2]int
-	err := syscall.Pipe2(pp[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK)
-	return pp, err
+// pipe is a pipe's two ends; a pipe the pool drops is closed by the
+// garbage collector's cleanup.
+type pipe struct {
+	fds     [2]int
+	cleanup runtime.Cleanup
 }
 
-// putPipe keeps pp, which must be empty.
-func putPipe(pp [2]int) {
-	select {
-	case pipes <- pp:
-	default:
-		closePipe(pp)
+// pipes keeps empty pipes for the next chunks, so that an idle connection
+// holds none.
+var pipes = sync.Pool{New: func() any {
+	var fds [2]int
+	if syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK) != nil {
+		return nil
 	}
+	// Smaller when the system's bound is lower: more system calls.
+	syscall.Syscall(syscall.SYS_FCNTL, uintptr(fds[0]), syscall.F_SETPIPE_SZ, maxSplice)
+	p := &pipe{fds: fds}
+	p.cleanup = runtime.AddCleanup(p, func(fds [2]int) { syscall.Close(fds[0]); syscall.Close(fds[1]) }, fds)
+	return p
+}}
+
+func getPipe() (*pipe, error) {
+	p, _ := pipes.Get().(*pipe)
+	if p == nil {
+		return nil, syscall.EMFILE
+	}
+	return p, nil
 }
 
-func closePipe(pp [2]int) {
-	syscall.Close(pp[0])
-	syscall.Close(pp[1])
+// putPipe keeps p, which must be empty.
+func putPipe(p *pipe) { pipes.Put(p) }
+
+// closePipe closes p, which may hold bytes.
+func closePipe(p *pipe) {
+	p.cleanup.Stop()
+	syscall.Close(p.fds[0])
+	syscall.Close(p.fds[1])
 }
 
 // spliceRelay moves src's bytes to dst with splice(2) through a pipe, as
-// io.Copy between two TCP connections does, a chunk of at most relayBuf
+// io.Copy between two TCP connections does, a chunk of at most maxSplice
 // bytes at a time, calling count and adding to sent for each piece
 // written. Before writing a chunk it looks at the direction's faults: once
 // one acts, it reads the chunk back from the pipe into getBuf's buffer and
@@ -70,7 +86,7 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 	}
 	for {
 		var (
-			pp            [2]int
+			pp            *pipe
 			have          bool
 			n             int64
 			pipeErr, serr error
@@ -83,7 +99,7 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 				have = true
 			}
 			for {
-				n, serr = syscall.Splice(int(fd), nil, pp[1], nil, relayBuf, spliceMove|spliceNonblock)
+				n, serr = syscall.Splice(int(fd), nil, pp.fds[1], nil, maxSplice, spliceMove|spliceNonblock)
 				if serr != syscall.EINTR {
 					break
 				}
@@ -109,9 +125,13 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 			return nil, io.EOF, true
 		}
 		if cf.list(dir) != nil {
-			b := getBuf()[:n]
+			b := getBuf()
+			if n > int64(len(b)) {
+				b = make([]byte, n) // once, when a fault comes
+			}
+			b = b[:n]
 			for got := 0; got < len(b); {
-				m, err := syscall.Read(pp[0], b[got:])
+				m, err := syscall.Read(pp.fds[0], b[got:])
 				if err == syscall.EINTR {
 					continue
 				}
@@ -129,7 +149,7 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 			var werr error
 			err := wc.Write(func(fd uintptr) bool {
 				for {
-					m, werr = syscall.Splice(pp[0], nil, int(fd), nil, int(left), spliceMove|spliceNonblock)
+					m, werr = syscall.Splice(pp.fds[0], nil, int(fd), nil, int(left), spliceMove|spliceNonblock)
 					if werr != syscall.EINTR {
 						break
 					}
