@@ -257,6 +257,39 @@ func BenchmarkTCPOverheadPaired(b *testing.B) {
 	})
 }
 
+// BenchmarkTCPStreamPaired is BenchmarkTCPOverheadPaired for bulk
+// streams: each call writes 256 KiB in one piece on one connection
+// through each relay and reads the echo back. b.N is the calls to each;
+// time-ratio is the inverse of the throughput ratio.
+func BenchmarkTCPStreamPaired(b *testing.B) {
+	up := echoServer(b)
+	p, err := StartTCP(Config{Name: "bench", Upstream: up})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	var conns [2]net.Conn
+	for t, addr := range []string{bareRelay(b, up), p.Addr()} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns[t] = c
+	}
+	out, in := make([]byte, 256<<10), make([]byte, 256<<10)
+	b.SetBytes(int64(len(out)))
+	pairedBatches(b, 1, func(_, target int) error {
+		c := conns[target]
+		read := make(chan error, 1)
+		go func() { _, err := io.ReadFull(c, in); read <- err }()
+		if _, err := c.Write(out); err != nil {
+			return err
+		}
+		return <-read
+	})
+}
+
 // pairedBatches runs b.N calls of do on each of two targets (0: the bare
 // one) from workers goroutines, in alternating batches whose order flips
 // each round, and reports the second target's time and p99 over the
