@@ -35,8 +35,7 @@ type pipe struct {
 	cleanup runtime.Cleanup
 }
 
-// pipes keeps empty pipes for the next chunks, so that an idle connection
-// holds none.
+// pipes keeps empty pipes for the next connections.
 var pipes = sync.Pool{New: func() any {
 	var fds [2]int
 	if syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK) != nil {
@@ -84,38 +83,46 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 	if err != nil {
 		return nil, nil, false
 	}
-	for {
-		var (
-			pp            *pipe
-			have          bool
-			n             int64
-			pipeErr, serr error
-		)
-		err := rc.Read(func(fd uintptr) bool {
-			if !have {
-				if pp, pipeErr = getPipe(); pipeErr != nil {
-					return true
-				}
-				have = true
-			}
-			for {
-				n, serr = syscall.Splice(int(fd), nil, pp.fds[1], nil, maxSplice, spliceMove|spliceNonblock)
-				if serr != syscall.EINTR {
-					break
-				}
-			}
-			if serr == syscall.EAGAIN { // the pipe is empty: src has nothing yet
-				putPipe(pp)
-				have = false
-				return false
-			}
-			return true
-		})
-		if have && (err != nil || serr != nil || n <= 0) {
-			putPipe(pp) // nothing moved into it
+	// The pipe is held until the direction ends or a fault acts, as
+	// io.Copy holds its own.
+	pp, err := getPipe()
+	if err != nil {
+		return nil, nil, false
+	}
+	full := false // bytes may be left in the pipe
+	defer func() {
+		if full {
+			closePipe(pp)
+		} else {
+			putPipe(pp)
 		}
+	}()
+	var (
+		n, m, left int64
+		serr       error
+	)
+	// Built once: each chunk calls them.
+	in := func(fd uintptr) bool {
+		for {
+			n, serr = syscall.Splice(int(fd), nil, pp.fds[1], nil, maxSplice, spliceMove|spliceNonblock)
+			if serr != syscall.EINTR {
+				return serr != syscall.EAGAIN // the pipe is empty: src has nothing yet
+			}
+		}
+	}
+	out := func(fd uintptr) bool {
+		for {
+			m, serr = syscall.Splice(pp.fds[0], nil, int(fd), nil, int(left), spliceMove|spliceNonblock)
+			if serr != syscall.EINTR {
+				return serr != syscall.EAGAIN
+			}
+		}
+	}
+	for {
+		serr = nil
+		err := rc.Read(in)
 		switch {
-		case pipeErr != nil || serr == syscall.EINVAL:
+		case serr == syscall.EINVAL:
 			return nil, nil, false
 		case err != nil:
 			return nil, err, true
@@ -124,6 +131,7 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 		case n == 0:
 			return nil, io.EOF, true
 		}
+		full = true
 		if cf.list(dir) != nil {
 			b := getBuf()
 			if n > int64(len(b)) {
@@ -131,39 +139,26 @@ func spliceRelay(cf *connFaults, dir int, src, dst net.Conn, getBuf func() []byt
 			}
 			b = b[:n]
 			for got := 0; got < len(b); {
-				m, err := syscall.Read(pp.fds[0], b[got:])
+				k, err := syscall.Read(pp.fds[0], b[got:])
 				if err == syscall.EINTR {
 					continue
 				}
-				if err != nil || m <= 0 {
-					closePipe(pp)
+				if err != nil || k <= 0 {
 					return nil, nil, true
 				}
-				got += m
+				got += k
 			}
-			putPipe(pp)
+			full = false
 			return b, nil, true
 		}
-		for left := n; left > 0; {
-			var m int64
-			var werr error
-			err := wc.Write(func(fd uintptr) bool {
-				for {
-					m, werr = syscall.Splice(pp.fds[0], nil, int(fd), nil, int(left), spliceMove|spliceNonblock)
-					if werr != syscall.EINTR {
-						break
-					}
-				}
-				return werr != syscall.EAGAIN
-			})
-			if err != nil || werr != nil || m <= 0 {
-				closePipe(pp) // bytes may be left in it
+		for left = n; left > 0; {
+			if err := wc.Write(out); err != nil || serr != nil || m <= 0 {
 				return nil, nil, true
 			}
 			left -= m
 			*sent += m
 			count(m)
 		}
-		putPipe(pp)
+		full = false
 	}
 }
