@@ -16,7 +16,7 @@ import (
 )
 
 // echoServer answers every byte it reads with the same byte.
-func echoServer(b *testing.B) string {
+func echoServer(b testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -254,6 +254,39 @@ func BenchmarkTCPOverheadPaired(b *testing.B) {
 		}
 		_, err := io.ReadFull(c, buf)
 		return err
+	})
+}
+
+// BenchmarkTCPStreamPaired is BenchmarkTCPOverheadPaired for bulk
+// streams: each call writes 256 KiB in one piece on one connection
+// through each relay and reads the echo back. b.N is the calls to each;
+// time-ratio is the inverse of the throughput ratio.
+func BenchmarkTCPStreamPaired(b *testing.B) {
+	up := echoServer(b)
+	p, err := StartTCP(Config{Name: "bench", Upstream: up})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	var conns [2]net.Conn
+	for t, addr := range []string{bareRelay(b, up), p.Addr()} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns[t] = c
+	}
+	out, in := make([]byte, 256<<10), make([]byte, 256<<10)
+	b.SetBytes(int64(len(out)))
+	pairedBatches(b, 1, func(_, target int) error {
+		c := conns[target]
+		read := make(chan error, 1)
+		go func() { _, err := io.ReadFull(c, in); read <- err }()
+		if _, err := c.Write(out); err != nil {
+			return err
+		}
+		return <-read
 	})
 }
 

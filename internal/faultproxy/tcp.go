@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,21 +130,11 @@ func (p *TCPProxy) serve(c net.Conn) {
 		p.mu.Unlock()
 	}()
 
-	// The faults that apply to this connection, decided once.
-	var down, up []*labkit.Fault
-	for _, a := range p.faults.Snapshot() {
-		applies := a.Applies(p.faults.rand())
-		a.Count(applies)
-		if !applies {
-			continue
-		}
-		if a.Dir&labkit.DirDown != 0 {
-			down = append(down, &a.Fault)
-		}
-		if a.Dir&labkit.DirUp != 0 {
-			up = append(up, &a.Fault)
-		}
-	}
+	// The faults that apply to this connection: drawn now, and those
+	// added while it is open at its next chunk of data.
+	cf := &connFaults{p: p, r: r}
+	cf.draw(p.faults.list.Load())
+	defer cf.stop()
 	upc, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
 	if err != nil {
 		c.Close()
@@ -163,17 +154,12 @@ func (p *TCPProxy) serve(c net.Conn) {
 		rec.Finish(pend, "", 0, labkit.Abandoned)
 		return
 	}
-	for _, f := range slicesConcat(down, up) {
-		if f.Kind == labkit.FaultResetPeer {
-			t := time.AfterFunc(f.Delay, func() { r.close(true) })
-			defer t.Stop()
-		}
-	}
+	cf.begin()
 	bw := p.bytes.Load()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pump(r, c, upc, up, func(n int64) { bw.add(p.now(), n, 0) }) }()
-	go func() { defer wg.Done(); p.pump(r, upc, c, down, func(n int64) { bw.add(p.now(), 0, n) }) }()
+	go func() { defer wg.Done(); p.pump(r, cf, dirUp, c, upc, func(n int64) { bw.add(p.now(), n, 0) }) }()
+	go func() { defer wg.Done(); p.pump(r, cf, dirDown, upc, c, func(n int64) { bw.add(p.now(), 0, n) }) }()
 	wg.Wait()
 	r.close(false)
 	o := labkit.Accepted
@@ -183,20 +169,6 @@ func (p *TCPProxy) serve(c net.Conn) {
 	rec.Finish(pend, "", 0, o)
 }
 
-func slicesConcat(a, b []*labkit.Fault) []*labkit.Fault {
-	out := append([]*labkit.Fault{}, a...)
-	for _, f := range b {
-		dup := false
-		for _, g := range out {
-			dup = dup || g == f
-		}
-		if !dup {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
 // relayBuf is the size of a pump's buffer; relayBufs keeps them for the
 // next connections, so a proxy with short connections does not allocate
 // 64 KiB for each.
@@ -204,110 +176,295 @@ const relayBuf = 32 << 10
 
 var relayBufs = sync.Pool{New: func() any { return new([relayBuf]byte) }}
 
-// pump copies src to dst through the faults of its direction, and passes
-// src's end on as a half close (after slow-close's wait).
-func (p *TCPProxy) pump(r *relay, src, dst net.Conn, faults []*labkit.Fault, count func(int64)) {
-	var (
-		slowClose, sliceDelay     time.Duration
-		hasLatency, hold, limited bool
-		holdFor                   time.Duration
-		jitter                    *labkit.Fault
-		rate, limit               int64
-		sliceN                    int64
-	)
-	for _, f := range faults {
+// The directions of a connection, as indexes of connFaults.dirs.
+const (
+	dirUp   = 0 // client to upstream
+	dirDown = 1 // upstream to client
+)
+
+// connFaults is the faults one connection drew. Each fault is drawn once
+// (its probability, and its counts): those in place when the connection
+// opens, and one added while it is open when a pump next looks, at its
+// next chunk of data. A fault changed under its name keeps its draw and
+// acts with its new values; a removed one stops acting. Looking costs a
+// pointer compare while the set has not changed.
+type connFaults struct {
+	p    *TCPProxy
+	r    *relay
+	seen atomic.Pointer[[]*Active]          // the set's list the draws are for
+	dirs [2]atomic.Pointer[[]*labkit.Fault] // nil: none in that direction
+
+	mu     sync.Mutex
+	drawn  map[string]bool // name: whether it applied
+	timers map[string]*time.Timer
+	live   bool            // both connections are open: timers may start
+	later  []*labkit.Fault // timers drawn before
+	done   bool
+}
+
+// list returns the faults acting on dir now (nil: none), drawing those
+// added since the last look.
+func (c *connFaults) list(dir int) *[]*labkit.Fault {
+	if cur := c.p.faults.list.Load(); cur != c.seen.Load() {
+		c.draw(cur)
+	}
+	return c.dirs[dir].Load()
+}
+
+func (c *connFaults) draw(cur *[]*Active) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen.Load() == cur || c.done {
+		return
+	}
+	var up, down []*labkit.Fault
+	for _, a := range *cur {
+		applies, ok := c.drawn[a.Name]
+		if !ok {
+			applies = a.Applies(c.p.faults.rand())
+			a.Count(applies)
+			if c.drawn == nil {
+				c.drawn = map[string]bool{}
+			}
+			c.drawn[a.Name] = applies
+			if applies {
+				c.startTimer(&a.Fault)
+			}
+		}
+		if !applies {
+			continue
+		}
+		if a.Dir&labkit.DirUp != 0 {
+			up = append(up, &a.Fault)
+		}
+		if a.Dir&labkit.DirDown != 0 {
+			down = append(down, &a.Fault)
+		}
+	}
+	for name, t := range c.timers {
+		if !slices.ContainsFunc(*cur, func(a *Active) bool { return a.Name == name }) {
+			t.Stop()
+			delete(c.timers, name)
+		}
+	}
+	for i, l := range [2][]*labkit.Fault{up, down} {
+		if l == nil {
+			c.dirs[i].Store(nil)
+		} else {
+			c.dirs[i].Store(&l)
+		}
+	}
+	c.seen.Store(cur)
+}
+
+// startTimer starts what f does to the whole connection after a while:
+// reset-peer resets it, timeout D (D > 0) closes it; c.mu is held.
+func (c *connFaults) startTimer(f *labkit.Fault) {
+	if f.Kind != labkit.FaultResetPeer && (f.Kind != labkit.FaultTimeout || f.Delay <= 0) {
+		return
+	}
+	if !c.live {
+		c.later = append(c.later, f)
+		return
+	}
+	if c.timers == nil {
+		c.timers = map[string]*time.Timer{}
+	}
+	c.timers[f.Name] = time.AfterFunc(f.Delay, func() { c.r.close(true) })
+}
+
+// begin starts the timers drawn while the upstream was being dialled.
+func (c *connFaults) begin() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live = true
+	for _, f := range c.later {
+		c.startTimer(f)
+	}
+	c.later = nil
+}
+
+// stop stops the timers once the connection has ended.
+func (c *connFaults) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	for _, t := range c.timers {
+		t.Stop()
+	}
+}
+
+// pumpFaults is what a direction's faults ask of its pump.
+type pumpFaults struct {
+	slowClose, sliceDelay time.Duration
+	hasLatency, hold      bool
+	limited               bool
+	jitter                *labkit.Fault
+	rate, limit, sliceN   int64
+}
+
+func newPumpFaults(l *[]*labkit.Fault) pumpFaults {
+	var pf pumpFaults
+	if l == nil {
+		return pf
+	}
+	for _, f := range *l {
 		switch f.Kind {
 		case labkit.FaultLatency:
-			hasLatency, jitter = true, f
+			pf.hasLatency, pf.jitter = true, f
 		case labkit.FaultBandwidth:
-			rate = f.Bytes
+			pf.rate = f.Bytes
 		case labkit.FaultSlowClose:
-			slowClose = f.Delay
+			pf.slowClose = f.Delay
 		case labkit.FaultTimeout:
-			hold, holdFor = true, f.Delay
+			pf.hold = true
 		case labkit.FaultSlicer:
-			sliceN, sliceDelay = f.Bytes, f.Delay
+			pf.sliceN, pf.sliceDelay = f.Bytes, f.Delay
 		case labkit.FaultLimitData:
-			limited, limit = true, f.Bytes
+			pf.limited, pf.limit = true, f.Bytes
 		}
 	}
-	if hold {
-		// Pass nothing; close after holdFor (0: never — until the other
-		// side or the proxy closes).
-		if holdFor > 0 {
-			t := time.AfterFunc(holdFor, func() { r.close(true) })
-			defer t.Stop()
+	return pf
+}
+
+// pump copies src to dst through the faults of its direction, and passes
+// src's end on as a half close (after slow-close's wait). With no fault
+// acting on the direction, two TCP connections are relayed by splice(2)
+// in the kernel, as io.Copy relays them, counting each piece; once a
+// fault acts, chunks go through a buffer (and back to the kernel when
+// none acts any more).
+func (p *TCPProxy) pump(r *relay, cf *connFaults, dir int, src, dst net.Conn, count func(int64)) {
+	var (
+		bp      *[relayBuf]byte
+		buf     []byte
+		carry   []byte // read from src, not yet written
+		sent    int64
+		kernel  = canSplice(src, dst)
+		readErr error
+	)
+	defer func() {
+		if bp != nil {
+			relayBufs.Put(bp)
 		}
-		io.Copy(io.Discard, src)
-		r.close(false)
-		return
+	}()
+	getBuf := func() []byte {
+		if bp == nil {
+			bp = relayBufs.Get().(*[relayBuf]byte) // 64 KiB a connection: --max-conns of them bound the memory
+			buf = bp[:]
+		}
+		return buf
 	}
-	if limited && limit == 0 {
-		r.close(true)
-		return
-	}
-	bp := relayBufs.Get().(*[relayBuf]byte) // 64 KiB a connection: --max-conns of them bound the memory
-	defer relayBufs.Put(bp)
-	buf := bp[:]
-	var sent int64
-	began := time.Now()
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			b := buf[:n]
-			if limited && sent+int64(len(b)) >= limit {
-				b = b[:limit-sent]
+		l := cf.list(dir)
+		if l == nil && carry == nil && kernel {
+			var handled bool
+			carry, readErr, handled = spliceRelay(cf, dir, src, dst, getBuf, count, &sent)
+			switch {
+			case !handled:
+				kernel = false
+			case carry == nil && readErr == nil: // a write failed
+				r.close(false)
+				return
+			case readErr != nil:
+				p.end(r, dst, cf.list(dir), readErr)
+				return
 			}
-			if hasLatency {
-				time.Sleep(jitter.Wait(p.faults.rand()))
+			l = cf.list(dir)
+		}
+		pf := newPumpFaults(l)
+		if pf.limited && sent >= pf.limit {
+			r.close(true)
+			return
+		}
+		began := time.Now()
+		for {
+			b := carry
+			carry = nil
+			if b == nil {
+				var n int
+				n, readErr = src.Read(getBuf())
+				b = buf[:n]
+				if n > 0 {
+					if l2 := cf.list(dir); l2 != l {
+						l, pf, began = l2, newPumpFaults(l2), time.Now()
+						if pf.limited && sent >= pf.limit {
+							r.close(true)
+							return
+						}
+					}
+				}
 			}
-			for len(b) > 0 {
-				k := int64(len(b))
-				if sliceN > 0 {
-					k = min(k, sliceN)
+			if pf.hold {
+				b = nil // pass nothing
+			}
+			if len(b) > 0 {
+				if pf.limited && sent+int64(len(b)) >= pf.limit {
+					b = b[:pf.limit-sent]
 				}
-				if rate > 0 {
-					// Pieces of a twentieth of a second, each written once
-					// the bytes before it and itself fit the rate.
-					k = min(k, max(rate/20, 1))
-					due := began.Add(time.Duration(float64(sent+k) / float64(rate) * float64(time.Second)))
-					if now := time.Now(); now.Sub(due) > 50*time.Millisecond {
-						// Idle for a while: no burst of the time not used.
-						began = now.Add(-time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
-						due = now.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))
+				if pf.hasLatency {
+					time.Sleep(pf.jitter.Wait(p.faults.rand()))
+				}
+				for len(b) > 0 {
+					k := int64(len(b))
+					if pf.sliceN > 0 {
+						k = min(k, pf.sliceN)
 					}
-					if d := time.Until(due); d > 0 {
-						time.Sleep(d)
+					if rate := pf.rate; rate > 0 {
+						// Pieces of a twentieth of a second, each written once
+						// the bytes before it and itself fit the rate.
+						k = min(k, max(rate/20, 1))
+						due := began.Add(time.Duration(float64(sent+k) / float64(rate) * float64(time.Second)))
+						if now := time.Now(); now.Sub(due) > 50*time.Millisecond {
+							// Idle for a while: no burst of the time not used.
+							began = now.Add(-time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
+							due = now.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))
+						}
+						if d := time.Until(due); d > 0 {
+							time.Sleep(d)
+						}
+					}
+					if _, werr := dst.Write(b[:k]); werr != nil {
+						r.close(false)
+						return
+					}
+					sent += k
+					count(k)
+					b = b[k:]
+					if pf.sliceN > 0 && len(b) > 0 && pf.sliceDelay > 0 {
+						time.Sleep(pf.sliceDelay)
 					}
 				}
-				if _, werr := dst.Write(b[:k]); werr != nil {
+				if pf.limited && sent >= pf.limit {
+					r.close(true)
+					return
+				}
+			}
+			if readErr != nil {
+				if pf.hold {
 					r.close(false)
 					return
 				}
-				sent += k
-				count(k)
-				b = b[k:]
-				if sliceN > 0 && len(b) > 0 && sliceDelay > 0 {
-					time.Sleep(sliceDelay)
-				}
-			}
-			if limited && sent >= limit {
-				r.close(true)
+				p.end(r, dst, l, readErr)
 				return
 			}
-		}
-		if err != nil {
-			if slowClose > 0 {
-				time.Sleep(slowClose)
+			if l == nil && kernel {
+				break // no fault acts any more: back to the kernel
 			}
-			if tc, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(err, io.EOF) {
-				tc.CloseWrite()
-				return
-			}
-			r.close(false)
-			return
 		}
 	}
+}
+
+// end passes src's end (err) on to dst: a half close after EOF, after
+// slow-close's wait; a close after any other error.
+func (p *TCPProxy) end(r *relay, dst net.Conn, l *[]*labkit.Fault, err error) {
+	if d := newPumpFaults(l).slowClose; d > 0 {
+		time.Sleep(d)
+	}
+	if tc, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(err, io.EOF) {
+		tc.CloseWrite()
+		return
+	}
+	r.close(false)
 }
 
 // Name returns the proxy's name.

@@ -2,10 +2,12 @@ package faultproxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -290,5 +292,120 @@ func TestByteWindows(t *testing.T) {
 	b.fill(tl)
 	if tl[0].BytesUp != 0 || tl[1].BytesUp != 1 {
 		t.Errorf("windows after the ring moved %+v", tl)
+	}
+}
+
+// streamEcho writes n bytes of a pattern through p to an echo server on
+// one connection, in writes of varied sizes, calling before each write
+// with the bytes written so far, and checks every byte comes back in order.
+func streamEcho(t *testing.T, p *TCPProxy, n int, before func(written int)) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = byte(i*7 + i/251)
+	}
+	done := make(chan error, 1)
+	go func() {
+		got, err := io.ReadAll(c)
+		if err == nil && !bytes.Equal(got, data) {
+			err = errors.New("the echo differs from what was sent")
+		}
+		done <- err
+	}()
+	for i, size := 0, 1; i < n; size = size*3%70001 + 1 {
+		if before != nil {
+			before(i)
+		}
+		k := min(size, n-i)
+		if _, err := c.Write(data[i : i+k]); err != nil {
+			t.Fatal(err)
+		}
+		i += k
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTCPSpliceCountsEveryByte: with no fault the relay splices in the
+// kernel, and counts each byte each way, in all and in its window; a
+// fault added and removed in the middle of a stream loses and adds none.
+func TestTCPSpliceCountsEveryByte(t *testing.T) {
+	if runtime.GOOS == "linux" && !canSplice(&net.TCPConn{}, &net.TCPConn{}) {
+		t.Fatal("two TCP connections are not spliced")
+	}
+	p, err := StartTCP(Config{Name: "echo", Upstream: echoServer(t), Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 3<<20 + 7
+	streamEcho(t, p, n, nil)
+	added, removed := false, false
+	streamEcho(t, p, n, func(written int) {
+		if !added && written >= n/3 {
+			added = true
+			addFault(t, p.Faults(), "slicer 1000 dir=both name=s")
+		}
+		if !removed && written >= 2*n/3 {
+			removed = true
+			p.Faults().Remove("s")
+		}
+	})
+	waitFor(t, func() bool { return p.Stats(false).Total == 2 }, "both connections counted")
+	s := p.Stats(true)
+	if s.Accepted != 2 || s.BytesUp != 2*n || s.BytesDown != 2*n {
+		t.Fatalf("%d accepted, %d bytes up, %d down; want 2, %d, %d", s.Accepted, s.BytesUp, s.BytesDown, 2*n, 2*n)
+	}
+	var up, down int64
+	for _, w := range s.Timeline {
+		up, down = up+w.BytesUp, down+w.BytesDown
+	}
+	if up != 2*n || down != 2*n {
+		t.Errorf("the windows hold %d bytes up, %d down; want %d each", up, down, 2*n)
+	}
+}
+
+// TestTCPFaultAddedMidConnection: a fault added while a connection is
+// open acts on it from its next chunk, counted once.
+func TestTCPFaultAddedMidConnection(t *testing.T) {
+	p, err := StartTCP(Config{Name: "echo", Upstream: echoServer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 2)
+	if _, err := io.WriteString(c, "ab"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ab" {
+		t.Fatalf("before the fault: %q %v", buf, err)
+	}
+	// 2 bytes have passed down: 3 more may.
+	addFault(t, p.Faults(), "limit-data 5 name=cut")
+	io.WriteString(c, "wxyz")
+	got, err := io.ReadAll(c)
+	if string(got) != "wxy" || err == nil {
+		t.Fatalf("after the fault: read %q, %v; want \"wxy\", then a reset", got, err)
+	}
+	waitFor(t, func() bool { return p.Stats(false).Dropped == 1 }, "the cut connection counted as dropped")
+	if fc, _ := p.Faults().Get("cut"); fc.Matched != 1 || fc.Applied != 1 {
+		t.Errorf("the fault counts %+v; want it matched and applied once", fc)
+	}
+	if s := p.Stats(false); s.BytesUp != 6 || s.BytesDown != 5 {
+		t.Errorf("%d bytes up, %d down; want 6, 5", s.BytesUp, s.BytesDown)
 	}
 }
