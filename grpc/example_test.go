@@ -71,7 +71,9 @@ func ExampleParseServiceConfig() {
 	// Output: 4 [Unavailable] true
 }
 
-type down struct{ healthpb.UnimplementedHealthServer }
+type down struct {
+	healthpb.UnimplementedHealthServer
+}
 
 func (down) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	return nil, status.Error(codes.Unavailable, "down")
