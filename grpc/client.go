@@ -85,8 +85,9 @@ var ErrInvalid = retryconfig.ErrInvalid
 // malformed value stops the retries.
 //
 // A call made inside a handler of a [Server] interceptor (an upstream
-// owner already retries) makes one attempt, carrying the incoming attempt
-// number and budget (stagger-max-attempts), unless NestedRetries is set. A
+// owner already retries), or with a context of [WithUpstreamAttempt],
+// makes one attempt, carrying the incoming attempt number and budget
+// (stagger-max-attempts), unless NestedRetries is set. A
 // call inside other work that has a budget (retry.DeliveryFrom: a queue
 // job, a broker message) counts on from that work's attempts, within its
 // budget and deadline.
@@ -277,10 +278,11 @@ func (c *Client) startCall(k *call, ctx context.Context, target, method string) 
 	*k = call{c: c, m: m, s: retrydriver.Step{Policy: p, Classifier: k.s.Classifier, Delivery: retry.Delivery{Source: "grpc"}}}
 	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && v[0] != "" && len(v[0]) <= 128 {
 		k.s.Delivery.ID = v[0]
-	} else {
+	}
+	k.ledger(ctx) // else the ID of the work ctx carries, if readable
+	if k.s.Delivery.ID == "" {
 		k.s.Delivery.ID = retrydriver.NewID()
 	}
-	k.ledger(ctx)
 }
 
 // unaryOpts is opts with grpc.Trailer(&k.trailer) after them, in the

@@ -70,3 +70,40 @@ func ExampleParseServiceConfig() {
 	fmt.Println(m.Policy.MaxAttempts, m.RetryCodes, c.NewBudget != nil)
 	// Output: 4 [Unavailable] true
 }
+
+type down struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (down) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return nil, status.Error(codes.Unavailable, "down")
+}
+
+// A queue job's handler that owns its call: the call is one attempt of
+// the job, sent once as the job's attempt — its last one included — and
+// not retried; when it fails, the queue retries the job.
+func ExampleWithUpstreamAttempt() {
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := &staggergrpc.Server{}
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(srv.Unary()))
+	healthpb.RegisterHealthServer(s, down{})
+	go s.Serve(lis)
+	defer s.Stop()
+
+	client := &staggergrpc.Client{Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}}
+	cc, _ := grpc.NewClient(lis.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDisableRetry(),
+		grpc.WithChainUnaryInterceptor(client.Unary()))
+	defer cc.Close()
+
+	// What a queue gives the handler of a job's last attempt.
+	ctx := retry.Delivery{ID: "job-7", Attempt: 5, MaxAttempts: 5, Source: "queue"}.NewContext(context.Background())
+
+	d, _ := retry.DeliveryFrom(ctx)
+	ctx = staggergrpc.WithUpstreamAttempt(ctx, d.Attempt)
+	_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	st := srv.Stats()
+	fmt.Println(status.Code(err), st.Calls(), st.ByAttempt[4])
+	// Output: Unavailable 1 1
+}

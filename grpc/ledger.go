@@ -22,15 +22,16 @@ const MaxAttemptsKey = "stagger-max-attempts"
 // stagger-max-attempts gives the work when Server.MaxAttempts is not set.
 const DefaultMaxBudget = wire.DefaultMaxBudget
 
-// ledger continues the work ctx carries. Inside a Server's handler (an
-// upstream owner retries, NestedRetries unset) the call makes one attempt
-// numbered as the incoming call's, with its budget; inside other work that
-// has a budget (a queue job, a broker message: retry.DeliveryFrom) the
-// call is the next hop of that work (retry's Delivery.CountOn).
+// ledger continues the work ctx carries. Inside a Server's handler or under
+// WithUpstreamAttempt (an upstream owner retries, NestedRetries unset) the
+// call makes one attempt numbered as the upstream one, with the budget of
+// the work ctx carries; inside other work that has a budget (a queue job,
+// a broker message: retry.DeliveryFrom) the call is the next hop of that
+// work (retry's Delivery.CountOn).
 func (k *call) ledger(ctx context.Context) {
 	d := &k.s.Delivery
 	prev, hasPrev := retry.DeliveryFrom(ctx)
-	if d.ID == "" && hasPrev && prev.ID != "" {
+	if d.ID == "" && hasPrev && wire.ValidID(prev.ID) {
 		d.ID = prev.ID
 	}
 	var budget int

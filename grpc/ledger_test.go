@@ -3,6 +3,7 @@ package staggergrpc_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -109,5 +110,59 @@ func TestGRPCRetryLayerCounted(t *testing.T) {
 	st := srv.Stats()
 	if st.Calls() != 6 || st.Repeats != 4 {
 		t.Errorf("server counted %d calls, %d repeats; want 6 calls (2 attempts × 3 grpc-go tries), 4 repeats", st.Calls(), st.Repeats)
+	}
+}
+
+// TestWithUpstreamAttempt: a call marked as one attempt of the work its
+// context carries (a queue job's attempt) is sent once, numbered as that
+// attempt with the work's budget and ID, and not retried — on the job's
+// last attempt too; NestedRetries gives it the Client's own budget; n < 1
+// leaves the work unmarked, so the call is the work's next hop.
+func TestWithUpstreamAttempt(t *testing.T) {
+	h := &health{answer: always(codes.Unavailable)}
+	addr := serve(t, h, &staggergrpc.Server{})
+	hc := dial(t, addr, &staggergrpc.Client{Policy: &retry.Policy{MaxAttempts: 10, Schedule: fast}})
+	job := func(attempt int) context.Context {
+		return retry.Delivery{ID: "job-1", Attempt: attempt, MaxAttempts: 5, Source: "queue"}.NewContext(context.Background())
+	}
+
+	for _, n := range []int{1, 5} {
+		h.seen = nil
+		_, err := hc.Check(staggergrpc.WithUpstreamAttempt(job(n), n), &healthpb.HealthCheckRequest{})
+		want := [][2]string{{strconv.Itoa(n), "5"}}
+		if got := seenLedger(h); !equalLedger(got, want) || status.Code(err) != codes.Unavailable {
+			t.Errorf("job attempt %d: server saw (attempt, budget) %q, error %v; want %q and UNAVAILABLE", n, got, err, want)
+		}
+		if id := h.seen[0].Get(staggergrpc.RequestIDKey); len(id) != 1 || id[0] != "job-1" {
+			t.Errorf("job attempt %d: request ID %q, want the job's", n, id)
+		}
+	}
+
+	h.seen = nil
+	hc.Check(staggergrpc.WithUpstreamAttempt(context.Background(), 2), &healthpb.HealthCheckRequest{})
+	if got, want := seenLedger(h), [][2]string{{"2", ""}}; !equalLedger(got, want) {
+		t.Errorf("no work in the context: server saw %q, want %q", got, want)
+	}
+
+	h.seen = nil
+	nested := dial(t, addr, &staggergrpc.Client{Policy: &retry.Policy{MaxAttempts: 3, Schedule: fast}, NestedRetries: true})
+	nested.Check(staggergrpc.WithUpstreamAttempt(job(5), 5), &healthpb.HealthCheckRequest{})
+	if got, want := seenLedger(h), [][2]string{{"1", "3"}, {"2", "3"}, {"3", "3"}}; !equalLedger(got, want) {
+		t.Errorf("NestedRetries: server saw %q, want %q (the Client's own budget)", got, want)
+	}
+
+	for _, n := range []int{0, -1} {
+		ctx := staggergrpc.WithUpstreamAttempt(job(2), n)
+		if m, ok := staggergrpc.UpstreamAttempt(ctx); ok {
+			t.Errorf("WithUpstreamAttempt(ctx, %d): UpstreamAttempt reports %d", n, m)
+		}
+		h.seen = nil
+		hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if got, want := seenLedger(h), [][2]string{{"3", "5"}, {"4", "5"}, {"5", "5"}}; !equalLedger(got, want) {
+			t.Errorf("n = %d: server saw %q, want the job's next hops %q", n, got, want)
+		}
+	}
+	if n, ok := staggergrpc.UpstreamAttempt(staggergrpc.WithUpstreamAttempt(context.Background(), 4)); !ok || n != 4 {
+		t.Errorf("UpstreamAttempt = %d, %v; want 4, true", n, ok)
 	}
 }

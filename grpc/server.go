@@ -121,12 +121,27 @@ func (s *Server) Stats() Stats {
 
 type upstreamKey struct{}
 
-// UpstreamAttempt reports the attempt number of the call whose handler ctx
-// belongs to, as a Server put it there: an upstream owner retries, so a
-// Client call made with ctx makes one attempt.
+// WithUpstreamAttempt returns a context saying that the work it carries is
+// attempt n (n >= 1) of a retry owner upstream; n < 1 leaves the work
+// unmarked ([UpstreamAttempt] reports none). A [Client] call made with
+// this context makes one attempt and forwards n in stagger-attempt, with
+// the budget of the work the context carries in stagger-max-attempts
+// ([retry.DeliveryFrom]), instead of adding retries of its own (unless
+// Client.NestedRetries is set). A [Server] does this for every call it
+// serves; call it yourself when the work reaches you another way — a queue
+// job or a broker message whose call is one attempt of the job
+// (WithUpstreamAttempt(ctx, d.Attempt)), so it is sent on the job's last
+// attempt too.
+func WithUpstreamAttempt(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, upstreamKey{}, n)
+}
+
+// UpstreamAttempt reports the attempt number of the upstream owner ctx
+// carries: as a Server put it in its handler's context, or
+// [WithUpstreamAttempt]. A Client call made with ctx makes one attempt.
 func UpstreamAttempt(ctx context.Context) (int, bool) {
 	n, ok := ctx.Value(upstreamKey{}).(int)
-	return n, ok
+	return n, ok && n > 0
 }
 
 // attempt reads the attempt number of an incoming call by the rule for
@@ -194,7 +209,7 @@ func (s *Server) admit(ctx context.Context) (context.Context, error) {
 		return nil, status.Error(codes.Unavailable, "staggergrpc: overloaded, call shed")
 	}
 	d := s.delivery(ctx, md, n)
-	return d.NewContext(context.WithValue(checkedID(ctx, md), upstreamKey{}, max(n, 1))), nil
+	return d.NewContext(WithUpstreamAttempt(checkedID(ctx, md), max(n, 1))), nil
 }
 
 func (s *Server) release(err error) {
