@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -29,6 +28,7 @@ import (
 type dashboardDLQ struct {
 	args   []string                 // stagger ui's flags for the DLQ
 	source string                   // its name on the page, "KIND NAME"
+	page   []string                 // more the dead-letters page must show
 	counts func() (dlq, origin int) // dead letters left to redrive, messages in the origin
 	secret string                   // a password that must not be printed ("" for none)
 }
@@ -60,8 +60,8 @@ func checkDashboardRedrive(t *testing.T, d dashboardDLQ) {
 		return string(b)
 	}
 	page := get("dead")
-	for _, want := range []string{"<td>" + d.source + "</td><td>order-7</td><td>permanent</td>",
-		"<td>" + d.source + "</td><td>order-8</td><td>permanent</td>", "&lt;b&gt;card declined&lt;/b&gt;"} {
+	for _, want := range append(d.page, "<td>"+d.source+"</td><td>order-7</td><td>permanent</td>",
+		"<td>"+d.source+"</td><td>order-8</td><td>permanent</td>", "&lt;b&gt;card declined&lt;/b&gt;") {
 		if !strings.Contains(page, want) {
 			t.Errorf("the dead-letters page lacks %q:\n%s", want, page)
 		}
@@ -118,32 +118,9 @@ func checkDashboardRedrive(t *testing.T, d dashboardDLQ) {
 // A JetStream DLQ stream on the dead-letters page: listed, a dry run, a
 // paced redrive back to the origin subject.
 func TestUICommandJetStream(t *testing.T) {
-	u := os.Getenv("STAGGER_NATS_URL")
-	if u == "" {
-		u = "nats://127.0.0.1:4222"
-	}
-	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
-	if err != nil {
-		serviceUnavailable(t, fmt.Sprintf("NATS unreachable at STAGGER_NATS_URL: %v", err))
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := fmt.Sprintf("stg-ui-%d", time.Now().UnixNano())
-	work, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}})
-	if err != nil {
-		serviceUnavailable(t, fmt.Sprintf("JetStream unavailable: %v", err))
-	}
-	defer js.DeleteStream(context.Background(), name)
-	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{"dlq." + name + ".>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer js.DeleteStream(context.Background(), name+"_DLQ")
+	u, js, work, dlq, name := jetStreamStreams(t, "stg-ui")
 	for i, id := range []string{"order-7", "order-8"} {
 		m := nats.NewMsg(fmt.Sprintf("dlq.%s.work.1.%d", name, i+1))
 		m.Data = []byte("payload")
