@@ -16,6 +16,9 @@ require (
 	github.com/staggerhq/stagger/grpc v0.1.0
 	github.com/staggerhq/stagger/queue/postgres v0.1.0
 	github.com/staggerhq/stagger/queue/sqlite v0.1.0
+	github.com/twmb/franz-go v1.21.7
+	github.com/twmb/franz-go/pkg/kadm v1.17.1
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260218055430-fc72d8313608
 	google.golang.org/grpc v1.84.0
 )
 
@@ -25,8 +28,6 @@ require (
 	github.com/nats-io/nkeys v0.4.15 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.26 // indirect
-	github.com/twmb/franz-go v1.21.7 // indirect
-	github.com/twmb/franz-go/pkg/kadm v1.17.1 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.13.1 // indirect
 	golang.org/x/crypto v0.49.0 // indirect
 	golang.org/x/net v0.57.0 // indirect

@@ -138,6 +138,42 @@ func serviceUnavailable(t *testing.T, msg string) {
 	t.Skip(msg)
 }
 
+func natsTestURL() string {
+	if u := os.Getenv("STAGGER_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// jetStreamStreams connects to NATS (skipping the test when it or
+// JetStream is unreachable, failing under CI=true) and creates a work
+// stream NAME on NAME.in and its DLQ stream NAME_DLQ on dlq.NAME.>, deleted
+// at the end of the test.
+func jetStreamStreams(t *testing.T, prefix string) (u string, js jetstream.JetStream, work, dlq jetstream.Stream, name string) {
+	t.Helper()
+	u = natsTestURL()
+	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
+	if err != nil {
+		serviceUnavailable(t, fmt.Sprintf("NATS unreachable at STAGGER_NATS_URL: %v", err))
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	name = fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	if work, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		serviceUnavailable(t, fmt.Sprintf("JetStream unavailable: %v", err))
+	}
+	t.Cleanup(func() { js.DeleteStream(context.Background(), name) })
+	if dlq, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{"dlq." + name + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.DeleteStream(context.Background(), name+"_DLQ") })
+	return u, js, work, dlq, name
+}
+
 // TestBrokerRedriveRabbitMQ redrives a dead letter from a real RabbitMQ
 // DLQ queue back to its origin queue (default exchange): a dry run first,
 // which moves nothing, then the move.
@@ -182,32 +218,9 @@ func TestBrokerRedriveRabbitMQ(t *testing.T) {
 // TestBrokerRedriveJetStream redrives a dead letter from a real JetStream
 // DLQ stream back to its origin subject.
 func TestBrokerRedriveJetStream(t *testing.T) {
-	u := os.Getenv("STAGGER_NATS_URL")
-	if u == "" {
-		u = "nats://127.0.0.1:4222"
-	}
-	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
-	if err != nil {
-		serviceUnavailable(t, fmt.Sprintf("NATS unreachable at STAGGER_NATS_URL: %v", err))
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	name := fmt.Sprintf("stg-cli-redrive-%d", time.Now().UnixNano())
-	work, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}})
-	if err != nil {
-		serviceUnavailable(t, fmt.Sprintf("JetStream unavailable: %v", err))
-	}
-	defer js.DeleteStream(context.Background(), name)
-	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{"dlq." + name + ".>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer js.DeleteStream(context.Background(), name+"_DLQ")
+	u, js, work, dlq, name := jetStreamStreams(t, "stg-cli-redrive")
 	m := nats.NewMsg("dlq." + name + ".work.1.1")
 	m.Data = []byte("payload")
 	for k, v := range map[string]string{"x-stagger-reason": "exhausted", "x-stagger-attempt": "3", "x-stagger-origin": name + ".in",

@@ -8,13 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -278,75 +275,13 @@ func TestUICommandRabbitMQ(t *testing.T) {
 			t.Fatalf("publish the dead letter: %v", err)
 		}
 	}
-	count := func(q string) int { return rabbitCount(t, ch, q) }
-	bin := buildStagger(t)
-	db := filepath.Join(t.TempDir(), "q.db")
-	if code, _, e := cli(t, "", "enqueue", "--db", db, "--id", "x"); code != exitOK {
-		t.Fatal(e)
-	}
-	base, output := startUI(t, bin, nil, "--db", db, "--dlq", "rabbitmq:"+name+".dlq", "--amqp", amqpTestURL())
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	get := func(p string) string {
-		resp, err := c.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %d %s", p, resp.StatusCode, b)
-		}
-		return string(b)
-	}
-	page := get("dead")
-	for _, want := range []string{"order-7", "order-8", "rabbitmq " + name + ".dlq", "&lt;b&gt;card declined&lt;/b&gt;", "/" + name} {
-		if !strings.Contains(page, want) {
-			t.Errorf("the dead-letters page lacks %q", want)
-		}
-	}
-	if count(name+".dlq") != 2 {
-		t.Fatalf("listing moved something: DLQ holds %d", count(name+".dlq"))
-	}
-	tok := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)[1]
-	post := func(form url.Values) (int, string) {
-		form.Set("csrf", tok)
-		resp, err := c.PostForm(base+"act", form)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	src := "rabbitmq " + name + ".dlq"
-	if code, body := post(url.Values{"op": {"redrive"}, "source": {src}, "dry": {"1"}}); code != 200 || !strings.Contains(body, "2 would move") {
-		t.Fatalf("dry run: %d %s", code, body)
-	}
-	if count(name+".dlq") != 2 || count(name) != 0 {
-		t.Fatal("the dry run moved something")
-	}
-	if code, body := post(url.Values{"op": {"redrive"}, "source": {src}, "rate": {"50"}}); code != 303 {
-		t.Fatalf("redrive: %d %s", code, body)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for count(name) != 2 || count(name+".dlq") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the redrive: DLQ %d, origin %d", count(name+".dlq"), count(name))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// The broker may show the move before the redrive records it: the
-	// progress must reach 2 moved, and the run must end.
-	for q := get("api/queues"); !strings.Contains(q, `"moved":2`) || strings.Contains(q, `"running":true`); q = get("api/queues") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the redrive's progress: %s", q)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if strings.Contains(output()+page, "guest:guest") {
-		t.Error("the AMQP password was printed")
-	}
+	checkDashboardRedrive(t, dashboardDLQ{
+		args:   []string{"--dlq", "rabbitmq:" + name + ".dlq", "--amqp", amqpTestURL()},
+		source: "rabbitmq " + name + ".dlq",
+		page:   []string{"/" + name},
+		counts: func() (int, int) { return rabbitCount(t, ch, name+".dlq"), rabbitCount(t, ch, name) },
+		secret: "guest:guest",
+	})
 }
 
 // buildStagger builds stagger and this companion into one temporary
