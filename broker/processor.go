@@ -156,12 +156,15 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		}
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
-	s := retrydriver.Step{Policy: p.Policy, Delivery: retry.Delivery{
-		ID: id, Attempt: st.Attempts, MaxAttempts: p.budget(st), Source: p.Source,
-		First: st.FirstAttempt, Prev: st.Prev, Deadline: st.Deadline,
-	}}
-	if o, done := p.ledger(&s, &st, start); done {
-		return o
+	// Fields are set one by one: a composite literal builds the Step in a
+	// temporary and copies it, and budget's own Step is not needed here.
+	var s retrydriver.Step
+	s.Policy = p.Policy
+	s.Delivery.MaxAttempts = min1(s.MaxAttempts(), st.MaxAttempts)
+	s.Delivery.ID, s.Delivery.Attempt, s.Delivery.Source = id, st.Attempts, p.Source
+	s.Delivery.First, s.Delivery.Prev, s.Delivery.Deadline = st.FirstAttempt, st.Prev, st.Deadline
+	if p.ledger(&s, &st, start) {
+		return Outcome{Action: Dead, State: st, Reason: retry.Exhausted}
 	}
 	if r := s.Begin(ctx, start); r != retry.NoReason {
 		if ctx.Err() != nil {
