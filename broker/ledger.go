@@ -49,21 +49,11 @@ func min1(n, carried int) int {
 // deadline later) is taken as start, and a message whose attempts already
 // reached its budget is dead-lettered unhandled with reason "exhausted",
 // as retry.Do would stop: no attempt is left for it. (A message without a
-// carried budget, such as a redrive's, runs as before.) It returns the
+// carried budget, such as a redrive's, runs as before.) It returns
 // true, with st set for the dead letter, when the message must not be
-// handled. The common case (no clamp, attempts left) inlines; the rest
-// is exhausted's.
+// handled. It changes nothing for a message that carries neither a first
+// attempt nor a budget (ProcessAt skips the call for it).
 func (p *Processor) ledger(s *retrydriver.Step, st *State, start time.Time) bool {
-	if st.FirstAttempt.IsZero() && st.MaxAttempts == 0 {
-		return false
-	}
-	return p.exhausted(s, st, start)
-}
-
-// exhausted is ledger's slow path.
-//
-//go:noinline
-func (p *Processor) exhausted(s *retrydriver.Step, st *State, start time.Time) bool {
 	if !st.FirstAttempt.IsZero() && st.FirstAttempt.After(start) {
 		st.FirstAttempt = start
 		s.Delivery.First = start

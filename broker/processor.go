@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/staggerhq/stagger/internal/wire"
@@ -163,7 +164,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 	s.Delivery.MaxAttempts = min1(s.MaxAttempts(), st.MaxAttempts)
 	s.Delivery.ID, s.Delivery.Attempt, s.Delivery.Source = id, st.Attempts, p.Source
 	s.Delivery.First, s.Delivery.Prev, s.Delivery.Deadline = st.FirstAttempt, st.Prev, st.Deadline
-	if p.ledger(&s, &st, start) {
+	if (!st.FirstAttempt.IsZero() || st.MaxAttempts != 0) && p.ledger(&s, &st, start) {
 		return Outcome{Action: Dead, State: st, Reason: retry.Exhausted}
 	}
 	if r := s.Begin(ctx, start); r != retry.NoReason {
@@ -210,12 +211,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Dead, State: st, Reason: dec.Reason, Err: err}
 	}
 	st.Prev = dec.Delay
-	// Headers hold whole milliseconds: round the due time up, so that a
-	// retry read back from them is never early.
-	st.Due = now.Add(dec.Delay)
-	if t := st.Due.Truncate(time.Millisecond); !t.Equal(st.Due) {
-		st.Due = t.Add(time.Millisecond)
-	}
+	st.Due = dueAfter(now, dec.Delay)
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
 }
 
@@ -247,4 +243,27 @@ func (p *Processor) run(s *retrydriver.Step, id string, payload []byte) (dup boo
 		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
 	}
 	return false, p.Handler(ctx, payload)
+}
+
+// dueAfter is now+d rounded up to a whole millisecond, as headers hold
+// whole milliseconds, so a retry read back from them is never early. It is
+// now.Add(d).Truncate(time.Millisecond), plus a millisecond when that cut
+// anything, in one Add: a rounded time has no monotonic reading, an exact
+// one keeps now's.
+func dueAfter(now time.Time, d time.Duration) time.Time {
+	const ms = int64(time.Millisecond)
+	// now.Nanosecond() counts from a whole second, so it and d agree on
+	// where the millisecond boundaries of now+d are.
+	rem := (int64(now.Nanosecond()) + int64(d)%ms) % ms
+	if rem < 0 {
+		rem += ms
+	}
+	if rem == 0 {
+		return now.Add(d)
+	}
+	if up := time.Duration(ms - rem); d <= math.MaxInt64-up {
+		return now.Add(d + up).Round(0)
+	}
+	t := now.Add(d).Truncate(time.Millisecond) // d near the largest Duration
+	return t.Add(time.Millisecond)
 }
