@@ -183,7 +183,19 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Dead, State: st, Reason: r}
 	}
 	defer s.Abort() // the handler panicked: free its slot before the panic goes on
-	dup, err := p.run(&s, id, payload)
+	// The handler runs in the attempt's context, with the Delivery in it.
+	// If it panics, the deferred Abort releases the attempt's Limiter slot
+	// (as an overload sign) before the panic goes on, as retry.Do does: an
+	// adapter that recovers panics must not lose a bulkhead slot to each.
+	var (
+		dup bool
+		err error
+	)
+	if hctx := s.Delivery.NewContext(s.Context()); p.Inbox != nil && id != "" {
+		dup, err = p.inbox(hctx, id, payload)
+	} else {
+		err = p.Handler(hctx, payload)
+	}
 	now := start
 	if err != nil || s.NeedsNow(ctx) {
 		now = p.now()
@@ -232,17 +244,9 @@ func Interrupted(ctx context.Context, o Outcome) bool {
 	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
 }
 
-// run calls the handler (through the inbox, when there is one) in the
-// attempt's context, with the Delivery in it. If the handler panics,
-// ProcessAt's deferred Step.Abort releases the attempt's Limiter slot (as
-// an overload sign) before the panic goes on, as retry.Do does: an adapter
-// that recovers panics must not lose a bulkhead slot to each.
-func (p *Processor) run(s *retrydriver.Step, id string, payload []byte) (dup bool, err error) {
-	ctx := s.Delivery.NewContext(s.Context())
-	if p.Inbox != nil && id != "" {
-		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
-	}
-	return false, p.Handler(ctx, payload)
+// inbox runs the handler through the Inbox, keyed by id.
+func (p *Processor) inbox(ctx context.Context, id string, payload []byte) (dup bool, err error) {
+	return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
 }
 
 // dueAfter is now+d rounded up to a whole millisecond, as headers hold
