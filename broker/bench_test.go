@@ -53,6 +53,19 @@ func TestProcessSuccessAllocs(t *testing.T) {
 	}
 }
 
+// TestProcessRetryAllocs: the retry path allocates no more than the
+// success path: the new State and the due time are built in place.
+func TestProcessRetryAllocs(t *testing.T) {
+	err := retry.Retryable(errors.New("503"))
+	p := &broker.Processor{Handler: func(context.Context, []byte) error { return err },
+		Policy: broker.CascadePolicy(broker.DefaultTiers), Source: "bench"}
+	ctx := context.Background()
+	start := time.Now()
+	if n := testing.AllocsPerRun(1000, func() { p.ProcessAt(ctx, "id", nil, broker.State{}, start) }); n != 1 {
+		t.Errorf("ProcessAt's retry path: %v allocs, want 1 (the Delivery's context)", n)
+	}
+}
+
 // BenchmarkProcessRetry is the failure path: classify, decide, new state.
 func BenchmarkProcessRetry(b *testing.B) {
 	err := retry.Retryable(errors.New("503"))

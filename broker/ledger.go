@@ -33,10 +33,13 @@ func (p *Processor) Budget(st State) int { return p.budget(st) }
 // smaller of the Policy's MaxAttempts and the budget the message carries
 // (State.MaxAttempts, from the producer's ledger), so a producer can
 // shorten a consumer's budget but never extend it.
-func (p *Processor) budget(st State) int {
-	n := p.MaxAttempts()
-	if st.MaxAttempts > 0 {
-		n = min(n, st.MaxAttempts)
+func (p *Processor) budget(st State) int { return min1(p.MaxAttempts(), st.MaxAttempts) }
+
+// min1 is the budget of a Policy allowing n attempts for a message that
+// carries the budget carried (0: none).
+func min1(n, carried int) int {
+	if carried > 0 {
+		return min(n, carried)
 	}
 	return n
 }
@@ -46,15 +49,17 @@ func (p *Processor) budget(st State) int {
 // deadline later) is taken as start, and a message whose attempts already
 // reached its budget is dead-lettered unhandled with reason "exhausted",
 // as retry.Do would stop: no attempt is left for it. (A message without a
-// carried budget, such as a redrive's, runs as before.) It returns the
-// outcome and true when the message must not be handled.
-func (p *Processor) ledger(s *retrydriver.Step, st *State, start time.Time) (Outcome, bool) {
+// carried budget, such as a redrive's, runs as before.) It returns
+// true, with st set for the dead letter, when the message must not be
+// handled. It changes nothing for a message that carries neither a first
+// attempt nor a budget (ProcessAt skips the call for it).
+func (p *Processor) ledger(s *retrydriver.Step, st *State, start time.Time) bool {
 	if !st.FirstAttempt.IsZero() && st.FirstAttempt.After(start) {
 		st.FirstAttempt = start
 		s.Delivery.First = start
 	}
 	if st.MaxAttempts == 0 || st.Attempts < s.Delivery.MaxAttempts {
-		return Outcome{}, false // no ledger's budget, or attempts left
+		return false // no ledger's budget, or attempts left
 	}
 	dl := st.Deadline
 	if p.Policy != nil && p.Policy.Timeout > 0 && !st.FirstAttempt.IsZero() {
@@ -63,14 +68,14 @@ func (p *Processor) ledger(s *retrydriver.Step, st *State, start time.Time) (Out
 		}
 	}
 	if !dl.IsZero() && !start.Before(dl) {
-		return Outcome{}, false // past its deadline: Begin gives that reason
+		return false // past its deadline: Begin gives that reason
 	}
 	st.Due = time.Time{}
 	st.Reason = retry.Exhausted.String()
 	if st.Error == "" {
 		st.Error = "broker: the work has no attempt left (" + itoa(st.Attempts) + " of " + itoa(s.Delivery.MaxAttempts) + " made)"
 	}
-	return Outcome{Action: Dead, State: *st, Reason: retry.Exhausted}, true
+	return true
 }
 
 func itoa(n int) string {

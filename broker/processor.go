@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/staggerhq/stagger/internal/wire"
@@ -156,12 +157,15 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		}
 		return Outcome{Action: Park, Delay: st.Due.Sub(start), State: st}
 	}
-	s := retrydriver.Step{Policy: p.Policy, Delivery: retry.Delivery{
-		ID: id, Attempt: st.Attempts, MaxAttempts: p.budget(st), Source: p.Source,
-		First: st.FirstAttempt, Prev: st.Prev, Deadline: st.Deadline,
-	}}
-	if o, done := p.ledger(&s, &st, start); done {
-		return o
+	// Fields are set one by one: a composite literal builds the Step in a
+	// temporary and copies it, and budget's own Step is not needed here.
+	var s retrydriver.Step
+	s.Policy = p.Policy
+	s.Delivery.MaxAttempts = min1(s.MaxAttempts(), st.MaxAttempts)
+	s.Delivery.ID, s.Delivery.Attempt, s.Delivery.Source = id, st.Attempts, p.Source
+	s.Delivery.First, s.Delivery.Prev, s.Delivery.Deadline = st.FirstAttempt, st.Prev, st.Deadline
+	if (!st.FirstAttempt.IsZero() || st.MaxAttempts != 0) && p.ledger(&s, &st, start) {
+		return Outcome{Action: Dead, State: st, Reason: retry.Exhausted}
 	}
 	if r := s.Begin(ctx, start); r != retry.NoReason {
 		if ctx.Err() != nil {
@@ -179,7 +183,19 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Dead, State: st, Reason: r}
 	}
 	defer s.Abort() // the handler panicked: free its slot before the panic goes on
-	dup, err := p.run(&s, id, payload)
+	// The handler runs in the attempt's context, with the Delivery in it.
+	// If it panics, the deferred Abort releases the attempt's Limiter slot
+	// (as an overload sign) before the panic goes on, as retry.Do does: an
+	// adapter that recovers panics must not lose a bulkhead slot to each.
+	var (
+		dup bool
+		err error
+	)
+	if hctx := s.Delivery.NewContext(s.Context()); p.Inbox != nil && id != "" {
+		dup, err = p.inbox(hctx, id, payload)
+	} else {
+		err = p.Handler(hctx, payload)
+	}
 	now := start
 	if err != nil || s.NeedsNow(ctx) {
 		now = p.now()
@@ -207,12 +223,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		return Outcome{Action: Dead, State: st, Reason: dec.Reason, Err: err}
 	}
 	st.Prev = dec.Delay
-	// Headers hold whole milliseconds: round the due time up, so that a
-	// retry read back from them is never early.
-	st.Due = now.Add(dec.Delay)
-	if t := st.Due.Truncate(time.Millisecond); !t.Equal(st.Due) {
-		st.Due = t.Add(time.Millisecond)
-	}
+	st.Due = dueAfter(now, dec.Delay)
 	return Outcome{Action: Retry, Delay: dec.Delay, State: st, Err: err}
 }
 
@@ -233,15 +244,30 @@ func Interrupted(ctx context.Context, o Outcome) bool {
 	return errors.Is(o.Err, ctx.Err()) || errors.Is(o.Err, context.Cause(ctx))
 }
 
-// run calls the handler (through the inbox, when there is one) in the
-// attempt's context, with the Delivery in it. If the handler panics,
-// ProcessAt's deferred Step.Abort releases the attempt's Limiter slot (as
-// an overload sign) before the panic goes on, as retry.Do does: an adapter
-// that recovers panics must not lose a bulkhead slot to each.
-func (p *Processor) run(s *retrydriver.Step, id string, payload []byte) (dup bool, err error) {
-	ctx := s.Delivery.NewContext(s.Context())
-	if p.Inbox != nil && id != "" {
-		return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
+// inbox runs the handler through the Inbox, keyed by id.
+func (p *Processor) inbox(ctx context.Context, id string, payload []byte) (dup bool, err error) {
+	return p.Inbox.Process(ctx, id, func(ctx context.Context) error { return p.Handler(ctx, payload) })
+}
+
+// dueAfter is now+d rounded up to a whole millisecond, as headers hold
+// whole milliseconds, so a retry read back from them is never early. It is
+// now.Add(d).Truncate(time.Millisecond), plus a millisecond when that cut
+// anything, in one Add: a rounded time has no monotonic reading, an exact
+// one keeps now's.
+func dueAfter(now time.Time, d time.Duration) time.Time {
+	const ms = int64(time.Millisecond)
+	// now.Nanosecond() counts from a whole second, so it and d agree on
+	// where the millisecond boundaries of now+d are.
+	rem := (int64(now.Nanosecond()) + int64(d)%ms) % ms
+	if rem < 0 {
+		rem += ms
 	}
-	return false, p.Handler(ctx, payload)
+	if rem == 0 {
+		return now.Add(d)
+	}
+	if up := time.Duration(ms - rem); d <= math.MaxInt64-up {
+		return now.Add(d + up).Round(0)
+	}
+	t := now.Add(d).Truncate(time.Millisecond) // d near the largest Duration
+	return t.Add(time.Millisecond)
 }
