@@ -115,11 +115,11 @@ func checkCancel(s queue.Store) error {
 		return fmt.Errorf("History(due) = %+v, %v; want one cancel by alice at %d", h, err, Start+10)
 	}
 	if h, err := e.q.History(e.ctx, "busy"); err != nil || len(h) != 0 {
-		return fmt.Errorf("History of a job no action changed = %+v, %v; want none", h, err)
+		return fmt.Errorf("store.History of a job no action changed = %+v, %v; want none", h, err)
 	}
 	st, err := e.q.Stats(e.ctx)
 	if err != nil || st.DeadCanceled != 2 || st.Dead() != 2 {
-		return fmt.Errorf("Stats = %+v, %v; want 2 dead canceled", st, err)
+		return fmt.Errorf("store.Stats = %+v, %v; want 2 dead canceled", st, err)
 	}
 	e.clock.Advance(10)
 	j, err = e.q.RequeueAs(e.ctx, "due", 2, Start+3600_000, "carol")
@@ -128,7 +128,7 @@ func checkCancel(s queue.Store) error {
 	}
 	h, err = e.q.History(e.ctx, "due")
 	if err != nil || len(h) != 2 || h[1].Actor != "carol" || h[1].Action != queue.ActionRequeue || h[1].At != Start+20 || h[1].Detail == "" {
-		return fmt.Errorf("History after requeue = %+v, %v; want cancel then requeue by carol", h, err)
+		return fmt.Errorf("store.History after requeue = %+v, %v; want cancel then requeue by carol", h, err)
 	}
 	return nil
 }
@@ -177,7 +177,7 @@ func checkCancelConcurrent(s queue.Store) error {
 		}
 	}
 	if h, err := e.q.History(e.ctx, "once"); err != nil || len(h) != 1 {
-		return fmt.Errorf("History after %d concurrent cancels = %+v, %v; want one event", n, h, err)
+		return fmt.Errorf("store.History after %d concurrent cancels = %+v, %v; want one event", n, h, err)
 	}
 	return nil
 }
@@ -265,10 +265,10 @@ func checkDelete(s queue.Store) error {
 		return fmt.Errorf("Delete(cancelled) = %+v, %v", j, err)
 	}
 	if _, err := e.s.Get(e.ctx, "d1"); !errors.Is(err, queue.ErrNotFound) {
-		return fmt.Errorf("Get after Delete = %v; want ErrNotFound", err)
+		return fmt.Errorf("store.Get after Delete = %v; want ErrNotFound", err)
 	}
 	if h, err := e.q.History(e.ctx, "d1"); err != nil || len(h) != 0 {
-		return fmt.Errorf("History after Delete = %+v, %v; want none", h, err)
+		return fmt.Errorf("store.History after Delete = %+v, %v; want none", h, err)
 	}
 	if err := e.enqueue(queue.NewJob{ID: "d1"}); err != nil {
 		return fmt.Errorf("the ID of a deleted job is not free: %v", err)
@@ -316,14 +316,14 @@ func checkPause(s queue.Store) error {
 	}
 	changed, err := other.Pause(e.ctx, "paused-q", "ops")
 	if err != nil || !changed {
-		return fmt.Errorf("Pause = %v, %v; want true", changed, err)
+		return fmt.Errorf("store.Pause = %v, %v; want true", changed, err)
 	}
 	if changed, err := e.q.Pause(e.ctx, "", "ops2"); err != nil || changed {
-		return fmt.Errorf("Pause of a paused queue = %v, %v; want false", changed, err)
+		return fmt.Errorf("store.Pause of a paused queue = %v, %v; want false", changed, err)
 	}
 	ps, err := e.q.Pauses(e.ctx)
 	if err != nil || len(ps) != 1 || ps[0].Queue != "paused-q" || ps[0].Actor != "ops" || ps[0].At != Start {
-		return fmt.Errorf("Pauses = %+v, %v; want paused-q by ops at %d", ps, err, Start)
+		return fmt.Errorf("store.Pauses = %+v, %v; want paused-q by ops at %d", ps, err, Start)
 	}
 	if err := e.enqueue(queue.NewJob{ID: "p3"}); err != nil {
 		return fmt.Errorf("enqueue into a paused queue: %v", err)
@@ -353,13 +353,13 @@ func checkPause(s queue.Store) error {
 		return fmt.Errorf("a paused queue's jobs: %+v, %v; want 3 pending", st, err)
 	}
 	if changed, err := other.Resume(e.ctx, "paused-q", "ops"); err != nil || !changed {
-		return fmt.Errorf("Resume = %v, %v; want true", changed, err)
+		return fmt.Errorf("store.Resume = %v, %v; want true", changed, err)
 	}
 	if changed, err := other.Resume(e.ctx, "paused-q", "ops"); err != nil || changed {
-		return fmt.Errorf("Resume of a running queue = %v, %v; want false", changed, err)
+		return fmt.Errorf("store.Resume of a running queue = %v, %v; want false", changed, err)
 	}
 	if ps, err := e.q.Pauses(e.ctx); err != nil || len(ps) != 0 {
-		return fmt.Errorf("Pauses after Resume = %+v, %v", ps, err)
+		return fmt.Errorf("store.Pauses after Resume = %+v, %v", ps, err)
 	}
 	if got, err := e.claim("paused-q", 10); err != nil || len(got) != 3 {
 		return fmt.Errorf("Claim after Resume = %v, %v; want 3 jobs", ids(got), err)
@@ -411,7 +411,7 @@ func checkSearchFilters(s queue.Store) error {
 		return fmt.Errorf("RunOnce with an unknown outcome = %v", err)
 	}
 	if st := e.state("Z"); st != "leased" {
-		return fmt.Errorf("Z is %s", st)
+		return fmt.Errorf("job Z is %s", st)
 	}
 	all := []string{"B1", "Z", "a-2", "a1", "a10", "a_3", "ab", "é1"}
 	for _, c := range []struct {
@@ -630,7 +630,7 @@ func checkBulk(s queue.Store) error {
 	}
 	rd, err := e.q.Redrive(e.ctx, queue.Redrive{Grant: 1, Deadline: time.Hour, Rate: queue.MaxRedriveRate})
 	if err != nil || rd.Requeued != 0 || e.state("y1") != "dead canceled" {
-		return fmt.Errorf("Redrive without a reason = %+v, %v, y1 %s; want cancelled jobs left alone", rd, err, e.state("y1"))
+		return fmt.Errorf("bulk requeue (Redrive) without a reason = %+v, %v, y1 %s; want cancelled jobs left alone", rd, err, e.state("y1"))
 	}
 	return nil
 }
