@@ -211,24 +211,30 @@ func TestCircuitRace(t *testing.T) {
 			moves[[2]CircuitState{from, to}]++
 			mu.Unlock()
 		}})
-	var clock atomic.Int64 // ms since t0
+	var clock atomic.Int64 // calls made; 160 a millisecond since t0
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
-			for i := range 20000 {
-				if g == 0 && i%20 == 0 {
-					clock.Add(1)
-				}
-				now := at(int(clock.Load()))
+			for range 20000 {
+				// Time moves with the calls made (160 a millisecond), so
+				// it moves however the goroutines are scheduled; every other
+				// 50 ms the dependency fails 90 % of calls, so the circuit
+				// opens and closes again within the run.
+				ms := int(clock.Add(1) / 160)
+				now := at(ms)
 				admitted := b.Request(now)
 				if rng.IntN(2) == 0 {
 					admitted = b.Retry(now)
 				}
 				if admitted {
-					b.Result(now, rng.Float64() < 0.6)
+					ok := rng.Float64() < 0.6
+					if ms/50%2 == 1 {
+						ok = rng.Float64() < 0.1
+					}
+					b.Result(now, ok)
 				}
 			}
 		}()
