@@ -132,7 +132,7 @@ func (v LatencyValue) Set(s string) error {
 }
 
 // ListValue collects a repeatable flag; each use may hold a comma-separated
-// list. Check validates one element as it is set.
+// list. Check, if set, validates one element as it is set.
 type ListValue struct {
 	P     *[]string
 	set   bool
@@ -152,8 +152,10 @@ func (v *ListValue) Set(s string) error {
 	}
 	for _, e := range strings.Split(s, ",") {
 		e = strings.TrimSpace(e)
-		if err := v.Check(e); err != nil {
-			return err
+		if v.Check != nil {
+			if err := v.Check(e); err != nil {
+				return err
+			}
 		}
 		*v.P = append(*v.P, e)
 	}
