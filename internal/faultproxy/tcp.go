@@ -196,10 +196,26 @@ type connFaults struct {
 
 	mu     sync.Mutex
 	drawn  map[string]bool // name: whether it applied
-	timers map[string]*time.Timer
+	timers map[string]connTimer
 	live   bool            // both connections are open: timers may start
+	opened time.Time       // when live was set
 	later  []*labkit.Fault // timers drawn before
 	done   bool
+}
+
+// connTimer is a reset-peer or timeout D acting on one connection: it
+// fires D after since (when the connection opened, or when the fault was
+// drawn on an open one).
+type connTimer struct {
+	t     *time.Timer
+	kind  labkit.FaultKind
+	delay time.Duration
+	since time.Time
+}
+
+// timed reports whether f acts on the whole connection after a while.
+func timed(f *labkit.Fault) bool {
+	return f.Kind == labkit.FaultResetPeer || f.Kind == labkit.FaultTimeout && f.Delay > 0
 }
 
 // list returns the faults acting on dir now (nil: none), drawing those
@@ -234,6 +250,9 @@ func (c *connFaults) draw(cur *[]*Active) {
 		if !applies {
 			continue
 		}
+		if ok {
+			c.retime(&a.Fault)
+		}
 		if a.Dir&labkit.DirUp != 0 {
 			up = append(up, &a.Fault)
 		}
@@ -241,12 +260,16 @@ func (c *connFaults) draw(cur *[]*Active) {
 			down = append(down, &a.Fault)
 		}
 	}
+	gone := func(name string) bool {
+		return !slices.ContainsFunc(*cur, func(a *Active) bool { return a.Name == name })
+	}
 	for name, t := range c.timers {
-		if !slices.ContainsFunc(*cur, func(a *Active) bool { return a.Name == name }) {
-			t.Stop()
+		if gone(name) {
+			t.t.Stop()
 			delete(c.timers, name)
 		}
 	}
+	c.later = slices.DeleteFunc(c.later, func(f *labkit.Fault) bool { return gone(f.Name) })
 	for i, l := range [2][]*labkit.Fault{up, down} {
 		if l == nil {
 			c.dirs[i].Store(nil)
@@ -260,24 +283,58 @@ func (c *connFaults) draw(cur *[]*Active) {
 // startTimer starts what f does to the whole connection after a while:
 // reset-peer resets it, timeout D (D > 0) closes it; c.mu is held.
 func (c *connFaults) startTimer(f *labkit.Fault) {
-	if f.Kind != labkit.FaultResetPeer && (f.Kind != labkit.FaultTimeout || f.Delay <= 0) {
+	if !timed(f) {
 		return
 	}
 	if !c.live {
 		c.later = append(c.later, f)
 		return
 	}
+	c.setTimer(f, c.p.now())
+}
+
+// setTimer arms f's timer to fire f.Delay after since (at once when that
+// has passed), replacing the one under its name; c.mu is held.
+func (c *connFaults) setTimer(f *labkit.Fault, since time.Time) {
 	if c.timers == nil {
-		c.timers = map[string]*time.Timer{}
+		c.timers = map[string]connTimer{}
 	}
-	c.timers[f.Name] = time.AfterFunc(f.Delay, func() { c.r.close(true) })
+	c.timers[f.Name] = connTimer{
+		t:    time.AfterFunc(max(0, f.Delay-c.p.now().Sub(since)), func() { c.r.close(true) }),
+		kind: f.Kind, delay: f.Delay, since: since,
+	}
+}
+
+// retime applies a change of an applied fault (PUT under its name) to
+// the connection's timers: a new D counts from when the old one began,
+// a fault that no longer acts after a while stops its timer; c.mu is
+// held.
+func (c *connFaults) retime(f *labkit.Fault) {
+	if !c.live {
+		c.later = slices.DeleteFunc(c.later, func(l *labkit.Fault) bool { return l.Name == f.Name })
+		c.startTimer(f)
+		return
+	}
+	old, ok := c.timers[f.Name]
+	if ok && timed(f) && old.kind == f.Kind && old.delay == f.Delay {
+		return
+	}
+	since := c.opened
+	if ok {
+		old.t.Stop()
+		delete(c.timers, f.Name)
+		since = old.since
+	}
+	if timed(f) {
+		c.setTimer(f, since)
+	}
 }
 
 // begin starts the timers drawn while the upstream was being dialled.
 func (c *connFaults) begin() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.live = true
+	c.live, c.opened = true, c.p.now()
 	for _, f := range c.later {
 		c.startTimer(f)
 	}
@@ -290,7 +347,7 @@ func (c *connFaults) stop() {
 	defer c.mu.Unlock()
 	c.done = true
 	for _, t := range c.timers {
-		t.Stop()
+		t.t.Stop()
 	}
 }
 

@@ -409,3 +409,42 @@ func TestTCPFaultAddedMidConnection(t *testing.T) {
 		t.Errorf("%d bytes up, %d down; want 6, 5", s.BytesUp, s.BytesDown)
 	}
 }
+
+// TestTCPResetPeerChangedMidConnection: a reset-peer changed with Put
+// while a connection is open acts with its new wait, counted from when
+// the connection opened, on the connection's next chunk.
+func TestTCPResetPeerChangedMidConnection(t *testing.T) {
+	p, err := StartTCP(Config{Name: "echo", Upstream: echoServer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	addFault(t, p.Faults(), "reset-peer 10m name=cut")
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 2)
+	if _, err := io.WriteString(c, "ab"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ab" {
+		t.Fatalf("before the change: %q %v", buf, err)
+	}
+	f, err := p.Faults().Parse("reset-peer 1ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if added, err := p.Faults().Put("cut", f); err != nil || added {
+		t.Fatalf("Put = %v, %v; want the fault replaced", added, err)
+	}
+	io.WriteString(c, "cd")
+	if got, err := io.ReadAll(c); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after the change: read %q, %v; want a reset well before the 10-minute wait", got, err)
+	}
+	if fc, _ := p.Faults().Get("cut"); fc.Matched != 1 || fc.Applied != 1 {
+		t.Errorf("the fault counts %+v; want it matched and applied once", fc)
+	}
+}
