@@ -269,10 +269,17 @@ func (d *Dashboard) attach(name string, set func(*dep)) error {
 	return nil
 }
 
+// queueSpacing bounds the store's time spent counting the queues: after
+// a count that took d, the next starts no sooner than queueSpacing×d
+// later, so a store whose counts are slow (a million jobs) spends at most
+// about a tenth of its time on a dashboard.
+const queueSpacing = 10
+
 // Run samples every Config.Interval until ctx ends: the dependencies
 // (Sample) and the queues (SampleQueues, in a goroutine of its own so that
-// a slow database does not hold the dependencies back). Redrives started
-// from the page run in ctx.
+// a slow database does not hold the dependencies back; a count that took
+// d waits 10×d before the next, so a slow store is sampled less often).
+// Redrives started from the page run in ctx.
 func (d *Dashboard) Run(ctx context.Context) {
 	d.qmu.Lock()
 	d.ctx = ctx
@@ -284,10 +291,16 @@ func (d *Dashboard) Run(ctx context.Context) {
 		queues = make(chan time.Time, 1)
 		defer close(queues)
 		go func() {
+			var next time.Time
 			for now := range queues {
+				if now.Before(next) {
+					continue
+				}
+				start := time.Now()
 				qctx, cancel := context.WithTimeout(ctx, opTimeout)
 				d.SampleQueues(qctx, now)
 				cancel()
+				next = now.Add(queueSpacing * time.Since(start))
 			}
 		}()
 	}
