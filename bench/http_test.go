@@ -8,13 +8,16 @@ package bench
 //	                   gateway counts attempts, the peak in 200 ms and the
 //	                   callers that were served (go test -run HTTPOutage -v)
 //	BenchmarkHTTPSuccess/<lib>  one successful GET over loopback (stagger-timeout:
-//	                   with Policy.Timeout, so each attempt has a deadline)
+//	                   with Policy.Timeout, so each attempt has a deadline;
+//	                   net-http+ledger: net/http alone sending stagger's
+//	                   ledger headers, the wire format's own cost)
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -274,11 +277,22 @@ func BenchmarkHTTPSuccess(b *testing.B) {
 		req.Header[labkit.HeaderRequestID] = []string{"bench"}
 		return req
 	}
+	// net/http alone sending the ledger a stagger call sends (attempt 1 of
+	// outageMaxAttempts, the request ID above): what the wire format costs
+	// both sides, with none of stagger's code.
+	attempt, budget := []string{"1"}, []string{strconv.Itoa(outageMaxAttempts)}
+	newLedgerReq := func() *http.Request {
+		req := newReq()
+		req.Header[retryhttp.AttemptHeader] = attempt
+		req.Header[retryhttp.MaxAttemptsHeader] = budget
+		return req
+	}
 	for _, c := range []struct {
 		name string
 		get  func() (*http.Response, error)
 	}{
 		{"net-http", func() (*http.Response, error) { return plain.Do(newReq()) }},
+		{"net-http+ledger", func() (*http.Response, error) { return plain.Do(newLedgerReq()) }},
 		{"stagger", func() (*http.Response, error) { return sc.Do(newReq()) }},
 		{"stagger-timeout", func() (*http.Response, error) { return st.Do(newReq()) }},
 		{"go-retryablehttp", func() (*http.Response, error) {
