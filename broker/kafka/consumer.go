@@ -606,10 +606,10 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 }
 
 // handle runs one record of a poll that returned at start, whose headers
-// read sc. It returns the
-// record to produce (a retry or a dead letter; nil after success), or, when
-// mayPause, a non-zero due time when the record must wait (without, a
-// record that is not due is parked again in its tier). kept reports a
+// read sc. It returns the record to produce (a retry or a dead letter; nil
+// after success), or, when mayPause, a non-zero due time when the record
+// must wait (without, a record that is not due is parked again in its
+// tier). kept reports a
 // handler failed by ctx's end (broker.Interrupted): not an attempt, so the
 // record must be neither forwarded nor committed (the next session handles
 // it again).
