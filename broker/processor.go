@@ -100,6 +100,10 @@ type Processor struct {
 	Trace retry.Propagator
 }
 
+// handlerContexts makes the handlers' contexts, a block of them at a time,
+// for every Processor (a Processor is a value its users may copy).
+var handlerContexts retry.DeliveryContexts
+
 // WithTrace returns ctx with the trace context of a message whose headers
 // get reads, through Trace: ctx itself when Trace is nil or the message
 // carries no traceparent. An adapter passes the result to Process.
@@ -191,7 +195,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		dup bool
 		err error
 	)
-	if hctx := s.Delivery.NewContext(s.Context()); p.Inbox != nil && id != "" {
+	if hctx := handlerContexts.NewContext(s.Context(), &s.Delivery); p.Inbox != nil && id != "" {
 		dup, err = p.inbox(hctx, id, payload)
 	} else {
 		err = p.Handler(hctx, payload)

@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,11 +73,60 @@ func (c *deliveryCtx) String() string { return "retry.Delivery.NewContext" }
 // Source and Deadline, for DeliveryFrom (one allocation): what a driver
 // hands its Handler. Counts beyond 2³¹−1 are clamped.
 func (d Delivery) NewContext(ctx context.Context) context.Context {
-	c := &deliveryCtx{Context: ctx, id: d.ID, source: d.Source,
-		attempt: clamp32(d.Attempt), max: clamp32(d.MaxAttempts)}
+	c := new(deliveryCtx)
+	c.set(ctx, &d)
+	return c
+}
+
+func (c *deliveryCtx) set(ctx context.Context, d *Delivery) {
+	c.Context, c.id, c.source = ctx, d.ID, d.Source
+	c.attempt, c.max = clamp32(d.Attempt), clamp32(d.MaxAttempts)
 	if !d.Deadline.IsZero() {
 		c.deadline = d.Deadline.UnixNano()
 	}
+}
+
+// DeliveryContexts makes the contexts of Delivery.NewContext for a driver
+// that hands out many, carving them from blocks allocated 63 at a time:
+// one allocation per 63 contexts instead of one each. The zero value is
+// ready to use, and it is safe for concurrent use; it must not be copied
+// after first use.
+//
+// A context is never reused: each belongs to its handler for as long as
+// the handler keeps it, also after the handler returned (a goroutine it
+// started, a value it stored), and DeliveryFrom reads the same Delivery
+// from it at any time. The price of keeping one is its block: a context
+// still referenced keeps its whole block (4 KiB) and what the block's
+// other contexts refer to (their parents and IDs) from being collected.
+type DeliveryContexts struct {
+	cur atomic.Pointer[ctxBlock]
+}
+
+// ctxBlock is 63 contexts and the count of those handed out: 4040 bytes,
+// in the runtime's 4 KiB size class.
+type ctxBlock struct {
+	n atomic.Uint32
+	c [63]deliveryCtx
+}
+
+// NewContext is d.NewContext(ctx), allocating once per block.
+func (b *DeliveryContexts) NewContext(ctx context.Context, d *Delivery) context.Context {
+	var c *deliveryCtx
+	if blk := b.cur.Load(); blk != nil {
+		// Each index is handed out once: a slot is its caller's alone.
+		if i := blk.n.Add(1) - 1; i < uint32(len(blk.c)) {
+			c = &blk.c[i]
+		}
+	}
+	if c == nil {
+		// The block is used up (or there is none): a new one. Callers
+		// racing here each make one; the blocks lost are only space.
+		blk := new(ctxBlock)
+		blk.n.Store(1)
+		b.cur.Store(blk)
+		c = &blk.c[0]
+	}
+	c.set(ctx, d)
 	return c
 }
 

@@ -291,6 +291,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 	var (
 		work   chan polled
 		paused *pauser
+		ids    = new(idCutter) // handlePoll's: one goroutine calls it
 	)
 	if s.retry {
 		paused = &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
@@ -301,7 +302,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 		go func() {
 			defer close(done)
 			for b := range work {
-				c.handlePoll(ctx, sctx, cl, t, b, nil)
+				c.handlePoll(ctx, sctx, cl, t, b, nil, ids)
 			}
 		}()
 		defer func() {
@@ -328,7 +329,7 @@ func (c *Consumer) consume(ctx, sctx context.Context, stop context.CancelCauseFu
 		b := polled{fetches: fetches, poll: t.open(), at: c.now()}
 		if paused != nil {
 			paused.resume(cl, b.at)
-			c.handlePoll(ctx, sctx, cl, t, b, paused)
+			c.handlePoll(ctx, sctx, cl, t, b, paused, ids)
 		} else {
 			work <- b
 		}
@@ -357,18 +358,20 @@ type polled struct {
 // handled are not committed: the next session reads them). With paused
 // (retry stages), a record that is not due pauses its partition; without
 // (the main stage) it is parked again in its tier.
-func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *tracker, b polled, paused *pauser) {
+func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *tracker, b polled, paused *pauser, ids *idCutter) {
 	pctx := context.WithoutCancel(ctx) // forwards are not failed by shutdown
 	promise := func(_ *kgo.Record, err error) { t.forwarded(b.poll, err) }
 	b.fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		var last *kgo.Record
-		for _, r := range p.Records {
+		ids.cut(p.Records)
+		for i, r := range p.Records {
 			if sctx.Err() != nil {
 				break
 			}
-			out, due, kept := c.handle(ctx, r, b.at, paused != nil)
+			sc := ids.scan(p.Records, i)
+			out, due, kept := c.handle(ctx, r, &sc, b.at, paused != nil)
 			if !due.IsZero() && c.waitDue(sctx, paused, due) {
-				out, due, kept = c.handle(ctx, r, b.at, true)
+				out, due, kept = c.handle(ctx, r, &sc, b.at, true)
 			}
 			if kept {
 				break // shutting down: neither committed nor forwarded
@@ -521,6 +524,7 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 
 	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
 	defer paused.w.Stop()
+	var ids idCutter
 	for {
 		pctx, cancel := c.pollContext(ctx, paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
@@ -543,7 +547,8 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 			kept    bool
 		)
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			for _, r := range p.Records {
+			ids.cut(p.Records)
+			for i, r := range p.Records {
 				if kept {
 					return
 				}
@@ -551,9 +556,10 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 					out *kgo.Record
 					due time.Time
 				)
-				out, due, kept = c.handle(ctx, r, now, true)
+				sc := ids.scan(p.Records, i)
+				out, due, kept = c.handle(ctx, r, &sc, now, true)
 				if !due.IsZero() && c.waitDue(ctx, paused, due) {
-					out, due, kept = c.handle(ctx, r, now, true)
+					out, due, kept = c.handle(ctx, r, &sc, now, true)
 				}
 				if kept {
 					return
@@ -599,15 +605,15 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 	}
 }
 
-// handle runs one record of a poll that returned at start. It returns the
-// record to produce (a retry or a dead letter; nil after success), or, when
-// mayPause, a non-zero due time when the record must wait (without, a
-// record that is not due is parked again in its tier). kept reports a
+// handle runs one record of a poll that returned at start, whose headers
+// read sc. It returns the record to produce (a retry or a dead letter; nil
+// after success), or, when mayPause, a non-zero due time when the record
+// must wait (without, a record that is not due is parked again in its
+// tier). kept reports a
 // handler failed by ctx's end (broker.Interrupted): not an attempt, so the
 // record must be neither forwarded nor committed (the next session handles
 // it again).
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record, start time.Time, mayPause bool) (out *kgo.Record, due time.Time, kept bool) {
-	sc := scanHeaders(r)
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, sc *headerScan, start time.Time, mayPause bool) (out *kgo.Record, due time.Time, kept bool) {
 	var (
 		st  broker.State
 		co  coords // the original record's coordinates
@@ -674,14 +680,61 @@ type headerScan struct {
 }
 
 // scanHeaders reads r's headers once.
-func scanHeaders(r *kgo.Record) (sc headerScan) {
+func scanHeaders(r *kgo.Record) headerScan {
+	sc, id := scanRecord(r)
+	sc.id = string(id)
+	return sc
+}
+
+// idCutter makes the IDs of a partition's records of a poll with one
+// allocation instead of one each: cut copies them into one string, and
+// scan slices each record's from it. A handler that keeps its Delivery's ID
+// keeps that string alive (those records' IDs), not the fetched batch the
+// headers are in. Its buffers are reused from poll to poll by the one
+// goroutine that handles a stage's polls.
+type idCutter struct {
+	buf  []byte
+	ends []int // ends[i]: where record i's ID ends in all
+	all  string
+}
+
+// cut reads the IDs of rs.
+func (c *idCutter) cut(rs []*kgo.Record) {
+	c.buf, c.ends = c.buf[:0], c.ends[:0]
+	for _, r := range rs {
+		for _, h := range r.Headers {
+			if h.Key == broker.HeaderID {
+				c.buf = append(c.buf, h.Value...)
+				break
+			}
+		}
+		c.ends = append(c.ends, len(c.buf))
+	}
+	c.all = string(c.buf)
+}
+
+// scan is scanHeaders of rs[i], rs given to cut, its ID sliced from the
+// string cut made.
+func (c *idCutter) scan(rs []*kgo.Record, i int) headerScan {
+	sc, _ := scanRecord(rs[i])
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	sc.id = c.all[start:c.ends[i]]
+	return sc
+}
+
+// scanRecord is scanHeaders with the ID's bytes, r's own, left uncopied
+// (sc.id is not set).
+func scanRecord(r *kgo.Record) (sc headerScan, id []byte) {
 	const ours = "x-stagger-"
 	found := false
 	for _, h := range r.Headers {
 		switch {
 		case h.Key == broker.HeaderID:
 			if !found {
-				sc.id, found = string(h.Value), true
+				id, found = h.Value, true
 			}
 		case h.Key == HeaderState:
 			if sc.state == nil {
@@ -694,7 +747,7 @@ func scanHeaders(r *kgo.Record) (sc headerScan) {
 			sc.legacy = true
 		}
 	}
-	return sc
+	return sc, id
 }
 
 // headerGetter reads r's headers by key (the first of a repeated key).

@@ -157,3 +157,39 @@ func BenchmarkForwardRetry(b *testing.B) {
 		_ = forward(r, "orders-retry-1m", got, co, true, false)
 	}
 }
+
+// TestIDCutter: idCutter reads each record as scanHeaders does, its IDs
+// cut from one string, with one allocation per batch once its buffers
+// have grown.
+func TestIDCutter(t *testing.T) {
+	h := func(kv ...string) []kgo.RecordHeader {
+		var hs []kgo.RecordHeader
+		for i := 0; i < len(kv); i += 2 {
+			hs = append(hs, kgo.RecordHeader{Key: kv[i], Value: []byte(kv[i+1])})
+		}
+		return hs
+	}
+	rs := []*kgo.Record{
+		{Headers: h(broker.HeaderID, "m1")},
+		{},                                // no headers
+		{Headers: h(broker.HeaderID, "")}, // an empty ID
+		{Headers: h("other", "x", broker.HeaderID, "m-long-id-4", broker.HeaderID, "second")},
+		{Headers: h(HeaderState, "1;2", broker.HeaderID, "m5")},
+		{Headers: h(broker.HeaderAttempt, "2")}, // a legacy header, no ID
+	}
+	var c idCutter
+	for _, batch := range [][]*kgo.Record{rs, rs[3:], rs[:1], nil} {
+		c.cut(batch)
+		for i, r := range batch {
+			want := scanHeaders(r)
+			if got := c.scan(batch, i); got.id != want.id || string(got.state) != string(want.state) ||
+				(got.state == nil) != (want.state == nil) || got.legacy != want.legacy {
+				t.Errorf("record %d of %d: idCutter %+v, scanHeaders %+v", i, len(batch), got, want)
+			}
+		}
+	}
+	c.cut(rs)
+	if n := testing.AllocsPerRun(100, func() { c.cut(rs) }); n > 1 {
+		t.Errorf("idCutter.cut of %d records: %v allocs, want at most 1 (the IDs)", len(rs), n)
+	}
+}
