@@ -26,7 +26,7 @@ func BenchmarkProcessSuccess(b *testing.B) {
 // BenchmarkProcessSuccessAt is the success path of an adapter that passes
 // the time it received the delivery (Kafka: once per poll): no clock read.
 // It allocates nothing per message: the context carrying the Delivery
-// comes from a block of 63 (retry.DeliveryContexts; TestProcessSuccessAllocs
+// comes from a block of 63 (retrydriver.DeliveryContexts; TestProcessSuccessAllocs
 // holds it to that).
 func BenchmarkProcessSuccessAt(b *testing.B) {
 	p := &broker.Processor{Handler: func(context.Context, []byte) error { return nil }, Source: "bench"}
@@ -42,7 +42,7 @@ func BenchmarkProcessSuccessAt(b *testing.B) {
 
 // TestProcessSuccessAllocs: the success path allocates less than once per
 // message (the Delivery's context comes from a block of 63,
-// retry.DeliveryContexts), with or without a Policy.
+// retrydriver.DeliveryContexts), with or without a Policy.
 func TestProcessSuccessAllocs(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now()

@@ -102,7 +102,7 @@ type Processor struct {
 
 // handlerContexts makes the handlers' contexts, a block of them at a time,
 // for every Processor (a Processor is a value its users may copy).
-var handlerContexts retry.DeliveryContexts
+var handlerContexts retrydriver.DeliveryContexts
 
 // WithTrace returns ctx with the trace context of a message whose headers
 // get reads, through Trace: ctx itself when Trace is nil or the message

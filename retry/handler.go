@@ -2,9 +2,9 @@ package retry
 
 import (
 	"context"
-	"math"
-	"sync/atomic"
 	"time"
+
+	"github.com/staggerhq/stagger/internal/stepcore"
 )
 
 // Handler processes one unit of work — a job's payload, a message's body —
@@ -46,102 +46,26 @@ type Delivery struct {
 	Prev time.Duration
 }
 
-type deliveryKey struct{}
-
-// deliveryCtx carries what a handler needs of a Delivery in one small
-// allocation (64 bytes): Value hands out the context itself (no boxing),
-// and every other key goes to the parent, so cancellation and deadlines
-// propagate as for any derived context. First and Prev, the driver's own
-// bookkeeping, are not carried.
-type deliveryCtx struct {
-	context.Context
-	id, source   string
-	attempt, max int32
-	deadline     int64 // Unix ns; 0: none
-}
-
-func (c *deliveryCtx) Value(key any) any {
-	if _, ok := key.(deliveryKey); ok {
-		return c
-	}
-	return c.Context.Value(key)
-}
-
-func (c *deliveryCtx) String() string { return "retry.Delivery.NewContext" }
-
 // NewContext returns a child of ctx carrying d's ID, Attempt, MaxAttempts,
-// Source and Deadline, for DeliveryFrom (one allocation): what a driver
-// hands its Handler. Counts beyond 2³¹−1 are clamped.
+// Source and Deadline, for DeliveryFrom (one allocation of 64 bytes): what
+// a driver hands its Handler. Counts beyond 2³¹−1 are clamped. A driver
+// that hands out many can take them from retrydriver.DeliveryContexts.
 func (d Delivery) NewContext(ctx context.Context) context.Context {
-	c := new(deliveryCtx)
-	c.set(ctx, &d)
+	c := new(stepcore.DeliveryCtx)
+	c.Set(ctx, d.ID, d.Source, d.Attempt, d.MaxAttempts, d.Deadline)
 	return c
 }
-
-func (c *deliveryCtx) set(ctx context.Context, d *Delivery) {
-	c.Context, c.id, c.source = ctx, d.ID, d.Source
-	c.attempt, c.max = clamp32(d.Attempt), clamp32(d.MaxAttempts)
-	if !d.Deadline.IsZero() {
-		c.deadline = d.Deadline.UnixNano()
-	}
-}
-
-// DeliveryContexts makes the contexts of Delivery.NewContext for a driver
-// that hands out many, carving them from blocks allocated 63 at a time:
-// one allocation per 63 contexts instead of one each. The zero value is
-// ready to use, and it is safe for concurrent use; it must not be copied
-// after first use.
-//
-// A context is never reused: each belongs to its handler for as long as
-// the handler keeps it, also after the handler returned (a goroutine it
-// started, a value it stored), and DeliveryFrom reads the same Delivery
-// from it at any time. The price of keeping one is its block: a context
-// still referenced keeps its whole block (4 KiB) and what the block's
-// other contexts refer to (their parents and IDs) from being collected.
-type DeliveryContexts struct {
-	cur atomic.Pointer[ctxBlock]
-}
-
-// ctxBlock is 63 contexts and the count of those handed out: 4040 bytes,
-// in the runtime's 4 KiB size class.
-type ctxBlock struct {
-	n atomic.Uint32
-	c [63]deliveryCtx
-}
-
-// NewContext is d.NewContext(ctx), allocating once per block.
-func (b *DeliveryContexts) NewContext(ctx context.Context, d *Delivery) context.Context {
-	var c *deliveryCtx
-	if blk := b.cur.Load(); blk != nil {
-		// Each index is handed out once: a slot is its caller's alone.
-		if i := blk.n.Add(1) - 1; i < uint32(len(blk.c)) {
-			c = &blk.c[i]
-		}
-	}
-	if c == nil {
-		// The block is used up (or there is none): a new one. Callers
-		// racing here each make one; the blocks lost are only space.
-		blk := new(ctxBlock)
-		blk.n.Store(1)
-		b.cur.Store(blk)
-		c = &blk.c[0]
-	}
-	c.set(ctx, d)
-	return c
-}
-
-func clamp32(n int) int32 { return int32(min(max(n, 0), math.MaxInt32)) }
 
 // DeliveryFrom returns the Delivery a driver put in ctx: its ID, Attempt,
 // MaxAttempts, Source and Deadline (First and Prev stay with the driver).
 func DeliveryFrom(ctx context.Context) (Delivery, bool) {
-	c, ok := ctx.Value(deliveryKey{}).(*deliveryCtx)
+	c, ok := ctx.Value(stepcore.DeliveryKey{}).(*stepcore.DeliveryCtx)
 	if !ok || c == nil {
 		return Delivery{}, false
 	}
-	d := Delivery{ID: c.id, Source: c.source, Attempt: int(c.attempt), MaxAttempts: int(c.max)}
-	if c.deadline != 0 {
-		d.Deadline = time.Unix(0, c.deadline)
+	d := Delivery{ID: c.ID, Source: c.Source, Attempt: int(c.Attempt), MaxAttempts: int(c.Max)}
+	if c.DeadlineNs != 0 {
+		d.Deadline = time.Unix(0, c.DeadlineNs)
 	}
 	return d, true
 }
