@@ -144,18 +144,17 @@ func UpstreamAttempt(ctx context.Context) (int, bool) {
 	return n, ok && n > 0
 }
 
-// ledgerMD is the ledger's metadata of an incoming call, read key by key:
+// ledgerMD is the ledger's metadata of an admitted call, read key by key:
 // metadata.ValueFromIncomingContext copies the one key asked for, where
 // FromIncomingContext would copy every key the call carries.
 type ledgerMD struct {
-	attempt, id, budget []string
+	id, budget []string
 }
 
 func readLedger(ctx context.Context) ledgerMD {
 	return ledgerMD{
-		attempt: metadata.ValueFromIncomingContext(ctx, AttemptKey),
-		id:      metadata.ValueFromIncomingContext(ctx, RequestIDKey),
-		budget:  metadata.ValueFromIncomingContext(ctx, MaxAttemptsKey),
+		id:     metadata.ValueFromIncomingContext(ctx, RequestIDKey),
+		budget: metadata.ValueFromIncomingContext(ctx, MaxAttemptsKey),
 	}
 }
 
@@ -163,9 +162,9 @@ func readLedger(ctx context.Context) ledgerMD {
 // values from the wire (internal/wire): stagger-attempt in [1, 2^20], else
 // grpc-previous-rpc-attempts + 1 in the same range; 0 when unmarked or
 // unreadable (a value out of range or not a decimal integer).
-func attempt(ctx context.Context, l ledgerMD) int {
-	if len(l.attempt) > 0 {
-		if n, ok := wire.ParseAttempt(l.attempt[0]); ok {
+func attempt(ctx context.Context) int {
+	if v := metadata.ValueFromIncomingContext(ctx, AttemptKey); len(v) > 0 {
+		if n, ok := wire.ParseAttempt(v[0]); ok {
 			return n
 		}
 	}
@@ -208,8 +207,7 @@ func (s *Server) bounded(ctx context.Context) (context.Context, context.CancelFu
 // admit counts a call and takes its slot; it returns the handler's context,
 // or an error when the call is shed.
 func (s *Server) admit(ctx context.Context) (context.Context, error) {
-	l := readLedger(ctx)
-	n := attempt(ctx, l)
+	n := attempt(ctx)
 	s.byAttempt[min(n, TrackedAttempts)].Add(1)
 	if s.Limiter != nil && !s.Limiter.TryAcquire() {
 		s.shed.Add(1)
@@ -222,6 +220,7 @@ func (s *Server) admit(ctx context.Context) (context.Context, error) {
 		}
 		return nil, status.Error(codes.Unavailable, "staggergrpc: overloaded, call shed")
 	}
+	l := readLedger(ctx)
 	d := s.delivery(ctx, l, n)
 	return d.NewContext(WithUpstreamAttempt(checkedID(ctx, l), max(n, 1))), nil
 }
