@@ -21,12 +21,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/staggerhq/stagger/backoff"
 	staggergrpc "github.com/staggerhq/stagger/grpc"
 	"github.com/staggerhq/stagger/retry"
+	"github.com/staggerhq/stagger/retry/retrydriver"
 )
 
 type benchHealth struct {
@@ -56,6 +58,7 @@ const (
 type grpcClient struct {
 	name string
 	opts func(b *testing.B) []grpc.DialOption
+	srv  []grpc.ServerOption // the server's interceptors, if any
 }
 
 func grpcClients() []grpcClient {
@@ -69,25 +72,38 @@ func grpcClients() []grpcClient {
 		}
 	}
 	return []grpcClient{
-		{"plain", func(*testing.B) []grpc.DialOption { return []grpc.DialOption{grpc.WithDisableRetry()} }},
+		{"plain", func(*testing.B) []grpc.DialOption { return []grpc.DialOption{grpc.WithDisableRetry()} }, nil},
 		{"grpc-go-retry", func(*testing.B) []grpc.DialOption {
 			return []grpc.DialOption{grpc.WithDefaultServiceConfig(grpcServiceConfig)}
-		}},
+		}, nil},
 		{"grpc-go-retry-throttled", func(*testing.B) []grpc.DialOption {
 			return []grpc.DialOption{grpc.WithDefaultServiceConfig(grpcServiceConfigThrottled)}
-		}},
-		{"stagger", stagger(grpcServiceConfig)},
-		{"stagger-throttled", stagger(grpcServiceConfigThrottled)},
+		}, nil},
+		{"grpc-go-retry-keys", func(*testing.B) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithDefaultServiceConfig(grpcServiceConfig), grpc.WithChainUnaryInterceptor(ledgerKeys)}
+		}, nil},
+		{"stagger", stagger(grpcServiceConfig), nil},
+		{"stagger-throttled", stagger(grpcServiceConfigThrottled), nil},
 		{"stagger-policy", func(*testing.B) []grpc.DialOption {
 			c := &staggergrpc.Client{Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}}
 			return []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(c.Unary())}
-		}},
+		}, nil},
+		{"stagger-server", stagger(grpcServiceConfig),
+			[]grpc.ServerOption{grpc.ChainUnaryInterceptor((&staggergrpc.Server{}).Unary())}},
 	}
 }
 
-func bufconnClient(b *testing.B, h *benchHealth, opts []grpc.DialOption) healthpb.HealthClient {
+// ledgerKeys sends the metadata of a Client's first attempt (attempt,
+// request ID, budget) and nothing else.
+func ledgerKeys(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx = metadata.AppendToOutgoingContext(ctx, staggergrpc.AttemptKey, "1",
+		staggergrpc.RequestIDKey, retrydriver.NewID(), staggergrpc.MaxAttemptsKey, "3")
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func bufconnClient(b *testing.B, h *benchHealth, opts []grpc.DialOption, srv ...grpc.ServerOption) healthpb.HealthClient {
 	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer()
+	s := grpc.NewServer(srv...)
 	healthpb.RegisterHealthServer(s, h)
 	go s.Serve(lis)
 	b.Cleanup(s.Stop)
@@ -104,7 +120,7 @@ func bufconnClient(b *testing.B, h *benchHealth, opts []grpc.DialOption) healthp
 func BenchmarkGRPCSuccess(b *testing.B) {
 	for _, c := range grpcClients() {
 		b.Run(c.name, func(b *testing.B) {
-			hc := bufconnClient(b, &benchHealth{}, c.opts(b))
+			hc := bufconnClient(b, &benchHealth{}, c.opts(b), c.srv...)
 			ctx := context.Background()
 			req := &healthpb.HealthCheckRequest{}
 			b.ReportAllocs()
@@ -127,7 +143,7 @@ func BenchmarkGRPCOutage(b *testing.B) {
 		}
 		b.Run(c.name, func(b *testing.B) {
 			h := &benchHealth{down: true}
-			hc := bufconnClient(b, h, c.opts(b))
+			hc := bufconnClient(b, h, c.opts(b), c.srv...)
 			ctx := context.Background()
 			req := &healthpb.HealthCheckRequest{}
 			calls := 0

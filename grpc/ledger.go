@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/staggerhq/stagger/internal/wire"
 	"github.com/staggerhq/stagger/retry"
 )
@@ -69,13 +67,13 @@ func budgetValue(n int) string {
 // readable value, the attempt number n (1 for an unmarked call), the
 // budget clamped to MaxAttempts, and the handler's deadline (grpc-timeout
 // clamped to MaxTimeout). It also counts the call against the repeat table.
-func (s *Server) delivery(ctx context.Context, md metadata.MD, n int) retry.Delivery {
+func (s *Server) delivery(ctx context.Context, l ledgerMD, n int) retry.Delivery {
 	d := retry.Delivery{Attempt: max(n, 1), Source: "grpc"}
-	if v := md.Get(RequestIDKey); len(v) == 1 && wire.ValidID(v[0]) {
-		d.ID = v[0]
+	if len(l.id) == 1 && wire.ValidID(l.id[0]) {
+		d.ID = l.id[0]
 	}
-	if v := md.Get(MaxAttemptsKey); len(v) == 1 {
-		d.MaxAttempts, _ = wire.ParseMaxAttempts(v[0], s.MaxAttempts)
+	if len(l.budget) == 1 {
+		d.MaxAttempts, _ = wire.ParseMaxAttempts(l.budget[0], s.MaxAttempts)
 	}
 	d.Deadline, _ = ctx.Deadline()
 	if d.ID != "" && s.MaxIDs >= 0 {

@@ -144,17 +144,31 @@ func UpstreamAttempt(ctx context.Context) (int, bool) {
 	return n, ok && n > 0
 }
 
+// ledgerMD is the ledger's metadata of an admitted call, read key by key:
+// metadata.ValueFromIncomingContext copies the one key asked for, where
+// FromIncomingContext would copy every key the call carries.
+type ledgerMD struct {
+	id, budget []string
+}
+
+func readLedger(ctx context.Context) ledgerMD {
+	return ledgerMD{
+		id:     metadata.ValueFromIncomingContext(ctx, RequestIDKey),
+		budget: metadata.ValueFromIncomingContext(ctx, MaxAttemptsKey),
+	}
+}
+
 // attempt reads the attempt number of an incoming call by the rule for
 // values from the wire (internal/wire): stagger-attempt in [1, 2^20], else
 // grpc-previous-rpc-attempts + 1 in the same range; 0 when unmarked or
 // unreadable (a value out of range or not a decimal integer).
-func attempt(md metadata.MD) int {
-	if v := md.Get(AttemptKey); len(v) > 0 {
+func attempt(ctx context.Context) int {
+	if v := metadata.ValueFromIncomingContext(ctx, AttemptKey); len(v) > 0 {
 		if n, ok := wire.ParseAttempt(v[0]); ok {
 			return n
 		}
 	}
-	if v := md.Get(PreviousAttemptsKey); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, PreviousAttemptsKey); len(v) > 0 {
 		if n, ok := wire.ParsePreviousAttempts(v[0]); ok {
 			return n
 		}
@@ -165,12 +179,11 @@ func attempt(md metadata.MD) int {
 // checkedID returns ctx with the incoming request ID removed when it
 // breaks the rule for IDs from the wire (wire.ValidID), so a Client call
 // the handler makes forwards a fresh ID instead.
-func checkedID(ctx context.Context, md metadata.MD) context.Context {
-	v := md.Get(RequestIDKey)
-	if len(v) == 0 || len(v) == 1 && wire.ValidID(v[0]) {
+func checkedID(ctx context.Context, l ledgerMD) context.Context {
+	if len(l.id) == 0 || len(l.id) == 1 && wire.ValidID(l.id[0]) {
 		return ctx
 	}
-	md = md.Copy()
+	md, _ := metadata.FromIncomingContext(ctx) // a copy
 	delete(md, RequestIDKey)
 	return metadata.NewIncomingContext(ctx, md)
 }
@@ -194,8 +207,7 @@ func (s *Server) bounded(ctx context.Context) (context.Context, context.CancelFu
 // admit counts a call and takes its slot; it returns the handler's context,
 // or an error when the call is shed.
 func (s *Server) admit(ctx context.Context) (context.Context, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	n := attempt(md)
+	n := attempt(ctx)
 	s.byAttempt[min(n, TrackedAttempts)].Add(1)
 	if s.Limiter != nil && !s.Limiter.TryAcquire() {
 		s.shed.Add(1)
@@ -208,8 +220,9 @@ func (s *Server) admit(ctx context.Context) (context.Context, error) {
 		}
 		return nil, status.Error(codes.Unavailable, "staggergrpc: overloaded, call shed")
 	}
-	d := s.delivery(ctx, md, n)
-	return d.NewContext(WithUpstreamAttempt(checkedID(ctx, md), max(n, 1))), nil
+	l := readLedger(ctx)
+	d := s.delivery(ctx, l, n)
+	return d.NewContext(WithUpstreamAttempt(checkedID(ctx, l), max(n, 1))), nil
 }
 
 func (s *Server) release(err error) {
