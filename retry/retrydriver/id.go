@@ -2,7 +2,6 @@ package retrydriver
 
 import (
 	"math/rand/v2"
-	"strings"
 	"sync/atomic"
 )
 
@@ -37,14 +36,13 @@ var idBlocks atomic.Pointer[idBlock]
 
 func newIDBlock() *idBlock {
 	const hex = "0123456789abcdef"
-	var sb strings.Builder
-	sb.Grow(16 * idsPerBlock)
-	for range idsPerBlock {
+	var b [16 * idsPerBlock]byte
+	for i := 0; i < len(b); i += 16 {
 		v := rand.Uint64()
-		for range 16 {
-			sb.WriteByte(hex[v>>60])
-			v <<= 4
+		for j := i + 15; j >= i; j-- {
+			b[j] = hex[v&15]
+			v >>= 4
 		}
 	}
-	return &idBlock{s: sb.String()}
+	return &idBlock{s: string(b[:])}
 }
