@@ -116,7 +116,11 @@ func TestHotPathPlans(t *testing.T) {
 	for name, c := range map[string]struct {
 		sql  string
 		args []any
-	}{"outcome": {s.RecordSQL(), postgres.RecordArgs(big)}, "done": {s.DoneSQL(), postgres.DoneArgs(big)}} {
+	}{
+		"outcome":   {s.RecordSQL(), postgres.RecordArgs(big)},
+		"done":      {s.DoneSQL(), postgres.DoneArgs(big)},
+		"heartbeat": {s.ExtendSQL(), []any{postgres.DoneArgs(big)[0], postgres.DoneArgs(big)[1], now + 2000, now}},
+	} {
 		plan = explain(postgres.ClaimPlan, c.sql, c.args...)
 		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Hash Join") || strings.Contains(plan, "Merge Join") ||
 			!strings.Contains(plan, "stagger_jobs_pkey") {

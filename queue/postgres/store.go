@@ -881,13 +881,28 @@ func doneArgs(outcomes []queue.Outcome) []any {
 }
 
 // scanRecorded reads the ordinals that recordSQL or doneSQL returns into
-// outcomes[i].Applied. An outcome given twice (the same ID and attempt)
-// joins the job twice but updates it once, so only one ordinal comes back:
-// its copies are marked as it is.
+// outcomes[i].Applied.
 func scanRecorded(rows pgx.Rows, outcomes []queue.Outcome) error {
+	return scanFenced(rows, len(outcomes),
+		func(i int) lease { return lease{outcomes[i].ID, outcomes[i].Attempt} },
+		func(i int) *bool { return &outcomes[i].Applied })
+}
+
+// lease is a job's ID and the attempt that holds it (the fencing token).
+type lease struct {
+	id      string
+	attempt int
+}
+
+// scanFenced reads the ordinals (from 1) of the n inputs that recordSQL,
+// doneSQL or extendSQL applied — one row per lease still held — and sets
+// *flag(i) of each input i to whether it was applied. An input given
+// twice (the same key: ID and attempt) joins the job twice but updates it
+// once, so only one ordinal comes back: its copies are flagged as it is.
+func scanFenced(rows pgx.Rows, n int, key func(i int) lease, flag func(i int) *bool) error {
 	defer rows.Close()
-	for i := range outcomes {
-		outcomes[i].Applied = false
+	for i := range n {
+		*flag(i) = false
 	}
 	applied := 0
 	var i int64
@@ -895,46 +910,27 @@ func scanRecorded(rows pgx.Rows, outcomes []queue.Outcome) error {
 		if err := rows.Scan(&i); err != nil {
 			return err
 		}
-		if i < 1 || i > int64(len(outcomes)) {
-			return fmt.Errorf("postgres: outcome %d of %d reported applied", i, len(outcomes))
+		if i < 1 || i > int64(n) {
+			return fmt.Errorf("postgres: input %d of %d reported applied", i, n)
 		}
-		outcomes[i-1].Applied = true
+		*flag(int(i - 1)) = true
 		applied++
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if applied < len(outcomes) {
-		type lease struct {
-			id      string
-			attempt int
-		}
+	if applied < n {
 		held := make(map[lease]bool, applied)
-		for _, o := range outcomes {
-			if o.Applied {
-				held[lease{o.ID, o.Attempt}] = true
+		for i := range n {
+			if *flag(i) {
+				held[key(i)] = true
 			}
 		}
-		for i, o := range outcomes {
-			outcomes[i].Applied = held[lease{o.ID, o.Attempt}]
+		for i := range n {
+			*flag(i) = held[key(i)]
 		}
 	}
 	return nil
-}
-
-// scanFenced reads the (id, attempt) rows of extendSQL, one per lease
-// still held, and calls held for each.
-func scanFenced(rows pgx.Rows, held func(id string, attempt int)) error {
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var attempt int32
-		if err := rows.Scan(&id, &attempt); err != nil {
-			return err
-		}
-		held(id, int(attempt))
-	}
-	return rows.Err()
 }
 
 // Extend implements queue.Store.
@@ -944,15 +940,21 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 		ids[i], attempts[i] = l.ID, int32(l.Attempt)
 		leases[i].Held = false
 	}
-	rows, err := s.pool.Query(ctx, s.extendSQL(), ids, attempts, leaseUntil, now)
+	b := &pgx.Batch{}
+	b.Queue(claimPlan)
+	b.Queue(s.extendSQL(), ids, attempts, leaseUntil, now)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
 	if err == nil {
-		err = scanFenced(rows, func(id string, attempt int) {
-			for i := range leases {
-				if leases[i].ID == id && leases[i].Attempt == attempt {
-					leases[i].Held = true
-				}
-			}
-		})
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = scanFenced(rows, len(leases),
+				func(i int) lease { return lease{leases[i].ID, leases[i].Attempt} },
+				func(i int) *bool { return &leases[i].Held })
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		for i := range leases {
@@ -964,12 +966,13 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 
 // extendSQL sets lease_until = available_at = $3, updated_at = $4 on the
 // jobs still leased with their attempt ($1 ids, $2 attempts) whose lease
-// has not run out at $4, and returns (id, attempt) of each.
+// has not run out at $4, and returns the ordinal (from 1) of each lease
+// extended. Run it after claimPlan.
 func (s *Store) extendSQL() string {
 	return `UPDATE ` + s.jobs + ` j SET lease_until = $3, available_at = $3, updated_at = $4
-		FROM unnest($1::text[], $2::int[]) AS l(id, attempt)
+		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS l(id, attempt, i)
 		WHERE j.id = l.id AND ` + leaseHeld("l.attempt") + ` AND j.lease_until > $4
-		RETURNING j.id, l.attempt`
+		RETURNING l.i`
 }
 
 // Bury implements queue.Store.
