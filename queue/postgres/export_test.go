@@ -37,3 +37,7 @@ func (s *Store) VacuumPending() int {
 
 // Channel is the store's LISTEN/NOTIFY channel.
 func (s *Store) Channel() string { return s.channel }
+
+func (s *Store) DoneSQL() string { return s.doneSQL() }
+
+func DoneArgs(outs []queue.Outcome) []any { return doneArgs(outs) }

@@ -105,6 +105,28 @@ func TestHotPathPlans(t *testing.T) {
 			}
 		}
 	}
+	// A turn of many outcomes (a drain's, 1,000 at 512 workers): in a
+	// custom plan the planner knows the arrays' length and, left to
+	// itself, hashes the whole table; after ClaimPlan it must still look
+	// each job up by primary key.
+	big := make([]queue.Outcome, 1000)
+	for i := range big {
+		big[i] = queue.Outcome{ID: fmt.Sprintf("job-%05d", i), Attempt: 1, State: queue.Done, Now: now}
+	}
+	for name, c := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"outcome":   {s.RecordSQL(), postgres.RecordArgs(big)},
+		"done":      {s.DoneSQL(), postgres.DoneArgs(big)},
+		"heartbeat": {s.ExtendSQL(), []any{postgres.DoneArgs(big)[0], postgres.DoneArgs(big)[1], now + 2000, now}},
+	} {
+		plan = explain(postgres.ClaimPlan, c.sql, c.args...)
+		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Hash Join") || strings.Contains(plan, "Merge Join") ||
+			!strings.Contains(plan, "stagger_jobs_pkey") {
+			t.Errorf("the %s update of a big turn does not look jobs up by primary key:\n%s", name, plan)
+		}
+	}
 	for name, sql := range map[string]string{"outcome": s.RecordSQL(), "heartbeat": s.ExtendSQL()} {
 		a := args
 		if name == "heartbeat" {

@@ -407,16 +407,6 @@ const cols = `id, payload, attempts, max_attempts, available_at, deadline, state
 // trace column.
 var colsNoTrace = strings.Replace(cols, ", trace", ", ''::text", 1)
 
-func prefixed(p string) string {
-	parts := strings.Split(cols, ", ")
-	for i := range parts {
-		parts[i] = p + parts[i]
-	}
-	return strings.Join(parts, ", ")
-}
-
-var jCols = prefixed("j.")
-
 func scanJob(row pgx.Row, extra ...any) (queue.Job, error) {
 	var j queue.Job
 	var state, reason string
@@ -561,7 +551,7 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 		if err != nil {
 			return nil, err
 		}
-		return scanClaimed(rows)
+		return scanClaimed(rows, name, now, leaseUntil)
 	}()
 	// The claim commits at the pipeline's Sync: only a clean Close says it
 	// did.
@@ -575,20 +565,31 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 	return jobs, nil
 }
 
-// claimPlan is sent before claimSQL in the claim's transaction (a pgx
-// batch is one implicit transaction; the setting ends with it). A claim
-// must walk the due index in (available_at, id) order and stop after limit
-// rows. Without statistics on the state column — a new table (analyzed
-// empty at migration), autovacuum off or not run yet — the planner guesses
-// that few jobs are due and fetches every due row to sort them, which makes
-// a claim cost time proportional to the backlog (1–2 ms at 3,000 due jobs
-// instead of 0.05–0.2 ms), exactly when the backlog is large. With sorts
-// disabled, the ordered index scan is the only plan left.
-const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
+// claimPlan is sent first in the transaction of every claim and outcome
+// update (a pgx batch is one implicit transaction; the settings end with
+// it): the hot statements' plans must not depend on table statistics,
+// which are missing or stale on a queue table exactly when a backlog
+// builds up.
+//
+// A claim must walk the due index in (available_at, id) order and stop
+// after limit rows. Without statistics on the state column — a new table
+// (analyzed empty at migration), autovacuum off or not run yet — the
+// planner guesses that few jobs are due and fetches every due row to sort
+// them, which makes a claim cost time proportional to the backlog (1–2 ms
+// at 3,000 due jobs instead of 0.05–0.2 ms), exactly when the backlog is
+// large. With sorts disabled, the ordered index scan is the only plan left.
+//
+// An outcome or heartbeat update joins its arrays to the table by primary
+// key. Given a custom plan for a turn of 1,000 outcomes (the first five
+// runs of each prepared statement on each connection), the planner hashes
+// the whole table instead — a sequential scan of every job, 200 ms at
+// 100,000 jobs, for one turn. With hash and merge joins disabled, the
+// nested loop over the primary key is the only plan left.
+const claimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 
 // claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
-// returning each claimed row and its previous available_at. Run it after
-// claimPlan.
+// returning each claimed row's columns that the claim did not set (see
+// claimedCols) and its previous available_at. Run it after claimPlan.
 //
 // The update finds the rows the CTE locked by their tuple ID (a TID scan,
 // one heap page per job) rather than by a second descent of the primary
@@ -605,23 +606,37 @@ func (s *Store) claimSQL() string {
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
 		FROM c WHERE j.ctid = c.t
-		RETURNING ` + jCols + `, c.prev`
+		RETURNING ` + claimedCols + `, c.prev`
 }
 
-// scanClaimed reads claimSQL's rows in claim order: (available_at before
-// the claim, id).
-func scanClaimed(rows pgx.Rows) ([]queue.Job, error) {
+// claimedCols are the columns claimSQL returns: the claim sets the others
+// (state, available_at, lease_until, updated_at) to its arguments, and
+// selects by queue, so the server need not send them nor the client decode
+// them.
+const claimedCols = `j.id, j.payload, j.attempts, j.max_attempts, j.deadline, j.dead_reason, j.last_error, j.created_at, j.finished_at, j.trace`
+
+// scanClaimed reads the rows of claimSQL, run with queue name, now and
+// leaseUntil, in claim order: (available_at before the claim, id).
+func scanClaimed(rows pgx.Rows, name string, now, leaseUntil int64) ([]queue.Job, error) {
 	defer rows.Close()
 	type claimed struct {
 		j    queue.Job
 		prev int64
 	}
 	var cs []claimed
+	var c claimed
+	var reason string
+	dst := []any{&c.j.ID, &c.j.Payload, &c.j.Attempts, &c.j.MaxAttempts, &c.j.Deadline, &reason, &c.j.LastError,
+		&c.j.CreatedAt, &c.j.FinishedAt, &c.j.Trace, &c.prev}
 	for rows.Next() {
-		var c claimed
-		var err error
-		if c.j, err = scanJob(rows, &c.prev); err != nil {
+		c = claimed{}
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
+		}
+		c.j.State, c.j.DeadReason, c.j.Queue = queue.Leased, queue.DeadReason(reason), name
+		c.j.AvailableAt, c.j.LeaseUntil, c.j.UpdatedAt = leaseUntil, leaseUntil, now
+		if c.j.Payload == nil {
+			c.j.Payload = []byte{}
 		}
 		cs = append(cs, c)
 	}
@@ -676,7 +691,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 			if err != nil {
 				return err
 			}
-			if out, err = scanClaimed(rows); err != nil {
+			if out, err = scanClaimed(rows, name, now, leaseUntil); err != nil {
 				return err
 			}
 		}
@@ -699,10 +714,10 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 // together in one round trip, run in one transaction (a pipeline with one
 // Sync is one implicit transaction) and committed together.
 func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
-	args, dueNow := recordArgs(outcomes)
+	sql, args, dueNow := s.record(outcomes)
 	b := &pgx.Batch{}
-	b.Queue(s.recordSQL(), args...)
 	b.Queue(claimPlan)
+	b.Queue(sql, args...)
 	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	if dueNow {
 		// Queued in the transaction, delivered when it commits.
@@ -710,6 +725,9 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 	}
 	br := s.pool.SendBatch(ctx, b)
 	jobs, err := func() ([]queue.Job, error) {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 		rows, err := br.Query()
 		if err != nil {
 			return nil, err
@@ -717,13 +735,10 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 		if err := scanRecorded(rows, outcomes); err != nil {
 			return nil, err
 		}
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
 		if rows, err = br.Query(); err != nil {
 			return nil, err
 		}
-		jobs, err := scanClaimed(rows)
+		jobs, err := scanClaimed(rows, name, now, leaseUntil)
 		if err != nil {
 			return nil, err
 		}
@@ -751,10 +766,22 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 
 // Record implements queue.Store.
 func (s *Store) Record(ctx context.Context, outcomes []queue.Outcome) error {
-	args, dueNow := recordArgs(outcomes)
-	rows, err := s.pool.Query(ctx, s.recordSQL(), args...)
+	sql, args, dueNow := s.record(outcomes)
+	b := &pgx.Batch{}
+	b.Queue(claimPlan)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
 	if err == nil {
-		err = scanRecorded(rows, outcomes)
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = scanRecorded(rows, outcomes)
+		}
+	}
+	// The outcomes commit at the pipeline's Sync: only a clean Close says
+	// they did.
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		for i := range outcomes {
@@ -784,8 +811,26 @@ func leaseHeld(a string) string {
 	return `CASE WHEN j.state = 'leased' THEN j.attempts = ` + a + ` ELSE false END`
 }
 
+// record returns the statement and arguments that apply outcomes:
+// doneSQL when every outcome is a plain Done (a drain's every turn),
+// recordSQL otherwise. dueNow says whether an outcome makes a job due at
+// once (a release, a retry without a wait), which the listeners are told
+// of. A retry due later is not: a loop woken now would find nothing and
+// sleep a poll, and the recording process's own loops sleep until it is
+// due.
+func (s *Store) record(outcomes []queue.Outcome) (sql string, args []any, dueNow bool) {
+	for _, o := range outcomes {
+		if o.State != queue.Done || o.DeadReason != "" {
+			args, dueNow = recordArgs(outcomes)
+			return s.recordSQL(), args, dueNow
+		}
+	}
+	return s.doneSQL(), doneArgs(outcomes), false
+}
+
 // recordSQL applies the outcomes given as arrays (recordArgs) to the jobs
-// still leased with their attempt and returns (id, attempt) of each.
+// still leased with their attempt and returns the ordinal (from 1) of each
+// outcome applied.
 func (s *Store) recordSQL() string {
 	return `UPDATE ` + s.jobs + ` j SET
 			state = o.state,
@@ -795,17 +840,23 @@ func (s *Store) recordSQL() string {
 			lease_until = CASE WHEN o.state = 'leased' THEN j.lease_until ELSE 0 END,
 			finished_at = CASE WHEN o.state IN ('done', 'dead') THEN o.now ELSE j.finished_at END,
 			updated_at = o.now
-		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[])
-			AS o(id, attempt, state, available_at, dead_reason, last_error, now)
+		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY
+			AS o(id, attempt, state, available_at, dead_reason, last_error, now, i)
 		WHERE j.id = o.id AND ` + leaseHeld("o.attempt") + `
-		RETURNING j.id, o.attempt`
+		RETURNING o.i`
 }
 
-// recordArgs are recordSQL's arguments; dueNow says whether an outcome
-// makes a job due at once (a release, a retry without a wait), which the
-// listeners are told of. A retry due later is not: a loop woken now would
-// find nothing and sleep a poll, and the recording process's own loops
-// sleep until it is due.
+// doneSQL is recordSQL for outcomes that are all Done with no DeadReason
+// (doneArgs): three arrays to send and read instead of seven, and no
+// per-row choice of what to write.
+func (s *Store) doneSQL() string {
+	return `UPDATE ` + s.jobs + ` j SET state = 'done', dead_reason = '', lease_until = 0, finished_at = o.now, updated_at = o.now
+		FROM unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY AS o(id, attempt, now, i)
+		WHERE j.id = o.id AND ` + leaseHeld("o.attempt") + `
+		RETURNING o.i`
+}
+
+// recordArgs are recordSQL's arguments; dueNow as for record.
 func recordArgs(outcomes []queue.Outcome) (args []any, dueNow bool) {
 	n := len(outcomes)
 	ids, attempts := make([]string, n), make([]int32, n)
@@ -819,39 +870,67 @@ func recordArgs(outcomes []queue.Outcome) (args []any, dueNow bool) {
 	return []any{ids, attempts, states, avail, reasons, errs, nows}, dueNow
 }
 
-// scanRecorded reads recordSQL's rows into outcomes[i].Applied.
-func scanRecorded(rows pgx.Rows, outcomes []queue.Outcome) error {
-	for i := range outcomes {
-		outcomes[i].Applied = false
-	}
-	type lease struct {
-		id      string
-		attempt int
-	}
-	at := make(map[lease][]int, len(outcomes)) // a big turn's rows are matched in linear time
+// doneArgs are doneSQL's arguments.
+func doneArgs(outcomes []queue.Outcome) []any {
+	n := len(outcomes)
+	ids, attempts, nows := make([]string, n), make([]int32, n), make([]int64, n)
 	for i, o := range outcomes {
-		at[lease{o.ID, o.Attempt}] = append(at[lease{o.ID, o.Attempt}], i)
+		ids[i], attempts[i], nows[i] = o.ID, int32(o.Attempt), o.Now
 	}
-	return scanFenced(rows, func(id string, attempt int) {
-		for _, i := range at[lease{id, attempt}] {
-			outcomes[i].Applied = true
-		}
-	})
+	return []any{ids, attempts, nows}
 }
 
-// scanFenced reads the (id, attempt) rows of recordSQL or extendSQL, one
-// per lease still held, and calls held for each.
-func scanFenced(rows pgx.Rows, held func(id string, attempt int)) error {
+// scanRecorded reads the ordinals that recordSQL or doneSQL returns into
+// outcomes[i].Applied.
+func scanRecorded(rows pgx.Rows, outcomes []queue.Outcome) error {
+	return scanFenced(rows, len(outcomes),
+		func(i int) lease { return lease{outcomes[i].ID, outcomes[i].Attempt} },
+		func(i int) *bool { return &outcomes[i].Applied })
+}
+
+// lease is a job's ID and the attempt that holds it (the fencing token).
+type lease struct {
+	id      string
+	attempt int
+}
+
+// scanFenced reads the ordinals (from 1) of the n inputs that recordSQL,
+// doneSQL or extendSQL applied — one row per lease still held — and sets
+// *flag(i) of each input i to whether it was applied. An input given
+// twice (the same key: ID and attempt) joins the job twice but updates it
+// once, so only one ordinal comes back: its copies are flagged as it is.
+func scanFenced(rows pgx.Rows, n int, key func(i int) lease, flag func(i int) *bool) error {
 	defer rows.Close()
+	for i := range n {
+		*flag(i) = false
+	}
+	applied := 0
+	var i int64
 	for rows.Next() {
-		var id string
-		var attempt int32
-		if err := rows.Scan(&id, &attempt); err != nil {
+		if err := rows.Scan(&i); err != nil {
 			return err
 		}
-		held(id, int(attempt))
+		if i < 1 || i > int64(n) {
+			return fmt.Errorf("postgres: input %d of %d reported applied", i, n)
+		}
+		*flag(int(i - 1)) = true
+		applied++
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if applied < n {
+		held := make(map[lease]bool, applied)
+		for i := range n {
+			if *flag(i) {
+				held[key(i)] = true
+			}
+		}
+		for i := range n {
+			*flag(i) = held[key(i)]
+		}
+	}
+	return nil
 }
 
 // Extend implements queue.Store.
@@ -861,15 +940,21 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 		ids[i], attempts[i] = l.ID, int32(l.Attempt)
 		leases[i].Held = false
 	}
-	rows, err := s.pool.Query(ctx, s.extendSQL(), ids, attempts, leaseUntil, now)
+	b := &pgx.Batch{}
+	b.Queue(claimPlan)
+	b.Queue(s.extendSQL(), ids, attempts, leaseUntil, now)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
 	if err == nil {
-		err = scanFenced(rows, func(id string, attempt int) {
-			for i := range leases {
-				if leases[i].ID == id && leases[i].Attempt == attempt {
-					leases[i].Held = true
-				}
-			}
-		})
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = scanFenced(rows, len(leases),
+				func(i int) lease { return lease{leases[i].ID, leases[i].Attempt} },
+				func(i int) *bool { return &leases[i].Held })
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		for i := range leases {
@@ -881,12 +966,13 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 
 // extendSQL sets lease_until = available_at = $3, updated_at = $4 on the
 // jobs still leased with their attempt ($1 ids, $2 attempts) whose lease
-// has not run out at $4, and returns (id, attempt) of each.
+// has not run out at $4, and returns the ordinal (from 1) of each lease
+// extended. Run it after claimPlan.
 func (s *Store) extendSQL() string {
 	return `UPDATE ` + s.jobs + ` j SET lease_until = $3, available_at = $3, updated_at = $4
-		FROM unnest($1::text[], $2::int[]) AS l(id, attempt)
+		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS l(id, attempt, i)
 		WHERE j.id = l.id AND ` + leaseHeld("l.attempt") + ` AND j.lease_until > $4
-		RETURNING j.id, l.attempt`
+		RETURNING l.i`
 }
 
 // Bury implements queue.Store.
