@@ -381,19 +381,7 @@ func TestTCPFaultAddedMidConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	buf := make([]byte, 2)
-	if _, err := io.WriteString(c, "ab"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ab" {
-		t.Fatalf("before the fault: %q %v", buf, err)
-	}
+	c := openEcho(t, p)
 	// 2 bytes have passed down: 3 more may.
 	addFault(t, p.Faults(), "limit-data 5 name=cut")
 	io.WriteString(c, "wxyz")
@@ -420,19 +408,7 @@ func TestTCPResetPeerChangedMidConnection(t *testing.T) {
 	}
 	defer p.Close()
 	addFault(t, p.Faults(), "reset-peer 10m name=cut")
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	buf := make([]byte, 2)
-	if _, err := io.WriteString(c, "ab"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ab" {
-		t.Fatalf("before the change: %q %v", buf, err)
-	}
+	c := openEcho(t, p)
 	f, err := p.Faults().Parse("reset-peer 1ms")
 	if err != nil {
 		t.Fatal(err)
@@ -447,4 +423,25 @@ func TestTCPResetPeerChangedMidConnection(t *testing.T) {
 	if fc, _ := p.Faults().Get("cut"); fc.Matched != 1 || fc.Applied != 1 {
 		t.Errorf("the fault counts %+v; want it matched and applied once", fc)
 	}
+}
+
+// openEcho opens a connection through p to an echo server and sends "ab"
+// through it and back; the connection closes with the test, and its
+// reads and writes fail after 10 s.
+func openEcho(t *testing.T, p *TCPProxy) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 2)
+	if _, err := io.WriteString(c, "ab"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ab" {
+		t.Fatalf("echo through the proxy: %q %v", buf, err)
+	}
+	return c
 }
