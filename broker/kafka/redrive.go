@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -18,6 +19,9 @@ import (
 
 // DefaultRedriveIdle is RedriveSourceOptions.Idle when zero.
 const DefaultRedriveIdle = 2 * time.Second
+
+// DefaultRedriveJoinWait is RedriveSourceOptions.JoinWait when zero.
+const DefaultRedriveJoinWait = time.Minute
 
 // RedriveSourceOptions configure a Kafka RedriveSource.
 type RedriveSourceOptions struct {
@@ -33,8 +37,15 @@ type RedriveSourceOptions struct {
 	Group string
 	// Idle ends the read when a poll brings nothing for this long (0:
 	// DefaultRedriveIdle), for partitions whose tail is a transaction
-	// marker rather than a record.
+	// marker rather than a record. It counts once the group has given the
+	// source its partitions: joining a group can take longer (Kafka holds
+	// a new group's first rebalance for group.initial.rebalance.delay.ms,
+	// 3 s by default).
 	Idle time.Duration
+	// JoinWait bounds the wait for the group to give the source its
+	// partitions (0: DefaultRedriveJoinWait); past it, Next fails, naming
+	// the group (another member may hold the partitions).
+	JoinWait time.Duration
 	// ClientOpts are extra franz-go options (TLS, SASL, …).
 	ClientOpts []kgo.Opt
 }
@@ -50,6 +61,9 @@ type RedriveSource struct {
 	opts RedriveSourceOptions
 	end  map[int32]int64 // partition → end offset at open, for those not read to it
 	buf  []*kgo.Record
+
+	opened   time.Time
+	assigned atomic.Bool // the group gave the source its partitions
 }
 
 // NewRedriveSource connects and snapshots the DLQ topic's end offsets.
@@ -64,19 +78,30 @@ func NewRedriveSource(ctx context.Context, opts RedriveSourceOptions) (*RedriveS
 		return nil, fmt.Errorf("%w: Group must name a consumer group", broker.ErrInvalid)
 	case opts.Idle < 0:
 		return nil, fmt.Errorf("%w: Idle must be >= 0, got %v", broker.ErrInvalid, opts.Idle)
+	case opts.JoinWait < 0:
+		return nil, fmt.Errorf("%w: JoinWait must be >= 0, got %v", broker.ErrInvalid, opts.JoinWait)
 	}
 	if opts.Idle == 0 {
 		opts.Idle = DefaultRedriveIdle
 	}
+	if opts.JoinWait == 0 {
+		opts.JoinWait = DefaultRedriveJoinWait
+	}
+	s := &RedriveSource{opts: opts, end: map[int32]int64{}, opened: time.Now()}
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...), kgo.ConsumerGroup(opts.Group), kgo.ConsumeTopics(opts.DLQ),
 		kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if len(m[opts.DLQ]) > 0 {
+				s.assigned.Store(true)
+			}
+		}),
 	}, opts.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: redrive client: %w", err)
 	}
-	s := &RedriveSource{cl: cl, opts: opts, end: map[int32]int64{}}
+	s.cl = cl
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListCommittedOffsets(ctx, opts.DLQ)
 	if err == nil {
@@ -122,6 +147,9 @@ func (s *RedriveSource) Next(ctx context.Context) (broker.RedriveMessage, error)
 		if len(s.end) == 0 {
 			return nil, io.EOF
 		}
+		// An empty poll ends the read only if the partitions were the
+		// source's for all of it.
+		joined := s.assigned.Load()
 		pctx, cancel := context.WithTimeout(ctx, s.opts.Idle)
 		f := s.cl.PollFetches(pctx)
 		cancel()
@@ -141,7 +169,13 @@ func (s *RedriveSource) Next(ctx context.Context) (broker.RedriveMessage, error)
 			return nil, fmt.Errorf("kafka: read the DLQ: %w", ferr)
 		}
 		if f.NumRecords() == 0 {
-			return nil, io.EOF // idle: nothing more to read
+			if joined {
+				return nil, io.EOF // idle: nothing more to read
+			}
+			if time.Since(s.opened) > s.opts.JoinWait {
+				return nil, fmt.Errorf("kafka: the consumer group %q was given no partition of %q within %v (does another member hold them?)", s.opts.Group, s.opts.DLQ, s.opts.JoinWait)
+			}
+			continue // still joining the group
 		}
 		f.EachRecord(func(r *kgo.Record) {
 			end, ok := s.end[r.Partition]

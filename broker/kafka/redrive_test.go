@@ -2,8 +2,16 @@ package kafka
 
 import (
 	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/staggerhq/stagger/broker"
 	"github.com/staggerhq/stagger/broker/brokertest"
@@ -42,4 +50,78 @@ func TestRedriveTransactional(t *testing.T) {
 		p := start(t, s, func(o *Options) { o.Transactional, o.TransactionalID = true, s.Name })
 		return redrivePipeline{p, s.Name + "-redrive"}
 	})
+}
+
+// TestRedriveSlowGroupJoin: a group join slower than Idle (Kafka holds a
+// new group's first rebalance for 3 s by default) is not taken for an
+// empty DLQ: the source reads every record once its partitions are its
+// own. A group that never gets them fails after JoinWait, naming it.
+func TestRedriveSlowGroupJoin(t *testing.T) {
+	const dlq = "orders.dlq"
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	addrs := cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, v := range []string{"a", "b", "c"} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const idle = 100 * time.Millisecond
+	// The first join of each group is answered after six idle polls' time
+	// (a join held by kfake's run loop; nothing else waits on it).
+	var held atomic.Int32
+	cluster.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if held.Add(1) == 1 {
+			cluster.SleepControl(func() { <-time.After(6 * idle) })
+		}
+		return nil, nil, false
+	})
+	src, err := NewRedriveSource(ctx, RedriveSourceOptions{Brokers: addrs, DLQ: dlq, Group: "slow-join", Idle: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		m, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.(*redriveMsg).r.Value))
+	}
+	src.Close()
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("read %q through a slow group join; want a,b,c", got)
+	}
+
+	// A member that holds the only partition: the second source waits
+	// JoinWait for it, then fails naming the group.
+	holder, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("held"), kgo.ConsumeTopics(dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if f := holder.PollRecords(ctx, 1); f.NumRecords() != 1 {
+		t.Fatalf("the holder read %d records", f.NumRecords())
+	}
+	src, err = NewRedriveSource(ctx, RedriveSourceOptions{Brokers: addrs, DLQ: dlq, Group: "held", Idle: idle, JoinWait: 3 * idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if _, err := src.Next(ctx); err == nil || !strings.Contains(err.Error(), `"held"`) {
+		t.Fatalf("Next with the partition held elsewhere = %v; want an error naming the group", err)
+	}
 }
