@@ -387,10 +387,11 @@ func benchPaired(b *testing.B, transactional bool) {
 			runtime.GC() // each turn starts from a collected heap
 			b.StartTimer()
 			group := fmt.Sprintf("g%d", i)
-			// The labels split a CPU profile (-test.cpuprofile) by side:
-			// the clients' goroutines, started in the turn, inherit them;
+			// The labels split a CPU profile (-test.cpuprofile) by side
+			// and pair (-tagfocus 'pair=^3$' -tagignore side=raw): the
+			// clients' goroutines, started in the turn, inherit them;
 			// kfake's are unlabelled.
-			pprof.Do(context.Background(), pprof.Labels("side", [2]string{"raw", "stagger"}[side]), func(context.Context) {
+			pprof.Do(context.Background(), pprof.Labels("side", [2]string{"raw", "stagger"}[side], "pair", fmt.Sprint(p)), func(context.Context) {
 				if side == 0 {
 					seg[0] = rawForward(b, addrs, sets[i], group, transactional)
 				} else {

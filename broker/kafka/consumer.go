@@ -524,7 +524,10 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 
 	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
 	defer paused.w.Stop()
-	var ids idCutter
+	var (
+		ids idCutter
+		fwd []*kgo.Record // a poll's forwards; reused from poll to poll
+	)
 	for {
 		pctx, cancel := c.pollContext(ctx, paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
@@ -541,8 +544,9 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("kafka: begin transaction: %w", err)
 		}
+		clear(fwd) // the last poll's forwards are acknowledged: let them go
+		fwd = fwd[:0]
 		var (
-			fwd     []*kgo.Record
 			handled int
 			kept    bool
 		)
@@ -772,20 +776,21 @@ func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dea
 	if dead {
 		n = 12
 	}
-	size := 96 + 2*len(co.topic) + len(st.Error) + len(st.Reason)
 	var (
 		out *kgo.Record
 		buf []byte
 	)
-	if !dead && len(r.Headers)+n <= len(retryRecord{}.headers) && size <= len(retryRecord{}.buf) {
+	if !dead && len(r.Headers)+n <= len(retryRecord{}.headers) {
 		// A retry of a record with few headers: the record, its headers
-		// and their values in one allocation.
+		// and their values in one allocation. Values longer than the
+		// room left (a long topic name or error) spill to the heap as
+		// append grows buf; the values already added keep the room.
 		rr := new(retryRecord)
 		out, buf = &rr.rec, rr.buf[:0]
 		out.Headers = rr.headers[:0]
 	} else {
 		out = &kgo.Record{Headers: make([]kgo.RecordHeader, 0, len(r.Headers)+n)}
-		buf = make([]byte, 0, size)
+		buf = make([]byte, 0, 96+2*len(co.topic)+len(st.Error)+len(st.Reason))
 	}
 	out.Topic, out.Key, out.Value = topic, r.Key, r.Value
 	for _, h := range r.Headers {
@@ -826,11 +831,14 @@ func forward(r *kgo.Record, topic string, st broker.State, co coords, hasID, dea
 }
 
 // retryRecord is a forward to a retry topic with room for its headers and
-// their values: one allocation instead of three per retry.
+// their values: one allocation instead of three per retry. The room fits
+// the HeaderState value of a record with its own x-stagger-id, a topic
+// name of up to some 100 bytes and a short error; the struct is 512 bytes,
+// a size class of the Go allocator.
 type retryRecord struct {
 	rec     kgo.Record
 	headers [4]kgo.RecordHeader
-	buf     [160]byte
+	buf     [192]byte
 }
 
 // ParseDeadLetter decodes a record read from the DLQ topic.

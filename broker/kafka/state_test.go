@@ -193,3 +193,38 @@ func TestIDCutter(t *testing.T) {
 		t.Errorf("idCutter.cut of %d records: %v allocs, want at most 1 (the IDs)", len(rs), n)
 	}
 }
+
+// TestForwardRetryAllocs: a retry of a record with an ID, a topic name of
+// 40 bytes and a short error is one allocation; a topic and an error too
+// long for its room still make a forward that reads back.
+func TestForwardRetryAllocs(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	st := broker.State{Attempts: 1, Prev: time.Millisecond, Due: now.Add(time.Millisecond), FirstAttempt: now, FirstFailure: now,
+		Error: "brokertest: transient"}
+	r := &kgo.Record{Key: []byte("m1"), Value: []byte("payload"),
+		Headers: []kgo.RecordHeader{{Key: broker.HeaderID, Value: []byte("m1")}}}
+	co := coords{topic: "stg-bench-1796000000000000000-11-main", partition: 1, offset: 123456}
+	if n := testing.AllocsPerRun(100, func() { _ = forward(r, "retry", st, co, true, false) }); n != 1 {
+		t.Errorf("forward of a retry: %v allocs, want 1", n)
+	}
+	long := st
+	long.Error = strings.Repeat("e", 300)
+	lco := coords{topic: strings.Repeat("t", 249), partition: 7, offset: 1 << 40}
+	noID := &kgo.Record{Key: r.Key, Value: r.Value}
+	for _, in := range []*kgo.Record{r, noID} {
+		hasID := in == r
+		fw := forward(in, "retry", long, lco, hasID, false)
+		sc := scanHeaders(fw)
+		got, gco, err := parseState(sc.state)
+		if err != nil || got.Error != long.Error || got.Attempts != 1 || !got.Due.Equal(long.Due) || gco != lco {
+			t.Errorf("hasID %v: parseState = %+v, %+v, %v", hasID, got, gco, err)
+		}
+		want := "m1"
+		if !hasID {
+			want = lco.String()
+		}
+		if sc.id != want {
+			t.Errorf("hasID %v: ID %q, want %q", hasID, sc.id, want)
+		}
+	}
+}
