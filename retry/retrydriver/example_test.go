@@ -38,3 +38,21 @@ func ExampleStep() {
 	// attempt 3: retry=false delay=0s reason=exhausted
 	// retry: gave up (exhausted) after 3 attempts: 503
 }
+
+// A consumer hands each message's handler a context carrying its
+// Delivery; DeliveryContexts makes those contexts a block at a time.
+func ExampleDeliveryContexts() {
+	var contexts retrydriver.DeliveryContexts // one per driver, never copied
+	h := retry.Handler(func(ctx context.Context, payload []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		fmt.Printf("%s: attempt %d of %d from %s\n", d.ID, d.Attempt, d.MaxAttempts, d.Source)
+		return nil
+	})
+	for i, id := range []string{"m-1", "m-2"} {
+		d := retry.Delivery{ID: id, Attempt: i + 1, MaxAttempts: 5, Source: "mybroker"}
+		h(contexts.NewContext(context.Background(), &d), nil)
+	}
+	// Output:
+	// m-1: attempt 1 of 5 from mybroker
+	// m-2: attempt 2 of 5 from mybroker
+}
