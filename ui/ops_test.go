@@ -1,7 +1,9 @@
 package ui_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -496,23 +499,54 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 	if code != 303 {
 		t.Fatalf("queue redrive: %d %q", code, loc)
 	}
-	// Bounded polling: the redrives run in the background.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		dlq.mu.Lock()
-		moved := len(dlq.moved)
-		dlq.mu.Unlock()
-		if moved == 2 && f.state(t, "mail-1") == "pending" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("moved %d, mail-1 %s", moved, f.state(t, "mail-1"))
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The redrives run in the background; the queue events say when both
+	// have ended.
+	b.awaitRedrives("rabbitmq orders.dlq", "queue")
+	dlq.mu.Lock()
+	moved := len(dlq.moved)
+	dlq.mu.Unlock()
+	if moved != 2 || f.state(t, "mail-1") != "pending" {
+		t.Fatalf("moved %d, mail-1 %s", moved, f.state(t, "mail-1"))
 	}
-	if _, body := b.get("api/queues"); !strings.Contains(body, `"source":"rabbitmq orders.dlq"`) {
-		t.Errorf("redrive runs missing: %s", body)
+}
+
+// awaitRedrives reads the dashboard's queue events until the redrive of
+// every source named has ended, and fails after 10 s or when the stream
+// ends first.
+func (b *browser) awaitRedrives(sources ...string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"events/queues", nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var last string
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		last = data
+		var st struct{ Redrives []ui.RedriveRun }
+		if err := json.Unmarshal([]byte(data), &st); err != nil {
+			b.t.Fatal(err)
+		}
+		ended := 0
+		for _, r := range st.Redrives {
+			if !r.Running && slices.Contains(sources, r.Source) {
+				ended++
+			}
+		}
+		if ended == len(sources) {
+			return
+		}
+	}
+	b.t.Fatalf("the queue events ended (%v) before the redrives of %v did; last: %s", sc.Err(), sources, last)
 }
 
 func TestProxyPage(t *testing.T) {

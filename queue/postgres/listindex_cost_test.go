@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/staggerhq/stagger/queue/queuetest"
 )
@@ -31,7 +30,16 @@ func BenchmarkRecordAndClaimListIndex(b *testing.B) {
 				}
 			}
 			blocks := func() int64 {
-				time.Sleep(1500 * time.Millisecond) // backends flush their counters after 1s idle
+				// Every backend of the pool flushes its counters now
+				// (PostgreSQL 15's pg_stat_force_next_flush), not after
+				// a second idle.
+				for _, c := range s.Pool().AcquireAllIdle(ctx) {
+					_, err := c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+					c.Release()
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
 				var n int64
 				if err := s.Pool().QueryRow(ctx, `SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)
 					FROM pg_statio_user_indexes WHERE schemaname = $1 AND relname = 'stagger_jobs'`, schema).Scan(&n); err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +23,44 @@ import (
 
 	"github.com/staggerhq/stagger/broker"
 	skafka "github.com/staggerhq/stagger/broker/kafka"
+	"github.com/staggerhq/stagger/ui"
 )
+
+// awaitRedrive reads the queue events of the dashboard at base until the
+// redrive of source has ended, and returns its run; it fails after 30 s
+// or when the stream ends first.
+func awaitRedrive(t *testing.T, c *http.Client, base, source string) ui.RedriveRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"events/queues", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var last string
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		last = data
+		var st struct{ Redrives []ui.RedriveRun }
+		if err := json.Unmarshal([]byte(data), &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range st.Redrives {
+			if r.Source == source && !r.Running {
+				return r
+			}
+		}
+	}
+	t.Fatalf("the queue events ended (%v) before the redrive of %s did; last: %s", sc.Err(), source, last)
+	return ui.RedriveRun{}
+}
 
 // dashboardDLQ is a broker DLQ holding two dead letters, order-7 and
 // order-8, dead for reason "permanent" with the error "<b>card declined</b>".
@@ -93,19 +132,13 @@ func checkDashboardRedrive(t *testing.T, d dashboardDLQ) {
 	if code, body := post(url.Values{"op": {"redrive"}, "source": {d.source}, "rate": {"50"}}); code != 303 {
 		t.Fatalf("redrive: %d %s", code, body)
 	}
-	// Bounded polling: the redrive runs in the dashboard's process.
-	deadline := time.Now().Add(30 * time.Second)
-	for dlq, origin := d.counts(); dlq != 0 || origin != 2; dlq, origin = d.counts() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the redrive: DLQ %d, origin %d; want 0 and 2", dlq, origin)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The redrive runs in the dashboard's process; its queue events say
+	// when it has ended (its source closed: every removal done).
+	if run := awaitRedrive(t, c, base, d.source); run.Moved != 2 || run.Error != "" {
+		t.Fatalf("the redrive ended with %+v; want 2 moved", run)
 	}
-	for q := get("api/queues"); !strings.Contains(q, `"moved":2`) || strings.Contains(q, `"running":true`); q = get("api/queues") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the redrive's progress: %s", q)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if dlq, origin := d.counts(); dlq != 0 || origin != 2 {
+		t.Fatalf("after the redrive: DLQ %d, origin %d; want 0 and 2", dlq, origin)
 	}
 	if page := get("dead"); strings.Contains(page, "<td>order-7</td>") || strings.Contains(page, "<td>order-8</td>") {
 		t.Errorf("the dead-letters page still lists a redriven letter:\n%s", page)

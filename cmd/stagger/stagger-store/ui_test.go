@@ -205,23 +205,28 @@ func TestUICommandBrowser(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer up.Close()
 	proxyAddr, controlAddr := freePort(t), freePort(t)
-	proxy := exec.Command(bin, "proxy", "--listen", proxyAddr, "--upstream", up.URL, "--control", controlAddr, "--quiet", "--fault", "status 503 p=0.5")
+	proxy := exec.Command(bin, "proxy", "--listen", proxyAddr, "--upstream", up.URL, "--control", controlAddr, "--fault", "status 503 p=0.5")
 	proxy.Dir = dir // its report
+	out, err := proxy.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { proxy.Process.Signal(syscall.SIGTERM); proxy.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	sent := 0
-	for sent < 20 {
-		if resp, err := http.Get("http://" + proxyAddr + "/pay"); err == nil {
-			resp.Body.Close()
-			sent++
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the proxy did not start: %v", err)
-		} else {
-			time.Sleep(50 * time.Millisecond)
+	// Its first line is printed once both listeners are open.
+	lines := bufio.NewReader(out)
+	if l, err := lines.ReadString('\n'); err != nil || !strings.Contains(l, "listening on") {
+		t.Fatalf("the proxy did not start: %q %v", l, err)
+	}
+	go io.Copy(io.Discard, lines)
+	for range 20 {
+		resp, err := http.Get("http://" + proxyAddr + "/pay")
+		if err != nil {
+			t.Fatal(err)
 		}
+		resp.Body.Close()
 	}
 	base, _ := startUI(t, bin, nil, "--db", db, "--proxy", "http://"+controlAddr, "--interval", "200ms")
 
