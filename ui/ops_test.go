@@ -1,9 +1,7 @@
 package ui_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +17,7 @@ import (
 	"time"
 
 	"github.com/staggerhq/stagger/broker"
+	"github.com/staggerhq/stagger/internal/uievents"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/retry"
 	"github.com/staggerhq/stagger/ui"
@@ -501,52 +499,17 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 	}
 	// The redrives run in the background; the queue events say when both
 	// have ended.
-	b.awaitRedrives("rabbitmq orders.dlq", "queue")
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if _, err := uievents.AwaitRedrives(wctx, b.c, b.base+"events/queues", "rabbitmq orders.dlq", "queue"); err != nil {
+		t.Fatal(err)
+	}
 	dlq.mu.Lock()
 	moved := len(dlq.moved)
 	dlq.mu.Unlock()
 	if moved != 2 || f.state(t, "mail-1") != "pending" {
 		t.Fatalf("moved %d, mail-1 %s", moved, f.state(t, "mail-1"))
 	}
-}
-
-// awaitRedrives reads the dashboard's queue events until the redrive of
-// every source named has ended, and fails after 10 s or when the stream
-// ends first.
-func (b *browser) awaitRedrives(sources ...string) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"events/queues", nil)
-	resp, err := b.c.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	var last string
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		last = data
-		var st struct{ Redrives []ui.RedriveRun }
-		if err := json.Unmarshal([]byte(data), &st); err != nil {
-			b.t.Fatal(err)
-		}
-		ended := 0
-		for _, r := range st.Redrives {
-			if !r.Running && slices.Contains(sources, r.Source) {
-				ended++
-			}
-		}
-		if ended == len(sources) {
-			return
-		}
-	}
-	b.t.Fatalf("the queue events ended (%v) before the redrives of %v did; last: %s", sc.Err(), sources, last)
 }
 
 func TestProxyPage(t *testing.T) {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,44 +21,8 @@ import (
 
 	"github.com/staggerhq/stagger/broker"
 	skafka "github.com/staggerhq/stagger/broker/kafka"
-	"github.com/staggerhq/stagger/ui"
+	"github.com/staggerhq/stagger/internal/uievents"
 )
-
-// awaitRedrive reads the queue events of the dashboard at base until the
-// redrive of source has ended, and returns its run; it fails after 30 s
-// or when the stream ends first.
-func awaitRedrive(t *testing.T, c *http.Client, base, source string) ui.RedriveRun {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"events/queues", nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	var last string
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		last = data
-		var st struct{ Redrives []ui.RedriveRun }
-		if err := json.Unmarshal([]byte(data), &st); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range st.Redrives {
-			if r.Source == source && !r.Running {
-				return r
-			}
-		}
-	}
-	t.Fatalf("the queue events ended (%v) before the redrive of %s did; last: %s", sc.Err(), source, last)
-	return ui.RedriveRun{}
-}
 
 // dashboardDLQ is a broker DLQ holding two dead letters, order-7 and
 // order-8, dead for reason "permanent" with the error "<b>card declined</b>".
@@ -134,8 +96,14 @@ func checkDashboardRedrive(t *testing.T, d dashboardDLQ) {
 	}
 	// The redrive runs in the dashboard's process; its queue events say
 	// when it has ended (its source closed: every removal done).
-	if run := awaitRedrive(t, c, base, d.source); run.Moved != 2 || run.Error != "" {
-		t.Fatalf("the redrive ended with %+v; want 2 moved", run)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs, err := uievents.AwaitRedrives(ctx, c, base+"events/queues", d.source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].Moved != 2 || runs[0].Error != "" {
+		t.Fatalf("the redrive ended with %+v; want 2 moved", runs[0])
 	}
 	if dlq, origin := d.counts(); dlq != 0 || origin != 2 {
 		t.Fatalf("after the redrive: DLQ %d, origin %d; want 0 and 2", dlq, origin)
