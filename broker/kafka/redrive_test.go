@@ -125,3 +125,23 @@ func TestRedriveSlowGroupJoin(t *testing.T) {
 		t.Fatalf("Next with the partition held elsewhere = %v; want an error naming the group", err)
 	}
 }
+
+// Bad options name the field and the rule, before any connection.
+func TestRedriveSourceBadOptions(t *testing.T) {
+	ok := RedriveSourceOptions{Brokers: []string{"127.0.0.1:1"}, DLQ: "d", Group: "g"}
+	for _, c := range []struct {
+		tweak func(*RedriveSourceOptions)
+		want  string
+	}{
+		{func(o *RedriveSourceOptions) { o.DLQ = "" }, "DLQ must name a topic"},
+		{func(o *RedriveSourceOptions) { o.Group = "" }, "Group must name a consumer group"},
+		{func(o *RedriveSourceOptions) { o.Idle = -time.Second }, "Idle must be >= 0"},
+		{func(o *RedriveSourceOptions) { o.JoinWait = -time.Nanosecond }, "JoinWait must be >= 0"},
+	} {
+		o := ok
+		c.tweak(&o)
+		if _, err := NewRedriveSource(context.Background(), o); !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v; want broker.ErrInvalid with %q", o, err, c.want)
+		}
+	}
+}
