@@ -504,8 +504,25 @@ func (c *Consumer) sessionErr(ctx, sctx context.Context, err error) error {
 	return err
 }
 
-// transactSession consumes one stage in transactions: each poll's forwards
-// and its offsets are one transaction.
+// Bounds of a transaction that goes on past its first poll: while the
+// client holds more records already fetched and no partition is paused, a
+// transaction takes further polls, up to maxTxnPolls polls in all and as
+// long as it is younger than maxTxnAge. A backlog then costs one produce
+// and one commit (AddOffsetsToTxn, TxnOffsetCommit, a heartbeat, EndTxn)
+// per some thousand records instead of per poll; records that come one
+// poll at a time are committed poll by poll as before.
+const (
+	maxTxnPolls = 4
+	maxTxnAge   = 100 * time.Millisecond
+	// txnPollWait bounds a further poll's wait: its records are fetched
+	// already, unless a rebalance took them away meanwhile.
+	txnPollWait = time.Millisecond
+)
+
+// transactSession consumes one stage in transactions: each transaction's
+// forwards and its offsets are one transaction. A transaction takes one
+// poll, and the polls already fetched after it within maxTxnPolls and
+// maxTxnAge.
 func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt) error {
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
@@ -522,14 +539,10 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		sess.CloseAllowingRebalance()
 	}()
 
-	paused := &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}
-	defer paused.w.Stop()
-	var (
-		ids idCutter
-		fwd []*kgo.Record // a poll's forwards; reused from poll to poll
-	)
+	t := txn{c: c, cl: cl, paused: &pauser{topic: s.topic, due: map[int32]time.Time{}, maxWait: s.maxWait}}
+	defer t.paused.w.Stop()
 	for {
-		pctx, cancel := c.pollContext(ctx, paused)
+		pctx, cancel := c.pollContext(ctx, t.paused)
 		fetches := sess.PollRecords(pctx, c.opts.MaxPollRecords)
 		cancel()
 		if ctx.Err() != nil {
@@ -540,53 +553,31 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		}
 		c.logFetchErrors(fetches)
 		now := c.now()
-		paused.resume(cl, now)
+		t.paused.resume(cl, now)
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("kafka: begin transaction: %w", err)
 		}
-		clear(fwd) // the last poll's forwards are acknowledged: let them go
-		fwd = fwd[:0]
-		var (
-			handled int
-			kept    bool
-		)
-		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			ids.cut(p.Records)
-			for i, r := range p.Records {
-				if kept {
-					return
-				}
-				var (
-					out *kgo.Record
-					due time.Time
-				)
-				sc := ids.scan(p.Records, i)
-				out, due, kept = c.handle(ctx, r, &sc, now, true)
-				if !due.IsZero() && c.waitDue(ctx, paused, due) {
-					out, due, kept = c.handle(ctx, r, &sc, now, true)
-				}
-				if kept {
-					return
-				}
-				if !due.IsZero() {
-					paused.pause(cl, r, due)
-					return
-				}
-				handled++
-				if out != nil {
-					fwd = append(fwd, out)
-				}
+		t.reset()
+		kept := t.handlePoll(ctx, fetches, now)
+		for polls := 1; !kept && polls < maxTxnPolls && t.more(now); polls++ {
+			mctx, mcancel := context.WithTimeout(ctx, txnPollWait)
+			fetches = sess.PollRecords(mctx, c.opts.MaxPollRecords)
+			mcancel()
+			if ctx.Err() != nil || fetches.NumRecords() == 0 {
+				break
 			}
-		})
-		paused.rewind(cl)
-		if kept {
-			// Shutting down: a handler failed with the cancellation. The
-			// whole poll is read again by the next session.
+			c.logFetchErrors(fetches)
+			kept = t.handlePoll(ctx, fetches, c.now())
+		}
+		if kept || ctx.Err() != nil {
+			// Shutting down (a handler failed with the cancellation, or
+			// ctx ended between polls): the transaction's records are
+			// read again by the next session.
 			_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
 			return ctx.Err()
 		}
-		if len(fwd) > 0 {
-			if err := cl.ProduceSync(ctx, fwd...).FirstErr(); err != nil {
+		if len(t.fwd) > 0 {
+			if err := cl.ProduceSync(ctx, t.fwd...).FirstErr(); err != nil {
 				_, _ = sess.End(ctx, kgo.TryAbort)
 				return fmt.Errorf("kafka: forward: %w", err)
 			}
@@ -595,7 +586,7 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 				return errCrash
 			}
 		}
-		if handled > len(fwd) && c.opts.afterSuccess != nil && c.opts.afterSuccess() {
+		if t.handled > len(t.fwd) && c.opts.afterSuccess != nil && c.opts.afterSuccess() {
 			crashed = true
 			return errCrash
 		}
@@ -607,6 +598,70 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 			c.log.Warn("kafka: transaction aborted; its records are polled again", slog.String("topic", s.topic))
 		}
 	}
+}
+
+// txn is a transactional stage's state across its transactions.
+type txn struct {
+	c      *Consumer
+	cl     *kgo.Client
+	paused *pauser
+	ids    idCutter
+	fwd    []*kgo.Record // the transaction's forwards; reused
+	// handled counts the transaction's records handled.
+	handled int
+}
+
+// reset starts a transaction: the last one's forwards are acknowledged,
+// let them go.
+func (t *txn) reset() {
+	clear(t.fwd)
+	t.fwd, t.handled = t.fwd[:0], 0
+}
+
+// more reports whether a transaction begun at start may take another poll:
+// the client holds records already fetched, no partition is paused (a
+// paused partition's fetched records are not polled, and its rewind must
+// take effect first), and the transaction is younger than maxTxnAge.
+func (t *txn) more(start time.Time) bool {
+	return len(t.paused.due) == 0 && t.cl.BufferedFetchRecords() > 0 && t.c.now().Sub(start) < maxTxnAge
+}
+
+// handlePoll handles a poll's records that returned at now, in order,
+// collecting their forwards; a record that is not due pauses its
+// partition. It reports a handler failed by ctx's end (kept): the
+// transaction must be aborted.
+func (t *txn) handlePoll(ctx context.Context, fetches kgo.Fetches, now time.Time) (kept bool) {
+	c := t.c
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		t.ids.cut(p.Records)
+		for i, r := range p.Records {
+			if kept {
+				return
+			}
+			var (
+				out *kgo.Record
+				due time.Time
+			)
+			sc := t.ids.scan(p.Records, i)
+			out, due, kept = c.handle(ctx, r, &sc, now, true)
+			if !due.IsZero() && c.waitDue(ctx, t.paused, due) {
+				out, due, kept = c.handle(ctx, r, &sc, now, true)
+			}
+			if kept {
+				return
+			}
+			if !due.IsZero() {
+				t.paused.pause(t.cl, r, due)
+				return
+			}
+			t.handled++
+			if out != nil {
+				t.fwd = append(t.fwd, out)
+			}
+		}
+	})
+	t.paused.rewind(t.cl)
+	return kept
 }
 
 // handle runs one record of a poll that returned at start, whose headers

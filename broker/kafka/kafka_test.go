@@ -706,3 +706,92 @@ func TestForeignDueDoesNotStallRetryTopic(t *testing.T) {
 		t.Fatal("the victim's retry never ran")
 	}
 }
+
+// TestTransactionSpansFetchedPolls: a backlog fetched at once is handled in
+// transactions of several polls (up to maxTxnPolls), and a consumer killed
+// between such a transaction's forward and its commit leaves one committed
+// forward of each failed record: the whole transaction is aborted and
+// handled again.
+func TestTransactionSpansFetchedPolls(t *testing.T) {
+	const n, perPoll = 60, 5
+	var (
+		mu        sync.Mutex
+		inTxn     int                // records handled since the last transaction's end
+		largest   int                // the most records of one transaction
+		attempts  = map[string]int{} // ID → attempt-2 runs
+		succeeded = map[string]bool{}
+		done      = make(chan struct{})
+		left      = n
+	)
+	fails := func(id string) bool { return id[len(id)-1] == '3' } // b3, b13, …
+	h := func(ctx context.Context, _ []byte) error {
+		d, _ := retry.DeliveryFrom(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		inTxn++
+		if d.Attempt == 1 && fails(d.ID) {
+			return retry.Retryable(errors.New("once"))
+		}
+		if d.Attempt == 2 {
+			attempts[d.ID]++
+		}
+		if !succeeded[d.ID] {
+			succeeded[d.ID] = true
+			if left--; left == 0 {
+				close(done)
+			}
+		}
+		return nil
+	}
+	endTxn := func() {
+		mu.Lock()
+		largest, inTxn = max(largest, inTxn), 0
+		mu.Unlock()
+	}
+	name := uniqueName(t)
+	var crashed atomic.Bool
+	p := start(t, brokertest.Setup{Name: name, Handler: h, Policy: brokertest.Policy(), Tiers: brokertest.Tiers},
+		func(o *Options) {
+			o.Transactional, o.TransactionalID, o.MaxPollRecords = true, name, perPoll
+			o.afterForward = func() bool {
+				endTxn()
+				return crashed.CompareAndSwap(false, true)
+			}
+			o.afterSuccess = func() bool { endTxn(); return false }
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// One produce: one batch, fetched whole, so the stage's client holds
+	// the polls after the first.
+	var rs []*kgo.Record
+	for i := range n {
+		rs = append(rs, NewRecord(ctx, p.topics.Main, fmt.Sprintf("b%d", i), []byte("k"), []byte("x")))
+	}
+	if err := p.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("%d records never succeeded", left)
+	}
+	// Every forward is committed: each attempt 2 read one.
+	got := committedIDs(ctx, t, p, p.topics.Retry[0], "b53")
+	mu.Lock()
+	defer mu.Unlock()
+	if largest <= perPoll {
+		t.Errorf("the largest transaction handled %d records, want more than a poll's %d", largest, perPoll)
+	}
+	if !crashed.Load() {
+		t.Error("no transaction forwarded")
+	}
+	for i := range n {
+		id := fmt.Sprintf("b%d", i)
+		if want := map[bool]int{true: 1}[fails(id)]; got[id] != want {
+			t.Errorf("committed forwards of %s: %d, want %d", id, got[id], want)
+		}
+		if fails(id) && attempts[id] != 1 {
+			t.Errorf("attempt 2 of %s ran %d times, want 1", id, attempts[id])
+		}
+	}
+}
