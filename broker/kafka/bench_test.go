@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -441,4 +442,38 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkTxnHandlePoll is the transactional loop's work per record
+// without a cluster: a poll of DefaultMaxPollRecords fresh records (an
+// x-stagger-id header each, as the paired runs' backlog) on two
+// partitions, handled by the benchmark's handler, none failing. An op is
+// one record.
+func BenchmarkTxnHandlePoll(b *testing.B) {
+	topics := benchTopics(0)
+	tp := brokertest.NewThroughput(math.MaxInt, 0)
+	c, err := NewConsumer(Options{Brokers: []string{"127.0.0.1:1"}, Topics: topics, Group: "g", Handler: tp.Handler(),
+		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var parts [2]kgo.FetchPartition
+	for i := range DefaultMaxPollRecords {
+		id := fmt.Sprintf("m%d", i)
+		p := &parts[i%2]
+		p.Partition = int32(i % 2)
+		p.Records = append(p.Records, &kgo.Record{Topic: topics.Main, Partition: p.Partition, Offset: int64(len(p.Records)),
+			Key: []byte(id), Value: []byte("payload"), Headers: []kgo.RecordHeader{{Key: broker.HeaderID, Value: []byte(id)}}})
+	}
+	fetches := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: topics.Main, Partitions: parts[:]}}}}
+	t := txn{c: c, paused: &pauser{topic: topics.Main, due: map[int32]time.Time{}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += DefaultMaxPollRecords {
+		t.reset()
+		if t.handlePoll(ctx, fetches, time.Now()) {
+			b.Fatal("kept")
+		}
+	}
 }

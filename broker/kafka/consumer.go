@@ -368,7 +368,7 @@ func (c *Consumer) handlePoll(ctx, sctx context.Context, cl *kgo.Client, t *trac
 			if sctx.Err() != nil {
 				break
 			}
-			sc := ids.scan(p.Records, i)
+			sc := ids.scan(i)
 			out, due, kept := c.handle(ctx, r, &sc, b.at, paused != nil)
 			if !due.IsZero() && c.waitDue(sctx, paused, due) {
 				out, due, kept = c.handle(ctx, r, &sc, b.at, true)
@@ -642,7 +642,7 @@ func (t *txn) handlePoll(ctx context.Context, fetches kgo.Fetches, now time.Time
 				out *kgo.Record
 				due time.Time
 			)
-			sc := t.ids.scan(p.Records, i)
+			sc := t.ids.scan(i)
 			out, due, kept = c.handle(ctx, r, &sc, now, true)
 			if !due.IsZero() && c.waitDue(ctx, t.paused, due) {
 				out, due, kept = c.handle(ctx, r, &sc, now, true)
@@ -717,7 +717,9 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record, sc *headerScan, st
 			pctx = c.proc.WithTrace(ctx, headerGetter(r))
 		}
 		o = c.proc.ProcessAt(pctx, id, r.Value, st, start)
-		if broker.Interrupted(ctx, o) {
+		// Only a failure can be an interruption: a success skips the
+		// call, which copies the Outcome.
+		if (o.Err != nil || o.Interrupted) && broker.Interrupted(ctx, o) {
 			return nil, time.Time{}, true
 		}
 	}
@@ -745,37 +747,38 @@ func scanHeaders(r *kgo.Record) headerScan {
 	return sc
 }
 
-// idCutter makes the IDs of a partition's records of a poll with one
-// allocation instead of one each: cut copies them into one string, and
-// scan slices each record's from it. A handler that keeps its Delivery's ID
-// keeps that string alive (those records' IDs), not the fetched batch the
-// headers are in. Its buffers are reused from poll to poll by the one
-// goroutine that handles a stage's polls.
+// idCutter reads the headers of a partition's records of a poll in one
+// pass, and makes their IDs with one allocation instead of one each: cut
+// copies them into one string, and scan slices each record's from it. A
+// handler that keeps its Delivery's ID keeps that string alive (those
+// records' IDs), not the fetched batch the headers are in. Its buffers are
+// reused from poll to poll by the one goroutine that handles a stage's
+// polls.
 type idCutter struct {
-	buf  []byte
-	ends []int // ends[i]: where record i's ID ends in all
-	all  string
+	buf   []byte
+	ends  []int        // ends[i]: where record i's ID ends in all
+	scans []headerScan // scans[i]: record i's, id unset
+	all   string
 }
 
-// cut reads the IDs of rs.
+// cut reads the headers of rs.
 func (c *idCutter) cut(rs []*kgo.Record) {
 	c.buf, c.ends = c.buf[:0], c.ends[:0]
+	clear(c.scans) // the last poll's state values: let them go
+	c.scans = c.scans[:0]
 	for _, r := range rs {
-		for _, h := range r.Headers {
-			if h.Key == broker.HeaderID {
-				c.buf = append(c.buf, h.Value...)
-				break
-			}
-		}
+		sc, id := scanRecord(r)
+		c.buf = append(c.buf, id...)
 		c.ends = append(c.ends, len(c.buf))
+		c.scans = append(c.scans, sc)
 	}
 	c.all = string(c.buf)
 }
 
-// scan is scanHeaders of rs[i], rs given to cut, its ID sliced from the
-// string cut made.
-func (c *idCutter) scan(rs []*kgo.Record, i int) headerScan {
-	sc, _ := scanRecord(rs[i])
+// scan is scanHeaders of record i of the records given to cut, its ID
+// sliced from the string cut made.
+func (c *idCutter) scan(i int) headerScan {
+	sc := c.scans[i]
 	start := 0
 	if i > 0 {
 		start = c.ends[i-1]

@@ -182,7 +182,7 @@ func TestIDCutter(t *testing.T) {
 		c.cut(batch)
 		for i, r := range batch {
 			want := scanHeaders(r)
-			if got := c.scan(batch, i); got.id != want.id || string(got.state) != string(want.state) ||
+			if got := c.scan(i); got.id != want.id || string(got.state) != string(want.state) ||
 				(got.state == nil) != (want.state == nil) || got.legacy != want.legacy {
 				t.Errorf("record %d of %d: idCutter %+v, scanHeaders %+v", i, len(batch), got, want)
 			}
