@@ -50,9 +50,11 @@ type Options struct {
 	// Trace, if set, runs each handler in the trace context the record
 	// carries (broker.Processor.Trace); contrib/otel's Propagator is one.
 	Trace retry.Propagator
-	// Transactional makes each poll's forwards and its offset commit one
+	// Transactional makes the forwards of a poll and its offset commit one
 	// transaction (GroupTransactSession), with TransactionalID plus the
-	// stage's suffix as transactional IDs.
+	// stage's suffix as transactional IDs. A transaction also takes the
+	// polls already fetched after its first, up to four polls and 100 ms,
+	// so a backlog commits once per up to 4×MaxPollRecords records.
 	Transactional bool
 	// TransactionalID is required with Transactional: unique per consumer
 	// process and stable across its restarts.
@@ -572,7 +574,7 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 		if kept || ctx.Err() != nil {
 			// Shutting down (a handler failed with the cancellation, or
 			// ctx ended between polls): the transaction's records are
-			// read again by the next session.
+			// read again by the stage's next client.
 			_, _ = sess.End(context.WithoutCancel(ctx), kgo.TryAbort)
 			return ctx.Err()
 		}
