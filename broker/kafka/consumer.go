@@ -565,10 +565,13 @@ func (c *Consumer) transactSession(ctx context.Context, s stage, opts []kgo.Opt)
 			mctx, mcancel := context.WithTimeout(ctx, txnPollWait)
 			fetches = sess.PollRecords(mctx, c.opts.MaxPollRecords)
 			mcancel()
-			if ctx.Err() != nil || fetches.NumRecords() == 0 {
+			if ctx.Err() != nil {
 				break
 			}
-			c.logFetchErrors(fetches)
+			c.logFetchErrors(fetches) // not the poll's own deadline
+			if fetches.NumRecords() == 0 {
+				break
+			}
 			kept = t.handlePoll(ctx, fetches, c.now())
 		}
 		if kept || ctx.Err() != nil {
