@@ -3,7 +3,10 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +44,7 @@ import (
 const benchPrefetch = 128
 
 func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
-	conn := dial(b)
+	conn := benchDial(b)
 	topo := NewTopology(fmt.Sprintf("stg-bench-%d", time.Now().UnixNano()), broker.Tiers{time.Millisecond})
 	ch, err := conn.Channel()
 	if err != nil {
@@ -57,6 +60,24 @@ func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 	})
 	benchPublish(b, conn, topo, b.N)
 	return conn, topo
+}
+
+// countFrames, set by STAGGER_BENCH_FRAMES=1, has the benchmarks count
+// their connections' frames (frames): the pairs benchmark reports them
+// per message.
+var countFrames = os.Getenv("STAGGER_BENCH_FRAMES") != ""
+
+// benchDial is dial, through countingDial when countFrames is set.
+func benchDial(b *testing.B) *amqp.Connection {
+	if !countFrames {
+		return dial(b)
+	}
+	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: countingDial})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // benchPublish publishes n persistent messages m0..m(n-1) to topo, with
@@ -251,8 +272,12 @@ func benchConsumer(b *testing.B, pct uint32, waitInPlace time.Duration) {
 // stops it, and returns its rate.
 func benchConsumerSegment(b *testing.B, topo Topology, pct uint32, waitInPlace time.Duration, n int) float64 {
 	tp := brokertest.NewThroughput(n, pct)
-	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: tp.Handler(), Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
-		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
+	opts := Options{URL: amqpURL(), Topology: topo, Handler: tp.Handler(), Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
+		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}}
+	if countFrames {
+		opts.Dial = countingDial
+	}
+	c, err := NewConsumer(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -284,39 +309,65 @@ const benchPairs = 8
 // Consumer costs less), which load moves far less than rates.
 func BenchmarkWaitQueuePairs(b *testing.B) {
 	conn, topo := benchSetup(b) // publishes the first segment
-	pub := benchConfirmChannel(b, conn)
+	// The raw loop has a connection of its own, as the Consumer has, and
+	// dialed under its label: a CPU profile (-test.cpuprofile, then
+	// go tool pprof -tags) puts its client library's reading goroutine on
+	// its side too.
+	var rawConn *amqp.Connection
+	pprof.Do(context.Background(), pprof.Labels("side", "raw"), func(context.Context) { rawConn = benchDial(b) })
+	pub := benchConfirmChannel(b, rawConn)
 	first := true
-	// seg runs one segment and returns its rate and the process's CPU time
-	// (user and system) per message, which the machine's load barely moves.
-	seg := func(raw bool) (rate, cpu float64) {
+	// seg runs one segment and returns its rate, the process's CPU time
+	// (user and system) per message, which the machine's load barely
+	// moves, and RabbitMQ's (0 where it cannot be read).
+	seg := func(raw bool, pair int) (rate, cpu, srv float64) {
 		if !first {
 			benchPublish(b, conn, topo, b.N)
 		}
 		first = false
-		c0 := cpuTime(b)
-		if raw {
-			rate = benchRawSegment(b, conn, pub, topo, topo.TierQueue(0), b.N)
-		} else {
-			rate = benchConsumerSegment(b, topo, 10, -1, b.N)
+		side := [2]string{"stagger", "raw"}[b2i(raw)]
+		c0, f0 := cpuTime(b), frames.snapshot()
+		s0, srvOK := serverCPU()
+		pprof.Do(context.Background(), pprof.Labels("side", side, "pair", strconv.Itoa(pair)), func(context.Context) {
+			if raw {
+				rate = benchRawSegment(b, rawConn, pub, topo, topo.TierQueue(0), b.N)
+			} else {
+				rate = benchConsumerSegment(b, topo, 10, -1, b.N)
+			}
+		})
+		per := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(b.N) }
+		cpu = per(cpuTime(b) - c0)
+		if s1, ok := serverCPU(); ok && srvOK {
+			srv = per(s1 - s0)
 		}
-		return rate, (cpuTime(b) - c0).Seconds() * 1e6 / float64(b.N)
+		if countFrames {
+			f, n := frames.snapshot().sub(f0), float64(b.N)
+			b.Logf("pair %d %-7s %6.0f msgs/s, CPU %5.1f µs/msg, server %5.1f; per msg: acks %.3f (multiple %.3f), publishes %.3f, writes %.3f, deliveries %.3f, confirms %.3f (multiple %.3f)",
+				pair, side, rate, cpu, srv, float64(f.acks)/n, float64(f.multiAcks)/n, float64(f.publishes)/n, float64(f.writes)/n,
+				float64(f.deliveries)/n, float64(f.confirms)/n, float64(f.multiConfs)/n)
+		}
+		return rate, cpu, srv
 	}
-	var ratios, cpuRatios, stg, raw, stgCPU, rawCPU []float64
+	var ratios, cpuRatios, srvRatios, stg, raw, stgCPU, rawCPU, stgSrv, rawSrv []float64
 	b.ResetTimer()
 	for i := range benchPairs {
-		var s, r, sc, rc float64
+		var s, r, sc, rc, ss, rs float64
 		if i%2 == 0 {
-			s, sc = seg(false)
-			r, rc = seg(true)
+			s, sc, ss = seg(false, i)
+			r, rc, rs = seg(true, i)
 		} else {
-			r, rc = seg(true)
-			s, sc = seg(false)
+			r, rc, rs = seg(true, i)
+			s, sc, ss = seg(false, i)
 		}
 		stg, raw, ratios = append(stg, s), append(raw, r), append(ratios, s/r)
 		stgCPU, rawCPU, cpuRatios = append(stgCPU, sc), append(rawCPU, rc), append(cpuRatios, rc/sc)
+		stgSrv, rawSrv = append(stgSrv, ss), append(rawSrv, rs)
+		if ss > 0 {
+			srvRatios = append(srvRatios, rs/ss)
+		}
 	}
 	b.StopTimer()
-	b.Logf("%d msgs/segment, consumer/raw rate per pair: %.2f; raw/consumer CPU per message: %.2f", b.N, ratios, cpuRatios)
+	b.Logf("%d msgs/segment, consumer/raw rate per pair: %.2f; raw/consumer CPU per message: %.2f; server CPU: %.2f", b.N, ratios, cpuRatios, srvRatios)
 	slices.Sort(ratios)
 	b.ReportMetric(ratios[0], "ratio-min")
 	b.ReportMetric(median(ratios), "ratio-median")
@@ -326,6 +377,18 @@ func BenchmarkWaitQueuePairs(b *testing.B) {
 	b.ReportMetric(median(raw), "raw-msgs/s")
 	b.ReportMetric(median(stgCPU), "stagger-cpu-µs/msg")
 	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
+	if len(srvRatios) > 0 {
+		b.ReportMetric(median(srvRatios), "server-cpu-ratio-median")
+		b.ReportMetric(median(stgSrv), "stagger-server-µs/msg")
+		b.ReportMetric(median(rawSrv), "raw-server-µs/msg")
+	}
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // median is xs's median; it sorts xs.

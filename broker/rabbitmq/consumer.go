@@ -211,8 +211,9 @@ func (f fatalError) Error() string { return f.err.Error() }
 // session runs one connection until it drops or ctx ends. connected reports
 // whether it got as far as consuming.
 func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
+	var cc *corkConn
 	conn, err := amqp.DialConfig(c.opts.URL, amqp.Config{
-		Dial:       c.opts.Dial,
+		Dial:       corkingDial(c.dial(), &cc),
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": "stagger-rabbitmq " + c.opts.Topology.Queue},
 	})
@@ -254,7 +255,7 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// then and a hung handler must not hold up the reconnect.
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, acks: newAcker(ch, c.opts.Prefetch), holds: c.newHolder()}
+	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, acks: newAcker(ch, c.opts.Prefetch, cc), holds: c.newHolder()}
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
@@ -309,6 +310,20 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	wg.Wait()
 	s.pending.Wait()
 	return true, err
+}
+
+// dial is Options.Dial, or the client library's default: a 30 s timeout
+// (the URL's connection_timeout, when it has one) for the connection and
+// the handshake.
+func (c *Consumer) dial() func(network, addr string) (net.Conn, error) {
+	if c.opts.Dial != nil {
+		return c.opts.Dial
+	}
+	timeout := 30 * time.Second
+	if u, err := amqp.ParseURI(c.opts.URL); err == nil && u.ConnectionTimeout > 0 {
+		timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
+	}
+	return amqp.DefaultDial(timeout)
 }
 
 // newHolder is a session's holder: room for Prefetch held deliveries, or
