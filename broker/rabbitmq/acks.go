@@ -65,6 +65,23 @@ func (a *acker) ack(tag uint64, lazy bool) error {
 	return nil
 }
 
+// ackAll settles tags (forwards whose confirms came) and sends the
+// multiple ack up to base at once, one frame for them all.
+func (a *acker) ackAll(tags []uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, tag := range tags {
+		a.settle(tag, false)
+	}
+	if a.waitBase+a.waitLoose >= a.limit {
+		return a.flushLocked()
+	}
+	if a.waitBase > 0 {
+		return a.ackBase()
+	}
+	return nil
+}
+
 // nack rejects tag at once (requeued or not) and settles it.
 func (a *acker) nack(tag uint64, requeue bool) error {
 	a.mu.Lock()

@@ -219,6 +219,31 @@ func TestAckerBatchesFlush(t *testing.T) {
 	}
 }
 
+// TestAckerAckAll: forwards confirmed together free their run with one
+// multiple ack.
+func TestAckerAckAll(t *testing.T) {
+	w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
+	a := newAcker(w, 128, w)
+	a.forwarding(3)
+	a.forwarding(5)
+	for _, tag := range []uint64{1, 2, 4, 6} {
+		w.decided[tag] = "ack"
+		if err := a.ack(tag, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.frames != 0 {
+		t.Fatalf("%d frames before the confirms", w.frames)
+	}
+	w.decided[3], w.decided[5] = "ack", "ack"
+	if err := a.ackAll([]uint64{3, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if w.frames != 1 || w.wire[6] != "ack" || a.waitBase+a.waitLoose != 0 {
+		t.Fatalf("%d frames, tag 6 %q, %d acks wait: want one multiple ack up to 6", w.frames, w.wire[6], a.waitBase+a.waitLoose)
+	}
+}
+
 // warnCounter is a slog.Handler counting the records at Warn and above.
 type warnCounter struct{ n atomic.Int32 }
 

@@ -342,9 +342,9 @@ func BenchmarkWaitQueuePairs(b *testing.B) {
 		}
 		if countFrames {
 			f, n := frames.snapshot().sub(f0), float64(b.N)
-			b.Logf("pair %d %-7s %6.0f msgs/s, CPU %5.1f µs/msg, server %5.1f; per msg: acks %.3f (multiple %.3f), publishes %.3f, writes %.3f, deliveries %.3f, confirms %.3f (multiple %.3f)",
+			b.Logf("pair %d %-7s %6.0f msgs/s, CPU %5.1f µs/msg, server %5.1f; per msg: acks %.3f (multiple %.3f), publishes %.3f, writes %.3f, deliveries %.3f, confirms %.3f (multiple %.3f); window full %.3f, near %.3f",
 				pair, side, rate, cpu, srv, float64(f.acks)/n, float64(f.multiAcks)/n, float64(f.publishes)/n, float64(f.writes)/n,
-				float64(f.deliveries)/n, float64(f.confirms)/n, float64(f.multiConfs)/n)
+				float64(f.deliveries)/n, float64(f.confirms)/n, float64(f.multiConfs)/n, float64(f.full)/n, float64(f.near)/n)
 		}
 		return rate, cpu, srv
 	}
