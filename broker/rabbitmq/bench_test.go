@@ -301,21 +301,14 @@ const benchPairs = 8
 // BenchmarkRawWaitQueue10Pct within one run: benchPairs pairs of segments
 // of b.N messages each (the same IDs, so the same 10% fail), the Consumer
 // first in even pairs and the raw loop first in odd ones, against the same
-// broker and queues; each segment's messages are published (untimed)
-// before it starts. Broker-side drift and machine load between rounds hit
+// broker and queues, after a warm-up pair that is not counted; each
+// segment's messages are published (untimed) before it starts. Broker-side drift and machine load between rounds hit
 // both sides of a pair alike. It reports the Consumer ÷ raw rate ratio of
 // the pairs (min, median, max), both sides' median rates, and the client
 // process's CPU time per message (raw ÷ Consumer: above 1 when the
 // Consumer costs less), which load moves far less than rates.
 func BenchmarkWaitQueuePairs(b *testing.B) {
 	conn, topo := benchSetup(b) // publishes the first segment
-	// The raw loop has a connection of its own, as the Consumer has, and
-	// dialed under its label: a CPU profile (-test.cpuprofile, then
-	// go tool pprof -tags) puts its client library's reading goroutine on
-	// its side too.
-	var rawConn *amqp.Connection
-	pprof.Do(context.Background(), pprof.Labels("side", "raw"), func(context.Context) { rawConn = benchDial(b) })
-	pub := benchConfirmChannel(b, rawConn)
 	first := true
 	// seg runs one segment and returns its rate, the process's CPU time
 	// (user and system) per message, which the machine's load barely
@@ -330,6 +323,14 @@ func BenchmarkWaitQueuePairs(b *testing.B) {
 		s0, srvOK := serverCPU()
 		pprof.Do(context.Background(), pprof.Labels("side", side, "pair", strconv.Itoa(pair)), func(context.Context) {
 			if raw {
+				// A connection of its own each segment, as the Consumer
+				// dials one in Run: both sides start with the broker's
+				// connection and channel processes fresh, and a CPU
+				// profile (-test.cpuprofile, then go tool pprof -tags)
+				// puts the client library's goroutines on their side.
+				rawConn := benchDial(b)
+				defer rawConn.Close()
+				pub := benchConfirmChannel(b, rawConn)
 				rate = benchRawSegment(b, rawConn, pub, topo, topo.TierQueue(0), b.N)
 			} else {
 				rate = benchConsumerSegment(b, topo, 10, -1, b.N)
@@ -349,6 +350,10 @@ func BenchmarkWaitQueuePairs(b *testing.B) {
 		return rate, cpu, srv
 	}
 	var ratios, cpuRatios, srvRatios, stg, raw, stgCPU, rawCPU, stgSrv, rawSrv []float64
+	// A warm-up pair, not counted: the first segments of a run meet the
+	// queues, the connections and the broker's processes cold.
+	seg(true, -1)
+	seg(false, -1)
 	b.ResetTimer()
 	for i := range benchPairs {
 		var s, r, sc, rc, ss, rs float64

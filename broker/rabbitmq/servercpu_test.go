@@ -19,6 +19,12 @@ func serverCPU() (time.Duration, bool) {
 	stats, _ := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
 	var sum int64
 	for _, f := range stats {
+		if serverThreads != "" {
+			comm, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+			if !bytes.Contains(comm, []byte(serverThreads)) {
+				continue
+			}
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue // the thread ended
@@ -31,6 +37,10 @@ func serverCPU() (time.Duration, bool) {
 	}
 	return time.Duration(sum), len(stats) > 0
 }
+
+// serverThreads, when set, has serverCPU count only the threads whose name
+// contains it (dirty_cpu: the schedulers of long garbage collections).
+var serverThreads = os.Getenv("STAGGER_BENCH_SERVER_THREADS")
 
 var beamPIDCache string
 
