@@ -294,8 +294,17 @@ func benchConsumerSegment(b *testing.B, topo Topology, pct uint32, waitInPlace t
 }
 
 // benchPairs is the number of consumer/raw pairs of
-// BenchmarkWaitQueuePairs.
-const benchPairs = 8
+// BenchmarkWaitQueuePairs, 16 unless STAGGER_BENCH_PAIRS sets it. A pair
+// of 10,000-message segments lasts about a second, and single pairs range
+// from 0.6 to 1.8 on the same code (the broker's garbage collections and
+// index writes fall on one segment or the other): 8 pairs (the count
+// before 12-07) left a run's median ±0.1 from run to run.
+var benchPairs = func() int {
+	if n, err := strconv.Atoi(os.Getenv("STAGGER_BENCH_PAIRS")); err == nil && n > 0 {
+		return n
+	}
+	return 16
+}()
 
 // BenchmarkWaitQueuePairs compares BenchmarkConsumer10PctWaitQueue with
 // BenchmarkRawWaitQueue10Pct within one run: benchPairs pairs of segments
