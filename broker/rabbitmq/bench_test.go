@@ -28,8 +28,9 @@ import (
 // (BenchmarkConsumer10PctTransient); with WaitInPlace negative it forwards
 // it, confirmed, through a 1 ms wait queue back to the main queue
 // (BenchmarkConsumer10PctWaitQueue, to compare with
-// BenchmarkRawWaitQueue10Pct). All use prefetch 128, one handler goroutine
-// and one ack per delivery.
+// BenchmarkRawWaitQueue10Pct). All use prefetch 128 and one handler
+// goroutine; the raw loops ack each delivery alone, the Consumer coalesces
+// its acks (acker).
 //
 // A forwarded retry must be confirmed before its original is acked, and it
 // takes the wait queue's TTL and a dead-letter hop to come back: the last
@@ -296,9 +297,10 @@ func benchConsumerSegment(b *testing.B, topo Topology, pct uint32, waitInPlace t
 // benchPairs is the number of consumer/raw pairs of
 // BenchmarkWaitQueuePairs, 16 unless STAGGER_BENCH_PAIRS sets it. A pair
 // of 10,000-message segments lasts about a second, and single pairs range
-// from 0.6 to 1.8 on the same code (the broker's garbage collections and
-// index writes fall on one segment or the other): 8 pairs (the count
-// before 12-07) left a run's median ±0.1 from run to run.
+// from 0.6 to 1.8 on the same code (the broker's long garbage collections
+// fall on one segment or the other: its dirty-CPU threads' time per message
+// differs up to 5× between the sides of a pair), so the median of 8 pairs
+// moved by ±0.1 from run to run.
 var benchPairs = func() int {
 	if n, err := strconv.Atoi(os.Getenv("STAGGER_BENCH_PAIRS")); err == nil && n > 0 {
 		return n
@@ -310,12 +312,18 @@ var benchPairs = func() int {
 // BenchmarkRawWaitQueue10Pct within one run: benchPairs pairs of segments
 // of b.N messages each (the same IDs, so the same 10% fail), the Consumer
 // first in even pairs and the raw loop first in odd ones, against the same
-// broker and queues, after a warm-up pair that is not counted; each
-// segment's messages are published (untimed) before it starts. Broker-side drift and machine load between rounds hit
-// both sides of a pair alike. It reports the Consumer ÷ raw rate ratio of
-// the pairs (min, median, max), both sides' median rates, and the client
-// process's CPU time per message (raw ÷ Consumer: above 1 when the
-// Consumer costs less), which load moves far less than rates.
+// broker and queues, after a warm-up pair that is not counted. Each
+// segment's messages are published (untimed) before it starts, and each
+// side dials a connection of its own in each segment (the Consumer in Run),
+// with the same prefetch, persistent messages and confirmed, mandatory
+// publishes. Broker-side drift and machine load between rounds hit both
+// sides of a pair alike. It reports the Consumer ÷ raw rate ratio of the
+// pairs (min, median, max), both sides' median rates, the client process's
+// CPU time per message (raw ÷ Consumer: above 1 when the Consumer costs
+// less), which load moves far less than rates, and, where the local
+// RabbitMQ's /proc can be read, the server's (serverCPU). With
+// STAGGER_BENCH_FRAMES=1 it logs each segment's frames per message (acks,
+// writes, how often a delivery filled the prefetch window).
 func BenchmarkWaitQueuePairs(b *testing.B) {
 	conn, topo := benchSetup(b) // publishes the first segment
 	first := true

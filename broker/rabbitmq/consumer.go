@@ -534,7 +534,7 @@ func (c *Consumer) now() time.Time {
 	return time.Now()
 }
 
-// send forwards d with state st to queue q, and hands it to the session's
+// send forwards d with state st to queue q, and hands it to the connection's
 // confirm loop (confirms), which acknowledges it once RabbitMQ confirmed
 // the copy. The publish and the confirm ignore ctx's end: a retry decided
 // for an attempt that ran must be forwarded, or the attempt would run
@@ -564,7 +564,7 @@ type forwarded struct {
 	done <-chan struct{} // closed once wait does not block
 }
 
-// confirms is a session's confirm loop: it takes the forwards in publish
+// confirms is a connection's confirm loop: it takes the forwards in publish
 // order, waits for each one's confirm and acknowledges its original. The
 // forwards whose confirms have come by then (RabbitMQ confirms in batches,
 // one multiple basic.ack for many) are acknowledged together: one multiple
