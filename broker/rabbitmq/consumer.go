@@ -508,7 +508,8 @@ func (c *Consumer) hold(s *session, d *amqp.Delivery, from route, o broker.Outco
 		return false // also when WaitInPlace is negative
 	}
 	if x == nil {
-		x = &held{d: d, from: from}
+		dc := *d // a copy: a handler goroutine's delivery stays on its stack
+		x = &held{d: &dc, from: from}
 	}
 	x.st = o.State
 	if !s.holds.hold(x, o.State.Due.Sub(c.now())) {
@@ -548,7 +549,8 @@ func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from 
 	}
 	s.acks.forwarding(d.DeliveryTag)
 	s.pending.Add(1)
-	s.fwds <- forwarded{ctx: ctx, d: d, from: from, q: q, st: st, wait: wait, done: done}
+	dc := *d // a copy: a handler goroutine's delivery stays on its stack
+	s.fwds <- forwarded{ctx: ctx, d: &dc, from: from, q: q, st: st, wait: wait, done: done}
 	return nil
 }
 
@@ -572,14 +574,15 @@ type forwarded struct {
 // sent one each. It returns once s.fwds is closed and drained.
 func (c *Consumer) confirms(s *session) {
 	var (
-		batch []forwarded
-		tags  []uint64
-		next  *forwarded // taken from s.fwds, its confirm not come yet
+		batch   []forwarded
+		tags    []uint64
+		next    forwarded // taken from s.fwds, its confirm not come yet, if hasNext
+		hasNext bool
 	)
 	for {
 		var f forwarded
-		if next != nil {
-			f, next = *next, nil
+		if hasNext {
+			f, hasNext = next, false
 		} else {
 			var ok bool
 			if f, ok = <-s.fwds; !ok {
@@ -599,7 +602,7 @@ func (c *Consumer) confirms(s *session) {
 				case <-g.done:
 					batch = append(batch, g)
 				default:
-					next = &g
+					next, hasNext = g, true
 					break more
 				}
 			default:
