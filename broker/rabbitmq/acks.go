@@ -21,6 +21,7 @@ import (
 type acker struct {
 	ch    acknowledger
 	limit int
+	batch batcher // nil: each ack its own write
 
 	mu        sync.Mutex
 	base      uint64          // every tag up to base is settled
@@ -38,8 +39,15 @@ type acknowledger interface {
 	Nack(tag uint64, multiple, requeue bool) error
 }
 
-func newAcker(ch acknowledger, prefetch int) *acker {
-	return &acker{ch: ch, limit: max(1, prefetch/4), loose: map[uint64]bool{}, fwd: map[uint64]bool{}}
+// batcher gathers the frames written between cork and uncork into one
+// write (a corkConn).
+type batcher interface {
+	cork()
+	uncork() error
+}
+
+func newAcker(ch acknowledger, prefetch int, batch batcher) *acker {
+	return &acker{ch: ch, limit: max(1, prefetch/4), batch: batch, loose: map[uint64]bool{}, fwd: map[uint64]bool{}}
 }
 
 // ack settles tag. Unless lazy, the multiple ack up to base goes out at
@@ -52,6 +60,23 @@ func (a *acker) ack(tag uint64, lazy bool) error {
 		return a.flushLocked()
 	}
 	if !lazy && a.waitBase > 0 {
+		return a.ackBase()
+	}
+	return nil
+}
+
+// ackAll settles tags (forwards whose confirms came) and sends the
+// multiple ack up to base at once, one frame for them all.
+func (a *acker) ackAll(tags []uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, tag := range tags {
+		a.settle(tag, false)
+	}
+	if a.waitBase+a.waitLoose >= a.limit {
+		return a.flushLocked()
+	}
+	if a.waitBase > 0 {
 		return a.ackBase()
 	}
 	return nil
@@ -161,7 +186,17 @@ func (a *acker) ackBase() error {
 	return nil
 }
 
-func (a *acker) flushLocked() error {
+// flushLocked sends every ack that waits, in one write when there are
+// several and a batcher.
+func (a *acker) flushLocked() (err error) {
+	if a.batch != nil && a.waitLoose+min(a.waitBase, 1) > 1 {
+		a.batch.cork()
+		defer func() {
+			if e := a.batch.uncork(); err == nil {
+				err = e
+			}
+		}()
+	}
 	if a.waitBase > 0 {
 		if err := a.ackBase(); err != nil {
 			return err

@@ -26,6 +26,32 @@ type wireLog struct {
 	decided map[uint64]string // tag: "ack" or "nack", once decided
 	wire    map[uint64]string // tag: how it was settled on the wire
 	frames  int
+	// As a batcher: the cork depth, the frames held back by it, and the
+	// writes (a frame alone, or an uncork's held frames).
+	corked, held, writes int
+}
+
+func (w *wireLog) cork() { w.corked++ }
+
+func (w *wireLog) uncork() error {
+	if w.corked--; w.corked < 0 {
+		w.t.Fatal("uncork without cork")
+	}
+	if w.corked == 0 && w.held > 0 {
+		w.writes++
+		w.held = 0
+	}
+	return nil
+}
+
+// write counts a frame's write, or holds it back while corked.
+func (w *wireLog) write() {
+	w.frames++
+	if w.corked > 0 {
+		w.held++
+	} else {
+		w.writes++
+	}
 }
 
 func (w *wireLog) settle(tag uint64, how string) {
@@ -39,7 +65,7 @@ func (w *wireLog) settle(tag uint64, how string) {
 }
 
 func (w *wireLog) Ack(tag uint64, multiple bool) error {
-	w.frames++
+	w.write()
 	if !multiple {
 		w.settle(tag, "ack")
 		return nil
@@ -56,7 +82,7 @@ func (w *wireLog) Ack(tag uint64, multiple bool) error {
 }
 
 func (w *wireLog) Nack(tag uint64, multiple, requeue bool) error {
-	w.frames++
+	w.write()
 	if multiple {
 		w.t.Fatal("multiple nack")
 	}
@@ -76,7 +102,7 @@ func TestAckerCoalesces(t *testing.T) {
 			n := 1 + r.IntN(200)
 			prefetch := 1 + r.IntN(64)
 			w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
-			a := newAcker(w, prefetch)
+			a := newAcker(w, prefetch, w)
 			order := r.Perm(n)
 			if r.IntN(2) == 0 {
 				// Mostly in order, as one handler goroutine settles them.
@@ -100,6 +126,9 @@ func TestAckerCoalesces(t *testing.T) {
 				}
 				if err != nil {
 					t.Fatal(err)
+				}
+				if w.corked != 0 {
+					t.Fatalf("corked %d deep after a settle", w.corked)
 				}
 				if waiting := a.waitBase + a.waitLoose; waiting >= a.limit {
 					t.Fatalf("%d acks wait, limit %d", waiting, a.limit)
@@ -140,7 +169,7 @@ func TestAckerCoalesces(t *testing.T) {
 // sends one frame per limit acks.
 func TestAckerInOrderCoalesces(t *testing.T) {
 	w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
-	a := newAcker(w, 128)
+	a := newAcker(w, 128, w)
 	for tag := uint64(1); tag <= 320; tag++ {
 		w.decided[tag] = "ack"
 		if err := a.ack(tag, true); err != nil {
@@ -149,6 +178,69 @@ func TestAckerInOrderCoalesces(t *testing.T) {
 	}
 	if w.frames != 10 {
 		t.Fatalf("%d frames for 320 acks in order, limit 32: want 10", w.frames)
+	}
+}
+
+// TestAckerBatchesFlush: the acks a flush sends (a multiple ack and the
+// single acks above a forward waiting for its confirm) go out in one
+// write.
+func TestAckerBatchesFlush(t *testing.T) {
+	w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
+	a := newAcker(w, 128, w)
+	settle := func(tag uint64) {
+		w.decided[tag] = "ack"
+		if err := a.ack(tag, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for tag := uint64(1); tag <= 5; tag++ {
+		settle(tag)
+	}
+	a.forwarding(6)
+	for tag := uint64(7); tag <= 20; tag++ {
+		settle(tag)
+	}
+	if w.frames != 0 {
+		t.Fatalf("%d frames before the flush", w.frames)
+	}
+	if err := a.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if w.frames != 15 || w.writes != 1 || w.corked != 0 {
+		t.Fatalf("flush: %d frames in %d writes (corked %d): want 15 in 1", w.frames, w.writes, w.corked)
+	}
+	// The forward's confirm: its ack alone, one frame, one write.
+	w.decided[6] = "ack"
+	if err := a.ack(6, false); err != nil {
+		t.Fatal(err)
+	}
+	if w.frames != 16 || w.writes != 2 {
+		t.Fatalf("after the forward's ack: %d frames in %d writes, want 16 in 2", w.frames, w.writes)
+	}
+}
+
+// TestAckerAckAll: forwards confirmed together free their run with one
+// multiple ack.
+func TestAckerAckAll(t *testing.T) {
+	w := &wireLog{t: t, decided: map[uint64]string{}, wire: map[uint64]string{}}
+	a := newAcker(w, 128, w)
+	a.forwarding(3)
+	a.forwarding(5)
+	for _, tag := range []uint64{1, 2, 4, 6} {
+		w.decided[tag] = "ack"
+		if err := a.ack(tag, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.frames != 0 {
+		t.Fatalf("%d frames before the confirms", w.frames)
+	}
+	w.decided[3], w.decided[5] = "ack", "ack"
+	if err := a.ackAll([]uint64{3, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if w.frames != 1 || w.wire[6] != "ack" || a.waitBase+a.waitLoose != 0 {
+		t.Fatalf("%d frames, tag 6 %q, %d acks wait: want one multiple ack up to 6", w.frames, w.wire[6], a.waitBase+a.waitLoose)
 	}
 }
 

@@ -3,7 +3,10 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +28,9 @@ import (
 // (BenchmarkConsumer10PctTransient); with WaitInPlace negative it forwards
 // it, confirmed, through a 1 ms wait queue back to the main queue
 // (BenchmarkConsumer10PctWaitQueue, to compare with
-// BenchmarkRawWaitQueue10Pct). All use prefetch 128, one handler goroutine
-// and one ack per delivery.
+// BenchmarkRawWaitQueue10Pct). All use prefetch 128 and one handler
+// goroutine; the raw loops ack each delivery alone, the Consumer coalesces
+// its acks (acker).
 //
 // A forwarded retry must be confirmed before its original is acked, and it
 // takes the wait queue's TTL and a dead-letter hop to come back: the last
@@ -41,7 +45,7 @@ import (
 const benchPrefetch = 128
 
 func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
-	conn := dial(b)
+	conn := benchDial(b)
 	topo := NewTopology(fmt.Sprintf("stg-bench-%d", time.Now().UnixNano()), broker.Tiers{time.Millisecond})
 	ch, err := conn.Channel()
 	if err != nil {
@@ -57,6 +61,24 @@ func benchSetup(b *testing.B) (*amqp.Connection, Topology) {
 	})
 	benchPublish(b, conn, topo, b.N)
 	return conn, topo
+}
+
+// countFrames, set by STAGGER_BENCH_FRAMES=1, has the benchmarks count
+// their connections' frames (frames): the pairs benchmark reports them
+// per message.
+var countFrames = os.Getenv("STAGGER_BENCH_FRAMES") != ""
+
+// benchDial is dial, through countingDial when countFrames is set.
+func benchDial(b *testing.B) *amqp.Connection {
+	if !countFrames {
+		return dial(b)
+	}
+	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: countingDial})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // benchPublish publishes n persistent messages m0..m(n-1) to topo, with
@@ -251,8 +273,12 @@ func benchConsumer(b *testing.B, pct uint32, waitInPlace time.Duration) {
 // stops it, and returns its rate.
 func benchConsumerSegment(b *testing.B, topo Topology, pct uint32, waitInPlace time.Duration, n int) float64 {
 	tp := brokertest.NewThroughput(n, pct)
-	c, err := NewConsumer(Options{URL: amqpURL(), Topology: topo, Handler: tp.Handler(), Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
-		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}})
+	opts := Options{URL: amqpURL(), Topology: topo, Handler: tp.Handler(), Prefetch: benchPrefetch, WaitInPlace: waitInPlace,
+		Policy: &retry.Policy{MaxAttempts: 3, Schedule: backoff.Constant(time.Millisecond)}}
+	if countFrames {
+		opts.Dial = countingDial
+	}
+	c, err := NewConsumer(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -269,54 +295,101 @@ func benchConsumerSegment(b *testing.B, topo Topology, pct uint32, waitInPlace t
 }
 
 // benchPairs is the number of consumer/raw pairs of
-// BenchmarkWaitQueuePairs.
-const benchPairs = 8
+// BenchmarkWaitQueuePairs, 16 unless STAGGER_BENCH_PAIRS sets it. A pair
+// of 10,000-message segments lasts about a second, and single pairs range
+// from 0.6 to 1.8 on the same code (the broker's long garbage collections
+// fall on one segment or the other: its dirty-CPU threads' time per message
+// differs up to 5× between the sides of a pair), so the median of 8 pairs
+// moved by ±0.1 from run to run.
+var benchPairs = func() int {
+	if n, err := strconv.Atoi(os.Getenv("STAGGER_BENCH_PAIRS")); err == nil && n > 0 {
+		return n
+	}
+	return 16
+}()
 
 // BenchmarkWaitQueuePairs compares BenchmarkConsumer10PctWaitQueue with
 // BenchmarkRawWaitQueue10Pct within one run: benchPairs pairs of segments
 // of b.N messages each (the same IDs, so the same 10% fail), the Consumer
 // first in even pairs and the raw loop first in odd ones, against the same
-// broker and queues; each segment's messages are published (untimed)
-// before it starts. Broker-side drift and machine load between rounds hit
-// both sides of a pair alike. It reports the Consumer ÷ raw rate ratio of
-// the pairs (min, median, max), both sides' median rates, and the client
-// process's CPU time per message (raw ÷ Consumer: above 1 when the
-// Consumer costs less), which load moves far less than rates.
+// broker and queues, after a warm-up pair that is not counted. Each
+// segment's messages are published (untimed) before it starts, and each
+// side dials a connection of its own in each segment (the Consumer in Run),
+// with the same prefetch, persistent messages and confirmed, mandatory
+// publishes. Broker-side drift and machine load between rounds hit both
+// sides of a pair alike. It reports the Consumer ÷ raw rate ratio of the
+// pairs (min, median, max), both sides' median rates, the client process's
+// CPU time per message (raw ÷ Consumer: above 1 when the Consumer costs
+// less), which load moves far less than rates, and, where the local
+// RabbitMQ's /proc can be read, the server's (serverCPU). With
+// STAGGER_BENCH_FRAMES=1 it logs each segment's frames per message (acks,
+// writes, how often a delivery filled the prefetch window).
 func BenchmarkWaitQueuePairs(b *testing.B) {
 	conn, topo := benchSetup(b) // publishes the first segment
-	pub := benchConfirmChannel(b, conn)
 	first := true
-	// seg runs one segment and returns its rate and the process's CPU time
-	// (user and system) per message, which the machine's load barely moves.
-	seg := func(raw bool) (rate, cpu float64) {
+	// seg runs one segment and returns its rate, the process's CPU time
+	// (user and system) per message, which the machine's load barely
+	// moves, and RabbitMQ's (0 where it cannot be read).
+	seg := func(raw bool, pair int) (rate, cpu, srv float64) {
 		if !first {
 			benchPublish(b, conn, topo, b.N)
 		}
 		first = false
-		c0 := cpuTime(b)
-		if raw {
-			rate = benchRawSegment(b, conn, pub, topo, topo.TierQueue(0), b.N)
-		} else {
-			rate = benchConsumerSegment(b, topo, 10, -1, b.N)
+		side := [2]string{"stagger", "raw"}[b2i(raw)]
+		c0, f0 := cpuTime(b), frames.snapshot()
+		s0, srvOK := serverCPU()
+		pprof.Do(context.Background(), pprof.Labels("side", side, "pair", strconv.Itoa(pair)), func(context.Context) {
+			if raw {
+				// A connection of its own each segment, as the Consumer
+				// dials one in Run: both sides start with the broker's
+				// connection and channel processes fresh, and a CPU
+				// profile (-test.cpuprofile, then go tool pprof -tags)
+				// puts the client library's goroutines on their side.
+				rawConn := benchDial(b)
+				defer rawConn.Close()
+				pub := benchConfirmChannel(b, rawConn)
+				rate = benchRawSegment(b, rawConn, pub, topo, topo.TierQueue(0), b.N)
+			} else {
+				rate = benchConsumerSegment(b, topo, 10, -1, b.N)
+			}
+		})
+		per := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(b.N) }
+		cpu = per(cpuTime(b) - c0)
+		if s1, ok := serverCPU(); ok && srvOK {
+			srv = per(s1 - s0)
 		}
-		return rate, (cpuTime(b) - c0).Seconds() * 1e6 / float64(b.N)
+		if countFrames {
+			f, n := frames.snapshot().sub(f0), float64(b.N)
+			b.Logf("pair %d %-7s %6.0f msgs/s, CPU %5.1f µs/msg, server %5.1f; per msg: acks %.3f (multiple %.3f), publishes %.3f, writes %.3f, deliveries %.3f, confirms %.3f (multiple %.3f); window full %.3f, near %.3f",
+				pair, side, rate, cpu, srv, float64(f.acks)/n, float64(f.multiAcks)/n, float64(f.publishes)/n, float64(f.writes)/n,
+				float64(f.deliveries)/n, float64(f.confirms)/n, float64(f.multiConfs)/n, float64(f.full)/n, float64(f.near)/n)
+		}
+		return rate, cpu, srv
 	}
-	var ratios, cpuRatios, stg, raw, stgCPU, rawCPU []float64
+	var ratios, cpuRatios, srvRatios, stg, raw, stgCPU, rawCPU, stgSrv, rawSrv []float64
+	// A warm-up pair, not counted: the first segments of a run meet the
+	// queues, the connections and the broker's processes cold.
+	seg(true, -1)
+	seg(false, -1)
 	b.ResetTimer()
 	for i := range benchPairs {
-		var s, r, sc, rc float64
+		var s, r, sc, rc, ss, rs float64
 		if i%2 == 0 {
-			s, sc = seg(false)
-			r, rc = seg(true)
+			s, sc, ss = seg(false, i)
+			r, rc, rs = seg(true, i)
 		} else {
-			r, rc = seg(true)
-			s, sc = seg(false)
+			r, rc, rs = seg(true, i)
+			s, sc, ss = seg(false, i)
 		}
 		stg, raw, ratios = append(stg, s), append(raw, r), append(ratios, s/r)
 		stgCPU, rawCPU, cpuRatios = append(stgCPU, sc), append(rawCPU, rc), append(cpuRatios, rc/sc)
+		stgSrv, rawSrv = append(stgSrv, ss), append(rawSrv, rs)
+		if ss > 0 {
+			srvRatios = append(srvRatios, rs/ss)
+		}
 	}
 	b.StopTimer()
-	b.Logf("%d msgs/segment, consumer/raw rate per pair: %.2f; raw/consumer CPU per message: %.2f", b.N, ratios, cpuRatios)
+	b.Logf("%d msgs/segment, consumer/raw rate per pair: %.2f; raw/consumer CPU per message: %.2f; server CPU: %.2f", b.N, ratios, cpuRatios, srvRatios)
 	slices.Sort(ratios)
 	b.ReportMetric(ratios[0], "ratio-min")
 	b.ReportMetric(median(ratios), "ratio-median")
@@ -326,6 +399,18 @@ func BenchmarkWaitQueuePairs(b *testing.B) {
 	b.ReportMetric(median(raw), "raw-msgs/s")
 	b.ReportMetric(median(stgCPU), "stagger-cpu-µs/msg")
 	b.ReportMetric(median(rawCPU), "raw-cpu-µs/msg")
+	if len(srvRatios) > 0 {
+		b.ReportMetric(median(srvRatios), "server-cpu-ratio-median")
+		b.ReportMetric(median(stgSrv), "stagger-server-µs/msg")
+		b.ReportMetric(median(rawSrv), "raw-server-µs/msg")
+	}
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // median is xs's median; it sorts xs.

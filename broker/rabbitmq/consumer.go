@@ -211,8 +211,9 @@ func (f fatalError) Error() string { return f.err.Error() }
 // session runs one connection until it drops or ctx ends. connected reports
 // whether it got as far as consuming.
 func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
+	var cc *corkConn
 	conn, err := amqp.DialConfig(c.opts.URL, amqp.Config{
-		Dial:       c.opts.Dial,
+		Dial:       corkingDial(c.dial(), &cc),
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": "stagger-rabbitmq " + c.opts.Topology.Queue},
 	})
@@ -254,7 +255,10 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	// then and a hung handler must not hold up the reconnect.
 	hctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, acks: newAcker(ch, c.opts.Prefetch), holds: c.newHolder()}
+	s := &session{conf: conf, failed: make(chan error, 1), ch: ch, acks: newAcker(ch, c.opts.Prefetch, cc), holds: c.newHolder(),
+		fwds: make(chan forwarded, c.opts.Prefetch)}
+	confirmsDone := make(chan struct{})
+	go func() { defer close(confirmsDone); c.confirms(s) }()
 	var wg sync.WaitGroup
 	for range c.opts.Concurrency {
 		wg.Add(1)
@@ -307,8 +311,24 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	}
 	conn.Close()
 	wg.Wait()
+	close(s.fwds) // the workers, who forward, are done
 	s.pending.Wait()
+	<-confirmsDone
 	return true, err
+}
+
+// dial is Options.Dial, or the client library's default: a 30 s timeout
+// (the URL's connection_timeout, when it has one) for the connection and
+// the handshake.
+func (c *Consumer) dial() func(network, addr string) (net.Conn, error) {
+	if c.opts.Dial != nil {
+		return c.opts.Dial
+	}
+	timeout := 30 * time.Second
+	if u, err := amqp.ParseURI(c.opts.URL); err == nil && u.ConnectionTimeout > 0 {
+		timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
+	}
+	return amqp.DefaultDial(timeout)
 }
 
 // newHolder is a session's holder: room for Prefetch held deliveries, or
@@ -325,6 +345,7 @@ func (c *Consumer) newHolder() *holder {
 type session struct {
 	conf    *confirmer
 	pending sync.WaitGroup // forwards waiting for their confirm
+	fwds    chan forwarded // to the confirm loop; Prefetch room, one per unacknowledged delivery
 	failed  chan error
 	ch      *amqp.Channel // the consuming channel
 	acks    *acker        // ch's acks
@@ -487,7 +508,8 @@ func (c *Consumer) hold(s *session, d *amqp.Delivery, from route, o broker.Outco
 		return false // also when WaitInPlace is negative
 	}
 	if x == nil {
-		x = &held{d: d, from: from}
+		dc := *d // a copy: a handler goroutine's delivery stays on its stack
+		x = &held{d: &dc, from: from}
 	}
 	x.st = o.State
 	if !s.holds.hold(x, o.State.Due.Sub(c.now())) {
@@ -513,50 +535,137 @@ func (c *Consumer) now() time.Time {
 	return time.Now()
 }
 
-// send forwards d with state st to queue q, and acknowledges it once
-// RabbitMQ confirmed the copy, from a goroutine of its own. The publish and
-// the confirm ignore ctx's end: a retry decided for an attempt that ran
-// must be forwarded, or the attempt would run again, and a confirmed copy
-// whose original is never acknowledged is a duplicate.
+// send forwards d with state st to queue q, and hands it to the connection's
+// confirm loop (confirms), which acknowledges it once RabbitMQ confirmed
+// the copy. The publish and the confirm ignore ctx's end: a retry decided
+// for an attempt that ran must be forwarded, or the attempt would run
+// again, and a confirmed copy whose original is never acknowledged is a
+// duplicate.
 func (c *Consumer) send(ctx context.Context, s *session, d *amqp.Delivery, from route, q string, st broker.State) error {
 	ctx = context.WithoutCancel(ctx)
-	wait, err := c.forward(ctx, s.conf, d, from, q, st)
+	wait, done, err := c.forward(ctx, s.conf, d, from, q, st)
 	if err != nil {
 		return err
 	}
 	s.acks.forwarding(d.DeliveryTag)
 	s.pending.Add(1)
-	go func() {
-		defer s.pending.Done()
-		err := wait(ctx)
-		if errors.Is(err, ErrUnroutable) && q != c.opts.Topology.DLQ {
-			// The wait queue is gone: the retry must not vanish.
-			c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", q), slog.Any("error", err))
-			st := st
-			st.Due, st.Reason, st.Error = time.Time{}, "unroutable", brokerwire.ErrorText(err)
-			if wait, err = c.forward(ctx, s.conf, d, from, c.opts.Topology.DLQ, st); err == nil {
-				err = wait(ctx)
+	dc := *d // a copy: a handler goroutine's delivery stays on its stack
+	s.fwds <- forwarded{ctx: ctx, d: &dc, from: from, q: q, st: st, wait: wait, done: done}
+	return nil
+}
+
+// forwarded is a forward waiting for its confirm, and what a dead letter
+// in its place needs, should it come back unroutable.
+type forwarded struct {
+	ctx  context.Context
+	d    *amqp.Delivery
+	from route
+	q    string
+	st   broker.State
+	wait func(context.Context) error
+	done <-chan struct{} // closed once wait does not block
+}
+
+// confirms is a connection's confirm loop: it takes the forwards in publish
+// order, waits for each one's confirm and acknowledges its original. The
+// forwards whose confirms have come by then (RabbitMQ confirms in batches,
+// one multiple basic.ack for many) are acknowledged together: one multiple
+// ack (acker.ackAll) for the run they free, where a goroutine per forward
+// sent one each. It returns once s.fwds is closed and drained.
+func (c *Consumer) confirms(s *session) {
+	var (
+		batch   []forwarded
+		tags    []uint64
+		next    forwarded // taken from s.fwds, its confirm not come yet, if hasNext
+		hasNext bool
+	)
+	for {
+		var f forwarded
+		if hasNext {
+			f, hasNext = next, false
+		} else {
+			var ok bool
+			if f, ok = <-s.fwds; !ok {
+				return
 			}
 		}
-		if err == nil && c.opts.afterForward != nil {
-			c.opts.afterForward()
+		<-f.done
+		batch = append(batch[:0], f)
+	more:
+		for {
+			select {
+			case g, ok := <-s.fwds:
+				if !ok {
+					break more
+				}
+				select {
+				case <-g.done:
+					batch = append(batch, g)
+				default:
+					next, hasNext = g, true
+					break more
+				}
+			default:
+				break more
+			}
 		}
-		if err == nil {
-			err = s.acks.ack(d.DeliveryTag, false)
+		tags = tags[:0]
+		for _, f := range batch {
+			err := f.wait(f.ctx)
+			if errors.Is(err, ErrUnroutable) && f.q != c.opts.Topology.DLQ {
+				go c.unroutable(s, f, err)
+				continue
+			}
+			if err != nil {
+				s.fail(err)
+				s.pending.Done()
+				continue
+			}
+			if c.opts.afterForward != nil {
+				c.opts.afterForward()
+			}
+			tags = append(tags, f.d.DeliveryTag)
 		}
-		if err != nil {
-			s.fail(err)
+		if len(tags) > 0 {
+			if err := s.acks.ackAll(tags); err != nil {
+				s.fail(err)
+			}
+			for range tags {
+				s.pending.Done()
+			}
 		}
-	}()
-	return nil
+	}
+}
+
+// unroutable dead-letters f, returned unroutable (its wait queue is gone:
+// the retry must not vanish), and acknowledges the original once the dead
+// letter is confirmed.
+func (c *Consumer) unroutable(s *session, f forwarded, err error) {
+	defer s.pending.Done()
+	c.log.Error("rabbitmq: retry unroutable, dead-lettering", slog.String("queue", f.q), slog.Any("error", err))
+	st := f.st
+	st.Due, st.Reason, st.Error = time.Time{}, "unroutable", brokerwire.ErrorText(err)
+	wait, _, err := c.forward(f.ctx, s.conf, f.d, f.from, c.opts.Topology.DLQ, st)
+	if err == nil {
+		err = wait(f.ctx)
+	}
+	if err == nil && c.opts.afterForward != nil {
+		c.opts.afterForward()
+	}
+	if err == nil {
+		err = s.acks.ack(f.d.DeliveryTag, false)
+	}
+	if err != nil {
+		s.fail(err)
+	}
 }
 
 // forward publishes a copy of d with state st to queue q (through the
 // default exchange, mandatory, in confirm mode) and returns the wait for its
-// confirm. from is where d was first delivered from: a wait queue's copy
+// confirm, and a channel closed once the wait would not block. from is where d was first delivered from: a wait queue's copy
 // carries it in its compact state, a dead letter in HeaderExchange and
 // HeaderRoutingKey and as its origin.
-func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, from route, q string, st broker.State) (func(context.Context) error, error) {
+func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, from route, q string, st broker.State) (wait func(context.Context) error, done <-chan struct{}, err error) {
 	tag := conf.nextTag()
 	var h amqp.Table
 	if q != c.opts.Topology.DLQ {

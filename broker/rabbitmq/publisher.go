@@ -75,7 +75,8 @@ func (c *confirmer) publish(ctx context.Context, exchange, key string, msg amqp.
 	tag := c.nextTag()
 	h[headerPublishTag] = tag
 	msg.Headers = h
-	return c.send(ctx, exchange, key, msg, tag)
+	wait, _, err = c.send(ctx, exchange, key, msg, tag)
+	return wait, err
 }
 
 // nextTag is a new publish tag: unique among the confirmer's publishes.
@@ -85,13 +86,14 @@ func (c *confirmer) nextTag() string {
 
 // send is publish for a message whose headers already carry tag (from
 // nextTag), in headerPublishTag or in its compact state (returnTag reads
-// both), and that the confirmer may keep.
-func (c *confirmer) send(ctx context.Context, exchange, key string, msg amqp.Publishing, tag string) (wait func(context.Context) error, err error) {
+// both), and that the confirmer may keep. done is closed once wait would
+// not block: the confirm came, or the channel closed.
+func (c *confirmer) send(ctx context.Context, exchange, key string, msg amqp.Publishing, tag string) (wait func(context.Context) error, done <-chan struct{}, err error) {
 	c.mu.Lock()
 	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	c.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: publish to %q/%q: %w", exchange, key, err)
+		return nil, nil, fmt.Errorf("rabbitmq: publish to %q/%q: %w", exchange, key, err)
 	}
 	return func(ctx context.Context) error {
 		ok, err := dc.WaitContext(ctx)
@@ -114,7 +116,7 @@ func (c *confirmer) send(ctx context.Context, exchange, key string, msg amqp.Pub
 			return fmt.Errorf("%w: exchange %q routing key %q: %d %s", ErrUnroutable, exchange, key, r.ReplyCode, r.ReplyText)
 		}
 		return nil
-	}, nil
+	}, dc.Done(), nil
 }
 
 // drainLocked moves the returns the client has handed over into the map,
