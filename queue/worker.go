@@ -413,6 +413,9 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 	}
 	for r.turn() {
 	}
+	if r.ahead != nil {
+		<-r.ahead // Run gave up (rec ended): the claim returns, unused
+	}
 }
 
 // laneRun is one run of a lane's loop: its contexts (see loop), what it
@@ -425,6 +428,21 @@ type laneRun struct {
 	// outcomes beside the claims (see committer).
 	merged bool
 	async  *committer
+	// ahead receives the result of the claim sent ahead (claimAhead); nil
+	// when none is in flight.
+	ahead chan aheadClaim
+}
+
+// aheadClaim is the result of a claim sent ahead (claimAhead): up to n
+// jobs asked, claimed at t0 (the store's clock) by a call that ran from
+// start to at; wake was taken before the claim (see idle).
+type aheadClaim struct {
+	jobs      []Job
+	n         int
+	t0        int64
+	start, at time.Time
+	wake      <-chan struct{}
+	err       error
 }
 
 // turn is one turn of the loop: take the finished handlers and start the
@@ -441,6 +459,9 @@ func (r *laneRun) turn() bool {
 	}
 	st.drain()
 	l.dispatch(r.hctx, st)
+	if r.ahead != nil && len(st.buf) == 0 {
+		return r.awaitAhead()
+	}
 	stopping := r.ctx.Err() != nil
 	if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
 		return false
@@ -546,7 +567,7 @@ func (r *laneRun) commitAndClaim(n int) bool {
 		return true
 	}
 	if n > 0 {
-		st.claimed(start, len(jobs))
+		st.claimed(start, time.Now(), len(jobs))
 	}
 	st.buf, st.bufT0 = jobs, t0
 	l.dispatch(r.hctx, st)
@@ -556,6 +577,91 @@ func (r *laneRun) commitAndClaim(n int) bool {
 	if n > 0 && len(jobs) == 0 {
 		r.idle(wake, t0)
 	}
+	r.claimAhead(n > 0 && len(jobs) == n)
+	return true
+}
+
+// claimAhead sends the next claim at once, before the jobs just claimed
+// have all started, when the claim came back full (more jobs are probably
+// due), outcomes are committed beside the claims (async: one transaction
+// of the loop is then in flight besides its claim) and handlers are short
+// next to a claim (prefetch is not 0). It asks for the prefetch, the jobs
+// the handlers start, on average, within one claim, up to BatchSize. So
+// the store works on the next claim while this process starts the jobs of
+// the last one and commits their outcomes, instead of the two taking
+// turns; the loop still has one claim in flight at a time, and claims
+// follow each other as before (each walks the due jobs in order). The
+// claim runs with rec, like the outcomes: a claim that reached the store
+// is taken even when the shutdown begins meanwhile, and its jobs start on
+// the handlers that free up during Grace or are released. Its result is
+// taken once every job claimed before it has started (awaitAhead).
+func (r *laneRun) claimAhead(full bool) {
+	l, st, q := r.l, r.st, r.l.q
+	if !full || r.async == nil || r.ahead != nil || r.ctx.Err() != nil {
+		return
+	}
+	n := min(st.prefetch(l.concurrency, q), l.batch)
+	if n == 0 {
+		return
+	}
+	ch := make(chan aheadClaim, 1)
+	r.ahead = ch
+	rec := r.rec
+	go func() {
+		c := aheadClaim{n: n, wake: q.waitChan(), start: time.Now(), t0: q.now()}
+		ctx, cancel := context.WithTimeout(rec, q.recordTO)
+		c.jobs, c.err = q.claim(ctx, c.t0, addMs(c.t0, q.leaseMs), n)
+		cancel()
+		c.at = time.Now()
+		ch <- c
+	}()
+}
+
+// awaitAhead hands the queued outcomes to the committer and waits for the
+// claim sent ahead, taking the handlers that finish meanwhile (their
+// outcomes go with the next hand-off, one a claim as before), then starts
+// its jobs and arms their release as commitAndClaim does, sends the next
+// claim when it came back full, or, with nothing due, waits (see idle). It
+// reports whether the loop goes on.
+func (r *laneRun) awaitAhead() bool {
+	l, st := r.l, r.st
+	if len(st.queued) > 0 {
+		select {
+		case r.async.in <- st.queued:
+			st.queued = nil
+		case <-r.rec.Done():
+			return false
+		}
+	}
+	var c aheadClaim
+	for wait := true; wait; {
+		select {
+		case c = <-r.ahead:
+			wait = false
+		case a := <-st.finished:
+			st.take(a)
+		case <-r.rec.Done():
+			return false
+		}
+	}
+	r.ahead = nil
+	if c.err != nil {
+		if r.rec.Err() != nil {
+			return false
+		}
+		l.w.report(fmt.Errorf("queue: claim: %w", c.err))
+		return true // the next turn claims again, and waits if that fails
+	}
+	st.claimed(c.start, c.at, len(c.jobs))
+	st.buf, st.bufT0 = c.jobs, c.t0
+	l.dispatch(r.hctx, st)
+	if len(st.buf) > 0 {
+		st.armStale(l.q.cfg.Lease / 4)
+	}
+	if len(c.jobs) == 0 {
+		r.idle(c.wake, c.t0)
+	}
+	r.claimAhead(len(c.jobs) == c.n)
 	return true
 }
 
@@ -753,9 +859,10 @@ func (st *loopState) prefetch(conc int, q *Queue) int {
 	return int(min(int64(conc)*int64(st.commitMean/max(st.handlerMean, time.Microsecond)), MaxBatchSize))
 }
 
-// claimed notes a claim that started at start and returned got jobs.
-func (st *loopState) claimed(start time.Time, got int) {
-	st.claimedAt = time.Now()
+// claimed notes a claim that started at start and returned got jobs at
+// at.
+func (st *loopState) claimed(start, at time.Time, got int) {
+	st.claimedAt = at
 	st.commitMean += (st.claimedAt.Sub(start) - st.commitMean) / 8
 	st.turn++
 	st.fresh = got
