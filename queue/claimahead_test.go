@@ -203,3 +203,105 @@ func enqueueN(t *testing.T, q *queue.Queue, n int) {
 		t.Fatal(err)
 	}
 }
+
+// cursorStore is aheadStore as a CursorClaimer: a claim locks its jobs in
+// its first 2 ms (virtual), reports them, and updates them in 2 ms more. It
+// checks the Worker's side of ClaimAfter: a claim after a key is sent once
+// the claim sent before it reported its jobs locked, after their greatest
+// key; at most fromStart (4) such claims follow each other.
+type cursorStore struct {
+	*aheadStore
+	latest   queue.ClaimKey // the key the latest claim reported locked
+	run      int            // claims after a key since the last from the start
+	after    int            // claims after a key
+	mostRun  int
+	mismatch int
+}
+
+func (s *cursorStore) ClaimAfter(ctx context.Context, name string, now, leaseUntil int64, limit int, after *queue.ClaimKey, locked func(int, queue.ClaimKey)) ([]queue.Job, error) {
+	s.mu.Lock()
+	if after != nil {
+		s.after++
+		s.run++
+		s.mostRun = max(s.mostRun, s.run)
+		if *after != s.latest {
+			s.mismatch++
+		}
+	} else {
+		s.run = 0
+	}
+	s.mu.Unlock()
+	return s.claim(func() ([]queue.Job, error) {
+		jobs, err := s.Store.Claim(context.WithoutCancel(ctx), name, now, leaseUntil, limit)
+		if err != nil {
+			return nil, err
+		}
+		key := queue.ClaimKey{}
+		if after != nil {
+			key = *after
+		}
+		if len(jobs) > 0 {
+			key = queue.ClaimKey{ID: jobs[len(jobs)-1].ID}
+		}
+		s.mu.Lock()
+		s.latest = key
+		s.mu.Unlock()
+		locked(len(jobs), key)
+		time.Sleep(2 * time.Millisecond)
+		return jobs, nil
+	})
+}
+
+// On a CursorClaimer a Worker keeps two claims in flight: the next is sent
+// after the key of the one before once that one locked a full claim, and
+// every few claims one walks from the start again. Every job runs once and
+// at most 2 × BatchSize jobs wait claimed and not started.
+func TestWorkerClaimsAfterKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &cursorStore{aheadStore: &aheadStore{Store: queue.NewMemoryStore(), conc: 8}}
+		q := newQueueOn(t, s, queue.Config{}) // not a RecordClaimer: outcomes beside the claims
+		ctx := context.Background()
+		const n, batch = 3000, 64
+		enqueueN(t, q, n)
+		var mu sync.Mutex
+		runs := map[string]int{}
+		var done atomic.Int32
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w, err := queue.NewWorker(q, func(ctx context.Context, _ []byte) error {
+			s.start()
+			d, _ := retry.DeliveryFrom(ctx)
+			mu.Lock()
+			runs[d.ID]++
+			mu.Unlock()
+			if done.Add(1) == n {
+				cancel()
+			}
+			return nil
+		}, queue.WorkerConfig{Concurrency: 8, BatchSize: batch, Loops: 1, PollInterval: time.Second,
+			OnError: func(err error) { t.Error(err) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Run(rctx); err != nil {
+			t.Fatal(err)
+		}
+		doneOnce(t, q, n, runs)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.Logf("%d claims, %d after a key (at most %d in a row), %d in flight at most; at most %d jobs waiting",
+			s.claims, s.after, s.mostRun, s.most, s.waiting)
+		switch {
+		case s.most != 2:
+			t.Errorf("%d claims in flight at once, want 2", s.most)
+		case s.after < s.claims/2:
+			t.Errorf("%d of %d claims after a key, want most", s.after, s.claims)
+		case s.mismatch > 0:
+			t.Errorf("%d claims after another key than the latest claim locked", s.mismatch)
+		case s.mostRun > 4:
+			t.Errorf("%d claims after a key in a row, want at most 4", s.mostRun)
+		case s.waiting > 2*batch:
+			t.Errorf("%d jobs claimed and not started at once, want at most 2 × BatchSize (%d)", s.waiting, 2*batch)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -411,10 +412,14 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 			<-r.async.done
 		}()
 	}
+	_, r.cursor = l.q.store.(CursorClaimer)
+	r.events = make(chan claimEvent, 2*maxAhead)
 	for r.turn() {
 	}
-	if r.ahead != nil {
-		<-r.ahead // Run gave up (rec ended): the claim returns, unused
+	for len(r.ahead) > 0 { // Run gave up (rec ended): the claims return, unused
+		if ev := <-r.events; ev.done {
+			r.ahead = slices.DeleteFunc(r.ahead, func(c *aheadClaim) bool { return c == ev.c })
+		}
 	}
 }
 
@@ -428,17 +433,56 @@ type laneRun struct {
 	// outcomes beside the claims (see committer).
 	merged bool
 	async  *committer
-	// ahead receives the result of the claim sent ahead (claimAhead); nil
-	// when none is in flight.
-	ahead chan aheadClaim
+	// ahead are the claims sent ahead (claimAhead) and not yet taken, in
+	// the order sent; events receives their progress. cursor: the store
+	// is a CursorClaimer. chained counts the claims sent after the key of
+	// the one before since the last that walked the due jobs from the
+	// start.
+	ahead   []*aheadClaim
+	events  chan claimEvent
+	cursor  bool
+	chained int
 }
 
-// aheadClaim is the result of a claim sent ahead (claimAhead): up to n
-// jobs asked, claimed at t0 (the store's clock) by a call that ran from
-// start to at; wake was taken before the claim (see idle).
+// maxAhead is how many claims sent ahead a loop has in flight at once, on
+// a CursorClaimer (one on other stores).
+const maxAhead = 2
+
+// fromStart is how many claims after a key (CursorClaimer) may follow each
+// other: the next walks the due jobs from the start, so that a job whose
+// key is below the keys claimed meanwhile (a retry or release due at once,
+// an expired lease, another worker's skipped job) waits at most about
+// fromStart claims.
+const fromStart = 4
+
+// aheadClaim is a claim sent ahead (claimAhead) of up to n jobs, after a
+// key or from the start (after nil). The loop notes its events: the jobs
+// it locked (lockedN, up to last), and its result: the jobs claimed at t0
+// (the store's clock) by a call that ran from start to at; wake was taken
+// before the claim (see idle).
 type aheadClaim struct {
+	n     int
+	after *ClaimKey
+
+	locked    bool
+	lockedN   int
+	last      ClaimKey
+	done      bool
 	jobs      []Job
+	t0        int64
+	start, at time.Time
+	wake      <-chan struct{}
+	err       error
+}
+
+// claimEvent is what a claim sent ahead reports to its loop: its jobs
+// locked (n, last), or, done, its result.
+type claimEvent struct {
+	c         *aheadClaim
+	done      bool
 	n         int
+	last      ClaimKey
+	jobs      []Job
 	t0        int64
 	start, at time.Time
 	wake      <-chan struct{}
@@ -459,7 +503,7 @@ func (r *laneRun) turn() bool {
 	}
 	st.drain()
 	l.dispatch(r.hctx, st)
-	if r.ahead != nil && len(st.buf) == 0 {
+	if len(r.ahead) > 0 && len(st.buf) == 0 {
 		return r.awaitAhead()
 	}
 	stopping := r.ctx.Err() != nil
@@ -577,52 +621,107 @@ func (r *laneRun) commitAndClaim(n int) bool {
 	if n > 0 && len(jobs) == 0 {
 		r.idle(wake, t0)
 	}
-	r.claimAhead(n > 0 && len(jobs) == n)
+	if n > 0 && len(jobs) == n {
+		r.claimAhead()
+	}
 	return true
 }
 
-// claimAhead sends the next claim at once, before the jobs just claimed
-// have all started, when the claim came back full (more jobs are probably
-// due), outcomes are committed beside the claims (async: one transaction
-// of the loop is then in flight besides its claim) and handlers are short
-// next to a claim (prefetch is not 0). It asks for the prefetch, the jobs
-// the handlers start, on average, within one claim, up to BatchSize. So
-// the store works on the next claim while this process starts the jobs of
-// the last one and commits their outcomes, instead of the two taking
-// turns; the loop still has one claim in flight at a time, and claims
-// follow each other as before (each walks the due jobs in order). The
-// claim runs with rec, like the outcomes: a claim that reached the store
-// is taken even when the shutdown begins meanwhile, and its jobs start on
-// the handlers that free up during Grace or are released. Its result is
-// taken once every job claimed before it has started (awaitAhead).
-func (r *laneRun) claimAhead(full bool) {
+// claimAhead sends the next claim now, before the jobs claimed so far
+// have all started, when more jobs are probably due, outcomes are
+// committed beside the claims (async: the loop's commits then run beside
+// its claims) and handlers are short next to a claim (prefetch is not 0).
+// It asks for the prefetch, the jobs the handlers start, on average,
+// within one claim, up to BatchSize, so long as at most 2 × BatchSize jobs
+// are claimed (or being claimed) and not started. So the store works on
+// the next claim while this process starts the jobs of the last one and
+// commits their outcomes, instead of the two taking turns.
+//
+// On most stores one claim is sent ahead at a time, once the claim before
+// it came back full, and walks the due jobs from the start as any claim.
+// On a CursorClaimer up to maxAhead are in flight: once the latest has
+// locked a full claim's jobs, the next is sent after their greatest key,
+// so the two run at once on two connections and the second does not walk
+// past the first's locked jobs. Every fromStart such claims, the next
+// waits for the claims in flight to return and walks from the start.
+//
+// A claim sent ahead runs with rec, like the outcomes: a claim that reached
+// the store is taken even when the shutdown begins meanwhile, and its jobs
+// start on the handlers that free up during Grace or are released. Its
+// result is taken once every job claimed before it has started
+// (awaitAhead).
+func (r *laneRun) claimAhead() {
 	l, st, q := r.l, r.st, r.l.q
-	if !full || r.async == nil || r.ahead != nil || r.ctx.Err() != nil {
+	if r.async == nil || r.ctx.Err() != nil {
 		return
+	}
+	var after *ClaimKey
+	if k := len(r.ahead); k > 0 {
+		last := r.ahead[k-1]
+		if !r.cursor || k >= maxAhead || r.chained >= fromStart || !last.locked || last.done || last.lockedN < last.n {
+			return
+		}
+		key := last.last
+		after = &key
 	}
 	n := min(st.prefetch(l.concurrency, q), l.batch)
-	if n == 0 {
+	waiting := len(st.buf)
+	for _, c := range r.ahead {
+		waiting += c.n
+	}
+	if n == 0 || waiting+n > 2*l.batch {
 		return
 	}
-	ch := make(chan aheadClaim, 1)
-	r.ahead = ch
-	rec := r.rec
+	if after != nil {
+		r.chained++
+	} else {
+		r.chained = 0
+	}
+	c := &aheadClaim{n: n, after: after}
+	r.ahead = append(r.ahead, c)
+	rec, events := r.rec, r.events
+	var cc CursorClaimer
+	if r.cursor {
+		cc = q.store.(CursorClaimer)
+	}
 	go func() {
-		c := aheadClaim{n: n, wake: q.waitChan(), start: time.Now(), t0: q.now()}
+		ev := claimEvent{c: c, done: true, wake: q.waitChan(), start: time.Now(), t0: q.now()}
 		ctx, cancel := context.WithTimeout(rec, q.recordTO)
-		c.jobs, c.err = q.claim(ctx, c.t0, addMs(c.t0, q.leaseMs), n)
-		cancel()
-		c.at = time.Now()
-		ch <- c
+		defer cancel()
+		leaseUntil := addMs(ev.t0, q.leaseMs)
+		if cc != nil {
+			ev.jobs, ev.err = cc.ClaimAfter(ctx, q.cfg.Queue, ev.t0, leaseUntil, c.n, c.after, func(n int, last ClaimKey) {
+				events <- claimEvent{c: c, n: n, last: last}
+			})
+		} else {
+			ev.jobs, ev.err = q.claim(ctx, ev.t0, leaseUntil, c.n)
+		}
+		ev.at = time.Now()
+		events <- ev
 	}()
 }
 
+// note records an event of a claim sent ahead. A claim that locked its
+// jobs may let the next be sent (claimAhead).
+func (r *laneRun) note(ev claimEvent) {
+	c := ev.c
+	if !ev.done {
+		c.locked, c.lockedN, c.last = true, ev.n, ev.last
+		if len(r.st.buf) == 0 {
+			r.claimAhead()
+		}
+		return
+	}
+	c.done, c.jobs, c.t0, c.start, c.at, c.wake, c.err = true, ev.jobs, ev.t0, ev.start, ev.at, ev.wake, ev.err
+}
+
 // awaitAhead hands the queued outcomes to the committer and waits for the
-// claim sent ahead, taking the handlers that finish meanwhile (their
-// outcomes go with the next hand-off, one a claim as before), then starts
-// its jobs and arms their release as commitAndClaim does, sends the next
-// claim when it came back full, or, with nothing due, waits (see idle). It
-// reports whether the loop goes on.
+// first claim sent ahead to return, noting the others' events and taking
+// the handlers that finish meanwhile (their outcomes go with the next
+// hand-off, one a claim as before), then starts its jobs and arms their
+// release as commitAndClaim does, sends the next claim when it came back
+// full, or, with nothing due, waits (see idle). It reports whether the
+// loop goes on.
 func (r *laneRun) awaitAhead() bool {
 	l, st := r.l, r.st
 	if len(st.queued) > 0 {
@@ -633,18 +732,19 @@ func (r *laneRun) awaitAhead() bool {
 			return false
 		}
 	}
-	var c aheadClaim
-	for wait := true; wait; {
+	r.claimAhead() // the latest may have locked its jobs while some waited
+	for !r.ahead[0].done {
 		select {
-		case c = <-r.ahead:
-			wait = false
+		case ev := <-r.events:
+			r.note(ev)
 		case a := <-st.finished:
 			st.take(a)
 		case <-r.rec.Done():
 			return false
 		}
 	}
-	r.ahead = nil
+	c := r.ahead[0]
+	r.ahead = r.ahead[1:]
 	if c.err != nil {
 		if r.rec.Err() != nil {
 			return false
@@ -658,10 +758,12 @@ func (r *laneRun) awaitAhead() bool {
 	if len(st.buf) > 0 {
 		st.armStale(l.q.cfg.Lease / 4)
 	}
-	if len(c.jobs) == 0 {
+	if len(c.jobs) == 0 && len(r.ahead) == 0 {
 		r.idle(c.wake, c.t0)
 	}
-	r.claimAhead(len(c.jobs) == c.n)
+	if len(c.jobs) == c.n {
+		r.claimAhead()
+	}
 	return true
 }
 
