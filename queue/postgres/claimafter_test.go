@@ -61,7 +61,9 @@ func TestClaimAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []queue.ClaimKey
-	locked := func(n int, last queue.ClaimKey) { got = append(got, queue.ClaimKey{AvailableAt: int64(n), ID: last.ID}) }
+	locked := func(n int, last queue.ClaimKey) {
+		got = append(got, queue.ClaimKey{AvailableAt: int64(n), ID: last.ID})
+	}
 	claim := func(after *queue.ClaimKey, limit int, locked func(int, queue.ClaimKey)) []string {
 		t.Helper()
 		js, err := s.ClaimAfter(ctx, queue.DefaultQueue, now, now+60_000, limit, after, locked)
