@@ -92,7 +92,9 @@ type WorkerConfig struct {
 	// Concurrency): each runs its share of the Concurrency handlers, claims
 	// up to BatchSize jobs for them and has its own claim (and commit) in
 	// flight, so that Loops round trips to the store overlap. Jobs claimed
-	// but not started (prefetched) are at most Loops × BatchSize. 0 means
+	// but not started (prefetched) are at most Loops × BatchSize, or twice
+	// that when claims are sent ahead (outcomes committed beside the
+	// claims; see laneRun.claimAhead). 0 means
 	// DefaultLoops (at most Concurrency), or 1 when BatchSize is 256 or
 	// more (a loop already commits beside its claims) or the queue has
 	// fleet Limits (its claims take turns at the store). With
