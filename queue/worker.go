@@ -459,18 +459,23 @@ const maxAhead = 2
 const fromStart = 4
 
 // aheadClaim is a claim sent ahead (claimAhead) of up to n jobs, after a
-// key or from the start (after nil). The loop notes its events: the jobs
-// it locked (lockedN, up to last), and its result: the jobs claimed at t0
-// (the store's clock) by a call that ran from start to at; wake was taken
-// before the claim (see idle).
+// key or from the start (after nil), and what its loop learned of it: the
+// jobs it locked (lockedN, up to last) and, done, its result.
 type aheadClaim struct {
 	n     int
 	after *ClaimKey
 
-	locked    bool
-	lockedN   int
-	last      ClaimKey
-	done      bool
+	locked  bool
+	lockedN int
+	last    ClaimKey
+	done    bool
+	res     claimResult
+}
+
+// claimResult is the result of a claim sent ahead: the jobs claimed at t0
+// (the store's clock) by a call that ran from start to at; wake was taken
+// before the claim (see idle).
+type claimResult struct {
 	jobs      []Job
 	t0        int64
 	start, at time.Time
@@ -481,15 +486,11 @@ type aheadClaim struct {
 // claimEvent is what a claim sent ahead reports to its loop: its jobs
 // locked (n, last), or, done, its result.
 type claimEvent struct {
-	c         *aheadClaim
-	done      bool
-	n         int
-	last      ClaimKey
-	jobs      []Job
-	t0        int64
-	start, at time.Time
-	wake      <-chan struct{}
-	err       error
+	c    *aheadClaim
+	done bool
+	n    int
+	last ClaimKey
+	res  claimResult
 }
 
 // turn is one turn of the loop: take the finished handlers and start the
@@ -688,19 +689,19 @@ func (r *laneRun) claimAhead() {
 		cc = q.store.(CursorClaimer)
 	}
 	go func() {
-		ev := claimEvent{c: c, done: true, wake: q.waitChan(), start: time.Now(), t0: q.now()}
+		res := claimResult{wake: q.waitChan(), start: time.Now(), t0: q.now()}
 		ctx, cancel := context.WithTimeout(rec, q.recordTO)
 		defer cancel()
-		leaseUntil := addMs(ev.t0, q.leaseMs)
+		leaseUntil := addMs(res.t0, q.leaseMs)
 		if cc != nil {
-			ev.jobs, ev.err = cc.ClaimAfter(ctx, q.cfg.Queue, ev.t0, leaseUntil, c.n, c.after, func(n int, last ClaimKey) {
+			res.jobs, res.err = cc.ClaimAfter(ctx, q.cfg.Queue, res.t0, leaseUntil, c.n, c.after, func(n int, last ClaimKey) {
 				events <- claimEvent{c: c, n: n, last: last}
 			})
 		} else {
-			ev.jobs, ev.err = q.claim(ctx, ev.t0, leaseUntil, c.n)
+			res.jobs, res.err = q.claim(ctx, res.t0, leaseUntil, c.n)
 		}
-		ev.at = time.Now()
-		events <- ev
+		res.at = time.Now()
+		events <- claimEvent{c: c, done: true, res: res}
 	}()
 }
 
@@ -708,14 +709,12 @@ func (r *laneRun) claimAhead() {
 // jobs may let the next be sent (claimAhead).
 func (r *laneRun) note(ev claimEvent) {
 	c := ev.c
-	if !ev.done {
-		c.locked, c.lockedN, c.last = true, ev.n, ev.last
-		if len(r.st.buf) == 0 {
-			r.claimAhead()
-		}
+	if ev.done {
+		c.done, c.res = true, ev.res
 		return
 	}
-	c.done, c.jobs, c.t0, c.start, c.at, c.wake, c.err = true, ev.jobs, ev.t0, ev.start, ev.at, ev.wake, ev.err
+	c.locked, c.lockedN, c.last = true, ev.n, ev.last
+	r.claimAhead()
 }
 
 // awaitAhead hands the queued outcomes to the committer and waits for the
@@ -746,7 +745,7 @@ func (r *laneRun) awaitAhead() bool {
 			return false
 		}
 	}
-	c := r.ahead[0]
+	n, c := r.ahead[0].n, r.ahead[0].res
 	r.ahead = r.ahead[1:]
 	if c.err != nil {
 		if r.rec.Err() != nil {
@@ -764,7 +763,7 @@ func (r *laneRun) awaitAhead() bool {
 	if len(c.jobs) == 0 && len(r.ahead) == 0 {
 		r.idle(c.wake, c.t0)
 	}
-	if len(c.jobs) == c.n {
+	if len(c.jobs) == n {
 		r.claimAhead()
 	}
 	return true
