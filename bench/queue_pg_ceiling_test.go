@@ -123,8 +123,6 @@ type countStore struct {
 	// claimNs and recordNs are the time spent in claims (with their
 	// outcomes, RecordAndClaim) and in outcome commits of their own.
 	claimNs, recordNs atomic.Int64
-	// cursor counts the claims after a key (ClaimAfter).
-	cursor atomic.Int64
 }
 
 func (c *countStore) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
@@ -140,17 +138,6 @@ func (c *countStore) RecordAndClaim(ctx context.Context, outcomes []queue.Outcom
 	jobs, err := c.Store.RecordAndClaim(ctx, outcomes, name, now, leaseUntil, limit)
 	c.claimNs.Add(int64(time.Since(start)))
 	c.count(len(jobs))
-	return jobs, err
-}
-
-func (c *countStore) ClaimAfter(ctx context.Context, name string, now, leaseUntil int64, limit int, after *queue.ClaimKey, locked func(int, queue.ClaimKey)) ([]queue.Job, error) {
-	start := time.Now()
-	jobs, err := c.Store.ClaimAfter(ctx, name, now, leaseUntil, limit, after, locked)
-	c.claimNs.Add(int64(time.Since(start)))
-	c.count(len(jobs))
-	if after != nil {
-		c.cursor.Add(1)
-	}
 	return jobs, err
 }
 
@@ -176,7 +163,4 @@ func (c *countStore) report(b *testing.B) {
 	}
 	b.ReportMetric(float64(c.claimNs.Load())/1e3/float64(b.N), "claim-µs/job")
 	b.ReportMetric(float64(c.recordNs.Load())/1e3/float64(b.N), "record-µs/job")
-	if k := c.claims.Load(); k > 0 {
-		b.ReportMetric(float64(c.cursor.Load())/float64(k), "after-key/claim")
-	}
 }

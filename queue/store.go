@@ -234,28 +234,6 @@ type RecordClaimer interface {
 	RecordAndClaim(ctx context.Context, outcomes []Outcome, queue string, now, leaseUntil int64, limit int) ([]Job, error)
 }
 
-// ClaimKey is a job's place in the claim order: its AvailableAt before the
-// claim and its ID (compared as the store compares IDs).
-type ClaimKey struct {
-	AvailableAt int64
-	ID          string
-}
-
-// CursorClaimer is implemented by stores that claim in two steps, choosing
-// and locking the jobs first (PostgreSQL): a Worker sends its next claim
-// once the jobs of the claim before it are locked, after their greatest
-// key, so that the two run at once without the second walking past the
-// first's locked jobs.
-type CursorClaimer interface {
-	// ClaimAfter is Claim restricted to the jobs whose key is above after
-	// (every claimable job when after is nil). Once it has chosen and
-	// locked the jobs, before it updates them and commits, it calls locked
-	// (when not nil) with how many it locked and the greatest key among
-	// them (after, or the zero key, when none). The claim may still fail
-	// after that call.
-	ClaimAfter(ctx context.Context, queue string, now, leaseUntil int64, limit int, after *ClaimKey, locked func(n int, last ClaimKey)) ([]Job, error)
-}
-
 // Notifier is implemented by stores that can wake workers when a job may
 // have become claimable (PostgreSQL's LISTEN/NOTIFY). Subscribe returns a
 // channel that receives (coalesced) wake-ups until cancel is called.

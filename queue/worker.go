@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -415,14 +414,10 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 			<-r.async.done
 		}()
 	}
-	_, r.cursor = l.q.store.(CursorClaimer)
-	r.events = make(chan claimEvent, 2*maxAhead)
 	for r.turn() {
 	}
-	for len(r.ahead) > 0 { // Run gave up (rec ended): the claims return, unused
-		if ev := <-r.events; ev.done {
-			r.ahead = slices.DeleteFunc(r.ahead, func(c *aheadClaim) bool { return c == ev.c })
-		}
+	if r.ahead != nil {
+		<-r.ahead // Run gave up (rec ended): the claim returns, unused
 	}
 }
 
@@ -436,61 +431,21 @@ type laneRun struct {
 	// outcomes beside the claims (see committer).
 	merged bool
 	async  *committer
-	// ahead are the claims sent ahead (claimAhead) and not yet taken, in
-	// the order sent; events receives their progress. cursor: the store
-	// is a CursorClaimer. chained counts the claims sent after the key of
-	// the one before since the last that walked the due jobs from the
-	// start.
-	ahead   []*aheadClaim
-	events  chan claimEvent
-	cursor  bool
-	chained int
+	// ahead receives the result of the claim sent ahead (claimAhead); nil
+	// when none is in flight.
+	ahead chan claimResult
 }
 
-// maxAhead is how many claims sent ahead a loop has in flight at once, on
-// a CursorClaimer (one on other stores).
-const maxAhead = 2
-
-// fromStart is how many claims after a key (CursorClaimer) may follow each
-// other: the next walks the due jobs from the start, so that a job whose
-// key is below the keys claimed meanwhile (a retry or release due at once,
-// an expired lease, another worker's skipped job) waits at most about
-// fromStart claims.
-const fromStart = 4
-
-// aheadClaim is a claim sent ahead (claimAhead) of up to n jobs, after a
-// key or from the start (after nil), and what its loop learned of it: the
-// jobs it locked (lockedN, up to last) and, done, its result.
-type aheadClaim struct {
-	n     int
-	after *ClaimKey
-
-	locked  bool
-	lockedN int
-	last    ClaimKey
-	done    bool
-	res     claimResult
-}
-
-// claimResult is the result of a claim sent ahead: the jobs claimed at t0
-// (the store's clock) by a call that ran from start to at; wake was taken
-// before the claim (see idle).
+// claimResult is the result of a claim sent ahead: up to n jobs asked,
+// claimed at t0 (the store's clock) by a call that ran from start to at;
+// wake was taken before the claim (see idle).
 type claimResult struct {
+	n         int
 	jobs      []Job
 	t0        int64
 	start, at time.Time
 	wake      <-chan struct{}
 	err       error
-}
-
-// claimEvent is what a claim sent ahead reports to its loop: its jobs
-// locked (n, last), or, done, its result.
-type claimEvent struct {
-	c    *aheadClaim
-	done bool
-	n    int
-	last ClaimKey
-	res  claimResult
 }
 
 // turn is one turn of the loop: take the finished handlers and start the
@@ -507,7 +462,7 @@ func (r *laneRun) turn() bool {
 	}
 	st.drain()
 	l.dispatch(r.hctx, st)
-	if len(r.ahead) > 0 && len(st.buf) == 0 {
+	if r.ahead != nil && len(st.buf) == 0 {
 		return r.awaitAhead()
 	}
 	stopping := r.ctx.Err() != nil
@@ -631,99 +586,51 @@ func (r *laneRun) commitAndClaim(n int) bool {
 	return true
 }
 
-// claimAhead sends the next claim now, before the jobs claimed so far
-// have all started, when more jobs are probably due, outcomes are
-// committed beside the claims (async: the loop's commits then run beside
-// its claims) and handlers are short next to a claim (prefetch is not 0).
-// It asks for the prefetch, the jobs the handlers start, on average,
-// within one claim, up to BatchSize, so long as at most 2 × BatchSize jobs
-// are claimed (or being claimed) and not started. So the store works on
-// the next claim while this process starts the jobs of the last one and
-// commits their outcomes, instead of the two taking turns.
+// claimAhead sends the next claim at once, before the jobs just claimed
+// have all started, after a claim that came back full (more jobs are
+// probably due), when outcomes are committed beside the claims (async:
+// the loop's commits then run beside its claims) and handlers are short
+// next to a claim (prefetch is not 0). It asks for the prefetch, the jobs
+// the handlers start, on average, within one claim, up to BatchSize; so
+// at most 2 × BatchSize jobs wait claimed and not started. The store then
+// works on the next claim while this process starts the jobs of the last
+// one and commits their outcomes, instead of the two taking turns. One
+// claim of the loop is in flight at a time, and each walks the due jobs in
+// order from the start, as before.
 //
-// On most stores one claim is sent ahead at a time, once the claim before
-// it came back full, and walks the due jobs from the start as any claim.
-// On a CursorClaimer up to maxAhead are in flight: once the latest has
-// locked a full claim's jobs, the next is sent after their greatest key,
-// so the two run at once on two connections and the second does not walk
-// past the first's locked jobs. Every fromStart such claims, the next
-// waits for the claims in flight to return and walks from the start.
-//
-// A claim sent ahead runs with rec, like the outcomes: a claim that reached
-// the store is taken even when the shutdown begins meanwhile, and its jobs
+// The claim runs with rec, like the outcomes: a claim that reached the
+// store is taken even when the shutdown begins meanwhile, and its jobs
 // start on the handlers that free up during Grace or are released. Its
 // result is taken once every job claimed before it has started
 // (awaitAhead).
 func (r *laneRun) claimAhead() {
 	l, st, q := r.l, r.st, r.l.q
-	if r.async == nil || r.ctx.Err() != nil {
+	if r.async == nil || r.ahead != nil || r.ctx.Err() != nil {
 		return
-	}
-	var after *ClaimKey
-	if k := len(r.ahead); k > 0 {
-		last := r.ahead[k-1]
-		if !r.cursor || k >= maxAhead || r.chained >= fromStart || !last.locked || last.done || last.lockedN < last.n {
-			return
-		}
-		key := last.last
-		after = &key
 	}
 	n := min(st.prefetch(l.concurrency, q), l.batch)
-	waiting := len(st.buf)
-	for _, c := range r.ahead {
-		waiting += c.n
-	}
-	if n == 0 || waiting+n > 2*l.batch {
+	if n == 0 {
 		return
 	}
-	if after != nil {
-		r.chained++
-	} else {
-		r.chained = 0
-	}
-	c := &aheadClaim{n: n, after: after}
-	r.ahead = append(r.ahead, c)
-	rec, events := r.rec, r.events
-	var cc CursorClaimer
-	if r.cursor {
-		cc = q.store.(CursorClaimer)
-	}
+	ch := make(chan claimResult, 1)
+	r.ahead = ch
+	rec := r.rec
 	go func() {
-		res := claimResult{wake: q.waitChan(), start: time.Now(), t0: q.now()}
+		c := claimResult{n: n, wake: q.waitChan(), start: time.Now(), t0: q.now()}
 		ctx, cancel := context.WithTimeout(rec, q.recordTO)
-		defer cancel()
-		leaseUntil := addMs(res.t0, q.leaseMs)
-		if cc != nil {
-			res.jobs, res.err = cc.ClaimAfter(ctx, q.cfg.Queue, res.t0, leaseUntil, c.n, c.after, func(n int, last ClaimKey) {
-				events <- claimEvent{c: c, n: n, last: last}
-			})
-		} else {
-			res.jobs, res.err = q.claim(ctx, res.t0, leaseUntil, c.n)
-		}
-		res.at = time.Now()
-		events <- claimEvent{c: c, done: true, res: res}
+		c.jobs, c.err = q.claim(ctx, c.t0, addMs(c.t0, q.leaseMs), n)
+		cancel()
+		c.at = time.Now()
+		ch <- c
 	}()
 }
 
-// note records an event of a claim sent ahead. A claim that locked its
-// jobs may let the next be sent (claimAhead).
-func (r *laneRun) note(ev claimEvent) {
-	c := ev.c
-	if ev.done {
-		c.done, c.res = true, ev.res
-		return
-	}
-	c.locked, c.lockedN, c.last = true, ev.n, ev.last
-	r.claimAhead()
-}
-
 // awaitAhead hands the queued outcomes to the committer and waits for the
-// first claim sent ahead to return, noting the others' events and taking
-// the handlers that finish meanwhile (their outcomes go with the next
-// hand-off, one a claim as before), then starts its jobs and arms their
-// release as commitAndClaim does, sends the next claim when it came back
-// full, or, with nothing due, waits (see idle). It reports whether the
-// loop goes on.
+// claim sent ahead, taking the handlers that finish meanwhile (their
+// outcomes go with the next hand-off, one a claim as before), then starts
+// its jobs and arms their release as commitAndClaim does, sends the next
+// claim when it came back full, or, with nothing due, waits (see idle). It
+// reports whether the loop goes on.
 func (r *laneRun) awaitAhead() bool {
 	l, st := r.l, r.st
 	if len(st.queued) > 0 {
@@ -734,19 +641,18 @@ func (r *laneRun) awaitAhead() bool {
 			return false
 		}
 	}
-	r.claimAhead() // the latest may have locked its jobs while some waited
-	for !r.ahead[0].done {
+	var c claimResult
+	for wait := true; wait; {
 		select {
-		case ev := <-r.events:
-			r.note(ev)
+		case c = <-r.ahead:
+			wait = false
 		case a := <-st.finished:
 			st.take(a)
 		case <-r.rec.Done():
 			return false
 		}
 	}
-	n, c := r.ahead[0].n, r.ahead[0].res
-	r.ahead = r.ahead[1:]
+	r.ahead = nil
 	if c.err != nil {
 		if r.rec.Err() != nil {
 			return false
@@ -760,10 +666,10 @@ func (r *laneRun) awaitAhead() bool {
 	if len(st.buf) > 0 {
 		st.armStale(l.q.cfg.Lease / 4)
 	}
-	if len(c.jobs) == 0 && len(r.ahead) == 0 {
+	if len(c.jobs) == 0 {
 		r.idle(c.wake, c.t0)
 	}
-	if len(c.jobs) == n {
+	if len(c.jobs) == c.n {
 		r.claimAhead()
 	}
 	return true

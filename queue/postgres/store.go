@@ -30,7 +30,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/staggerhq/stagger/backoff"
 	"github.com/staggerhq/stagger/internal/queuesql"
@@ -564,106 +563,6 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 	}
 	s.claimed(len(jobs), limit)
 	return jobs, nil
-}
-
-// ClaimAfter implements queue.CursorClaimer: in one transaction, lockSQL
-// chooses and locks the jobs (after the key, when given), locked is told
-// their count and greatest key, and claimLockedSQL leases them by tuple
-// ID. The two statements cost the server what claimSQL does (10.6 µs of
-// CPU a job either way, claims of 1,000); the Worker's next claim runs
-// beside the update.
-func (s *Store) ClaimAfter(ctx context.Context, name string, now, leaseUntil int64, limit int, after *queue.ClaimKey, locked func(n int, last queue.ClaimKey)) ([]queue.Job, error) {
-	var jobs []queue.Job
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(claimPlan)
-		if after != nil {
-			b.Queue(s.lockSQL(true), now, limit, name, after.AvailableAt, after.ID)
-		} else {
-			b.Queue(s.lockSQL(false), now, limit, name)
-		}
-		br := tx.SendBatch(ctx, b)
-		tids, order, last, err := func() ([]pgtype.TID, map[string]int, queue.ClaimKey, error) {
-			var last queue.ClaimKey
-			if _, err := br.Exec(); err != nil {
-				return nil, nil, last, err
-			}
-			rows, err := br.Query()
-			if err != nil {
-				return nil, nil, last, err
-			}
-			defer rows.Close()
-			var tids []pgtype.TID
-			order := map[string]int{}
-			var tid pgtype.TID
-			for rows.Next() {
-				if err := rows.Scan(&tid, &last.AvailableAt, &last.ID); err != nil {
-					return nil, nil, last, err
-				}
-				order[last.ID] = len(tids)
-				tids = append(tids, tid)
-			}
-			return tids, order, last, rows.Err()
-		}()
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		if len(tids) == 0 && after != nil {
-			last = *after
-		}
-		if locked != nil {
-			locked(len(tids), last)
-		}
-		if len(tids) == 0 {
-			return nil
-		}
-		rows, err := tx.Query(ctx, s.claimLockedSQL(), now, leaseUntil, tids)
-		if err != nil {
-			return err
-		}
-		if jobs, err = scanClaimed(rows, name, now, leaseUntil); err != nil {
-			return err
-		}
-		slices.SortFunc(jobs, func(a, b queue.Job) int { return order[a.ID] - order[b.ID] })
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.claimed(len(jobs), limit)
-	return jobs, nil
-}
-
-// lockSQL chooses and locks, FOR UPDATE SKIP LOCKED, up to $2 jobs of
-// queue $3 claimable at now $1, in claim order, with keys above ($4, $5)
-// when after, and returns each one's tuple ID and key. Run it after
-// claimPlan. The row comparison is an index condition of the due index:
-// the scan starts after the key, not at the first due job.
-func (s *Store) lockSQL(after bool) string {
-	cond := ""
-	if after {
-		cond = ` AND (available_at, id) > ($4, $5)`
-	}
-	return `SELECT ctid, available_at, id FROM ` + s.jobs + `
-		WHERE queue = $3 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1` + cond + `
-		AND ` + s.notPaused("$3") + `
-		ORDER BY available_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`
-}
-
-// claimLockedSQL leases the jobs at the tuple IDs $3, which lockSQL
-// locked in this transaction, at now $1 until $2, returning claimedCols
-// and a 0 in place of claimSQL's previous available_at (ClaimAfter orders
-// the jobs as lockSQL returned them). The lock keeps every other
-// transaction from changing the rows meanwhile; a row this statement does
-// not find at its tuple ID (one updated between the lock's snapshot and
-// the lock, as claimSQL notes) is not claimed and stays due.
-func (s *Store) claimLockedSQL() string {
-	return `UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
-		WHERE j.ctid = ANY($3::tid[])
-		RETURNING ` + claimedCols + `, 0::bigint`
 }
 
 // claimPlan is sent first in the transaction of every claim and outcome
