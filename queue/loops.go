@@ -17,7 +17,8 @@ const DefaultLoops = 4
 // Concurrency handlers (the larger shares first). Each loop claims for its
 // own handlers and prefetches for them (see loopState.prefetch), so the
 // loops together run Concurrency handlers and hold at most loops ×
-// BatchSize jobs claimed but not started. The batch is not divided: a
+// BatchSize jobs claimed but not started (twice that when a loop sends
+// claims ahead: laneRun.claimAhead). The batch is not divided: a
 // claim of fewer jobs costs the server more per job (16 jobs a claim made
 // 62 µs of server CPU a job, 64 made 44). By default (Loops 0) a queue
 // runs DefaultLoops loops, at most one per handler, unless one loop

@@ -91,7 +91,9 @@ type WorkerConfig struct {
 	// Concurrency): each runs its share of the Concurrency handlers, claims
 	// up to BatchSize jobs for them and has its own claim (and commit) in
 	// flight, so that Loops round trips to the store overlap. Jobs claimed
-	// but not started (prefetched) are at most Loops × BatchSize. 0 means
+	// but not started (prefetched) are at most Loops × BatchSize, or twice
+	// that when claims are sent ahead (outcomes committed beside the
+	// claims; see laneRun.claimAhead). 0 means
 	// DefaultLoops (at most Concurrency), or 1 when BatchSize is 256 or
 	// more (a loop already commits beside its claims) or the queue has
 	// fleet Limits (its claims take turns at the store). With
@@ -401,7 +403,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // once every running handler's outcome is committed, or as soon as rec
 // ends (Run gave up): outcomes are committed with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
-	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{finished: make(chan *attempt, l.concurrency)}}
+	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{finished: make(chan *attempt, l.concurrency), starts: make(chan *attempt, l.concurrency)}}
+	defer close(r.st.starts) // the runners end
 	_, r.merged = l.q.store.(RecordClaimer)
 	if !r.merged || l.batch >= splitTurn {
 		r.async = &committer{l: l, in: make(chan []*attempt, l.concurrency), done: make(chan struct{})}
@@ -412,6 +415,9 @@ func (l *lane) loop(ctx, hctx, rec context.Context) {
 		}()
 	}
 	for r.turn() {
+	}
+	if r.ahead != nil {
+		<-r.ahead // Run gave up (rec ended): the claim returns, unused
 	}
 }
 
@@ -425,6 +431,21 @@ type laneRun struct {
 	// outcomes beside the claims (see committer).
 	merged bool
 	async  *committer
+	// ahead receives the result of the claim sent ahead (claimAhead); nil
+	// when none is in flight.
+	ahead chan claimResult
+}
+
+// claimResult is the result of a claim sent ahead: up to n jobs asked,
+// claimed at t0 (the store's clock) by a call that ran from start to at;
+// wake was taken before the claim (see idle).
+type claimResult struct {
+	n         int
+	jobs      []Job
+	t0        int64
+	start, at time.Time
+	wake      <-chan struct{}
+	err       error
 }
 
 // turn is one turn of the loop: take the finished handlers and start the
@@ -441,6 +462,9 @@ func (r *laneRun) turn() bool {
 	}
 	st.drain()
 	l.dispatch(r.hctx, st)
+	if r.ahead != nil && len(st.buf) == 0 {
+		return r.awaitAhead()
+	}
 	stopping := r.ctx.Err() != nil
 	if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
 		return false
@@ -546,7 +570,7 @@ func (r *laneRun) commitAndClaim(n int) bool {
 		return true
 	}
 	if n > 0 {
-		st.claimed(start, len(jobs))
+		st.claimed(start, time.Now(), len(jobs))
 	}
 	st.buf, st.bufT0 = jobs, t0
 	l.dispatch(r.hctx, st)
@@ -555,6 +579,98 @@ func (r *laneRun) commitAndClaim(n int) bool {
 	}
 	if n > 0 && len(jobs) == 0 {
 		r.idle(wake, t0)
+	}
+	if n > 0 && len(jobs) == n {
+		r.claimAhead()
+	}
+	return true
+}
+
+// claimAhead sends the next claim at once, before the jobs just claimed
+// have all started, after a claim that came back full (more jobs are
+// probably due), when outcomes are committed beside the claims (async:
+// the loop's commits then run beside its claims) and handlers are short
+// next to a claim (prefetch is not 0). It asks for the prefetch, the jobs
+// the handlers start, on average, within one claim, up to BatchSize; so
+// at most 2 × BatchSize jobs wait claimed and not started. The store then
+// works on the next claim while this process starts the jobs of the last
+// one and commits their outcomes, instead of the two taking turns. One
+// claim of the loop is in flight at a time, and each walks the due jobs in
+// order from the start, as before.
+//
+// The claim runs with rec, like the outcomes: a claim that reached the
+// store is taken even when the shutdown begins meanwhile, and its jobs
+// start on the handlers that free up during Grace or are released. Its
+// result is taken once every job claimed before it has started
+// (awaitAhead).
+func (r *laneRun) claimAhead() {
+	l, st, q := r.l, r.st, r.l.q
+	if r.async == nil || r.ahead != nil || r.ctx.Err() != nil {
+		return
+	}
+	n := min(st.prefetch(l.concurrency, q), l.batch)
+	if n == 0 {
+		return
+	}
+	ch := make(chan claimResult, 1)
+	r.ahead = ch
+	rec := r.rec
+	go func() {
+		c := claimResult{n: n, wake: q.waitChan(), start: time.Now(), t0: q.now()}
+		ctx, cancel := context.WithTimeout(rec, q.recordTO)
+		c.jobs, c.err = q.claim(ctx, c.t0, addMs(c.t0, q.leaseMs), n)
+		cancel()
+		c.at = time.Now()
+		ch <- c
+	}()
+}
+
+// awaitAhead hands the queued outcomes to the committer and waits for the
+// claim sent ahead, taking the handlers that finish meanwhile (their
+// outcomes go with the next hand-off, one a claim as before), then starts
+// its jobs and arms their release as commitAndClaim does, sends the next
+// claim when it came back full, or, with nothing due, waits (see idle). It
+// reports whether the loop goes on.
+func (r *laneRun) awaitAhead() bool {
+	l, st := r.l, r.st
+	if len(st.queued) > 0 {
+		select {
+		case r.async.in <- st.queued:
+			st.queued = nil
+		case <-r.rec.Done():
+			return false
+		}
+	}
+	var c claimResult
+	for wait := true; wait; {
+		select {
+		case c = <-r.ahead:
+			wait = false
+		case a := <-st.finished:
+			st.take(a)
+		case <-r.rec.Done():
+			return false
+		}
+	}
+	r.ahead = nil
+	if c.err != nil {
+		if r.rec.Err() != nil {
+			return false
+		}
+		l.w.report(fmt.Errorf("queue: claim: %w", c.err))
+		return true // the next turn claims again, and waits if that fails
+	}
+	st.claimed(c.start, c.at, len(c.jobs))
+	st.buf, st.bufT0 = c.jobs, c.t0
+	l.dispatch(r.hctx, st)
+	if len(st.buf) > 0 {
+		st.armStale(l.q.cfg.Lease / 4)
+	}
+	if len(c.jobs) == 0 {
+		r.idle(c.wake, c.t0)
+	}
+	if len(c.jobs) == c.n {
+		r.claimAhead()
 	}
 	return true
 }
@@ -601,12 +717,25 @@ func (l *lane) dispatch(hctx context.Context, st *loopState) {
 		st.busy++
 		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
-		go func() {
-			began := time.Now()
-			a.run(hctx, l.h)
-			a.took = time.Since(began)
-			st.finished <- a
-		}()
+		if st.runners < st.busy {
+			st.runners++
+			go l.runner(hctx, st)
+		}
+		st.starts <- a
+	}
+}
+
+// runner runs the attempts dispatch hands it, one at a time, until the
+// loop ends (starts closed). A loop keeps up to Concurrency runners
+// rather than a goroutine per job: each keeps the stack its handlers grew
+// (the runtime's stack growth was a tenth of a drain's CPU in this
+// process).
+func (l *lane) runner(hctx context.Context, st *loopState) {
+	for a := range st.starts {
+		began := time.Now()
+		a.run(hctx, l.h)
+		a.took = time.Since(began)
+		st.finished <- a
 	}
 }
 
@@ -691,6 +820,8 @@ func (c *committer) run(rec context.Context) {
 type loopState struct {
 	finished chan *attempt // handlers send their attempt when done
 	busy     int           // handlers running
+	starts   chan *attempt // dispatch hands the runners their attempts
+	runners  int           // runner goroutines started
 	queued   []*attempt    // finished, outcomes not yet committed
 
 	// Claimed jobs not started yet (prefetched), claimed at bufT0 (the
@@ -753,9 +884,10 @@ func (st *loopState) prefetch(conc int, q *Queue) int {
 	return int(min(int64(conc)*int64(st.commitMean/max(st.handlerMean, time.Microsecond)), MaxBatchSize))
 }
 
-// claimed notes a claim that started at start and returned got jobs.
-func (st *loopState) claimed(start time.Time, got int) {
-	st.claimedAt = time.Now()
+// claimed notes a claim that started at start and returned got jobs at
+// at.
+func (st *loopState) claimed(start, at time.Time, got int) {
+	st.claimedAt = at
 	st.commitMean += (st.claimedAt.Sub(start) - st.commitMean) / 8
 	st.turn++
 	st.fresh = got
