@@ -59,6 +59,7 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 // riverBestWorkers.
 func BenchmarkQueuePostgresDrain(b *testing.B) {
 	pool := benchPool(b)
+	warmPool(b, pool)
 	for _, c := range []int{4, 32, 128, 512} {
 		b.Run(fmt.Sprintf("c=%d/stagger", c), func(b *testing.B) { drainStagger(b, pool, c, 1) })
 		b.Run(fmt.Sprintf("c=%d/river", c), func(b *testing.B) { drainRiver(b, pool, c) })
@@ -211,6 +212,28 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	client.Stop(sctx)
+}
+
+// warmPool opens every connection the pool may hold before the first
+// drain, so that no drain's timed span pays for opening connections (the
+// pool opens them lazily, and the first sub-benchmark of a run would pay
+// for all of them while the later ones find them open).
+func warmPool(b *testing.B, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 }
 
 // pgCPU reads the CPU time (user + system, /proc/<pid>/stat) of the
