@@ -38,7 +38,7 @@ func (s *aheadStore) claim(run func() ([]queue.Job, error)) ([]queue.Job, error)
 	s.inFlight++
 	s.most = max(s.most, s.inFlight)
 	s.mu.Unlock()
-	time.Sleep(2 * time.Millisecond)
+	time.Sleep(2 * time.Millisecond) // virtual: the tests run in synctest bubbles
 	jobs, err := run()
 	s.mu.Lock()
 	s.inFlight--
@@ -53,7 +53,7 @@ func (s *aheadStore) start() {
 	s.mu.Lock()
 	s.started++
 	s.mu.Unlock()
-	time.Sleep(100 * time.Microsecond)
+	time.Sleep(100 * time.Microsecond) // virtual, as in claim
 }
 
 // Claim claims, and then, as a store on a network would, answers the

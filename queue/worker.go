@@ -569,13 +569,24 @@ func (r *laneRun) commitAndClaim(n int) bool {
 		st.wait(r.rec.Done(), stop, jitter(l.w.cfg.PollInterval))
 		return true
 	}
+	r.take(n, jobs, t0, start, time.Now(), wake)
+	return true
+}
+
+// take starts the jobs of a claim of up to n (0: outcomes only), claimed
+// at t0 (the store's clock) by a call that ran from start to at, with
+// wake taken before it: it hands them to the free handlers (the rest wait
+// in buf, their release armed), waits when nothing was due (see idle),
+// and sends the next claim when this one came back full (claimAhead).
+func (r *laneRun) take(n int, jobs []Job, t0 int64, start, at time.Time, wake <-chan struct{}) {
+	l, st := r.l, r.st
 	if n > 0 {
-		st.claimed(start, time.Now(), len(jobs))
+		st.claimed(start, at, len(jobs))
 	}
 	st.buf, st.bufT0 = jobs, t0
 	l.dispatch(r.hctx, st)
 	if len(st.buf) > 0 {
-		st.armStale(q.cfg.Lease / 4)
+		st.armStale(l.q.cfg.Lease / 4)
 	}
 	if n > 0 && len(jobs) == 0 {
 		r.idle(wake, t0)
@@ -583,7 +594,6 @@ func (r *laneRun) commitAndClaim(n int) bool {
 	if n > 0 && len(jobs) == n {
 		r.claimAhead()
 	}
-	return true
 }
 
 // claimAhead sends the next claim at once, before the jobs just claimed
@@ -660,18 +670,7 @@ func (r *laneRun) awaitAhead() bool {
 		l.w.report(fmt.Errorf("queue: claim: %w", c.err))
 		return true // the next turn claims again, and waits if that fails
 	}
-	st.claimed(c.start, c.at, len(c.jobs))
-	st.buf, st.bufT0 = c.jobs, c.t0
-	l.dispatch(r.hctx, st)
-	if len(st.buf) > 0 {
-		st.armStale(l.q.cfg.Lease / 4)
-	}
-	if len(c.jobs) == 0 {
-		r.idle(c.wake, c.t0)
-	}
-	if len(c.jobs) == c.n {
-		r.claimAhead()
-	}
+	r.take(c.n, c.jobs, c.t0, c.start, c.at, c.wake)
 	return true
 }
 

@@ -661,10 +661,11 @@ func (c *Consumer) unroutable(s *session, f forwarded, err error) {
 }
 
 // forward publishes a copy of d with state st to queue q (through the
-// default exchange, mandatory, in confirm mode) and returns the wait for its
-// confirm, and a channel closed once the wait would not block. from is where d was first delivered from: a wait queue's copy
-// carries it in its compact state, a dead letter in HeaderExchange and
-// HeaderRoutingKey and as its origin.
+// default exchange, mandatory, in confirm mode) and returns the wait for
+// its confirm and a channel closed once the wait would not block. from is
+// where d was first delivered from: a wait queue's copy carries it in its
+// compact state, a dead letter in HeaderExchange and HeaderRoutingKey and
+// as its origin.
 func (c *Consumer) forward(ctx context.Context, conf *confirmer, d *amqp.Delivery, from route, q string, st broker.State) (wait func(context.Context) error, done <-chan struct{}, err error) {
 	tag := conf.nextTag()
 	var h amqp.Table
