@@ -30,21 +30,20 @@ type attempt struct {
 	lost    bool                    // a heartbeat found the lease taken over
 	cancel  context.CancelCauseFunc // cancels the running handler's context
 	actx    context.Context         // the running handler's context, nil when none
-	timer   *time.Timer
-	stopped bool
-	hbCtx   context.Context
+	stopped bool                    // the run ended: no heartbeat extends it
+	beatIdx int                     // its index in heart.running while it runs
 }
 
 func (q *Queue) newAttempt(j Job, t0 int64) *attempt {
 	return &attempt{q: q, t0: t0, job: j}
 }
 
-// run calls h on the job, extending its lease meanwhile, and computes
-// the outcome.
+// run calls h on the job, extending its lease meanwhile (see heart), and
+// computes the outcome.
 func (a *attempt) run(ctx context.Context, h retry.Handler) {
-	a.startHeartbeat(ctx)
+	a.q.heart.add(a.q, a)
 	a.handle(ctx, h)
-	a.stopHeartbeat()
+	a.q.heart.remove(a)
 }
 
 // handle runs the handler through the retrydriver.Step every stagger driver
@@ -214,57 +213,5 @@ func apply(j *Job, o Outcome) {
 		j.DeadReason, j.LastError, j.LeaseUntil, j.FinishedAt = o.DeadReason, o.LastError, 0, o.Now
 	case Leased:
 		j.LastError = o.LastError
-	}
-}
-
-// startHeartbeat extends the job's lease every Lease/3 until the attempt
-// ends — but not while the handler's context has ended (its AttemptTimeout
-// fired, or it was canceled at shutdown): a handler that ignores its
-// context does not hold its job for ever; the lease runs out at most Lease
-// later and the job is claimable again (or buried).
-func (a *attempt) startHeartbeat(ctx context.Context) {
-	a.hbCtx = context.WithoutCancel(ctx)
-	a.mu.Lock()
-	a.timer = time.AfterFunc(a.q.cfg.Lease/3, a.beat)
-	a.mu.Unlock()
-}
-
-func (a *attempt) stopHeartbeat() {
-	a.mu.Lock()
-	a.stopped = true
-	if a.timer != nil {
-		a.timer.Stop()
-	}
-	a.mu.Unlock()
-}
-
-func (a *attempt) beat() {
-	a.mu.Lock()
-	if a.stopped {
-		a.mu.Unlock()
-		return
-	}
-	extend := !a.lost && (a.actx == nil || a.actx.Err() == nil)
-	a.mu.Unlock()
-
-	var err error
-	lease := []Lease{{ID: a.job.ID, Attempt: a.job.Attempts}}
-	if extend {
-		now := a.q.now()
-		ctx, cancel := context.WithTimeout(a.hbCtx, a.q.cfg.Lease/3)
-		err = a.q.store.Extend(ctx, lease, now, addMs(now, a.q.leaseMs))
-		cancel()
-	}
-
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if extend && err == nil && !lease[0].Held {
-		a.lost = true
-		if a.cancel != nil {
-			a.cancel(ErrLeaseLost)
-		}
-	}
-	if !a.stopped {
-		a.timer.Reset(a.q.cfg.Lease / 3)
 	}
 }

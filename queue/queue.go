@@ -25,6 +25,8 @@ type Queue struct {
 	wake  chan struct{} // closed and replaced by signal
 	dues  []int64       // due times the loops sleep until, ascending (wake.go)
 	keyed bool          // the store can key the wakes of its queues (wake.go)
+
+	heart heart // extends the running attempts' leases
 }
 
 // New returns a Queue on store.

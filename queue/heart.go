@@ -1,0 +1,138 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// heart extends the leases of a Queue's running attempts: every Lease/3
+// while any runs, one beat extends all of them with one Extend call per
+// heartChunk leases, instead of a timer and a transaction per attempt. So
+// N handlers that run for minutes cost one transaction per Lease/3, not
+// N, and a short handler costs a slice append and a swap-remove, not a
+// timer (a tenth of the Worker's own CPU in a no-op drain, where the
+// runtime's timer locks were shared by every runner).
+//
+// Every running attempt's lease is extended at most Lease/3 after it
+// started or after its previous extension — as with a timer per attempt —
+// except while its handler's context has ended (see Config.Lease). An
+// attempt that starts just before a beat is extended at once: an early
+// extension moves its lease later, never earlier.
+type heart struct {
+	mu      sync.Mutex
+	running []*attempt // attempt.beatIdx is its index
+	// armed is the timer of the next beat, nil when none is due (nothing
+	// runs, or a beat is in progress: it arms the next when it ends). gen
+	// tells a timer that fired after it was disarmed from the current one.
+	armed   *time.Timer
+	gen     uint64
+	beating bool
+	batch   []*attempt // the attempts of the beat in progress
+	leases  []Lease
+}
+
+// heartChunk bounds the leases of one Extend call.
+const heartChunk = 1000
+
+// add registers a, whose handler is about to start, for the beats.
+func (h *heart) add(q *Queue, a *attempt) {
+	h.mu.Lock()
+	a.beatIdx = len(h.running)
+	h.running = append(h.running, a)
+	if h.armed == nil && !h.beating {
+		h.arm(q)
+	}
+	h.mu.Unlock()
+}
+
+// remove unregisters a, whose handler returned: no beat extends it after
+// remove returns.
+func (h *heart) remove(a *attempt) {
+	h.mu.Lock()
+	a.mu.Lock()
+	a.stopped = true
+	a.mu.Unlock()
+	last := len(h.running) - 1
+	if i := a.beatIdx; i != last {
+		h.running[i] = h.running[last]
+		h.running[i].beatIdx = i
+	}
+	h.running[last] = nil
+	h.running = h.running[:last]
+	if last == 0 && h.armed != nil {
+		h.armed.Stop()
+		h.armed = nil
+		h.gen++
+	}
+	h.mu.Unlock()
+}
+
+// arm sets the timer of the next beat. h.mu is held.
+func (h *heart) arm(q *Queue) {
+	h.gen++
+	gen := h.gen
+	h.armed = time.AfterFunc(q.cfg.Lease/3, func() { h.beat(q, gen) })
+}
+
+// beat extends the lease of every running attempt whose handler's context
+// has not ended, and cancels, with ErrLeaseLost, the handlers whose lease
+// another claim took over. A failed Extend changes nothing: the next beat
+// tries again, and the leases run out if none succeeds.
+func (h *heart) beat(q *Queue, gen uint64) {
+	h.mu.Lock()
+	if gen != h.gen || h.beating {
+		h.mu.Unlock()
+		return // disarmed, or re-armed since
+	}
+	h.armed, h.beating = nil, true
+	h.batch = append(h.batch[:0], h.running...)
+	h.mu.Unlock()
+
+	batch, leases := h.batch[:0], h.leases[:0]
+	for _, a := range h.batch {
+		a.mu.Lock()
+		if !a.stopped && !a.lost && (a.actx == nil || a.actx.Err() == nil) {
+			batch = append(batch, a)
+			leases = append(leases, Lease{ID: a.job.ID, Attempt: a.job.Attempts})
+		}
+		a.mu.Unlock()
+	}
+	if len(leases) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Lease/3)
+		for i := 0; i < len(leases); i += heartChunk {
+			now := q.now()
+			chunk := leases[i:min(i+heartChunk, len(leases))]
+			if err := q.store.Extend(ctx, chunk, now, addMs(now, q.leaseMs)); err != nil {
+				continue
+			}
+			for k, l := range chunk {
+				if !l.Held {
+					batch[i+k].loseLease()
+				}
+			}
+		}
+		cancel()
+	}
+	clear(h.batch)
+	clear(batch)
+
+	h.mu.Lock()
+	h.batch, h.leases = h.batch[:0], leases[:0]
+	h.beating = false
+	if len(h.running) > 0 {
+		h.arm(q)
+	}
+	h.mu.Unlock()
+}
+
+// loseLease marks a's lease lost to another claim and cancels its
+// handler's context with ErrLeaseLost.
+func (a *attempt) loseLease() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lost = true
+	if a.cancel != nil {
+		a.cancel(ErrLeaseLost)
+	}
+}

@@ -1,0 +1,176 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/staggerhq/stagger/queue"
+	"github.com/staggerhq/stagger/retry"
+)
+
+// extendLog counts the store's Extend calls and the leases they carry.
+type extendLog struct {
+	queue.Store
+	mu     sync.Mutex
+	calls  int
+	leases int
+	most   int
+}
+
+func (e *extendLog) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	e.mu.Lock()
+	e.calls++
+	e.leases += len(leases)
+	e.most = max(e.most, len(leases))
+	e.mu.Unlock()
+	return e.Store.Extend(ctx, leases, now, leaseUntil)
+}
+
+func (e *extendLog) counts() (calls, leases, most int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls, e.leases, e.most
+}
+
+// Long handlers share their heartbeats, across the Workers of a Queue: one Extend a beat for all of them
+// (one per 1,000 leases), every Lease/3, and none once nothing runs.
+func TestHeartbeatOneExtendForAllRunning(t *testing.T) {
+	for _, n := range []int{50, 1500} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testHeartbeatBatches(t, n) })
+	}
+}
+
+func testHeartbeatBatches(t *testing.T, n int) {
+	synctest.Test(t, func(t *testing.T) {
+		per := (n + 999) / 1000 // Extend calls a beat
+		log := &extendLog{Store: queue.NewMemoryStore()}
+		q := newQueueOn(t, log, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
+		ctx, stop := context.WithCancel(context.Background())
+		for i := range n {
+			if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprintf("long-%04d", i), MaxAttempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release := make(chan struct{})
+		var started sync.WaitGroup
+		started.Add(n)
+		// Two Workers on the Queue: they share its heartbeats.
+		ran := make(chan error, 2)
+		for range 2 {
+			w, err := queue.NewWorker(q, func(context.Context, []byte) error {
+				started.Done()
+				<-release
+				return nil
+			}, queue.WorkerConfig{Concurrency: n / 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { ran <- w.Run(ctx) }()
+		}
+		started.Wait()
+		if calls, _, _ := log.counts(); calls != 0 {
+			t.Fatalf("%d Extend calls before a third of the lease passed", calls)
+		}
+		time.Sleep(time.Second) // virtual: ten beats
+		calls, leases, most := log.counts()
+		// A timer per attempt would make n calls a beat.
+		if calls < 9*per || calls > 11*per || most != min(n, 1000) || leases < 9*n {
+			t.Fatalf("a second of %d running handlers: %d Extend calls of %d leases (at most %d in one); want %d–%d calls of at most 1,000",
+				n, calls, leases, most, 9*per, 11*per)
+		}
+		t.Logf("a second of %d running handlers: %d Extend calls of %d leases", n, calls, leases)
+		close(release)
+		synctest.Wait()
+		stop()
+		for range 2 {
+			if err := <-ran; err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := q.Stats(context.Background())
+		if err != nil || st.Done != int64(n) {
+			t.Fatalf("stats %+v %v, want %d done (leases held throughout)", st, err, n)
+		}
+		calls, _, _ = log.counts()
+		time.Sleep(10 * time.Second) // virtual
+		if again, _, _ := log.counts(); again != calls {
+			t.Fatalf("%d Extend calls after every handler returned", again-calls)
+		}
+	})
+}
+
+// A beat that finds one lease taken over cancels that handler only, with
+// ErrLeaseLost as its context's cause; the others keep their leases.
+func TestHeartbeatCancelsOnlyTheLostLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
+		ctx, stop := context.WithCancel(context.Background())
+		for _, id := range []string{"a", "b", "c"} {
+			if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id, MaxAttempts: 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release := make(chan struct{})
+		var mu sync.Mutex
+		causes := map[string]error{}
+		var started sync.WaitGroup
+		started.Add(3)
+		w, err := queue.NewWorker(q, func(hctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(hctx)
+			id := d.ID
+			started.Done()
+			select {
+			case <-release:
+				return nil
+			case <-hctx.Done():
+				mu.Lock()
+				causes[id] = context.Cause(hctx)
+				mu.Unlock()
+				return hctx.Err()
+			}
+		}, queue.WorkerConfig{Concurrency: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		started.Wait()
+		// Another claim takes one job, at a time past its lease, as if
+		// this worker's clock had stalled.
+		late := virtualNow() + time.Hour.Milliseconds()
+		taken, err := q.Store().Claim(ctx, queue.DefaultQueue, late, late+time.Hour.Milliseconds(), 1)
+		if err != nil || len(taken) != 1 {
+			t.Fatalf("claim %v %v", taken, err)
+		}
+		time.Sleep(time.Second) // virtual: several beats
+		mu.Lock()
+		got := len(causes)
+		cause := causes[taken[0].ID]
+		mu.Unlock()
+		if got != 1 || !errors.Is(cause, queue.ErrLeaseLost) {
+			t.Fatalf("handlers canceled: %v; want only %s's, with ErrLeaseLost", causes, taken[0].ID)
+		}
+		close(release)
+		synctest.Wait()
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			j, err := q.Get(context.Background(), id)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case id == taken[0].ID && (j.State != queue.Leased || j.Attempts != 2):
+				t.Fatalf("the job taken over: %+v, want leased by the other claim", j)
+			case id != taken[0].ID && (j.State != queue.Done || j.Attempts != 1):
+				t.Fatalf("job %s: %+v, want done on its first attempt", id, j)
+			}
+		}
+	})
+}
