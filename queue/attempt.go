@@ -41,7 +41,7 @@ func (q *Queue) newAttempt(j Job, t0 int64) *attempt {
 // run calls h on the job, extending its lease meanwhile (see heart), and
 // computes the outcome.
 func (a *attempt) run(ctx context.Context, h retry.Handler) {
-	a.q.heart.add(a.q, a)
+	a.q.heart.add(a)
 	a.handle(ctx, h)
 	a.q.heart.remove(a)
 }

@@ -37,8 +37,9 @@ func (e *extendLog) counts() (calls, leases, most int) {
 	return e.calls, e.leases, e.most
 }
 
-// Long handlers share their heartbeats, across the Workers of a Queue: one Extend a beat for all of them
-// (one per 1,000 leases), every Lease/3, and none once nothing runs.
+// Long handlers share their heartbeats, across the Workers of a Queue:
+// one Extend a beat for all of them (one per 1,000 leases), every Lease/3,
+// and none once nothing runs.
 func TestHeartbeatOneExtendForAllRunning(t *testing.T) {
 	for _, n := range []int{50, 1500} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) { testHeartbeatBatches(t, n) })
