@@ -239,7 +239,8 @@ func warmPool(b *testing.B, pool *pgxpool.Pool) {
 // pgCPU reads the CPU time (user + system, /proc/<pid>/stat) of the
 // server's backends serving benchApp connections and returns a function
 // that reports their increase per job as pg-cpu-µs/job, and the
-// benchmark process's own CPU per job as go-cpu-µs/job. Backends that
+// benchmark process's own CPU per job as go-cpu-µs/job (and checkpoints,
+// see there). Backends that
 // start meanwhile count from zero; the server's own processes (WAL writer,
 // checkpointer) are not counted. Without access to the server's /proc (a
 // remote server) pg-cpu-µs/job is not reported.
@@ -262,9 +263,12 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		}
 		return out
 	}
-	before, self := read(), selfCPU()
+	before, self, cps := read(), selfCPU(), checkpoints(pool)
 	return func() {
 		b.ReportMetric(float64(selfCPU()-self)/1e3/float64(b.N), "go-cpu-µs/job")
+		if now := checkpoints(pool); cps >= 0 && now >= 0 {
+			b.ReportMetric(float64(now-cps), "checkpoints")
+		}
 		if len(before) == 0 {
 			return
 		}
@@ -275,6 +279,21 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		const clkTck = 100 // USER_HZ on Linux
 		b.ReportMetric(float64(ticks)*1e6/clkTck/float64(b.N), "pg-cpu-µs/job")
 	}
+}
+
+// checkpoints is how many checkpoints the server has started so far
+// (timed and requested), -1 when it cannot say (PostgreSQL 17 moved the
+// counts to pg_stat_checkpointer). The checkpoints metric is how many fell
+// in a drain's timed span: a checkpoint comes every max_wal_size of WAL (1
+// GB by default, a few drains), lands in whichever drain runs then, and
+// makes it write every page it next touches to the WAL in full, so a round
+// with one inside is slower for a reason of neither queue's making.
+func checkpoints(pool *pgxpool.Pool) int64 {
+	var n int64
+	if err := pool.QueryRow(context.Background(), `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // selfCPU is the CPU time (user + system) of the benchmark's own process

@@ -22,9 +22,10 @@ import (
 	"math"
 	"net"
 	"regexp"
-	"slices"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -139,6 +140,9 @@ type Store struct {
 	ldone   chan struct{}
 
 	vac vacuumer
+	// lastClaims holds, for each queue name, how many jobs its last claim
+	// brought (an *atomic.Int32; see scanClaimed).
+	lastClaims sync.Map
 }
 
 var (
@@ -551,7 +555,7 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 		if err != nil {
 			return nil, err
 		}
-		return scanClaimed(rows, name, now, leaseUntil)
+		return s.scanClaimed(rows, name, now, leaseUntil, limit)
 	}()
 	// The claim commits at the pipeline's Sync: only a clean Close says it
 	// did.
@@ -616,47 +620,75 @@ func (s *Store) claimSQL() string {
 const claimedCols = `j.id, j.payload, j.attempts, j.max_attempts, j.deadline, j.dead_reason, j.last_error, j.created_at, j.finished_at, j.trace`
 
 // scanClaimed reads the rows of claimSQL, run with queue name, now and
-// leaseUntil, in claim order: (available_at before the claim, id).
-func scanClaimed(rows pgx.Rows, name string, now, leaseUntil int64) ([]queue.Job, error) {
+// leaseUntil with limit, in claim order: (available_at before the claim,
+// id).
+//
+// The rows are scanned straight into the slice returned, with their
+// previous available_at beside them, and put in order where they are (a
+// claim's rows usually come in order already). The slice is sized for as
+// many jobs as the last claim of the queue brought: a backlog's claims of
+// 1,000 jobs each allocate them once, and an idle queue's poll allocates
+// nothing.
+func (s *Store) scanClaimed(rows pgx.Rows, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	defer rows.Close()
-	type claimed struct {
-		j    queue.Job
-		prev int64
-	}
-	var cs []claimed
-	var c claimed
+	last := s.lastClaim(name)
+	size := min(limit, int(last.Load()))
+	c := claimOrder{jobs: make([]queue.Job, 0, size), prev: make([]int64, 0, size)}
+	var j queue.Job
+	var prev int64
 	var reason string
-	dst := []any{&c.j.ID, &c.j.Payload, &c.j.Attempts, &c.j.MaxAttempts, &c.j.Deadline, &reason, &c.j.LastError,
-		&c.j.CreatedAt, &c.j.FinishedAt, &c.j.Trace, &c.prev}
+	dst := []any{&j.ID, &j.Payload, &j.Attempts, &j.MaxAttempts, &j.Deadline, &reason, &j.LastError,
+		&j.CreatedAt, &j.FinishedAt, &j.Trace, &prev}
 	for rows.Next() {
-		c = claimed{}
+		j = queue.Job{}
 		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		c.j.State, c.j.DeadReason, c.j.Queue = queue.Leased, queue.DeadReason(reason), name
-		c.j.AvailableAt, c.j.LeaseUntil, c.j.UpdatedAt = leaseUntil, leaseUntil, now
-		if c.j.Payload == nil {
-			c.j.Payload = []byte{}
+		j.State, j.DeadReason, j.Queue = queue.Leased, queue.DeadReason(reason), name
+		j.AvailableAt, j.LeaseUntil, j.UpdatedAt = leaseUntil, leaseUntil, now
+		if j.Payload == nil {
+			j.Payload = []byte{}
 		}
-		cs = append(cs, c)
+		c.jobs, c.prev = append(c.jobs, j), append(c.prev, prev)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(cs, func(a, b claimed) int {
-		if a.prev != b.prev {
-			if a.prev < b.prev {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.j.ID, b.j.ID)
-	})
-	out := make([]queue.Job, len(cs))
-	for i := range cs {
-		out[i] = cs[i].j
+	if !sort.IsSorted(c) {
+		sort.Sort(c)
 	}
-	return out, nil
+	last.Store(int32(len(c.jobs)))
+	return c.jobs, nil
+}
+
+// lastClaim is how many jobs the last claim of queue name brought.
+func (s *Store) lastClaim(name string) *atomic.Int32 {
+	if v, ok := s.lastClaims.Load(name); ok {
+		return v.(*atomic.Int32)
+	}
+	v, _ := s.lastClaims.LoadOrStore(name, new(atomic.Int32))
+	return v.(*atomic.Int32)
+}
+
+// claimOrder sorts claimed jobs by their available_at before the claim
+// (prev), then ID.
+type claimOrder struct {
+	jobs []queue.Job
+	prev []int64
+}
+
+func (c claimOrder) Len() int { return len(c.jobs) }
+
+func (c claimOrder) Less(a, b int) bool {
+	if c.prev[a] != c.prev[b] {
+		return c.prev[a] < c.prev[b]
+	}
+	return c.jobs[a].ID < c.jobs[b].ID
+}
+
+func (c claimOrder) Swap(a, b int) {
+	c.jobs[a], c.jobs[b] = c.jobs[b], c.jobs[a]
+	c.prev[a], c.prev[b] = c.prev[b], c.prev[a]
 }
 
 // ClaimLimited implements queue.LimitedClaimer. The queue's row in the
@@ -691,7 +723,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 			if err != nil {
 				return err
 			}
-			if out, err = scanClaimed(rows, name, now, leaseUntil); err != nil {
+			if out, err = s.scanClaimed(rows, name, now, leaseUntil, n); err != nil {
 				return err
 			}
 		}
@@ -738,7 +770,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 		if rows, err = br.Query(); err != nil {
 			return nil, err
 		}
-		jobs, err := scanClaimed(rows, name, now, leaseUntil)
+		jobs, err := s.scanClaimed(rows, name, now, leaseUntil, limit)
 		if err != nil {
 			return nil, err
 		}
