@@ -563,3 +563,42 @@ func jobIndexes(ctx context.Context, p *pgxpool.Pool, schema string) string {
 	idx, _ := pgx.CollectRows(rows, pgx.RowTo[string])
 	return strings.Join(idx, " ")
 }
+
+// TestKeysInByteOrder: a new jobs table keeps its text keys in byte order
+// (COLLATE "C", whatever the database's collation), so index inserts
+// compare bytes rather than call strcoll; the other text columns keep the
+// database's collation.
+func TestKeysInByteOrder(t *testing.T) {
+	p, schema := sharedPool(t), tempSchema(t)
+	ctx := context.Background()
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows, err := p.Query(ctx, `SELECT a.attname, coalesce(c.collname, '') FROM pg_attribute a
+		LEFT JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = $1::regclass AND a.atttypid = 'text'::regtype ORDER BY a.attname`, schema+".stagger_jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var col, coll string
+		if err := rows.Scan(&col, &coll); err != nil {
+			t.Fatal(err)
+		}
+		got[col] = coll
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, col := range []string{"id", "queue", "state"} {
+		if got[col] != "C" {
+			t.Errorf("column %s: collation %q, want C", col, got[col])
+		}
+	}
+	if got["last_error"] != "default" {
+		t.Errorf("column last_error: collation %q, want the database's (default)", got["last_error"])
+	}
+}
