@@ -19,14 +19,20 @@ import (
 // except while its handler's context has ended (see Config.Lease). An
 // attempt that starts just before a beat is extended at once: an early
 // extension moves its lease later, never earlier.
+//
+// The beat's timer is made once and reset, and it is not stopped when the
+// last running handler returns: short handlers would otherwise set and
+// stop a timer each (a drain of no-op jobs empties the running set
+// between most jobs). A beat that finds nothing running arms no next one,
+// so an idle queue wakes at most once after its last handler.
 type heart struct {
 	mu      sync.Mutex
 	running []*attempt // attempt.beatIdx is its index
-	// armed is the timer of the next beat, nil when none is due (nothing
-	// runs, or a beat is in progress: it arms the next when it ends). gen
-	// tells a timer that fired after it was disarmed from the current one.
-	armed   *time.Timer
-	gen     uint64
+	// timer fires the next beat (beat); armed says it is set to, which it
+	// is from arm until that beat starts. None is set while a beat is in
+	// progress: it arms the next when it ends, if anything runs.
+	timer   *time.Timer
+	armed   bool
 	beating bool
 	batch   []*attempt // the attempts of the beat in progress
 	leases  []Lease
@@ -40,7 +46,7 @@ func (h *heart) add(a *attempt) {
 	h.mu.Lock()
 	a.beatIdx = len(h.running)
 	h.running = append(h.running, a)
-	if h.armed == nil && !h.beating {
+	if !h.armed && !h.beating {
 		h.arm(a.q)
 	}
 	h.mu.Unlock()
@@ -61,32 +67,28 @@ func (h *heart) remove(a *attempt) {
 	}
 	h.running[last] = nil
 	h.running = h.running[:last]
-	if last == 0 && h.armed != nil {
-		h.armed.Stop()
-		h.armed = nil
-		h.gen++
-	}
 	h.mu.Unlock()
 }
 
-// arm sets the timer of the next beat. h.mu is held.
+// arm sets the timer of the next beat, Lease/3 from now. h.mu is held,
+// and no beat is set or in progress: the timer's last beat, if any, has
+// started, so the timer is reset, not set twice. A heart serves one Queue.
 func (h *heart) arm(q *Queue) {
-	h.gen++
-	gen := h.gen
-	h.armed = time.AfterFunc(q.cfg.Lease/3, func() { h.beat(q, gen) })
+	h.armed = true
+	if h.timer == nil {
+		h.timer = time.AfterFunc(q.cfg.Lease/3, func() { h.beat(q) })
+		return
+	}
+	h.timer.Reset(q.cfg.Lease / 3)
 }
 
 // beat extends the lease of every running attempt whose handler's context
 // has not ended, and cancels, with ErrLeaseLost, the handlers whose lease
 // another claim took over. A failed Extend changes nothing: the next beat
 // tries again, and the leases run out if none succeeds.
-func (h *heart) beat(q *Queue, gen uint64) {
+func (h *heart) beat(q *Queue) {
 	h.mu.Lock()
-	if gen != h.gen || h.beating {
-		h.mu.Unlock()
-		return // disarmed, or re-armed since
-	}
-	h.armed, h.beating = nil, true
+	h.armed, h.beating = false, true
 	h.batch = append(h.batch[:0], h.running...)
 	h.mu.Unlock()
 

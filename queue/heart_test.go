@@ -175,3 +175,89 @@ func TestHeartbeatCancelsOnlyTheLostLease(t *testing.T) {
 		}
 	})
 }
+
+// extendTimes records when (virtual ms) each job's lease was extended.
+type extendTimes struct {
+	queue.Store
+	mu sync.Mutex
+	at map[string][]int64
+}
+
+func (e *extendTimes) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	e.mu.Lock()
+	for _, l := range leases {
+		e.at[l.ID] = append(e.at[l.ID], now)
+	}
+	e.mu.Unlock()
+	return e.Store.Extend(ctx, leases, now, leaseUntil)
+}
+
+// The beat's timer outlives the handler that set it: a handler that starts
+// after every other has returned, while that timer is still set, is
+// extended no later than Lease/3 after it started and every Lease/3 after,
+// and nothing is extended once it returns.
+func TestHeartbeatAcrossIdleGaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		log := &extendTimes{Store: queue.NewMemoryStore(), at: map[string][]int64{}}
+		q := newQueueOn(t, log, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: lease})
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		started := make(chan int64, 3)
+		release := map[string]chan struct{}{"short": make(chan struct{}), "long": make(chan struct{})}
+		w, err := queue.NewWorker(q, func(hctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(hctx)
+			started <- virtualNow()
+			<-release[d.ID]
+			return nil
+		}, queue.WorkerConfig{Concurrency: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "short"}); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		time.Sleep(lease / 6) // virtual: the short handler runs half a beat
+		close(release["short"])
+		synctest.Wait()        // it returned; nothing runs, the beat's timer is still set
+		time.Sleep(lease / 12) // virtual
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "long"}); err != nil {
+			t.Fatal(err)
+		}
+		began := <-started
+		time.Sleep(2 * lease) // virtual: six beats
+		close(release["long"])
+		synctest.Wait()
+		ended := virtualNow()
+		time.Sleep(10 * lease) // virtual
+		log.mu.Lock()
+		at := append([]int64(nil), log.at["long"]...)
+		short := len(log.at["short"])
+		log.mu.Unlock()
+		third := (lease / 3).Milliseconds()
+		if short != 0 {
+			t.Errorf("the short handler, done in half a beat, was extended %d times", short)
+		}
+		if len(at) == 0 || at[0]-began > third {
+			t.Fatalf("long handler started at %d ms: extended at %v, want the first within %d ms", began, at, third)
+		}
+		for i := 1; i < len(at); i++ {
+			if at[i]-at[i-1] > third {
+				t.Fatalf("extensions at %v: %d ms between two, want at most %d", at, at[i]-at[i-1], third)
+			}
+		}
+		if last := at[len(at)-1]; ended-last > third || last > ended {
+			t.Fatalf("extensions at %v for a handler that ran %d–%d ms", at, began, ended)
+		}
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+		if j, err := q.Get(context.Background(), "long"); err != nil || j.State != queue.Done || j.Attempts != 1 {
+			t.Fatalf("long job %+v %v: want done on its first attempt", j, err)
+		}
+	})
+}
