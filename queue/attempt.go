@@ -38,20 +38,55 @@ func (q *Queue) newAttempt(j Job, t0 int64) *attempt {
 	return &attempt{q: q, t0: t0, job: j}
 }
 
-// run calls h on the job, extending its lease meanwhile (see heart), and
-// computes the outcome.
-func (a *attempt) run(ctx context.Context, h retry.Handler) {
+// run calls h on the job under r, extending its lease meanwhile (see
+// heart), and computes the outcome.
+func (a *attempt) run(r *runCtx, h retry.Handler) {
 	a.q.heart.add(a)
-	a.handle(ctx, h)
+	a.handle(r, h)
 	a.q.heart.remove(a)
 }
+
+// runCtx is the context the attempts of one runner (a goroutine that runs
+// one attempt at a time) start under: a child of the handlers' context
+// that a lost lease cancels, with ErrLeaseLost as the cause, for the one
+// attempt whose handler is running. It is made once per runner, not once
+// per attempt, and made again only after a lost lease canceled it: an
+// attempt's own context is the Step's (bounded by the job's deadline, and
+// canceled when the attempt ends), so a per-attempt parent would cost a
+// context, its Done channel and its children's map a job, and every
+// runner's registration in the one shared parent, under its lock.
+type runCtx struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func newRunCtx(parent context.Context) *runCtx {
+	r := &runCtx{parent: parent}
+	r.ctx, r.cancel = context.WithCancelCause(parent)
+	return r
+}
+
+// fresh returns the context for the next attempt: a new one when a lost
+// lease canceled the last while the parent goes on.
+func (r *runCtx) fresh() context.Context {
+	if r.ctx.Err() != nil && r.parent.Err() == nil {
+		r.cancel(nil)
+		r.ctx, r.cancel = context.WithCancelCause(r.parent)
+	}
+	return r.ctx
+}
+
+// close releases r; its attempts are over.
+func (r *runCtx) close() { r.cancel(nil) }
 
 // handle runs the handler through the retrydriver.Step every stagger driver
 // shares and computes the outcome. The attempt was counted by the claim
 // (j.Attempts), so the Step starts from the attempts before it; the job's
 // max_attempts and deadline govern it.
-func (a *attempt) handle(ctx context.Context, h retry.Handler) {
+func (a *attempt) handle(r *runCtx, h retry.Handler) {
 	q, j := a.q, &a.job
+	ctx := r.parent
 	a.mu.Lock()
 	lost := a.lost
 	a.mu.Unlock()
@@ -64,8 +99,7 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 		ID: j.ID, Attempt: j.Attempts - 1, MaxAttempts: j.MaxAttempts, Source: "queue",
 		Deadline: time.UnixMilli(j.Deadline),
 	}}
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	hctx := r.fresh()
 	// The step begins at the start, not at the claim: a job that waited
 	// for a handler (prefetched) past its deadline is not started, as the
 	// deadline is the time by which an attempt must have started.
@@ -92,8 +126,15 @@ func (a *attempt) handle(ctx context.Context, h retry.Handler) {
 	}
 	defer s.Abort()
 	actx := s.Context()
+	if actx == hctx {
+		// Not bounded: a context of the attempt's own, so that it too
+		// ends when the handler returns.
+		var end context.CancelFunc
+		actx, end = context.WithCancel(hctx)
+		defer end()
+	}
 	a.mu.Lock()
-	a.cancel, a.actx = cancel, actx
+	a.cancel, a.actx = r.cancel, actx
 	a.mu.Unlock()
 	herr := call(s.Delivery.NewContext(q.withTrace(actx, j.Trace)), h, j.Payload)
 	leaseLost := errors.Is(context.Cause(hctx), ErrLeaseLost)

@@ -261,3 +261,74 @@ func TestHeartbeatAcrossIdleGaps(t *testing.T) {
 		}
 	})
 }
+
+// One handler at a time (one runner): after a lost lease canceled the
+// runner's attempt, the next job runs under a live context, and each
+// handler's context ends once it returns, whether the handler keeps it
+// or not.
+func TestLostLeaseCancelsOneAttemptOfARunner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "a", MaxAttempts: 3}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		kept := map[string]context.Context{}
+		causes := map[string]error{}
+		started := make(chan string, 2)
+		w, err := queue.NewWorker(q, func(hctx context.Context, _ []byte) error {
+			d, _ := retry.DeliveryFrom(hctx)
+			mu.Lock()
+			kept[d.ID] = hctx
+			mu.Unlock()
+			started <- d.ID
+			if d.ID != "a" {
+				return hctx.Err()
+			}
+			<-hctx.Done()
+			mu.Lock()
+			causes[d.ID] = context.Cause(hctx)
+			mu.Unlock()
+			return hctx.Err()
+		}, queue.WorkerConfig{Concurrency: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		<-started
+		late := virtualNow() + time.Hour.Milliseconds()
+		if taken, err := q.Store().Claim(ctx, queue.DefaultQueue, late, late+time.Hour.Milliseconds(), 1); err != nil || len(taken) != 1 {
+			t.Fatalf("claim %v %v", taken, err)
+		}
+		time.Sleep(time.Second) // virtual: a beat finds a's lease taken
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(time.Minute): // virtual
+			t.Fatal("b's handler did not start within a minute of a's lost lease")
+		}
+		synctest.Wait()
+		mu.Lock()
+		cause := causes["a"]
+		endedA, endedB := kept["a"].Err(), kept["b"].Err()
+		mu.Unlock()
+		if !errors.Is(cause, queue.ErrLeaseLost) {
+			t.Fatalf("a's handler ended with cause %v, want ErrLeaseLost", cause)
+		}
+		if j, err := q.Get(ctx, "b"); err != nil || j.State != queue.Done {
+			t.Fatalf("b after a's lost lease on the same runner: %+v %v, want done", j, err)
+		}
+		if endedA == nil || endedB == nil {
+			t.Fatalf("contexts kept after the handlers returned: a %v, b %v; want both ended", endedA, endedB)
+		}
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	})
+}

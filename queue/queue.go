@@ -281,7 +281,9 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 		return nil, nil
 	}
 	a := q.newAttempt(jobs[0], t0)
-	a.run(ctx, h)
+	r := newRunCtx(ctx)
+	a.run(r, h)
+	r.close()
 	if err := a.record(ctx); err != nil {
 		return &a.job, err
 	}

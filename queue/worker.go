@@ -730,9 +730,11 @@ func (l *lane) dispatch(hctx context.Context, st *loopState) {
 // (the runtime's stack growth was a tenth of a drain's CPU in this
 // process).
 func (l *lane) runner(hctx context.Context, st *loopState) {
+	r := newRunCtx(hctx)
+	defer r.close()
 	for a := range st.starts {
 		began := time.Now()
-		a.run(hctx, l.h)
+		a.run(r, l.h)
 		a.took = time.Since(began)
 		st.finished <- a
 	}
@@ -749,10 +751,11 @@ func (l *lane) runner(hctx context.Context, st *loopState) {
 func (l *lane) release(st *loopState) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	r := newRunCtx(ctx)
 	for _, j := range st.buf {
 		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
-		a.handle(ctx, l.h) // not started: the outcome releases the job
+		a.handle(r, l.h) // not started: the outcome releases the job
 		st.queued = append(st.queued, a)
 	}
 	st.fresh -= len(st.buf) // the latest claim's: they will not finish
