@@ -32,6 +32,9 @@ type attempt struct {
 	actx    context.Context         // the running handler's context, nil when none
 	stopped bool                    // the run ended: no heartbeat extends it
 	beatIdx int                     // its index in heart.running while it runs
+	// vals is the context whose values (not its end) the store's Extend
+	// sees on this attempt's heartbeats (runCtx.vals).
+	vals context.Context
 }
 
 func (q *Queue) newAttempt(j Job, t0 int64) *attempt {
@@ -41,6 +44,7 @@ func (q *Queue) newAttempt(j Job, t0 int64) *attempt {
 // run calls h on the job under r, extending its lease meanwhile (see
 // heart), and computes the outcome.
 func (a *attempt) run(r *runCtx, h retry.Handler) {
+	a.vals = r.vals
 	a.q.heart.add(a)
 	a.handle(r, h)
 	a.q.heart.remove(a)
@@ -57,12 +61,16 @@ func (a *attempt) run(r *runCtx, h retry.Handler) {
 // runner's registration in the one shared parent, under its lock.
 type runCtx struct {
 	parent context.Context
+	// vals is the context whose values the store sees on the heartbeats
+	// of the runner's attempts: the one the Worker was run with (or
+	// RunOnce called with), as on its claims.
+	vals   context.Context
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 }
 
-func newRunCtx(parent context.Context) *runCtx {
-	r := &runCtx{parent: parent}
+func newRunCtx(parent, vals context.Context) *runCtx {
+	r := &runCtx{parent: parent, vals: vals}
 	r.ctx, r.cancel = context.WithCancelCause(parent)
 	return r
 }

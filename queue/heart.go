@@ -8,7 +8,9 @@ import (
 
 // heart extends the leases of a Queue's running attempts: every Lease/3
 // while any runs, one beat extends all of them with one Extend call per
-// heartChunk leases, instead of a timer and a transaction per attempt. So
+// heartChunk leases (and per context the Workers were run with: each call
+// carries its Worker's context values), instead of a timer and a
+// transaction per attempt. So
 // N handlers that run for minutes cost one transaction per Lease/3, not
 // N, and a short handler costs a slice append and a swap-remove, not a
 // timer (about 9 % of the Worker's own CPU in a PostgreSQL drain, where
@@ -92,17 +94,33 @@ func (h *heart) beat(q *Queue) {
 	h.batch = append(h.batch[:0], h.running...)
 	h.mu.Unlock()
 
-	batch, leases := h.batch[:0], h.leases[:0]
+	batch := h.batch[:0]
 	for _, a := range h.batch {
 		a.mu.Lock()
 		if !a.stopped && !a.lost && (a.actx == nil || a.actx.Err() == nil) {
 			batch = append(batch, a)
-			leases = append(leases, Lease{ID: a.job.ID, Attempt: a.job.Attempts})
 		}
 		a.mu.Unlock()
 	}
-	if len(leases) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Lease/3)
+	// The leases of the attempts whose Worker is the first one's, then the
+	// next Worker's, and so on: each Extend runs with its Worker's context
+	// values (a store's tracer reads them), without its cancellation.
+	leases := h.leases[:0]
+	for len(batch) > 0 {
+		vals := batch[0].vals
+		n := 0
+		for i, a := range batch {
+			if a.vals == vals {
+				batch[n], batch[i] = batch[i], batch[n]
+				n++
+			}
+		}
+		group := batch[:n]
+		leases = leases[:0]
+		for _, a := range group {
+			leases = append(leases, Lease{ID: a.job.ID, Attempt: a.job.Attempts})
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(vals), q.cfg.Lease/3)
 		for i := 0; i < len(leases); i += heartChunk {
 			now := q.now()
 			chunk := leases[i:min(i+heartChunk, len(leases))]
@@ -111,13 +129,14 @@ func (h *heart) beat(q *Queue) {
 			}
 			for k, l := range chunk {
 				if !l.Held {
-					batch[i+k].loseLease()
+					group[i+k].loseLease()
 				}
 			}
 		}
 		cancel()
+		batch = batch[n:]
 	}
-	clear(h.batch) // batch is a prefix of it
+	clear(h.batch) // batch was a prefix of it
 
 	h.mu.Lock()
 	h.batch, h.leases = h.batch[:0], leases[:0]

@@ -332,3 +332,71 @@ func TestLostLeaseCancelsOneAttemptOfARunner(t *testing.T) {
 		}
 	})
 }
+
+// extendValues records the value of key each Extend call's context holds.
+type extendValues struct {
+	queue.Store
+	mu   sync.Mutex
+	seen []any
+}
+
+type workerKey struct{}
+
+func (e *extendValues) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	e.mu.Lock()
+	e.seen = append(e.seen, ctx.Value(workerKey{}))
+	e.mu.Unlock()
+	return e.Store.Extend(ctx, leases, now, leaseUntil)
+}
+
+// A heartbeat's Extend runs with the values of the context the Worker was
+// run with, as its claims do (a store's tracer reads them): one call a
+// beat for two Workers run with one context.
+func TestHeartbeatCarriesWorkerValues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &extendValues{Store: queue.NewMemoryStore()}
+		q := newQueueOn(t, log, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
+		ctx, stop := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "tenant-7"))
+		for i := range 4 {
+			if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: fmt.Sprint("j", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release := make(chan struct{})
+		var started sync.WaitGroup
+		started.Add(4)
+		ran := make(chan error, 2)
+		for range 2 {
+			w, err := queue.NewWorker(q, func(context.Context, []byte) error {
+				started.Done()
+				<-release
+				return nil
+			}, queue.WorkerConfig{Concurrency: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { ran <- w.Run(ctx) }()
+		}
+		started.Wait()
+		time.Sleep(time.Second) // virtual: about ten beats
+		close(release)
+		synctest.Wait()
+		stop()
+		for range 2 {
+			if err := <-ran; err != nil {
+				t.Fatal(err)
+			}
+		}
+		log.mu.Lock()
+		seen := append([]any(nil), log.seen...)
+		log.mu.Unlock()
+		if len(seen) < 9 || len(seen) > 11 {
+			t.Fatalf("%d Extend calls in a second of two Workers' handlers; want 9–11 (one a beat)", len(seen))
+		}
+		for i, v := range seen {
+			if v != "tenant-7" {
+				t.Fatalf("Extend call %d saw %v, want the Worker's value tenant-7", i, v)
+			}
+		}
+	})
+}

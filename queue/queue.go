@@ -281,7 +281,7 @@ func (q *Queue) RunOnce(ctx context.Context, h retry.Handler) (*Job, error) {
 		return nil, nil
 	}
 	a := q.newAttempt(jobs[0], t0)
-	r := newRunCtx(ctx)
+	r := newRunCtx(ctx, ctx)
 	a.run(r, h)
 	r.close()
 	if err := a.record(ctx); err != nil {

@@ -403,7 +403,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // once every running handler's outcome is committed, or as soon as rec
 // ends (Run gave up): outcomes are committed with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
-	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{finished: make(chan *attempt, l.concurrency), starts: make(chan *attempt, l.concurrency)}}
+	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{vals: ctx, finished: make(chan *attempt, l.concurrency), starts: make(chan *attempt, l.concurrency)}}
 	defer close(r.st.starts) // the runners end
 	_, r.merged = l.q.store.(RecordClaimer)
 	if !r.merged || l.batch >= splitTurn {
@@ -730,7 +730,7 @@ func (l *lane) dispatch(hctx context.Context, st *loopState) {
 // (the runtime's stack growth was a tenth of a drain's CPU in this
 // process).
 func (l *lane) runner(hctx context.Context, st *loopState) {
-	r := newRunCtx(hctx)
+	r := newRunCtx(hctx, st.vals)
 	defer r.close()
 	for a := range st.starts {
 		began := time.Now()
@@ -751,7 +751,7 @@ func (l *lane) runner(hctx context.Context, st *loopState) {
 func (l *lane) release(st *loopState) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := newRunCtx(ctx)
+	r := newRunCtx(ctx, st.vals)
 	for _, j := range st.buf {
 		a := l.q.newAttempt(j, st.bufT0)
 		a.turn = st.turn
@@ -820,11 +820,12 @@ func (c *committer) run(rec context.Context) {
 
 // loopState is what the loop knows about its handlers.
 type loopState struct {
-	finished chan *attempt // handlers send their attempt when done
-	busy     int           // handlers running
-	starts   chan *attempt // dispatch hands the runners their attempts
-	runners  int           // runner goroutines started
-	queued   []*attempt    // finished, outcomes not yet committed
+	vals     context.Context // the Worker's Run context, for its heartbeats' values (runCtx.vals)
+	finished chan *attempt   // handlers send their attempt when done
+	busy     int             // handlers running
+	starts   chan *attempt   // dispatch hands the runners their attempts
+	runners  int             // runner goroutines started
+	queued   []*attempt      // finished, outcomes not yet committed
 
 	// Claimed jobs not started yet (prefetched), claimed at bufT0 (the
 	// store's clock) by the latest claim (claimedAt, this process's).
