@@ -282,18 +282,23 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 }
 
 // checkpoints is how many checkpoints the server has started so far
-// (timed and requested), -1 when it cannot say (PostgreSQL 17 moved the
-// counts to pg_stat_checkpointer). The checkpoints metric is how many fell
+// (timed and requested: pg_stat_bgwriter, pg_stat_checkpointer from
+// PostgreSQL 17), -1 when it cannot say. The checkpoints metric is how many fell
 // in a drain's timed span: a checkpoint comes every max_wal_size of WAL (1
 // GB by default, a few drains), lands in whichever drain runs then, and
 // makes it write every page it next touches to the WAL in full, so a round
 // with one inside is slower for a reason of neither queue's making.
 func checkpoints(pool *pgxpool.Pool) int64 {
 	var n int64
-	if err := pool.QueryRow(context.Background(), `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`).Scan(&n); err != nil {
-		return -1
+	for _, q := range []string{
+		`SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`,
+		`SELECT num_timed + num_requested FROM pg_stat_checkpointer`,
+	} {
+		if err := pool.QueryRow(context.Background(), q).Scan(&n); err == nil {
+			return n
+		}
 	}
-	return n
+	return -1
 }
 
 // selfCPU is the CPU time (user + system) of the benchmark's own process
