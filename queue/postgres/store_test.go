@@ -602,3 +602,74 @@ func TestKeysInByteOrder(t *testing.T) {
 		t.Errorf("column last_error: collation %q, want the database's (default)", got["last_error"])
 	}
 }
+
+// TestDocConvertsTable runs the statement docs/queue.md gives for
+// converting a table made before byte-order keys, on such a table with
+// jobs in it: the keys are then in "C", the jobs kept, and the store
+// claims and completes them.
+func TestDocConvertsTable(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/queue.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "```sql\nALTER TABLE stagger_jobs")
+	if start < 0 {
+		t.Fatal("docs/queue.md has no ```sql block with ALTER TABLE stagger_jobs")
+	}
+	body := doc[start+len("```sql\n"):]
+	stmt := body[:strings.Index(body, "```")]
+	p, schema := sharedPool(t), tempSchema(t)
+	ctx := context.Background()
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, col := range []string{"id", "queue", "state"} {
+		if _, err := p.Exec(ctx, `ALTER TABLE "`+schema+`".stagger_jobs ALTER COLUMN `+col+` TYPE text COLLATE "default"`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err = postgres.New(ctx, p, postgres.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	q, _ := queue.New(s, queue.Config{})
+	for _, id := range []string{"b", "a"} {
+		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, `SET search_path TO "`+schema+`"`)
+	if err == nil {
+		_, err = conn.Exec(ctx, stmt)
+	}
+	conn.Exec(ctx, `RESET search_path`)
+	conn.Release()
+	if err != nil {
+		t.Fatalf("the documented statement: %v\n%s", err, stmt)
+	}
+	var colls string
+	if err := p.QueryRow(ctx, `SELECT string_agg(a.attname || '=' || c.collname, ' ' ORDER BY a.attname) FROM pg_attribute a
+		JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = $1::regclass AND a.attname IN ('id', 'queue', 'state')`, schema+".stagger_jobs").Scan(&colls); err != nil {
+		t.Fatal(err)
+	}
+	if colls != "id=C queue=C state=C" {
+		t.Fatalf("collations after the statement: %s", colls)
+	}
+	now := time.Now().UnixMilli() + 1000
+	got, err := s.Claim(ctx, queue.DefaultQueue, now, now+60000, 5)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim after converting: %v %v", got, err)
+	}
+	out := []queue.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: queue.Done, Now: now}, {ID: got[1].ID, Attempt: got[1].Attempts, State: queue.Done, Now: now}}
+	if err := s.Record(ctx, out); err != nil || !out[0].Applied || !out[1].Applied {
+		t.Fatalf("record after converting: %+v %v", out, err)
+	}
+}
