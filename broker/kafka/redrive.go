@@ -36,15 +36,21 @@ type RedriveSourceOptions struct {
 	// read them again with another group.
 	Group string
 	// Idle ends the read when a poll brings nothing for this long (0:
-	// DefaultRedriveIdle), for partitions whose tail is a transaction
-	// marker rather than a record. It counts once the group has given the
-	// source its partitions: joining a group can take longer (Kafka holds
-	// a new group's first rebalance for group.initial.rebalance.delay.ms,
-	// 3 s by default).
+	// DefaultRedriveIdle), once the source has read from its partitions:
+	// for a partition whose end at open can no longer be reached (its
+	// records were removed by retention or compaction) or that the group
+	// gave to another member. A partition read to its end at open,
+	// transaction markers included, ends the read without it. Until the
+	// first record arrives, joining the group and the first fetch may take
+	// longer (Kafka holds a new group's first rebalance for
+	// group.initial.rebalance.delay.ms, 3 s by default; a loaded broker
+	// answers slowly): that is bounded by JoinWait instead.
 	Idle time.Duration
 	// JoinWait bounds the wait for the group to give the source its
 	// partitions (0: DefaultRedriveJoinWait); past it, Next fails, naming
-	// the group (another member may hold the partitions).
+	// the group (another member may hold the partitions). It also bounds
+	// the wait for a first record once they are the source's; past it,
+	// the read ends (io.EOF).
 	JoinWait time.Duration
 	// ClientOpts are extra franz-go options (TLS, SASL, …).
 	ClientOpts []kgo.Opt
@@ -64,6 +70,7 @@ type RedriveSource struct {
 
 	opened   time.Time
 	assigned atomic.Bool // the group gave the source its partitions
+	read     bool        // a record (or a transaction marker) arrived
 }
 
 // NewRedriveSource connects and snapshots the DLQ topic's end offsets.
@@ -91,6 +98,9 @@ func NewRedriveSource(ctx context.Context, opts RedriveSourceOptions) (*RedriveS
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...), kgo.ConsumerGroup(opts.Group), kgo.ConsumeTopics(opts.DLQ),
 		kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers come as records, so a partition whose tail
+		// is one is read to its end rather than waited out (Idle).
+		kgo.KeepControlRecords(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			if len(m[opts.DLQ]) > 0 {
@@ -141,14 +151,16 @@ func NewRedriveSource(ctx context.Context, opts RedriveSourceOptions) (*RedriveS
 func (s *RedriveSource) Close() { s.cl.Close() }
 
 // Next returns the next record, or io.EOF once every partition was read
-// to its end at open, or a poll brought nothing for Idle.
+// to its end at open, or a poll brought nothing for Idle after records
+// came (or for JoinWait before any did, the partitions the source's).
 func (s *RedriveSource) Next(ctx context.Context) (broker.RedriveMessage, error) {
 	for len(s.buf) == 0 {
 		if len(s.end) == 0 {
 			return nil, io.EOF
 		}
 		// An empty poll ends the read only if the partitions were the
-		// source's for all of it.
+		// source's for all of it and records came before it: the first
+		// fetch may be slow.
 		joined := s.assigned.Load()
 		pctx, cancel := context.WithTimeout(ctx, s.opts.Idle)
 		f := s.cl.PollFetches(pctx)
@@ -169,14 +181,15 @@ func (s *RedriveSource) Next(ctx context.Context) (broker.RedriveMessage, error)
 			return nil, fmt.Errorf("kafka: read the DLQ: %w", ferr)
 		}
 		if f.NumRecords() == 0 {
-			if joined {
+			switch waited := time.Since(s.opened) > s.opts.JoinWait; {
+			case joined && (s.read || waited):
 				return nil, io.EOF // idle: nothing more to read
-			}
-			if time.Since(s.opened) > s.opts.JoinWait {
+			case waited:
 				return nil, fmt.Errorf("kafka: the consumer group %q was given no partition of %q within %v (does another member hold them?)", s.opts.Group, s.opts.DLQ, s.opts.JoinWait)
 			}
-			continue // still joining the group
+			continue // still joining the group, or waiting for a first fetch
 		}
+		s.read = true
 		f.EachRecord(func(r *kgo.Record) {
 			end, ok := s.end[r.Partition]
 			if !ok || r.Offset >= end {
@@ -185,7 +198,9 @@ func (s *RedriveSource) Next(ctx context.Context) (broker.RedriveMessage, error)
 			if r.Offset+1 >= end {
 				delete(s.end, r.Partition)
 			}
-			s.buf = append(s.buf, r)
+			if !r.Attrs.IsControl() {
+				s.buf = append(s.buf, r)
+			}
 		})
 	}
 	r := s.buf[0]

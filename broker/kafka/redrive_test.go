@@ -126,6 +126,69 @@ func TestRedriveSlowGroupJoin(t *testing.T) {
 	}
 }
 
+// TestRedriveSlowFirstFetch: a first fetch slower than Idle, once the group
+// gave the source its partitions (a loaded broker or client), is not taken
+// for an empty DLQ: the source reads every record, and a transactional
+// DLQ, whose tail is a commit marker, ends at its end without an idle wait.
+func TestRedriveSlowFirstFetch(t *testing.T) {
+	const dlq = "orders.dlq"
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	addrs := cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(dlq), kgo.TransactionalID("dlq-writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a", "b", "c"} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	const idle = 100 * time.Millisecond
+	// The source's first fetch is answered after six idle polls' time.
+	var held atomic.Int32
+	cluster.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if held.Add(1) == 1 {
+			cluster.SleepControl(func() { <-time.After(6 * idle) })
+		}
+		return nil, nil, false
+	})
+	src, err := NewRedriveSource(ctx, RedriveSourceOptions{Brokers: addrs, DLQ: dlq, Group: "slow-fetch", Idle: idle, JoinWait: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var got []string
+	for {
+		m, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.(*redriveMsg).r.Value))
+	}
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("read %q through a slow first fetch; want a,b,c", got)
+	}
+	if len(src.end) != 0 {
+		t.Fatalf("ended with partitions not read to their end (%v): an idle wait, not the end", src.end)
+	}
+}
+
 // Bad options name the field and the rule, before any connection.
 func TestRedriveSourceBadOptions(t *testing.T) {
 	ok := RedriveSourceOptions{Brokers: []string{"127.0.0.1:1"}, DLQ: "d", Group: "g"}
