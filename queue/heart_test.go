@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,28 +14,62 @@ import (
 	"github.com/staggerhq/stagger/retry"
 )
 
-// extendLog counts the store's Extend calls and the leases they carry.
+// extendLog records the store's Extend calls: each one's time, lease IDs
+// and the workerKey value its context carries.
 type extendLog struct {
 	queue.Store
-	mu     sync.Mutex
-	calls  int
-	leases int
-	most   int
+	mu    sync.Mutex
+	calls []extendCall
 }
 
+type extendCall struct {
+	now   int64
+	ids   []string
+	value any
+}
+
+type workerKey struct{}
+
+func newExtendLog() *extendLog { return &extendLog{Store: queue.NewMemoryStore()} }
+
 func (e *extendLog) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
+	c := extendCall{now: now, value: ctx.Value(workerKey{})}
+	for _, l := range leases {
+		c.ids = append(c.ids, l.ID)
+	}
 	e.mu.Lock()
-	e.calls++
-	e.leases += len(leases)
-	e.most = max(e.most, len(leases))
+	e.calls = append(e.calls, c)
 	e.mu.Unlock()
 	return e.Store.Extend(ctx, leases, now, leaseUntil)
 }
 
-func (e *extendLog) counts() (calls, leases, most int) {
+// log returns the calls so far.
+func (e *extendLog) log() []extendCall {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.calls, e.leases, e.most
+	return append([]extendCall(nil), e.calls...)
+}
+
+// counts are the calls so far, the leases they carried, and the most in
+// one call.
+func (e *extendLog) counts() (calls, leases, most int) {
+	for _, c := range e.log() {
+		calls++
+		leases += len(c.ids)
+		most = max(most, len(c.ids))
+	}
+	return calls, leases, most
+}
+
+// extended are the times the lease of job id was extended.
+func (e *extendLog) extended(id string) []int64 {
+	var at []int64
+	for _, c := range e.log() {
+		if slices.Contains(c.ids, id) {
+			at = append(at, c.now)
+		}
+	}
+	return at
 }
 
 // Long handlers share their heartbeats, across the Workers of a Queue:
@@ -49,7 +84,7 @@ func TestHeartbeatOneExtendForAllRunning(t *testing.T) {
 func testHeartbeatBatches(t *testing.T, n int) {
 	synctest.Test(t, func(t *testing.T) {
 		per := (n + 999) / 1000 // Extend calls a beat
-		log := &extendLog{Store: queue.NewMemoryStore()}
+		log := newExtendLog()
 		q := newQueueOn(t, log, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
 		ctx, stop := context.WithCancel(context.Background())
 		for i := range n {
@@ -176,22 +211,6 @@ func TestHeartbeatCancelsOnlyTheLostLease(t *testing.T) {
 	})
 }
 
-// extendTimes records when (virtual ms) each job's lease was extended.
-type extendTimes struct {
-	queue.Store
-	mu sync.Mutex
-	at map[string][]int64
-}
-
-func (e *extendTimes) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
-	e.mu.Lock()
-	for _, l := range leases {
-		e.at[l.ID] = append(e.at[l.ID], now)
-	}
-	e.mu.Unlock()
-	return e.Store.Extend(ctx, leases, now, leaseUntil)
-}
-
 // The beat's timer outlives the handler that set it: a handler that starts
 // after every other has returned, while that timer is still set, is
 // extended no later than Lease/3 after it started and every Lease/3 after,
@@ -199,7 +218,7 @@ func (e *extendTimes) Extend(ctx context.Context, leases []queue.Lease, now, lea
 func TestHeartbeatAcrossIdleGaps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 300 * time.Millisecond
-		log := &extendTimes{Store: queue.NewMemoryStore(), at: map[string][]int64{}}
+		log := newExtendLog()
 		q := newQueueOn(t, log, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: lease})
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
@@ -233,10 +252,7 @@ func TestHeartbeatAcrossIdleGaps(t *testing.T) {
 		synctest.Wait()
 		ended := virtualNow()
 		time.Sleep(10 * lease) // virtual
-		log.mu.Lock()
-		at := append([]int64(nil), log.at["long"]...)
-		short := len(log.at["short"])
-		log.mu.Unlock()
+		at, short := log.extended("long"), len(log.extended("short"))
 		third := (lease / 3).Milliseconds()
 		if short != 0 {
 			t.Errorf("the short handler, done in half a beat, was extended %d times", short)
@@ -333,28 +349,12 @@ func TestLostLeaseCancelsOneAttemptOfARunner(t *testing.T) {
 	})
 }
 
-// extendValues records the value of key each Extend call's context holds.
-type extendValues struct {
-	queue.Store
-	mu   sync.Mutex
-	seen []any
-}
-
-type workerKey struct{}
-
-func (e *extendValues) Extend(ctx context.Context, leases []queue.Lease, now, leaseUntil int64) error {
-	e.mu.Lock()
-	e.seen = append(e.seen, ctx.Value(workerKey{}))
-	e.mu.Unlock()
-	return e.Store.Extend(ctx, leases, now, leaseUntil)
-}
-
 // A heartbeat's Extend runs with the values of the context the Worker was
 // run with, as its claims do (a store's tracer reads them): one call a
 // beat for two Workers run with one context.
 func TestHeartbeatCarriesWorkerValues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		log := &extendValues{Store: queue.NewMemoryStore()}
+		log := newExtendLog()
 		q := newQueueOn(t, log, queue.Config{Policy: &retry.Policy{AttemptTimeout: time.Hour}, Lease: 300 * time.Millisecond})
 		ctx, stop := context.WithCancel(context.WithValue(context.Background(), workerKey{}, "tenant-7"))
 		for i := range 4 {
@@ -387,15 +387,13 @@ func TestHeartbeatCarriesWorkerValues(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		log.mu.Lock()
-		seen := append([]any(nil), log.seen...)
-		log.mu.Unlock()
-		if len(seen) < 9 || len(seen) > 11 {
-			t.Fatalf("%d Extend calls in a second of two Workers' handlers; want 9–11 (one a beat)", len(seen))
+		calls := log.log()
+		if len(calls) < 9 || len(calls) > 11 {
+			t.Fatalf("%d Extend calls in a second of two Workers' handlers; want 9–11 (one a beat)", len(calls))
 		}
-		for i, v := range seen {
-			if v != "tenant-7" {
-				t.Fatalf("Extend call %d saw %v, want the Worker's value tenant-7", i, v)
+		for i, c := range calls {
+			if c.value != "tenant-7" {
+				t.Fatalf("Extend call %d saw %v, want the Worker's value tenant-7", i, c.value)
 			}
 		}
 	})

@@ -52,30 +52,53 @@ func TestRedriveTransactional(t *testing.T) {
 	})
 }
 
+// dlqCluster is a one-broker kfake cluster whose topic dlq holds values,
+// produced in one transaction when transactional (its tail is then a
+// commit marker); closed when t ends.
+func dlqCluster(ctx context.Context, t *testing.T, dlq string, transactional bool, values ...string) *kfake.Cluster {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic(dlq)}
+	if transactional {
+		opts = append(opts, kgo.TransactionalID(dlq+"-writer"))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if transactional {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range values {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if transactional {
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cluster
+}
+
 // TestRedriveSlowGroupJoin: a group join slower than Idle (Kafka holds a
 // new group's first rebalance for 3 s by default) is not taken for an
 // empty DLQ: the source reads every record once its partitions are its
 // own. A group that never gets them fails after JoinWait, naming it.
 func TestRedriveSlowGroupJoin(t *testing.T) {
 	const dlq = "orders.dlq"
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, dlq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(dlq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, v := range []string{"a", "b", "c"} {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cluster := dlqCluster(ctx, t, dlq, false, "a", "b", "c")
+	addrs := cluster.ListenAddrs()
 	const idle = 100 * time.Millisecond
 	// The first join of each group is answered after six idle polls' time
 	// (a join held by kfake's run loop; nothing else waits on it).
@@ -132,30 +155,10 @@ func TestRedriveSlowGroupJoin(t *testing.T) {
 // DLQ, whose tail is a commit marker, ends at its end without an idle wait.
 func TestRedriveSlowFirstFetch(t *testing.T) {
 	const dlq = "orders.dlq"
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, dlq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(dlq), kgo.TransactionalID("dlq-writer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cl.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range []string{"a", "b", "c"} {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
+	cluster := dlqCluster(ctx, t, dlq, true, "a", "b", "c")
+	addrs := cluster.ListenAddrs()
 	const idle = 100 * time.Millisecond
 	// The source's first fetch is answered after six idle polls' time.
 	var held atomic.Int32

@@ -35,11 +35,7 @@ func BenchmarkKeyCollation(b *testing.B) {
 		}
 		b.Cleanup(s.Close)
 		if i == 1 {
-			for _, col := range []string{"id", "queue", "state"} {
-				if _, err := p.Exec(ctx, `ALTER TABLE "`+schema+`".stagger_jobs ALTER COLUMN `+col+` TYPE text COLLATE "default"`); err != nil {
-					b.Fatal(err)
-				}
-			}
+			keysInDatabaseCollation(b, p, schema)
 		}
 		q, err := queue.New(s, queue.Config{})
 		if err != nil {

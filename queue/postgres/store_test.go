@@ -626,11 +626,7 @@ func TestDocConvertsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	for _, col := range []string{"id", "queue", "state"} {
-		if _, err := p.Exec(ctx, `ALTER TABLE "`+schema+`".stagger_jobs ALTER COLUMN `+col+` TYPE text COLLATE "default"`); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keysInDatabaseCollation(t, p, schema)
 	if s, err = postgres.New(ctx, p, postgres.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
@@ -671,5 +667,17 @@ func TestDocConvertsTable(t *testing.T) {
 	out := []queue.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: queue.Done, Now: now}, {ID: got[1].ID, Attempt: got[1].Attempts, State: queue.Done, Now: now}}
 	if err := s.Record(ctx, out); err != nil || !out[0].Applied || !out[1].Applied {
 		t.Fatalf("record after converting: %+v %v", out, err)
+	}
+}
+
+// keysInDatabaseCollation makes the jobs table in schema one of before
+// byte-order keys: id, queue and state in the database's collation.
+func keysInDatabaseCollation(t testing.TB, p *pgxpool.Pool, schema string) {
+	t.Helper()
+	if _, err := p.Exec(context.Background(), `ALTER TABLE "`+schema+`".stagger_jobs
+		ALTER COLUMN id TYPE text COLLATE "default",
+		ALTER COLUMN queue TYPE text COLLATE "default",
+		ALTER COLUMN state TYPE text COLLATE "default"`); err != nil {
+		t.Fatal(err)
 	}
 }
