@@ -244,6 +244,12 @@ func TestCSRF(t *testing.T) {
 	tok := b.token("queues")
 	other := f.browser(t)
 	otherTok := other.token("queues")
+	// The real token with its first character changed (to one it does
+	// not already have: 1 in 64 tokens start with "x").
+	wrong := "x" + tok[1:]
+	if tok[0] == 'x' {
+		wrong = "y" + tok[1:]
+	}
 	cases := []struct {
 		name string
 		b    *browser
@@ -251,7 +257,7 @@ func TestCSRF(t *testing.T) {
 		hdr  []string
 	}{
 		{"no token", b, url.Values{"op": {"cancel"}, "id": {"order-1"}}, nil},
-		{"wrong token", b, url.Values{"csrf": {"x" + tok[1:]}, "op": {"cancel"}, "id": {"order-1"}}, nil},
+		{"wrong token", b, url.Values{"csrf": {wrong}, "op": {"cancel"}, "id": {"order-1"}}, nil},
 		{"another browser's token", b, url.Values{"csrf": {otherTok}, "op": {"cancel"}, "id": {"order-1"}}, nil},
 		{"cross-site", b, url.Values{"csrf": {tok}, "op": {"cancel"}, "id": {"order-1"}}, []string{"Sec-Fetch-Site", "cross-site"}},
 		{"other origin", b, url.Values{"csrf": {tok}, "op": {"cancel"}, "id": {"order-1"}}, []string{"Origin", "http://evil.example"}},
