@@ -4,7 +4,10 @@ import "github.com/staggerhq/stagger/queue"
 
 // Internals for the external tests (plan checks).
 
-const ClaimPlan = claimPlan
+const (
+	ClaimPlan  = claimPlan
+	ClaimAlone = claimAlone
+)
 
 func (s *Store) ClaimSQL() string  { return s.claimSQL() }
 func (s *Store) RecordSQL() string { return s.recordSQL() }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/postgres"
 )
@@ -62,12 +63,25 @@ func TestHotPathPlans(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
-	plan := explain(postgres.ClaimPlan, s.ClaimSQL(), now, now+1000, 4, queue.DefaultQueue)
+	plan := explain(postgres.ClaimAlone, s.ClaimSQL(), now, now+1000, 4, queue.DefaultQueue)
 	if strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using stagger_jobs_ready") {
 		t.Errorf("the claim does not walk the due index in order:\n%s", plan)
 	}
 	if !strings.Contains(plan, "Tid Scan") || strings.Contains(plan, "stagger_jobs_pkey") {
 		t.Errorf("the claim does not update the locked rows by tuple ID:\n%s", plan)
+	}
+	// One scan of all the tuple IDs, not one a job (a nested loop): each
+	// TID scan asks the kernel for the table's size.
+	if strings.Contains(plan, "Nested Loop") || !strings.Contains(plan, "Hash Join") {
+		t.Errorf("the claim does not scan its tuple IDs at once:\n%s", plan)
+	}
+	// The same as a generic plan (a statement pgx prepared and ran more
+	// than five times), for a claim of 1,000.
+	lines := explainPrepared(t, pool, "force_generic_plan", postgres.ClaimAlone, s.ClaimSQL(),
+		"bigint, bigint, int, text", fmt.Sprintf("%d, %d, 1000, 'default'", now, now+1000))
+	if plan := strings.Join(lines, "\n"); strings.Contains(plan, "Nested Loop") || !strings.Contains(plan, "Tid Scan") ||
+		strings.Contains(plan, "Sort") {
+		t.Errorf("the claim's generic plan does not scan its tuple IDs at once:\n%s", plan)
 	}
 	// The listing index serves the dead and leased
 	// listings and the fleet limits' count of live leases, also as a
@@ -79,27 +93,7 @@ func TestHotPathPlans(t *testing.T) {
 		{"in-flight count", s.InFlightSQL(), "text, bigint", fmt.Sprintf("'default', %d", now)},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var lines []string
-			for _, q := range []string{`SET LOCAL plan_cache_mode = ` + mode, `PREPARE listing(` + c.types + `) AS ` + c.sql} {
-				if _, err = tx.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
-					break
-				}
-			}
-			if err == nil {
-				rows, qerr := tx.Query(ctx, `EXPLAIN EXECUTE listing(`+c.args+`)`, pgx.QueryExecModeSimpleProtocol)
-				if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); qerr != nil {
-					err = qerr
-				}
-				tx.Exec(ctx, `DEALLOCATE listing`, pgx.QueryExecModeSimpleProtocol) // PREPARE outlives the transaction
-			}
-			tx.Rollback(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			lines := explainPrepared(t, pool, mode, "", c.sql, c.types, c.args)
 			if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "stagger_jobs_list") {
 				t.Errorf("the %s (plan_cache_mode %s) does not use the listing index:\n%s", c.name, mode, plan)
 			}
@@ -138,4 +132,38 @@ func TestHotPathPlans(t *testing.T) {
 			t.Errorf("the %s update does not look jobs up by primary key:\n%s", name, plan)
 		}
 	}
+}
+
+// explainPrepared prepares sql with parameter types in a transaction (after
+// prologue, unless empty) with plan_cache_mode mode, and returns the plan
+// of its execution with args.
+func explainPrepared(t *testing.T, pool *pgxpool.Pool, mode, prologue, sql, types, args string) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var lines []string
+	stmts := []string{`SET LOCAL plan_cache_mode = ` + mode, `PREPARE explained(` + types + `) AS ` + sql}
+	if prologue != "" {
+		stmts = append([]string{prologue}, stmts...)
+	}
+	for _, q := range stmts {
+		if _, err = tx.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		rows, qerr := tx.Query(ctx, `EXPLAIN EXECUTE explained(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
+		if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); qerr != nil {
+			err = qerr
+		}
+		tx.Exec(ctx, `DEALLOCATE explained`, pgx.QueryExecModeSimpleProtocol) // PREPARE outlives the transaction
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
 }

@@ -551,7 +551,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, jobs .
 // Claim implements queue.Store.
 func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	b := &pgx.Batch{}
-	b.Queue(claimPlan)
+	b.Queue(claimAlone)
 	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	br := s.pool.SendBatch(ctx, b)
 	jobs, err := func() ([]queue.Job, error) {
@@ -598,17 +598,32 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 // nested loop over the primary key is the only plan left.
 const claimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 
+// claimJoin is sent after claimPlan and before claimSQL, in the same
+// transaction: claimSQL joins the rows it locked to the table by tuple ID,
+// and the only plan without a nested loop is the one wanted, a hash join
+// over one scan of all the tuple IDs. A nested loop scans the tuple IDs
+// one at a time, and PostgreSQL 15 asks the kernel for the table's size
+// (lseek) at each such scan: one system call for every job claimed.
+const claimJoin = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
+
+// claimAlone is claimPlan and claimJoin in one statement, for a
+// transaction that only claims.
+const claimAlone = `SELECT set_config('enable_sort', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
+
 // claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
 // returning each claimed row's columns that the claim did not set (see
-// claimedCols) and its previous available_at. Run it after claimPlan.
+// claimedCols) and its previous available_at. Run it after claimPlan and
+// claimJoin (or claimAlone).
 //
-// The update finds the rows the CTE locked by their tuple ID (a TID scan,
-// one heap page per job) rather than by a second descent of the primary
-// key (three to four pages per job): the row lock keeps every other
-// transaction from moving the tuple in between. A row that another
-// transaction updated after this statement's snapshot and before the lock
-// (the lock then holds the newer version, which the snapshot does not see)
-// is not claimed this time — as if it had been locked — and stays due.
+// The update finds the rows the CTE locked by their tuple ID (one TID
+// scan of them all, one heap page per job, hashed and joined to the CTE's
+// rows for their previous available_at) rather than by a second descent
+// of the primary key (three to four pages per job): the row lock keeps
+// every other transaction from moving the tuple in between. A row that
+// another transaction updated after this statement's snapshot and before
+// the lock (the lock then holds the newer version, which the snapshot does
+// not see) is not claimed this time — as if it had been locked — and stays
+// due.
 func (s *Store) claimSQL() string {
 	return `WITH c AS (
 			SELECT ctid AS t, available_at AS prev FROM ` + s.jobs + `
@@ -616,7 +631,7 @@ func (s *Store) claimSQL() string {
 			AND ` + s.notPaused("$4") + `
 			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
-		FROM c WHERE j.ctid = c.t
+		FROM c WHERE j.ctid = ANY(ARRAY(SELECT t FROM c)) AND j.ctid = c.t
 		RETURNING ` + claimedCols + `, c.prev`
 }
 
@@ -723,7 +738,7 @@ func (s *Store) ClaimLimited(ctx context.Context, name string, lim queue.Limits,
 			}
 		}
 		if n := lim.Allow(inFlight, b, now, limit); n > 0 {
-			if _, err := tx.Exec(ctx, claimPlan); err != nil {
+			if _, err := tx.Exec(ctx, claimAlone); err != nil {
 				return err
 			}
 			rows, err := tx.Query(ctx, s.claimSQL(), now, leaseUntil, n, name)
@@ -757,6 +772,7 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 	b := &pgx.Batch{}
 	b.Queue(claimPlan)
 	b.Queue(sql, args...)
+	b.Queue(claimJoin)
 	b.Queue(s.claimSQL(), now, leaseUntil, limit, name)
 	if dueNow {
 		// Queued in the transaction, delivered when it commits.
@@ -772,6 +788,9 @@ func (s *Store) RecordAndClaim(ctx context.Context, outcomes []queue.Outcome, na
 			return nil, err
 		}
 		if err := scanRecorded(rows, outcomes); err != nil {
+			return nil, err
+		}
+		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 		if rows, err = br.Query(); err != nil {
