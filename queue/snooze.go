@@ -31,6 +31,9 @@ func (e *snoozeError) Error() string { return fmt.Sprintf("queue: snoozed for %v
 
 // snoozed reports whether err is (or wraps) a Snooze, and its delay.
 func snoozed(err error) (time.Duration, bool) {
+	if err == nil {
+		return 0, false // and no allocation: s escapes to errors.As
+	}
 	var s *snoozeError
 	if errors.As(err, &s) {
 		return s.d, true

@@ -964,8 +964,9 @@ func scanFenced(rows pgx.Rows, n int, key func(i int) lease, flag func(i int) *b
 	}
 	applied := 0
 	var i int64
+	dst := []any{&i} // made once: Scan's variadic slice escapes
 	for rows.Next() {
-		if err := rows.Scan(&i); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return err
 		}
 		if i < 1 || i > int64(n) {
