@@ -1002,7 +1002,16 @@ func (l *lane) commit(ctx, rec context.Context, queued []*attempt, n int) ([]Job
 // outcomesOf collects the outcomes to record of the queued attempts, in
 // the order settle reads them back.
 func outcomesOf(queued []*attempt) []Outcome {
-	var outs []Outcome
+	n := 0
+	for _, a := range queued {
+		if a.rec {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	outs := make([]Outcome, 0, n) // one allocation, not append's growth
 	for _, a := range queued {
 		if a.rec {
 			outs = append(outs, a.out)
