@@ -603,7 +603,9 @@ const claimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('en
 // and the only plan without a nested loop is the one wanted, a hash join
 // over one scan of all the tuple IDs. A nested loop scans the tuple IDs
 // one at a time, and PostgreSQL 15 asks the kernel for the table's size
-// (lseek) at each such scan: one system call for every job claimed.
+// (lseek) at each such scan: one system call for every job claimed. (A
+// server that cannot hash tuple IDs still has the nested loop, as before:
+// turning a join method off only makes it the last resort.)
 const claimJoin = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
 
 // claimAlone is claimPlan and claimJoin in one statement, for a
