@@ -176,13 +176,7 @@ func TestHeartbeatCancelsOnlyTheLostLease(t *testing.T) {
 		ran := make(chan error, 1)
 		go func() { ran <- w.Run(ctx) }()
 		started.Wait()
-		// Another claim takes one job, at a time past its lease, as if
-		// this worker's clock had stalled.
-		late := virtualNow() + time.Hour.Milliseconds()
-		taken, err := q.Store().Claim(ctx, queue.DefaultQueue, late, late+time.Hour.Milliseconds(), 1)
-		if err != nil || len(taken) != 1 {
-			t.Fatalf("claim %v %v", taken, err)
-		}
+		taken := takeOverOne(ctx, t, q)
 		time.Sleep(time.Second) // virtual: several beats
 		mu.Lock()
 		got := len(causes)
@@ -315,10 +309,7 @@ func TestLostLeaseCancelsOneAttemptOfARunner(t *testing.T) {
 		ran := make(chan error, 1)
 		go func() { ran <- w.Run(ctx) }()
 		<-started
-		late := virtualNow() + time.Hour.Milliseconds()
-		if taken, err := q.Store().Claim(ctx, queue.DefaultQueue, late, late+time.Hour.Milliseconds(), 1); err != nil || len(taken) != 1 {
-			t.Fatalf("claim %v %v", taken, err)
-		}
+		takeOverOne(ctx, t, q)
 		time.Sleep(time.Second) // virtual: a beat finds a's lease taken
 		if _, _, err := q.Enqueue(ctx, queue.NewJob{ID: "b"}); err != nil {
 			t.Fatal(err)
@@ -397,4 +388,16 @@ func TestHeartbeatCarriesWorkerValues(t *testing.T) {
 			}
 		}
 	})
+}
+
+// takeOverOne has another claim take one of q's leased jobs, at a time
+// past its lease, as if this worker's clock had stalled.
+func takeOverOne(ctx context.Context, t *testing.T, q *queue.Queue) []queue.Job {
+	t.Helper()
+	late := virtualNow() + time.Hour.Milliseconds()
+	taken, err := q.Store().Claim(ctx, queue.DefaultQueue, late, late+time.Hour.Milliseconds(), 1)
+	if err != nil || len(taken) != 1 {
+		t.Fatalf("claim %v %v", taken, err)
+	}
+	return taken
 }

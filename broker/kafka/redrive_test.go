@@ -100,30 +100,13 @@ func TestRedriveSlowGroupJoin(t *testing.T) {
 	cluster := dlqCluster(ctx, t, dlq, false, "a", "b", "c")
 	addrs := cluster.ListenAddrs()
 	const idle = 100 * time.Millisecond
-	// The first join of each group is answered after six idle polls' time
-	// (a join held by kfake's run loop; nothing else waits on it).
-	var held atomic.Int32
-	cluster.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
-		if held.Add(1) == 1 {
-			cluster.SleepControl(func() { <-time.After(6 * idle) })
-		}
-		return nil, nil, false
-	})
+	// The first join is answered after six idle polls' time.
+	holdFirst(cluster, kmsg.JoinGroup, 6*idle)
 	src, err := NewRedriveSource(ctx, RedriveSourceOptions{Brokers: addrs, DLQ: dlq, Group: "slow-join", Idle: idle})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for {
-		m, err := src.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(m.(*redriveMsg).r.Value))
-	}
+	got := readToEnd(ctx, t, src)
 	src.Close()
 	if strings.Join(got, ",") != "a,b,c" {
 		t.Fatalf("read %q through a slow group join; want a,b,c", got)
@@ -161,30 +144,13 @@ func TestRedriveSlowFirstFetch(t *testing.T) {
 	addrs := cluster.ListenAddrs()
 	const idle = 100 * time.Millisecond
 	// The source's first fetch is answered after six idle polls' time.
-	var held atomic.Int32
-	cluster.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
-		if held.Add(1) == 1 {
-			cluster.SleepControl(func() { <-time.After(6 * idle) })
-		}
-		return nil, nil, false
-	})
+	holdFirst(cluster, kmsg.Fetch, 6*idle)
 	src, err := NewRedriveSource(ctx, RedriveSourceOptions{Brokers: addrs, DLQ: dlq, Group: "slow-fetch", Idle: idle, JoinWait: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	var got []string
-	for {
-		m, err := src.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(m.(*redriveMsg).r.Value))
-	}
-	if strings.Join(got, ",") != "a,b,c" {
+	if got := readToEnd(ctx, t, src); strings.Join(got, ",") != "a,b,c" {
 		t.Fatalf("read %q through a slow first fetch; want a,b,c", got)
 	}
 	if len(src.end) != 0 {
@@ -209,5 +175,33 @@ func TestRedriveSourceBadOptions(t *testing.T) {
 		if _, err := NewRedriveSource(context.Background(), o); !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v; want broker.ErrInvalid with %q", o, err, c.want)
 		}
+	}
+}
+
+// holdFirst makes kfake answer the first request of kind key after d (the
+// request held in kfake's run loop; nothing else waits on it).
+func holdFirst(cluster *kfake.Cluster, key kmsg.Key, d time.Duration) {
+	var held atomic.Int32
+	cluster.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if held.Add(1) == 1 {
+			cluster.SleepControl(func() { <-time.After(d) })
+		}
+		return nil, nil, false
+	})
+}
+
+// readToEnd reads src until io.EOF and returns the records' values.
+func readToEnd(ctx context.Context, t *testing.T, src *RedriveSource) []string {
+	t.Helper()
+	var got []string
+	for {
+		m, err := src.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.(*redriveMsg).r.Value))
 	}
 }

@@ -506,13 +506,8 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 // stagger_jobs_by_state ordered IDs by the database's collation) gets
 // stagger_jobs_list instead, and listing and limited claims work.
 func TestMigratesListingIndex(t *testing.T) {
-	p, schema := sharedPool(t), tempSchema(t)
+	p, schema := migratedSchema(t)
 	ctx := context.Background()
-	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
 	for _, q := range []string{
 		`DROP INDEX "` + schema + `".stagger_jobs_list`,
 		`CREATE INDEX stagger_jobs_by_state ON "` + schema + `".stagger_jobs (queue, state, id)`,
@@ -521,7 +516,8 @@ func TestMigratesListingIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s, err = postgres.New(ctx, p, postgres.Options{Schema: schema}); err != nil {
+	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
@@ -619,15 +615,11 @@ func TestDocConvertsTable(t *testing.T) {
 	}
 	body := doc[start+len("```sql\n"):]
 	stmt := body[:strings.Index(body, "```")]
-	p, schema := sharedPool(t), tempSchema(t)
+	p, schema := migratedSchema(t)
 	ctx := context.Background()
+	keysInDatabaseCollation(t, p, schema)
 	s, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
 	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	keysInDatabaseCollation(t, p, schema)
-	if s, err = postgres.New(ctx, p, postgres.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
@@ -668,6 +660,20 @@ func TestDocConvertsTable(t *testing.T) {
 	if err := s.Record(ctx, out); err != nil || !out[0].Applied || !out[1].Applied {
 		t.Fatalf("record after converting: %+v %v", out, err)
 	}
+}
+
+// migratedSchema is a new schema holding the store's tables as New makes
+// them, with no store open on it, for a test that changes them into those
+// of an older version.
+func migratedSchema(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	p, schema := sharedPool(t), tempSchema(t)
+	s, err := postgres.New(context.Background(), p, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	return p, schema
 }
 
 // keysInDatabaseCollation makes the jobs table in schema one of before
