@@ -596,7 +596,14 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 // the whole table instead — a sequential scan of every job, 200 ms at
 // 100,000 jobs, for one turn. With hash and merge joins disabled, the
 // nested loop over the primary key is the only plan left.
-const claimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+const claimPlan = `SELECT ` + sortOff + `, ` + mergeOff + `, set_config('enable_hashjoin', 'off', true)`
+
+// The settings the claim's transactions share (see claimPlan, claimJoin).
+const (
+	sortOff  = `set_config('enable_sort', 'off', true)`
+	mergeOff = `set_config('enable_mergejoin', 'off', true)`
+	hashJoin = `set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
+)
 
 // claimJoin is sent after claimPlan and before claimSQL, in the same
 // transaction: claimSQL joins the rows it locked to the table by tuple ID,
@@ -606,11 +613,11 @@ const claimPlan = `SELECT set_config('enable_sort', 'off', true), set_config('en
 // (lseek) at each such scan: one system call for every job claimed. (A
 // server that cannot hash tuple IDs still has the nested loop, as before:
 // turning a join method off only makes it the last resort.)
-const claimJoin = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
+const claimJoin = `SELECT ` + hashJoin
 
-// claimAlone is claimPlan and claimJoin in one statement, for a
+// claimAlone is claimPlan then claimJoin in one statement, for a
 // transaction that only claims.
-const claimAlone = `SELECT set_config('enable_sort', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
+const claimAlone = `SELECT ` + sortOff + `, ` + mergeOff + `, ` + hashJoin
 
 // claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
 // returning each claimed row's columns that the claim did not set (see
