@@ -97,7 +97,9 @@ func drainCeiling(b *testing.B, pool *pgxpool.Pool, batch int) {
 }
 
 // ceilingSQL claims up to $2 due jobs of queue $3 at now $1, as stagger's
-// claim selects them (the due index, in order, SKIP LOCKED), and completes
+// claim selects its pending ones (stagger_jobs_pending, in order, SKIP
+// LOCKED; it has no lease to take back, so it reads no leased range),
+// and completes
 // them in the same statement: attempts counted, state done, finished. It
 // reads the payload, as a queue must to run a job, and finds the locked
 // rows by tuple ID, as stagger's claim does, all in one TID scan (with no
@@ -105,7 +107,7 @@ func drainCeiling(b *testing.B, pool *pgxpool.Pool, batch int) {
 func ceilingSQL(table string) string {
 	return `WITH c AS (
 			SELECT ctid AS t FROM ` + table + `
-			WHERE queue = $3 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
+			WHERE queue = $3 AND state = 'pending' AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
 			ORDER BY available_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE ` + table + ` j SET state = 'done', attempts = j.attempts + 1, lease_until = 0, finished_at = $1, updated_at = $1
 		WHERE j.ctid = ANY(ARRAY(SELECT t FROM c))

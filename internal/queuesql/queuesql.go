@@ -66,9 +66,11 @@ func ScanStats(rows Rows, now int64) (map[string]queue.Stats, error) {
 // SearchSQL is the query of queue.AdminStore.Search on table (columns
 // cols) and its arguments, for PostgreSQL (pg: parameters $n, IDs
 // compared in byte order with COLLATE "C", which the listing index
-// stagger_jobs_list also uses) or SQLite (parameters ?n; BINARY text
-// order is byte order). One state is one ordered scan of the queue's
-// (queue, state, id) index; several are one such scan each, limited,
+// stagger_jobs_list_unleased also uses) or SQLite (parameters ?n; BINARY
+// text order is byte order). One state is one ordered scan of the queue's
+// (queue, state, id) index (on PostgreSQL leased jobs are not in it: the
+// queue's leases, as many as its jobs in flight, are read and sorted);
+// several are one such scan each, limited,
 // merged by a UNION ALL and cut to the limit again, so that the first
 // page of a big queue never sorts the queue. cols must name payload
 // second (after id), as the stores' column lists do: s.NoPayload reads
@@ -131,6 +133,16 @@ func SearchSQL(table, cols string, pg bool, s queue.Search) (string, []any) {
 		w := where.String() + span
 		walk := fmt.Sprintf(`SELECT %s FROM %s WHERE queue = $1 AND state = '%s'%s ORDER BY %s LIMIT $2`,
 			cols, table, stateLiteral(st), w, idc)
+		if pg && st == queue.Leased && span != "" {
+			// PostgreSQL keeps leased jobs out of the listing index: an
+			// age of leased jobs reads the queue's leases (as many as its
+			// jobs in flight, a range of stagger_jobs_leased) and sorts
+			// them, rather than walk every job's ID, filtering (OFFSET 0
+			// keeps the planner from walking the ID order instead).
+			parts = append(parts, fmt.Sprintf(`SELECT * FROM (SELECT * FROM (SELECT %s FROM %s WHERE queue = $1 AND state = 'leased'%s OFFSET 0) m ORDER BY %s LIMIT $2) s%d`,
+				cols, table, w, idc, i))
+			continue
+		}
 		if !pg || !finished || span == "" {
 			parts = append(parts, fmt.Sprintf(`SELECT * FROM (%s) s%d`, walk, i))
 			continue

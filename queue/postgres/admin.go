@@ -15,17 +15,20 @@ var _ queue.AdminStore = (*Store)(nil)
 // listing index, run by migrate (each IF NOT EXISTS: an existing table
 // gets them on the first writing start).
 //
-// stagger_jobs_list serves Search and List: (queue, state) then the ID
-// in byte order (COLLATE "C", whatever the database's collation), so the
-// first page of a state is an index range scan however many jobs the
-// queue holds, and an ID prefix is a range of it; ClaimLimited counts a
-// queue's leases on it. It replaces stagger_jobs_by_state (queue, state,
-// id in the database's collation), so that a claim or an outcome, which
-// writes an entry in every index of the table, writes no more than
-// before.
+// stagger_jobs_list_unleased serves Search and List of every state but
+// leased: (queue, state) then the ID in byte order (COLLATE "C", whatever
+// the database's collation), so the first page of a state is an index
+// range scan however many jobs the queue holds, and an ID prefix is a
+// range of it. A claim or an extension, which writes an entry in every
+// index whose condition the new row meets, writes none here: leased jobs
+// are listed and counted on stagger_jobs_leased instead (a queue's leases
+// are as many as its jobs in flight). It replaces stagger_jobs_list (every
+// state) and stagger_jobs_by_state before it (every state, the ID in the
+// database's collation).
 func (s *Store) opsSchema() []string {
 	return []string{
-		`CREATE INDEX IF NOT EXISTS stagger_jobs_list ON ` + s.jobs + ` (queue, state, id COLLATE "C")`,
+		`CREATE INDEX IF NOT EXISTS stagger_jobs_list_unleased ON ` + s.jobs + ` (queue, state, id COLLATE "C") WHERE state <> 'leased'`,
+		`DROP INDEX IF EXISTS ` + s.prefix() + `stagger_jobs_list`,
 		`DROP INDEX IF EXISTS ` + s.prefix() + `stagger_jobs_by_state`,
 		`CREATE TABLE IF NOT EXISTS ` + s.eventsT + ` (
 			seq    bigserial PRIMARY KEY,
@@ -65,8 +68,9 @@ func (s *Store) SearchSQL(q queue.Search) (string, []any) {
 	return queuesql.SearchSQL(s.jobs, s.readCols, true, q)
 }
 
-// Search implements queue.AdminStore, on the stagger_jobs_list index:
-// one ID-ordered range scan per state. An age of done or dead jobs is a
+// Search implements queue.AdminStore, on the stagger_jobs_list_unleased
+// index: one ID-ordered range scan per state (leased jobs: the queue's
+// leases on stagger_jobs_leased, sorted). An age of done or dead jobs is a
 // range of stagger_jobs_finished instead when it holds fewer than 20,000
 // jobs (counted first, an index-only scan): they are read and sorted by
 // ID, so that a rare age does not walk the whole state. An age of

@@ -29,14 +29,14 @@ func BenchmarkKeyCollation(b *testing.B) {
 
 // BenchmarkListIndexTurn claims and completes turns of 1,000 jobs, one
 // client, on two tables in turn: one as the store makes it and one without
-// the listing index (stagger_jobs_list, dropped after the migration), the
+// the listing index (stagger_jobs_list_unleased, dropped after the migration), the
 // price every claim and completion pays for the operator's listings and
 // the fleet limits' count of leases. Enqueueing is not timed. It reports
 // each one's server round trip time a job and their ratio. One op is one
 // job on each table.
 func BenchmarkListIndexTurn(b *testing.B) {
 	took := turnsInTurn(b, false, func(p *pgxpool.Pool, s *postgres.Store, _ string) {
-		if _, err := p.Exec(context.Background(), `DROP INDEX `+s.Schema()+`.stagger_jobs_list`); err != nil {
+		if _, err := p.Exec(context.Background(), `DROP INDEX `+s.Schema()+`.stagger_jobs_list_unleased`); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -16,6 +16,8 @@ func (s *Store) ExtendSQL() string { return s.extendSQL() }
 func (s *Store) ListSQL() string     { return s.listSQL() }
 func (s *Store) InFlightSQL() string { return s.inFlightSQL() }
 
+func (s *Store) ListLeasedSQL() string { return s.listLeasedSQL() }
+
 func RecordArgs(outs []queue.Outcome) []any {
 	args, _ := recordArgs(outs)
 	return args

@@ -19,12 +19,11 @@ func (s *Store) OldestDue(ctx context.Context, name string, now int64) (int64, b
 	return at, err == nil, err
 }
 
-// oldestDueSQL is OldestDue's query: $1 the queue, $2 now. The state
-// IN (...) term matches the partial index stagger_jobs_ready, walked in
-// available_at order.
+// oldestDueSQL is OldestDue's query: $1 the queue, $2 now: the queue's
+// range of stagger_jobs_pending, walked in available_at order.
 func (s *Store) oldestDueSQL() string {
 	return `SELECT available_at FROM ` + s.jobs + `
-		WHERE queue = $1 AND state IN ('pending', 'leased') AND state = 'pending' AND available_at <= $2
+		WHERE queue = $1 AND state = 'pending' AND available_at <= $2
 		AND attempts < max_attempts AND deadline > $2
 		ORDER BY available_at LIMIT 1`
 }

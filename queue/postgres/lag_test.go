@@ -34,7 +34,7 @@ func TestOldestDuePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := strings.Join(lines, "\n")
-	if strings.Contains(plan, "Sort") || strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "stagger_jobs_ready") {
+	if strings.Contains(plan, "Sort") || strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "stagger_jobs_pending") {
 		t.Errorf("the lag query does not walk the due index in order:\n%s", plan)
 	}
 	if at, ok, err := s.OldestDue(ctx, queue.DefaultQueue, now); err != nil || !ok || at != now-n {

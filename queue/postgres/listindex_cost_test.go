@@ -25,7 +25,7 @@ func BenchmarkRecordAndClaimListIndex(b *testing.B) {
 			ctx := context.Background()
 			schema := strings.Trim(s.Schema(), `"`)
 			if !keep {
-				if _, err := s.Pool().Exec(ctx, `DROP INDEX `+s.Schema()+`.stagger_jobs_list`); err != nil {
+				if _, err := s.Pool().Exec(ctx, `DROP INDEX `+s.Schema()+`.stagger_jobs_list_unleased`); err != nil {
 					b.Fatal(err)
 				}
 			}

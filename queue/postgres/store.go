@@ -335,7 +335,9 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 		}
 		stmts = append(stmts,
-			`CREATE INDEX IF NOT EXISTS stagger_jobs_ready ON `+s.jobs+` (queue, available_at, id) WHERE state IN ('pending', 'leased')`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_pending ON `+s.jobs+` (queue, available_at, id) WHERE state = 'pending'`,
+			`CREATE INDEX IF NOT EXISTS stagger_jobs_leased ON `+s.jobs+` (queue, available_at, id) WHERE state = 'leased'`,
+			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_ready`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_due`,
 			`DROP INDEX IF EXISTS `+s.prefix()+`stagger_jobs_state`,
 			`CREATE INDEX IF NOT EXISTS stagger_jobs_finished ON `+s.jobs+` (state, finished_at) WHERE state IN ('done', 'dead')`,
@@ -372,10 +374,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	})
 }
 
-// inFlightSQL counts the live leases of queue $1 at now $2, on the
-// listing index stagger_jobs_list (fleet limits: Limits.MaxInFlight).
+// inFlightSQL counts the live leases of queue $1 at now $2 (fleet limits:
+// Limits.MaxInFlight): a range of stagger_jobs_leased, since a leased job's
+// available_at is its lease_until (a claim and an extension set both).
 func (s *Store) inFlightSQL() string {
-	return `SELECT count(*) FROM ` + s.jobs + ` WHERE queue = $1 AND state = 'leased' AND lease_until > $2`
+	return `SELECT count(*) FROM ` + s.jobs + ` WHERE queue = $1 AND state = 'leased' AND available_at > $2 AND lease_until > $2`
 }
 
 // hasColumn reports whether the table has the column.
@@ -596,11 +599,19 @@ func (s *Store) Claim(ctx context.Context, name string, now, leaseUntil int64, l
 // the whole table instead — a sequential scan of every job, 200 ms at
 // 100,000 jobs, for one turn. With hash and merge joins disabled, the
 // nested loop over the primary key is the only plan left.
-const claimPlan = `SELECT ` + sortOff + `, ` + mergeOff + `, set_config('enable_hashjoin', 'off', true)`
+//
+// A sort the claim cannot do without (of the few leases that ran out and
+// the pending rows beside them, see claimSQL) then costs the plan the
+// planner's penalty for a disabled method, which would cross the JIT's
+// cost threshold and compile the claim at every run (~130 ms): JIT is off
+// for these transactions, as their statements touch a turn's rows and no
+// more.
+const claimPlan = `SELECT ` + sortOff + `, ` + mergeOff + `, set_config('enable_hashjoin', 'off', true), ` + jitOff
 
 // The settings the claim's transactions share (see claimPlan, claimJoin).
 const (
 	sortOff  = `set_config('enable_sort', 'off', true)`
+	jitOff   = `set_config('jit', 'off', true)`
 	mergeOff = `set_config('enable_mergejoin', 'off', true)`
 	hashJoin = `set_config('enable_hashjoin', 'on', true), set_config('enable_nestloop', 'off', true)`
 )
@@ -617,12 +628,25 @@ const claimJoin = `SELECT ` + hashJoin
 
 // claimAlone is claimPlan then claimJoin in one statement, for a
 // transaction that only claims.
-const claimAlone = `SELECT ` + sortOff + `, ` + mergeOff + `, ` + hashJoin
+const claimAlone = `SELECT ` + sortOff + `, ` + mergeOff + `, ` + hashJoin + `, ` + jitOff
 
 // claimSQL leases up to $3 due jobs of queue $4 at now $1 until $2,
 // returning each claimed row's columns that the claim did not set (see
 // claimedCols) and its previous available_at. Run it after claimPlan and
 // claimJoin (or claimAlone).
+//
+// The due jobs are two ranges: leases that ran out (l, on
+// stagger_jobs_leased) and pending jobs (p, on stagger_jobs_pending), both
+// (queue, available_at, id), each locked in order up to the limit; the
+// claim takes the first limit of both in (available_at, id) order (a sort
+// of the rows locked, never of every due row). Two partial indexes, one
+// per state, let a count or listing of a queue's leases be a range too, so
+// the listing index leaves leased jobs out, and a claim writes two index
+// entries, not three. A lease runs out at its available_at, so the leased
+// range up to now holds only leases that ran out: usually none, one
+// descent of a small index. When it holds some, up to as many pending rows
+// as it holds stay locked, not claimed, until the claim commits. Whether
+// the queue is paused is read once (g).
 //
 // The update finds the rows the CTE locked by their tuple ID (one TID
 // scan of them all, one heap page per job, hashed and joined to the CTE's
@@ -634,11 +658,15 @@ const claimAlone = `SELECT ` + sortOff + `, ` + mergeOff + `, ` + hashJoin
 // not see) is not claimed this time — as if it had been locked — and stays
 // due.
 func (s *Store) claimSQL() string {
-	return `WITH c AS (
-			SELECT ctid AS t, available_at AS prev FROM ` + s.jobs + `
-			WHERE queue = $4 AND state IN ('pending', 'leased') AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
-			AND ` + s.notPaused("$4") + `
-			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+	due := func(state string) string {
+		return `SELECT ctid AS t, available_at AS prev, id FROM ` + s.jobs + `
+			WHERE queue = $4 AND state = '` + state + `' AND available_at <= $1 AND attempts < max_attempts AND deadline > $1
+			AND (SELECT open FROM g)
+			ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`
+	}
+	return `WITH g AS MATERIALIZED (SELECT ` + s.notPaused("$4") + ` AS open),
+		c AS (SELECT t, prev FROM (SELECT * FROM (` + due("leased") + `) l UNION ALL SELECT * FROM (` + due("pending") + `) p) u
+			ORDER BY prev, id LIMIT $3)
 		UPDATE ` + s.jobs + ` j SET state = 'leased', attempts = j.attempts + 1, lease_until = $2, available_at = $2, updated_at = $1
 		FROM c WHERE j.ctid = ANY(ARRAY(SELECT t FROM c)) AND j.ctid = c.t
 		RETURNING ` + claimedCols + `, c.prev`
@@ -1102,14 +1130,27 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 
 // List implements queue.Store.
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
+	if state == queue.Leased {
+		return s.query(ctx, s.listLeasedSQL(), after, limit, name)
+	}
 	return s.query(ctx, s.listSQL(), string(state), after, limit, name)
 }
 
-// listSQL lists up to $3 jobs of queue $4 in state $1 with an ID above $2,
-// in ID byte order, on the listing index stagger_jobs_list.
+// listSQL lists up to $3 jobs of queue $4 in state $1 (not leased) with an
+// ID above $2, in ID byte order, on the listing index
+// stagger_jobs_list_unleased. The state <> 'leased' term is the index's
+// own condition, which lets a generic plan, where $1 is unknown, use it.
 func (s *Store) listSQL() string {
 	return `SELECT ` + s.readCols + ` FROM ` + s.jobs + `
-		WHERE queue = $4 AND state = $1 AND id COLLATE "C" > $2 ORDER BY id COLLATE "C" LIMIT $3`
+		WHERE queue = $4 AND state = $1 AND state <> 'leased' AND id COLLATE "C" > $2 ORDER BY id COLLATE "C" LIMIT $3`
+}
+
+// listLeasedSQL lists up to $2 leased jobs of queue $3 with an ID above
+// $1, in ID byte order: the queue's leases, a range of stagger_jobs_leased
+// (as many as the jobs in flight), sorted.
+func (s *Store) listLeasedSQL() string {
+	return `SELECT ` + s.readCols + ` FROM ` + s.jobs + `
+		WHERE queue = $3 AND state = 'leased' AND id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`
 }
 
 // query reads the jobs a query returns.
@@ -1174,13 +1215,25 @@ func (s *Store) StatsByQueue(ctx context.Context, now int64) (map[string]queue.S
 	return s.countStats(ctx, now, "")
 }
 
+// statsSQL is the stats query: of the queue named by $2 when one is true.
+// Its jobs are read in two ranges, leased and not (stagger_jobs_leased,
+// stagger_jobs_list_unleased): no index holds every state.
+func (s *Store) statsSQL(one bool) string {
+	if !one {
+		return queuesql.StatsSQL(s.jobs, "$", false)
+	}
+	const c = `queue, state, dead_reason, available_at, attempts, max_attempts, deadline`
+	return queuesql.StatsSQL(`(SELECT `+c+` FROM `+s.jobs+` WHERE queue = $2 AND state <> 'leased'
+		UNION ALL SELECT `+c+` FROM `+s.jobs+` WHERE queue = $2 AND state = 'leased') j`, "$", false)
+}
+
 // countStats counts the jobs of the named queue ("": of every queue).
 func (s *Store) countStats(ctx context.Context, now int64, name string) (map[string]queue.Stats, error) {
 	args := []any{now}
 	if name != "" {
 		args = append(args, name)
 	}
-	rows, err := s.pool.Query(ctx, queuesql.StatsSQL(s.jobs, "$", name != ""), args...)
+	rows, err := s.pool.Query(ctx, s.statsSQL(name != ""), args...)
 	if err != nil {
 		return nil, err
 	}

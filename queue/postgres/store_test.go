@@ -502,16 +502,33 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 	}
 }
 
-// TestMigratesListingIndex: a table of before the listing index (its
-// stagger_jobs_by_state ordered IDs by the database's collation) gets
-// stagger_jobs_list instead, and listing and limited claims work.
+// TestMigratesListingIndex: the tables of before the listing index (its
+// stagger_jobs_by_state ordered IDs by the database's collation) and of
+// before stagger_jobs_pending and stagger_jobs_leased (stagger_jobs_ready,
+// both states, and stagger_jobs_list, every state) get the indexes of now, and
+// listing and limited claims work.
 func TestMigratesListingIndex(t *testing.T) {
+	for _, old := range [][]string{
+		{`stagger_jobs_list_unleased`, `CREATE INDEX stagger_jobs_by_state ON %s (queue, state, id)`},
+		{`stagger_jobs_pending stagger_jobs_leased`, `CREATE INDEX stagger_jobs_ready ON %s (queue, available_at, id) WHERE state IN ('pending', 'leased')`},
+		{`stagger_jobs_list_unleased`, `CREATE INDEX stagger_jobs_list ON %s (queue, state, id COLLATE "C")`},
+	} {
+		t.Run(strings.Fields(old[1])[2], func(t *testing.T) { testMigratesIndex(t, old[0], old[1]) })
+	}
+}
+
+// testMigratesIndex replaces the indexes named in indexes (separated by
+// spaces) by the older one def creates (with %s the table), migrates, and
+// lists and claims.
+func testMigratesIndex(t *testing.T, indexes, def string) {
 	p, schema := migratedSchema(t)
 	ctx := context.Background()
-	for _, q := range []string{
-		`DROP INDEX "` + schema + `".stagger_jobs_list`,
-		`CREATE INDEX stagger_jobs_by_state ON "` + schema + `".stagger_jobs (queue, state, id)`,
-	} {
+	table := `"` + schema + `".stagger_jobs`
+	var stmts []string
+	for _, name := range strings.Fields(indexes) {
+		stmts = append(stmts, `DROP INDEX "`+schema+`".`+name)
+	}
+	for _, q := range append(stmts, fmt.Sprintf(def, table)) {
 		if _, err := p.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -550,7 +567,7 @@ func TestMigratesListingIndex(t *testing.T) {
 }
 
 // wantIndexes are the jobs table's indexes after a migration.
-const wantIndexes = "stagger_jobs_finished stagger_jobs_list stagger_jobs_pkey stagger_jobs_ready"
+const wantIndexes = "stagger_jobs_finished stagger_jobs_leased stagger_jobs_list_unleased stagger_jobs_pending stagger_jobs_pkey"
 
 // jobIndexes are the names of the jobs table's indexes in schema, in
 // order, separated by spaces.
