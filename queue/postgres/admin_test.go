@@ -103,10 +103,11 @@ func TestPauseSeenByOtherProcesses(t *testing.T) {
 	}
 }
 
-// TestSearchPlans: a listing walks stagger_jobs_list_unleased in ID order and
-// stops after its page, for one state and for all of them, with an ID
-// prefix as a range of the index; an age of done or dead jobs counts
-// its range of stagger_jobs_finished first.
+// TestSearchPlans: a listing walks stagger_jobs_list_unleased in ID order
+// and stops after its page, for one state and for all of them (leased
+// jobs: the queue's range of stagger_jobs_leased), with an ID prefix as a
+// range of the index; an age of done or dead jobs counts its range of
+// stagger_jobs_finished first.
 func TestSearchPlans(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
@@ -144,7 +145,6 @@ func TestSearchPlans(t *testing.T) {
 			}
 			continue
 		}
-		// Leased jobs are the queue's leases on stagger_jobs_leased, sorted.
 		leased := slices.Contains(q.States, queue.Leased)
 		walks := len(q.States)
 		if leased {

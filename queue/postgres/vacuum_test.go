@@ -15,9 +15,9 @@ import (
 // outcome statements, then reads the buffers a claim on the now empty queue
 // touches: with the store's vacuum (VacuumAfter n, so it starts at the last
 // claim) the claim reads a few pages, as on a new table (the paused check
-// and a descent of stagger_jobs_leased and of stagger_jobs_pending: 7 to 10 as EXPLAIN counts them); without it, the
-// dead entries the drain left at the head of the due index are read again
-// by every claim.
+// and a descent of stagger_jobs_leased and of stagger_jobs_pending: 7 to
+// 10 as EXPLAIN counts them); without it, the dead entries the drain left
+// at the head of the due index are read again by every claim (43).
 func TestClaimCostAfterHistory(t *testing.T) {
 	const n, batch = 3000, 500
 	for _, tc := range []struct {
