@@ -477,7 +477,8 @@ func (s *Store) insertTx(ctx context.Context, tx pgx.Tx, jobs []queue.Job) ([]qu
 			SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::int[], $5::bigint[], $6::bigint[], $7::text[],
 				$8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[], $15::text[])
 			ON CONFLICT (id) DO NOTHING RETURNING id`,
-			ids, payloads, attempts, maxA, avail, dl, states, reasons, lastErr, leas, created, updated, finished, queues, traces)
+			textArray(ids), byteaArray(payloads), attempts, maxA, int8Array(avail), int8Array(dl), textArray(states), textArray(reasons),
+			textArray(lastErr), int8Array(leas), int8Array(created), int8Array(updated), int8Array(finished), textArray(queues), textArray(traces))
 		if err != nil {
 			return err
 		}
@@ -962,7 +963,7 @@ func recordArgs(outcomes []queue.Outcome) (args []any, dueNow bool) {
 		avail[i], nows[i] = o.AvailableAt, o.Now
 		dueNow = dueNow || o.State == queue.Pending && o.AvailableAt <= o.Now
 	}
-	return []any{ids, attempts, states, avail, reasons, errs, nows}, dueNow
+	return []any{textArray(ids), attempts, textArray(states), int8Array(avail), textArray(reasons), textArray(errs), int8Array(nows)}, dueNow
 }
 
 // doneArgs are doneSQL's arguments.
@@ -972,7 +973,7 @@ func doneArgs(outcomes []queue.Outcome) []any {
 	for i, o := range outcomes {
 		ids[i], attempts[i], nows[i] = o.ID, int32(o.Attempt), o.Now
 	}
-	return []any{ids, attempts, nows}
+	return []any{textArray(ids), attempts, int8Array(nows)}
 }
 
 // scanRecorded reads the ordinals that recordSQL or doneSQL returns into
@@ -1038,7 +1039,7 @@ func (s *Store) Extend(ctx context.Context, leases []queue.Lease, now, leaseUnti
 	}
 	b := &pgx.Batch{}
 	b.Queue(claimPlan)
-	b.Queue(s.extendSQL(), ids, attempts, leaseUntil, now)
+	b.Queue(s.extendSQL(), textArray(ids), attempts, leaseUntil, now)
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
