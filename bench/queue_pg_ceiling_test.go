@@ -98,12 +98,11 @@ func drainCeiling(b *testing.B, pool *pgxpool.Pool, batch int) {
 
 // ceilingSQL claims up to $2 due jobs of queue $3 at now $1, as stagger's
 // claim selects its pending ones (stagger_jobs_pending, in order, SKIP
-// LOCKED; it has no lease to take back, so it reads no leased range),
-// and completes
-// them in the same statement: attempts counted, state done, finished. It
-// reads the payload, as a queue must to run a job, and finds the locked
-// rows by tuple ID, as stagger's claim does, all in one TID scan (with no
-// join: it needs nothing else of the locked rows).
+// LOCKED; it has no lease to take back, so it reads no leased range), and
+// completes them in the same statement: attempts counted, state done,
+// finished. It reads the payload, as a queue must to run a job, and finds
+// the locked rows by tuple ID, as stagger's claim does, all in one TID
+// scan (with no join: it needs nothing else of the locked rows).
 func ceilingSQL(table string) string {
 	return `WITH c AS (
 			SELECT ctid AS t FROM ` + table + `

@@ -19,7 +19,8 @@ type Rows interface {
 	Err() error
 }
 
-// StatsSQL is the stats query of the SQL stores on table: the groups
+// StatsSQL is the stats query of the SQL stores on table (a table, or a
+// subquery with an alias that reads the same columns): the groups
 // ScanStats reads, with mark ("$" for PostgreSQL, "?" for SQLite) before
 // the numbered parameters: 1 is now, 2 the queue's name when one is true
 // (otherwise every queue is counted). Kept in one place so that every store

@@ -24,18 +24,13 @@ import (
 // op is one job claimed each way.
 func BenchmarkClaimTupleIDs(b *testing.B) {
 	ctx := context.Background()
-	p := sharedPool(b)
 	const turn = 1000
-	s, err := postgres.New(ctx, p, postgres.Options{Schema: tempSchema(b), VacuumAfter: postgres.NoVacuum})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
+	s := newStoreOpts(b, postgres.Options{VacuumAfter: postgres.NoVacuum})
 	q, err := queue.New(s, queue.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	conn, err := p.Acquire(ctx)
+	conn, err := s.Pool().Acquire(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

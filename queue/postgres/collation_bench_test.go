@@ -3,10 +3,10 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/staggerhq/stagger/queue"
 	"github.com/staggerhq/stagger/queue/postgres"
 )
@@ -19,8 +19,8 @@ import (
 // client, so the time is the server's statements, not a share of the
 // cores. One op is one job on each table.
 func BenchmarkKeyCollation(b *testing.B) {
-	took := turnsInTurn(b, true, func(p *pgxpool.Pool, s *postgres.Store, schema string) {
-		keysInDatabaseCollation(b, p, schema)
+	took := turnsInTurn(b, true, func(s *postgres.Store) {
+		keysInDatabaseCollation(b, s.Pool(), strings.Trim(s.Schema(), `"`))
 	})
 	b.ReportMetric(took[0], "µs/job-C")
 	b.ReportMetric(took[1], "µs/job-db")
@@ -29,14 +29,13 @@ func BenchmarkKeyCollation(b *testing.B) {
 
 // BenchmarkListIndexTurn claims and completes turns of 1,000 jobs, one
 // client, on two tables in turn: one as the store makes it and one without
-// the listing index (stagger_jobs_list_unleased, dropped after the migration), the
-// price every claim and completion pays for the operator's listings and
-// the fleet limits' count of leases. Enqueueing is not timed. It reports
-// each one's server round trip time a job and their ratio. One op is one
-// job on each table.
+// the listing index (stagger_jobs_list_unleased, dropped after the
+// migration), the price a completion pays for the operator's listings.
+// Enqueueing is not timed. It reports each one's server round trip time a
+// job and their ratio. One op is one job on each table.
 func BenchmarkListIndexTurn(b *testing.B) {
-	took := turnsInTurn(b, false, func(p *pgxpool.Pool, s *postgres.Store, _ string) {
-		if _, err := p.Exec(context.Background(), `DROP INDEX `+s.Schema()+`.stagger_jobs_list_unleased`); err != nil {
+	took := turnsInTurn(b, false, func(s *postgres.Store) {
+		if _, err := s.Pool().Exec(context.Background(), `DROP INDEX `+s.Schema()+`.stagger_jobs_list_unleased`); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -49,9 +48,8 @@ func BenchmarkListIndexTurn(b *testing.B) {
 // enqueue timed when withEnqueue), one client, on two new tables in turn,
 // the second changed by change after the migration, and returns each
 // table's time a job in µs.
-func turnsInTurn(b *testing.B, withEnqueue bool, change func(p *pgxpool.Pool, s *postgres.Store, schema string)) [2]float64 {
+func turnsInTurn(b *testing.B, withEnqueue bool, change func(s *postgres.Store)) [2]float64 {
 	ctx := context.Background()
-	p := sharedPool(b)
 	const turn = 1000
 	type table struct {
 		s    *postgres.Store
@@ -60,14 +58,9 @@ func turnsInTurn(b *testing.B, withEnqueue bool, change func(p *pgxpool.Pool, s 
 	}
 	var ts [2]*table
 	for i := range ts {
-		schema := tempSchema(b)
-		s, err := postgres.New(ctx, p, postgres.Options{Schema: schema, VacuumAfter: postgres.NoVacuum})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(s.Close)
+		s := newStoreOpts(b, postgres.Options{VacuumAfter: postgres.NoVacuum})
 		if i == 1 {
-			change(p, s, schema)
+			change(s)
 		}
 		q, err := queue.New(s, queue.Config{})
 		if err != nil {

@@ -13,10 +13,7 @@ func (s *Store) ClaimSQL() string  { return s.claimSQL() }
 func (s *Store) RecordSQL() string { return s.recordSQL() }
 func (s *Store) ExtendSQL() string { return s.extendSQL() }
 
-func (s *Store) ListSQL() string     { return s.listSQL() }
 func (s *Store) InFlightSQL() string { return s.inFlightSQL() }
-
-func (s *Store) ListLeasedSQL() string { return s.listLeasedSQL() }
 
 func RecordArgs(outs []queue.Outcome) []any {
 	args, _ := recordArgs(outs)

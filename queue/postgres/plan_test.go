@@ -83,13 +83,17 @@ func TestHotPathPlans(t *testing.T) {
 		!dueInOrder(plan) {
 		t.Errorf("the claim's generic plan does not scan its tuple IDs at once:\n%s", plan)
 	}
-	// The listing index serves the dead listing, also as a generic plan (a
-	// prepared statement run more than five times), where the planner
-	// cannot read the state from $1; stagger_jobs_leased serves the leased
-	// listing and the fleet limits' count of live leases, a range of it.
+	// The listing index serves List's dead listing, also as a generic plan
+	// (a prepared statement run more than five times); stagger_jobs_leased
+	// serves the leased listing and the fleet limits' count of live
+	// leases, a range of it.
+	listing := func(st queue.State) string {
+		sql, _ := s.SearchSQL(queue.Search{Queue: queue.DefaultQueue, States: []queue.State{st}, After: "a", Limit: 10})
+		return sql
+	}
 	for _, c := range []struct{ name, sql, types, args, index string }{
-		{"dead listing", s.ListSQL(), "text, text, int, text", "'dead', '', 10, 'default'", "stagger_jobs_list_unleased"},
-		{"leased listing", s.ListLeasedSQL(), "text, int, text", "'', 10, 'default'", "stagger_jobs_leased"},
+		{"dead listing", listing(queue.Dead), "text, int, text", "'default', 10, 'a'", "stagger_jobs_list_unleased"},
+		{"leased listing", listing(queue.Leased), "text, int, text", "'default', 10, 'a'", "stagger_jobs_leased"},
 		{"in-flight count", s.InFlightSQL(), "text, bigint", fmt.Sprintf("'default', %d", now), "stagger_jobs_leased"},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {

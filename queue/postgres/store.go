@@ -22,6 +22,7 @@ import (
 	"math"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -1129,29 +1130,14 @@ func (s *Store) Get(ctx context.Context, id string) (queue.Job, error) {
 	return j, err
 }
 
-// List implements queue.Store.
+// List implements queue.Store: Search of one state, one walk of the
+// listing index in ID order (leased jobs, which it leaves out: the queue's
+// leases on stagger_jobs_leased).
 func (s *Store) List(ctx context.Context, name string, state queue.State, after string, limit int) ([]queue.Job, error) {
-	if state == queue.Leased {
-		return s.query(ctx, s.listLeasedSQL(), after, limit, name)
+	if !slices.Contains(queue.AllStates, state) {
+		return nil, nil // no job is in it
 	}
-	return s.query(ctx, s.listSQL(), string(state), after, limit, name)
-}
-
-// listSQL lists up to $3 jobs of queue $4 in state $1 (not leased) with an
-// ID above $2, in ID byte order, on the listing index
-// stagger_jobs_list_unleased. The state <> 'leased' term is the index's
-// own condition, which lets a generic plan, where $1 is unknown, use it.
-func (s *Store) listSQL() string {
-	return `SELECT ` + s.readCols + ` FROM ` + s.jobs + `
-		WHERE queue = $4 AND state = $1 AND state <> 'leased' AND id COLLATE "C" > $2 ORDER BY id COLLATE "C" LIMIT $3`
-}
-
-// listLeasedSQL lists up to $2 leased jobs of queue $3 with an ID above
-// $1, in ID byte order: the queue's leases, a range of stagger_jobs_leased
-// (as many as the jobs in flight), sorted.
-func (s *Store) listLeasedSQL() string {
-	return `SELECT ` + s.readCols + ` FROM ` + s.jobs + `
-		WHERE queue = $3 AND state = 'leased' AND id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`
+	return s.Search(ctx, queue.Search{Queue: name, States: []queue.State{state}, After: after, Limit: limit})
 }
 
 // query reads the jobs a query returns.

@@ -505,8 +505,8 @@ func TestMigratesTableBeforeNamedQueues(t *testing.T) {
 // TestMigratesListingIndex: the tables of before the listing index (its
 // stagger_jobs_by_state ordered IDs by the database's collation) and of
 // before stagger_jobs_pending and stagger_jobs_leased (stagger_jobs_ready,
-// both states, and stagger_jobs_list, every state) get the indexes of now, and
-// listing and limited claims work.
+// both states, and stagger_jobs_list, every state) get the indexes of
+// now, and listing and limited claims work.
 func TestMigratesListingIndex(t *testing.T) {
 	for _, old := range [][]string{
 		{`stagger_jobs_list_unleased`, `CREATE INDEX stagger_jobs_by_state ON %s (queue, state, id)`},
