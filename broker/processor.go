@@ -195,7 +195,7 @@ func (p *Processor) ProcessAt(ctx context.Context, id string, payload []byte, st
 		dup bool
 		err error
 	)
-	if hctx := handlerContexts.NewContext(s.Context(), &s.Delivery); p.Inbox != nil && id != "" {
+	if hctx := handlerContexts.NewContext(s.LazyContext(), &s.Delivery); p.Inbox != nil && id != "" {
 		dup, err = p.inbox(hctx, id, payload)
 	} else {
 		err = p.Handler(hctx, payload)

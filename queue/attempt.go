@@ -133,7 +133,7 @@ func (a *attempt) handle(r *runCtx, h retry.Handler) {
 		return
 	}
 	defer s.Abort()
-	actx := s.Context()
+	actx := s.LazyContext()
 	if actx == hctx {
 		// Not bounded: a context of the attempt's own, so that it too
 		// ends when the handler returns.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/staggerhq/stagger/internal/attemptctx"
 	"github.com/staggerhq/stagger/internal/stepcore"
 )
 
@@ -72,7 +73,7 @@ func (s *step) Begin(ctx context.Context, now time.Time) Reason {
 	x := s.st()
 	p := s.policy()
 	d := &s.Delivery
-	x.Ctx, x.Actx, x.Cancel, x.Bound, x.Keep, x.Pre = ctx, nil, nil, 0, false, false
+	x.Ctx, x.Actx, x.Cancel, x.Lazy, x.Bound, x.Keep, x.Pre = ctx, nil, nil, nil, 0, false, false
 	if ctx != nil && (!x.Quiet || !x.Folded || d.Attempt == 0) {
 		if !x.Quiet {
 			if err := ctx.Err(); err != nil {
@@ -227,6 +228,23 @@ func bounded(x *stepState) context.Context {
 	return x.Actx
 }
 
+// LazyContext is Context made lazily (package attemptctx): the bounded
+// context's timer, Done channel and place among the parent's children
+// are made when the work first watches Done, not before. For a driver
+// that hands the context to work it does not know (the queue's
+// handlers): work that never watches Done — a handler that computes,
+// writes to memory or checks ctx.Err() — saves them (3 allocations,
+// about 0.5 µs); work that does pays one allocation more than Context.
+func (s *step) LazyContext() context.Context {
+	x := s.st()
+	if x.Bound > 0 {
+		c := attemptctx.New(x.Ctx, time.Now().Add(x.Bound))
+		x.Actx, x.Lazy = c, c
+		return c
+	}
+	return x.Ctx
+}
+
 // Hold makes the next End keep the attempt's Limiter slot and context
 // after judging it, for a driver that hands a result to the caller which
 // still uses them (the HTTP transport's response body). Call Release when
@@ -237,7 +255,7 @@ func (s *step) Hold() { s.st().Keep = true }
 // slot (with the outcome End judged) and its context. It is idempotent.
 func (s *step) Release() {
 	x := s.st()
-	if x.Cancel != nil || x.Held {
+	if x.Cancel != nil || x.Lazy != nil || x.Held {
 		s.free(x.Served)
 	}
 }
@@ -250,6 +268,10 @@ func (s *step) free(served bool) {
 	if x.Cancel != nil {
 		x.Cancel()
 		x.Cancel = nil
+	}
+	if x.Lazy != nil {
+		x.Lazy.End()
+		x.Lazy = nil
 	}
 	if x.Held {
 		x.Held = false
@@ -271,7 +293,7 @@ func (s *step) Postpone() {
 // it around the attempt; after End (or Release) it does nothing.
 func (s *step) Abort() {
 	x := s.st()
-	if x.Cancel != nil || x.Held {
+	if x.Cancel != nil || x.Lazy != nil || x.Held {
 		s.free(false)
 	}
 }
@@ -433,7 +455,7 @@ func (s *step) end(p *Policy, j *judgement, err error, now *time.Time, what uint
 		if p.Budget != nil {
 			p.Budget.Result(*now, x.Served)
 		}
-		if !x.Keep && (x.Cancel != nil || x.Held) { // Release, inline
+		if !x.Keep && (x.Cancel != nil || x.Lazy != nil || x.Held) { // Release, inline
 			s.free(x.Served)
 		}
 		if x.Actx != nil {

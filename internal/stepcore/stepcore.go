@@ -16,6 +16,8 @@ package stepcore
 import (
 	"context"
 	"time"
+
+	"github.com/staggerhq/stagger/internal/attemptctx"
 )
 
 // Verdict is what a driver's classifier says of an attempt's error (see
@@ -52,6 +54,7 @@ type State[C, R ~uint8] struct {
 	Ctx    context.Context    // the driver's context of the attempt in flight
 	Actx   context.Context    // the attempt's own bounded context; nil when none
 	Cancel context.CancelFunc // cancels Actx
+	Lazy   *attemptctx.Ctx    // Actx made lazily (LazyContext), to end; nil when none or ended
 	Bound  time.Duration      // the attempt's bound, 0 when none
 	Held   bool               // a Limiter slot is held
 	Keep   bool               // End keeps the slot and Actx (Hold)

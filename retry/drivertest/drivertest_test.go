@@ -51,6 +51,7 @@ type loop struct {
 	recoverPanic  bool           // swallow a panic as a success
 	noRelease     bool           // never release a successful attempt's slot
 	attempts      int            // added to the attempts a give-up reports
+	lazy          bool           // run attempts in Step.LazyContext
 }
 
 func (l loop) run(ctx context.Context, p *retry.Policy, attempt func(context.Context) error) (err error) {
@@ -100,7 +101,11 @@ func (l loop) run(ctx context.Context, p *retry.Policy, attempt func(context.Con
 			if l.noRelease {
 				s.Hold()
 			}
-			aerr = attempt(s.Context())
+			if l.lazy {
+				aerr = attempt(s.LazyContext())
+			} else {
+				aerr = attempt(s.Context())
+			}
 		}()
 		dec := s.End(aerr, time.Now())
 		if aerr == nil {
@@ -214,10 +219,12 @@ func TestBrokenDrivers(t *testing.T) {
 }
 
 // TestFaithfulLoop: the loop the broken drivers are made from passes the
-// suite when nothing is broken, and as a durable driver that keeps the
-// work on refusals and says so: the failures above are the faults'.
+// suite when nothing is broken, with its attempts' contexts made lazily,
+// and as a durable driver that keeps the work on refusals and says so:
+// the failures above are the faults'.
 func TestFaithfulLoop(t *testing.T) {
 	drivertest.Run(t, drivertest.Driver{Name: "loop", Run: loop{}.run})
+	drivertest.Run(t, drivertest.Driver{Name: "lazy loop", Run: loop{lazy: true}.run})
 	refusals := []retry.Reason{retry.Budget, retry.Limited, retry.Pushback}
 	drivertest.Run(t, drivertest.Driver{Name: "keeping loop", Keeps: refusals, Run: loop{keep: refusals}.run})
 }

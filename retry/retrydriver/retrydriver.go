@@ -145,6 +145,18 @@ func (s *Step) Resume() { retry.Decision{}.Step((*core)(s)).Resume() }
 // run no context-taking work (the simulator) need not call it.
 func (s *Step) Context() context.Context { return retry.Decision{}.Step((*core)(s)).Context() }
 
+// LazyContext is Context for a driver that hands the context to work it
+// does not know (the queue's handlers): the same bounded context, ended
+// the same way, whose timer, Done channel and place among the parent's
+// children are made when the work first watches Done. Work that never
+// does (a handler that computes, writes to memory or checks ctx.Err())
+// saves them; work that does costs one allocation more than Context. A
+// driver whose own work watches Done at once (a network call) calls
+// Context.
+func (s *Step) LazyContext() context.Context {
+	return retry.Decision{}.Step((*core)(s)).LazyContext()
+}
+
 // Hold makes the next End keep the attempt's Limiter slot and context
 // after judging it, for a driver that hands a result to the caller which
 // still uses them (the HTTP transport's response body). Call Release when
