@@ -24,12 +24,13 @@ func simSkips() map[string]string {
 	// included: Begin folds Policy.Timeout into the request's ledger.
 	noCtx := "a simulated client has no context: its models time out and give up themselves"
 	return map[string]string{
-		"attempt timeout":            noCtx,
-		"attempt timeout exhausted":  noCtx,
-		"canceled during an attempt": noCtx,
-		"own failure while canceled": noCtx,
-		"canceled during a wait":     noCtx,
-		"panic frees the slot":       "a simulated attempt is no user code: it cannot panic",
+		"attempt timeout":                   noCtx,
+		"attempt timeout exhausted":         noCtx,
+		"attempt timeout, Done not watched": noCtx,
+		"canceled during an attempt":        noCtx,
+		"own failure while canceled":        noCtx,
+		"canceled during a wait":            noCtx,
+		"panic frees the slot":              "a simulated attempt is no user code: it cannot panic",
 	}
 }
 
