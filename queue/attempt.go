@@ -144,7 +144,7 @@ func (a *attempt) handle(r *runCtx, h retry.Handler) {
 	a.mu.Lock()
 	a.cancel, a.actx = r.cancel, actx
 	a.mu.Unlock()
-	herr := call(s.Delivery.NewContext(q.withTrace(actx, j.Trace)), h, j.Payload)
+	herr := call(handlerContexts.NewContext(q.withTrace(actx, j.Trace), &s.Delivery), h, j.Payload)
 	leaseLost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	a.mu.Lock()
 	a.cancel, a.actx = nil, nil
@@ -203,6 +203,13 @@ func (a *attempt) handle(r *runCtx, h retry.Handler) {
 	}
 	a.out, a.rec = o, true
 }
+
+// handlerContexts makes the handlers' contexts (the attempt's Delivery
+// in the attempt's context) 63 at a time, as the broker processor's: one
+// allocation per block, not per job. A handler may keep its context as
+// long as it likes; one kept holds its block (4 KiB) and what the block's
+// other contexts refer to.
+var handlerContexts retrydriver.DeliveryContexts
 
 // withTrace restores the enqueuer's trace context (Job.Trace) into the
 // handler's context.
