@@ -49,15 +49,18 @@ func startTCP(t *testing.T, clauses ...string) *TCPProxy {
 }
 
 // ping sends PING through p and reads the answer line, with a deadline.
+// It reports the time from before the dial: a fault timed from the
+// proxy's accept (timeout, reset-peer) then never looks early, however
+// long the dial's return took.
 func ping(t *testing.T, p *TCPProxy, deadline time.Duration) (string, time.Duration, error) {
 	t.Helper()
+	start := time.Now()
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(deadline))
-	start := time.Now()
 	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
 		return "", 0, err
 	}
