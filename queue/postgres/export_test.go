@@ -20,6 +20,21 @@ func RecordArgs(outs []queue.Outcome) []any {
 	return args
 }
 
+// SetLastClaimsMax sets lastClaimsMax, which the Stores made after it
+// read, and returns the old value.
+func SetLastClaimsMax(n int32) int32 {
+	old := lastClaimsMax
+	lastClaimsMax = n
+	return old
+}
+
+// LastClaimsKept is how many queue names s keeps a last claim's size for.
+func (s *Store) LastClaimsKept() int {
+	n := 0
+	s.lastClaims.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
 // VacuumRuns waits for a running vacuum of the store and returns how many
 // finished and whether one failed.
 func (s *Store) VacuumRuns() (int, bool) {

@@ -142,9 +142,18 @@ type Store struct {
 
 	vac vacuumer
 	// lastClaims holds, for each queue name, how many jobs its last claim
-	// brought (an *atomic.Int32; see scanClaimed).
-	lastClaims sync.Map
+	// brought (an *atomic.Int32; see scanClaimed); lastClaimsN counts its
+	// entries, at most lastClaimsMax (the package's, when New ran).
+	lastClaims    sync.Map
+	lastClaimsN   atomic.Int32
+	lastClaimsMax int32
 }
+
+// lastClaimsMax bounds the queue names whose last claim's size a Store
+// keeps: a process that claims from ever new names (a queue per tenant,
+// per day) keeps the first lastClaimsMax, and the claims of the others are
+// sized as they come.
+var lastClaimsMax int32 = 4096
 
 var (
 	_ queue.Store          = (*Store)(nil)
@@ -189,7 +198,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	s := &Store{
 		pool: pool, opts: opts, jobs: prefix + "stagger_jobs", inboxT: prefix + "stagger_inbox", limitsT: prefix + "stagger_limits",
 		eventsT: prefix + "stagger_job_events", pausedT: prefix + "stagger_paused",
-		channel: channel, subs: map[chan struct{}]struct{}{}, readCols: cols,
+		channel: channel, subs: map[chan struct{}]struct{}{}, readCols: cols, lastClaimsMax: lastClaimsMax,
 	}
 	s.inbox = &Inbox{s: s}
 	s.vac.init()
@@ -722,12 +731,20 @@ func (s *Store) scanClaimed(rows pgx.Rows, name string, now, leaseUntil int64, l
 	return c.jobs, nil
 }
 
-// lastClaim is how many jobs the last claim of queue name brought.
+// lastClaim is how many jobs the last claim of queue name brought: 0, and
+// not kept, for a name past the first lastClaimsMax.
 func (s *Store) lastClaim(name string) *atomic.Int32 {
 	if v, ok := s.lastClaims.Load(name); ok {
 		return v.(*atomic.Int32)
 	}
-	v, _ := s.lastClaims.LoadOrStore(name, new(atomic.Int32))
+	if s.lastClaimsN.Add(1) > s.lastClaimsMax { // a place for name, taken before it is stored
+		s.lastClaimsN.Add(-1)
+		return new(atomic.Int32)
+	}
+	v, loaded := s.lastClaims.LoadOrStore(name, new(atomic.Int32))
+	if loaded {
+		s.lastClaimsN.Add(-1)
+	}
 	return v.(*atomic.Int32)
 }
 

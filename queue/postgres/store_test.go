@@ -704,3 +704,36 @@ func keysInDatabaseCollation(t testing.TB, p *pgxpool.Pool, schema string) {
 		t.Fatal(err)
 	}
 }
+
+// TestLastClaimsBounded: a Store keeps the last claim's size of at most
+// lastClaimsMax queue names (3 here); claims from the names past them
+// still claim every job, sized as they come.
+func TestLastClaimsBounded(t *testing.T) {
+	defer postgres.SetLastClaimsMax(postgres.SetLastClaimsMax(3))
+	s := newStore(t)
+	ctx := context.Background()
+	for i := range 5 {
+		name := fmt.Sprintf("tenant-%d", i)
+		var jobs []queue.Job
+		for k := range 3 {
+			jobs = append(jobs, queue.Job{ID: fmt.Sprintf("%s-%d", name, k), Queue: name, Payload: []byte{}, MaxAttempts: 1,
+				AvailableAt: 1, Deadline: queue.MaxTime, State: queue.Pending})
+		}
+		if _, err := s.Insert(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second claim of a kept name is sized by the first
+			got, err := s.Claim(ctx, name, 10, 1000, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := len(jobs); len(got) != want {
+				t.Fatalf("%s: claimed %d jobs, want %d", name, len(got), want)
+			}
+			jobs = nil
+		}
+	}
+	if n := s.LastClaimsKept(); n != 3 {
+		t.Fatalf("kept the last claim of %d queue names, want 3", n)
+	}
+}
