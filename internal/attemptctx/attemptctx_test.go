@@ -39,7 +39,7 @@ func TestDeadlineWithoutDone(t *testing.T) {
 		if err := c.Err(); err != nil {
 			t.Fatalf("Err before the deadline = %v", err)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // virtual time: the bubble's clock, no timer of c's runs
 		if err := c.Err(); err != context.DeadlineExceeded {
 			t.Fatalf("Err at the deadline = %v, want DeadlineExceeded", err)
 		}

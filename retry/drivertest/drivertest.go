@@ -223,8 +223,11 @@ func Cases() []Case {
 			return rec.Policy(&retry.Policy{MaxAttempts: 2, Schedule: step, AttemptTimeout: 50 * time.Millisecond})
 		}, Attempt: func(ctx context.Context, n int, _ context.CancelFunc) error {
 			if n == 1 {
-				time.Sleep(60 * time.Millisecond) // past the bound, never asking the context
-				return errSlow                    // no class: the own timeout makes it retryable
+				// Past the bound, never asking the context: virtual time in
+				// Check's bubble; on real time (a RealTime driver) a loaded
+				// machine only sleeps longer.
+				time.Sleep(60 * time.Millisecond)
+				return errSlow // no class: the own timeout makes it retryable
 			}
 			return nil
 		}, Want: "attempt 1|retry 1 10ms|attempt 2|success 2"},
