@@ -394,8 +394,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // commits the outcomes of the handlers that finished and claims jobs for
 // the idle handlers and the prefetch (up to BatchSize) — in one
 // transaction when the store is a RecordClaimer and the turn is smaller
-// than splitTurn — and starts a goroutine per claimed job as handlers free
-// up (dispatch). So a busy worker pays about one commit per turn, and a
+// than splitTurn — and starts the claimed jobs as handlers free up (on its
+// runners: dispatch, then each runner as its handler returns, see finish).
+// So a busy worker pays about one commit per turn, and a
 // prefetched job waits about one commit for a handler — a quarter of its
 // lease at most: then the jobs still waiting are released and the
 // finished handlers' outcomes committed, without waiting for a handler to
@@ -403,8 +404,14 @@ func (w *Worker) Run(ctx context.Context) error {
 // once every running handler's outcome is committed, or as soon as rec
 // ends (Run gave up): outcomes are committed with rec, which outlives ctx.
 func (l *lane) loop(ctx, hctx, rec context.Context) {
-	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{vals: ctx, finished: make(chan *attempt, l.concurrency), starts: make(chan *attempt, l.concurrency)}}
-	defer close(r.st.starts) // the runners end
+	r := &laneRun{l: l, ctx: ctx, hctx: hctx, rec: rec, st: &loopState{vals: ctx, note: make(chan struct{}, 1),
+		starts: make(chan *attempt, l.concurrency), staleAfter: l.q.cfg.Lease / 4}}
+	defer func() {
+		r.st.mu.Lock()
+		r.st.buf = nil // the runners take no more
+		r.st.mu.Unlock()
+		close(r.st.starts) // the runners end
+	}()
 	_, r.merged = l.q.store.(RecordClaimer)
 	if !r.merged || l.batch >= splitTurn {
 		r.async = &committer{l: l, in: make(chan []*attempt, l.concurrency), done: make(chan struct{})}
@@ -455,23 +462,24 @@ type claimResult struct {
 func (r *laneRun) turn() bool {
 	l, st := r.l, r.st
 	if r.rec.Err() != nil {
-		return false // abandoned: handlers still running send to a buffered channel
+		return false // abandoned: handlers still running report to st.done, unread
 	}
-	if st.busy > 0 {
+	if busy, _, _ := st.counts(); busy > 0 {
 		runtime.Gosched() // let handlers that are about to finish report first
 	}
-	st.drain()
+	st.collect()
 	l.dispatch(r.hctx, st)
-	if r.ahead != nil && len(st.buf) == 0 {
+	busy, buffered, finished := st.counts()
+	if r.ahead != nil && buffered == 0 {
 		return r.awaitAhead()
 	}
 	stopping := r.ctx.Err() != nil
-	if stopping && st.busy == 0 && len(st.queued) == 0 && len(st.buf) == 0 {
+	if stopping && busy == 0 && len(st.queued) == 0 && buffered == 0 && finished == 0 {
 		return false
 	}
-	n := r.claimSize(stopping)
-	if n == 0 && (len(st.queued) == 0 || len(st.buf) > 0) {
-		r.awaitHandler(stopping)
+	n := r.claimSize(stopping, busy, buffered)
+	if n == 0 && (len(st.queued) == 0 || buffered > 0) {
+		r.awaitHandler(stopping, buffered > 0)
 		return true
 	}
 	if !r.handOff(n) {
@@ -484,43 +492,56 @@ func (r *laneRun) turn() bool {
 // or while prefetched jobs wait for a handler; otherwise one per idle
 // handler (after lingering for the latest claim's short handlers) plus the
 // prefetch, up to the batch.
-func (r *laneRun) claimSize(stopping bool) int {
+func (r *laneRun) claimSize(stopping bool, busy, buffered int) int {
 	l, st := r.l, r.st
-	if stopping || len(st.buf) > 0 {
+	if stopping || buffered > 0 {
 		return 0
 	}
-	if st.busy < l.concurrency {
+	if busy < l.concurrency {
 		st.linger(r.ctx)
+		st.collect()
+		busy, _, _ = st.counts()
 	}
-	idle := l.concurrency - st.busy
+	idle := l.concurrency - busy
 	return min(idle+st.prefetch(l.concurrency, l.q), l.batch)
 }
 
-// awaitHandler waits for a handler to finish, or for the shutdown, when
-// every handler is busy (or shutting down) or prefetched jobs wait for
-// one. Outcomes are committed with the claim that follows the last
+// awaitHandler waits, when every handler is busy (or shutting down) or
+// prefetched jobs wait for one (buffered), for a handler to finish — or,
+// while prefetched jobs wait, for the runners to have started them all
+// (see next) or for one to find nothing to start — or for the shutdown.
+// Outcomes are committed with the claim that follows the last
 // prefetched job's start — or, when no handler frees up for a quarter of
 // the lease (handlers hung), once the prefetched jobs go stale and are
 // released: the finished handlers' leases are not extended, and must not
 // run out uncommitted.
-func (r *laneRun) awaitHandler(stopping bool) {
+func (r *laneRun) awaitHandler(stopping, buffered bool) {
 	st := r.st
 	var done <-chan struct{}
 	if !stopping {
 		done = r.ctx.Done()
 	}
 	var stale <-chan time.Time
-	if len(st.buf) > 0 {
+	st.mu.Lock()
+	switch {
+	case len(st.buf) > 0:
 		stale = st.staleTimer.C
+		st.arm(wantIdle)
+	case buffered || len(st.done) > 0:
+		st.mu.Unlock()
+		return // the prefetched jobs all started, or a handler finished: the next turn goes on
+	default:
+		st.arm(wantFinish)
 	}
+	st.mu.Unlock()
 	select {
-	case a := <-st.finished:
-		st.take(a)
+	case <-st.note:
 	case <-done:
 	case <-r.rec.Done():
 	case <-stale:
 		r.l.release(st)
 	}
+	st.unwant()
 }
 
 // handOff gives the queued outcomes to the committer when they are
@@ -580,13 +601,15 @@ func (r *laneRun) commitAndClaim(n int) bool {
 // and sends the next claim when this one came back full (claimAhead).
 func (r *laneRun) take(n int, jobs []Job, t0 int64, start, at time.Time, wake <-chan struct{}) {
 	l, st := r.l, r.st
+	st.mu.Lock()
 	if n > 0 {
 		st.claimed(start, at, len(jobs))
 	}
 	st.buf, st.bufT0 = jobs, t0
+	st.mu.Unlock()
 	l.dispatch(r.hctx, st)
-	if len(st.buf) > 0 {
-		st.armStale(l.q.cfg.Lease / 4)
+	if _, buffered, _ := st.counts(); buffered > 0 {
+		st.armStale(st.staleAfter)
 	}
 	if n > 0 && len(jobs) == 0 {
 		r.idle(wake, t0)
@@ -636,11 +659,11 @@ func (r *laneRun) claimAhead() {
 }
 
 // awaitAhead hands the queued outcomes to the committer and waits for the
-// claim sent ahead, taking the handlers that finish meanwhile (their
-// outcomes go with the next hand-off, one a claim as before), then starts
-// its jobs and arms their release as commitAndClaim does, sends the next
-// claim when it came back full, or, with nothing due, waits (see idle). It
-// reports whether the loop goes on.
+// claim sent ahead (the handlers that finish meanwhile are taken at the
+// next turn: their outcomes go with the next hand-off, one a claim as
+// before), then starts its jobs and arms their release as commitAndClaim
+// does, sends the next claim when it came back full, or, with nothing due,
+// waits (see idle). It reports whether the loop goes on.
 func (r *laneRun) awaitAhead() bool {
 	l, st := r.l, r.st
 	if len(st.queued) > 0 {
@@ -652,15 +675,10 @@ func (r *laneRun) awaitAhead() bool {
 		}
 	}
 	var c claimResult
-	for wait := true; wait; {
-		select {
-		case c = <-r.ahead:
-			wait = false
-		case a := <-st.finished:
-			st.take(a)
-		case <-r.rec.Done():
-			return false
-		}
+	select {
+	case c = <-r.ahead:
+	case <-r.rec.Done():
+		return false
 	}
 	r.ahead = nil
 	if c.err != nil {
@@ -701,43 +719,98 @@ func (r *laneRun) idle(wake <-chan struct{}, t0 int64) {
 const splitTurn = 256
 
 // dispatch starts the claimed jobs not yet started (st.buf) on the idle
-// handlers. Prefetched jobs that waited a quarter of their lease (handlers
+// handlers; the runners start the rest as their handlers return (see
+// finish). Prefetched jobs that waited a quarter of their lease (handlers
 // turned slow) are not run: they are released (see release). Once Run
 // cancels the handlers, the jobs left are released as they start, their
 // handler's context done.
 func (l *lane) dispatch(hctx context.Context, st *loopState) {
-	if len(st.buf) > 0 && time.Since(st.claimedAt) >= l.q.cfg.Lease/4 {
+	st.mu.Lock()
+	if len(st.buf) > 0 && time.Since(st.claimedAt) >= st.staleAfter {
+		st.mu.Unlock()
 		l.release(st)
 		return
 	}
-	for len(st.buf) > 0 && st.busy < l.concurrency {
-		j := st.buf[0]
-		st.buf = st.buf[1:]
-		st.busy++
-		a := l.q.newAttempt(j, st.bufT0)
-		a.turn = st.turn
-		if st.runners < st.busy {
+	k := min(len(st.buf), l.concurrency-st.busy)
+	if k <= 0 {
+		st.mu.Unlock()
+		return
+	}
+	jobs, t0, turn := st.buf[:k], st.bufT0, st.turn
+	st.buf = st.buf[k:]
+	st.busy += k
+	busy := st.busy
+	st.mu.Unlock()
+	for i := range jobs {
+		a := l.q.newAttempt(jobs[i], t0)
+		a.turn = turn
+		if st.runners < busy {
 			st.runners++
 			go l.runner(hctx, st)
 		}
-		st.starts <- a
+		st.starts <- a // never blocks: at most busy attempts wait in it
 	}
 }
 
-// runner runs the attempts dispatch hands it, one at a time, until the
-// loop ends (starts closed). A loop keeps up to Concurrency runners
-// rather than a goroutine per job: each keeps the stack its handlers grew
-// (the runtime's stack growth was a tenth of a drain's CPU in this
-// process).
+// runner runs the attempts dispatch hands it, and after each the next
+// prefetched job (see finish), one at a time, until the loop ends (starts
+// closed). A loop keeps up to Concurrency runners rather than a goroutine
+// per job: each keeps the stack its handlers grew (the runtime's stack
+// growth was a tenth of a drain's CPU in this process).
 func (l *lane) runner(hctx context.Context, st *loopState) {
 	r := newRunCtx(hctx, st.vals)
 	defer r.close()
 	for a := range st.starts {
-		began := time.Now()
-		a.run(r, l.h)
-		a.took = time.Since(began)
-		st.finished <- a
+		for a != nil {
+			began := time.Now()
+			a.run(r, l.h)
+			a.took = time.Since(began)
+			a = st.finish(a, l.q)
+		}
 	}
+}
+
+// finish reports a's end to the loop and returns the runner's next
+// attempt: the next prefetched job (st.buf), started at once rather than
+// handed over by the loop, so that a busy worker's runners go from job to
+// job without parking and the loop wakes once per claim, not once per job.
+// None (nil) when no job waits or those waiting went stale (see release):
+// the runner is idle. The loop is woken when it waits for what this
+// finish brings (see want).
+func (st *loopState) finish(a *attempt, q *Queue) *attempt {
+	st.mu.Lock()
+	st.done = append(st.done, a)
+	if a.turn == st.turn {
+		st.fresh--
+	}
+	var j Job
+	var t0 int64
+	var turn uint64
+	next := len(st.buf) > 0 && time.Since(st.claimedAt) < st.staleAfter
+	if next {
+		j, t0, turn = st.buf[0], st.bufT0, st.turn
+		st.buf = st.buf[1:]
+	} else {
+		st.busy--
+	}
+	wake := st.want == wantFinish || st.want == wantIdle && (!next || len(st.buf) == 0) ||
+		st.want == wantFresh && st.fresh <= 0
+	if wake {
+		st.want = wantNone
+	}
+	st.mu.Unlock()
+	if wake {
+		select {
+		case st.note <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+	if !next {
+		return nil
+	}
+	n := q.newAttempt(j, t0)
+	n.turn = turn
+	return n
 }
 
 // release releases every prefetched job not started (st.buf), which waited
@@ -752,14 +825,17 @@ func (l *lane) release(st *loopState) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := newRunCtx(ctx, st.vals)
-	for _, j := range st.buf {
-		a := l.q.newAttempt(j, st.bufT0)
-		a.turn = st.turn
+	st.mu.Lock()
+	buf, t0, turn := st.buf, st.bufT0, st.turn
+	st.buf = nil
+	st.fresh -= len(buf) // the latest claim's: they will not finish
+	st.mu.Unlock()
+	for _, j := range buf {
+		a := l.q.newAttempt(j, t0)
+		a.turn = turn
 		a.handle(r, l.h) // not started: the outcome releases the job
 		st.queued = append(st.queued, a)
 	}
-	st.fresh -= len(st.buf) // the latest claim's: they will not finish
-	st.buf = nil
 	st.seen = 0 // no prefetch until the handlers' times are known again
 }
 
@@ -820,18 +896,29 @@ func (c *committer) run(rec context.Context) {
 
 // loopState is what the loop knows about its handlers.
 type loopState struct {
-	vals     context.Context // the Worker's Run context, for its heartbeats' values (runCtx.vals)
-	finished chan *attempt   // handlers send their attempt when done
-	busy     int             // handlers running
-	starts   chan *attempt   // dispatch hands the runners their attempts
-	runners  int             // runner goroutines started
-	queued   []*attempt      // finished, outcomes not yet committed
+	vals    context.Context // the Worker's Run context, for its heartbeats' values (runCtx.vals)
+	starts  chan *attempt   // dispatch hands the idle runners their attempts
+	runners int             // runner goroutines started
+	queued  []*attempt      // finished, outcomes not yet committed
+	spare   []*attempt      // the done slice before last, reused (collect)
+	seen    int             // handlers that finished, up to prefetchAfter
 
+	// mu guards what the runners share with the loop: buf and bufT0,
+	// busy, done, fresh and want, and the turn and claimedAt they read
+	// (which only the loop writes).
+	mu sync.Mutex
 	// Claimed jobs not started yet (prefetched), claimed at bufT0 (the
-	// store's clock) by the latest claim (claimedAt, this process's).
-	buf   []Job
-	bufT0 int64
-	seen  int // handlers that finished, up to prefetchAfter
+	// store's clock) by the latest claim (claimedAt, this process's); they
+	// go stale staleAfter (a quarter of the lease) after it.
+	buf        []Job
+	bufT0      int64
+	staleAfter time.Duration
+	busy       int        // handlers running
+	done       []*attempt // finished, not yet taken by the loop (collect)
+	// want is what the loop waits for; the runner whose finish brings it
+	// sends on note (capacity 1) and clears it.
+	want want
+	note chan struct{}
 
 	// For linger: the latest claim (its number, when it returned, how many
 	// of its handlers still run) and running means (EWMA) of how long a
@@ -846,6 +933,54 @@ type loopState struct {
 	staleTimer *time.Timer
 }
 
+// want is what a waiting loop is woken for (loopState.want).
+type want uint8
+
+const (
+	wantNone   want = iota
+	wantFinish      // any handler's finish
+	wantIdle        // buf emptied, or a runner found nothing to start (see finish)
+	wantFresh       // the latest claim's handlers all finished (see linger)
+)
+
+// arm sets what the loop is about to wait for; st.mu is held. A wake-up
+// left from an earlier wait is dropped, so that it does not end this one.
+func (st *loopState) arm(w want) {
+	select {
+	case <-st.note:
+	default:
+	}
+	st.want = w
+}
+
+// unwant clears what the loop waited for, once it no longer waits.
+func (st *loopState) unwant() {
+	st.mu.Lock()
+	st.want = wantNone
+	st.mu.Unlock()
+}
+
+// counts reports the handlers running, the prefetched jobs not started
+// and the finished attempts not yet taken (collect).
+func (st *loopState) counts() (busy, buffered, finished int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.busy, len(st.buf), len(st.done)
+}
+
+// collect takes the attempts the runners finished since the last call.
+func (st *loopState) collect() {
+	st.mu.Lock()
+	done := st.done
+	st.done = st.spare
+	st.mu.Unlock()
+	for _, a := range done {
+		st.take(a)
+	}
+	clear(done)
+	st.spare = done[:0]
+}
+
 // armStale sets staleTimer to fire d after the latest claim: when its
 // prefetched jobs, if some are still buffered, are to be released.
 func (st *loopState) armStale(d time.Duration) {
@@ -857,12 +992,10 @@ func (st *loopState) armStale(d time.Duration) {
 	}
 }
 
+// take queues the outcome of a finished attempt and notes its handler's
+// time.
 func (st *loopState) take(a *attempt) {
-	st.busy--
 	st.queued = append(st.queued, a)
-	if a.turn == st.turn {
-		st.fresh--
-	}
 	st.handlerMean += (a.took - st.handlerMean) / 8
 	st.seen = min(st.seen+1, prefetchAfter)
 }
@@ -888,7 +1021,7 @@ func (st *loopState) prefetch(conc int, q *Queue) int {
 }
 
 // claimed notes a claim that started at start and returned got jobs at
-// at.
+// at. st.mu is held.
 func (st *loopState) claimed(start, at time.Time, got int) {
 	st.claimedAt = at
 	st.commitMean += (st.claimedAt.Sub(start) - st.commitMean) / 8
@@ -905,46 +1038,45 @@ func (st *loopState) claimed(start, at time.Time, got int) {
 // when handlers usually take longer than that.
 func (st *loopState) linger(ctx context.Context) {
 	limit := st.commitMean / 8
-	if st.fresh == 0 || st.handlerMean > limit {
+	if st.handlerMean > limit {
 		return
 	}
 	wait := time.Until(st.claimedAt.Add(limit))
 	if wait <= 0 {
 		return
 	}
+	st.mu.Lock()
+	if st.fresh <= 0 {
+		st.mu.Unlock()
+		return
+	}
+	st.arm(wantFresh)
+	st.mu.Unlock()
+	defer st.unwant()
 	if st.lingerTimer == nil {
 		st.lingerTimer = time.NewTimer(wait)
 	} else {
 		st.lingerTimer.Reset(wait)
 	}
 	defer st.lingerTimer.Stop()
-	for st.fresh > 0 {
-		select {
-		case a := <-st.finished:
-			st.take(a)
-		case <-st.lingerTimer.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// drain collects finished handlers without waiting.
-func (st *loopState) drain() {
-	for {
-		select {
-		case a := <-st.finished:
-			st.take(a)
-		default:
-			return
-		}
+	select {
+	case <-st.note:
+	case <-st.lingerTimer.C:
+	case <-ctx.Done():
 	}
 }
 
 // wait returns after d (reporting true), on wake or stop, or when a
 // handler finishes.
 func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) (slept bool) {
+	st.mu.Lock()
+	if len(st.done) > 0 {
+		st.mu.Unlock()
+		return false // a handler finished already
+	}
+	st.arm(wantFinish)
+	st.mu.Unlock()
+	defer st.unwant()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -952,8 +1084,7 @@ func (st *loopState) wait(wake, stop <-chan struct{}, d time.Duration) (slept bo
 		return true
 	case <-wake:
 	case <-stop:
-	case a := <-st.finished:
-		st.take(a)
+	case <-st.note:
 	}
 	return false
 }

@@ -617,6 +617,7 @@ type slowClaims struct {
 	queue.Store
 	mu     sync.Mutex
 	limits []int
+	at     map[string]time.Time // when each job's latest claim returned, when not nil
 }
 
 func (s *slowClaims) note(limit int) {
@@ -628,7 +629,26 @@ func (s *slowClaims) note(limit int) {
 
 func (s *slowClaims) Claim(ctx context.Context, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	s.note(limit)
-	return s.Store.Claim(ctx, name, now, leaseUntil, limit)
+	return s.claimed(s.Store.Claim(ctx, name, now, leaseUntil, limit))
+}
+
+// claimed notes when the jobs of a claim came back (see at).
+func (s *slowClaims) claimed(jobs []queue.Job, err error) ([]queue.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range jobs {
+		if s.at != nil {
+			s.at[j.ID] = time.Now()
+		}
+	}
+	return jobs, err
+}
+
+// claimedAt is when the latest claim of job id came back.
+func (s *slowClaims) claimedAt(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at[id]
 }
 
 // slowMergedClaims is slowClaims on a RecordClaimer.
@@ -636,7 +656,7 @@ type slowMergedClaims struct{ *slowClaims }
 
 func (s slowMergedClaims) RecordAndClaim(ctx context.Context, outs []queue.Outcome, name string, now, leaseUntil int64, limit int) ([]queue.Job, error) {
 	s.note(limit)
-	return s.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, name, now, leaseUntil, limit)
+	return s.claimed(s.Store.(queue.RecordClaimer).RecordAndClaim(ctx, outs, name, now, leaseUntil, limit))
 }
 
 func TestWorkerClaimsForEveryShortHandler(t *testing.T) {
@@ -830,10 +850,22 @@ func TestNoStoreUseAfterShutdownTimeout(t *testing.T) {
 // A prefetched job that waited a quarter of its lease for a handler (the
 // handlers turned slow after the prefetch) is released without running:
 // pending at once, its claimed attempt spent, run by a later claim. No
-// handler runs twice, and no lease is lost.
+// handler runs twice, none starts a quarter of the lease or more after its
+// claim (neither handed over by the loop nor taken by a runner whose
+// handler just returned), and no lease is lost.
+//
+// The handlers turn slow either past a quarter of the lease, or for exactly
+// that long, so that a runner whose handler returns finds the prefetched
+// jobs going stale at that instant, with the loop's release due then too.
 func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
+	for _, slow := range []time.Duration{150 * time.Millisecond, 100 * time.Millisecond} {
+		t.Run(fmt.Sprint("slow=", slow), func(t *testing.T) { testReleasesStalePrefetchedJobs(t, slow) })
+	}
+}
+
+func testReleasesStalePrefetchedJobs(t *testing.T, slow time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
-		sc := &slowClaims{Store: queue.NewMemoryStore()}
+		sc := &slowClaims{Store: queue.NewMemoryStore(), at: map[string]time.Time{}}
 		q := newQueueOn(t, slowMergedClaims{sc}, queue.Config{Lease: 400 * time.Millisecond})
 		ctx := context.Background()
 		const n = 100
@@ -845,17 +877,22 @@ func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
 		started := 0
 		released := 0
 		var errs []error
+		var late []string
 		rctx, cancel := context.WithCancel(ctx)
 		doneJobs := 0
 		w, _ := queue.NewWorker(q, func(ctx context.Context, _ []byte) error {
 			d, _ := retry.DeliveryFrom(ctx)
+			waited := time.Since(sc.claimedAt(d.ID))
 			mu.Lock()
+			if waited >= 100*time.Millisecond { // Lease/4
+				late = append(late, fmt.Sprintf("%s after %v", d.ID, waited))
+			}
 			calls[d.ID]++
 			started++
-			slow := started > 20
+			slowed := started > 20
 			mu.Unlock()
-			if slow {
-				time.Sleep(150 * time.Millisecond) // > Lease/4: the prefetched jobs go stale
+			if slowed {
+				time.Sleep(slow) // >= Lease/4: the prefetched jobs go stale
 			}
 			return nil
 		}, queue.WorkerConfig{Concurrency: 4, Loops: 1, PollInterval: time.Second, OnResult: func(r queue.Result) {
@@ -883,6 +920,9 @@ func TestWorkerReleasesStalePrefetchedJobs(t *testing.T) {
 		}
 		if released == 0 {
 			t.Fatalf("no prefetched job was released; claims asked for %v", sc.limits)
+		}
+		if len(late) > 0 {
+			t.Errorf("handlers started a quarter of the lease or more after the claim: %v", late)
 		}
 		for i := range n {
 			id := fmt.Sprintf("j%03d", i)
