@@ -509,7 +509,7 @@ func (r *laneRun) claimSize(stopping bool, busy, buffered int) int {
 // awaitHandler waits, when every handler is busy (or shutting down) or
 // prefetched jobs wait for one (buffered), for a handler to finish — or,
 // while prefetched jobs wait, for the runners to have started them all
-// (see next) or for one to find nothing to start — or for the shutdown.
+// (see finish) or for one to find nothing to start — or for the shutdown.
 // Outcomes are committed with the claim that follows the last
 // prefetched job's start — or, when no handler frees up for a quarter of
 // the lease (handlers hung), once the prefetched jobs go stale and are
