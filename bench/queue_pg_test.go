@@ -111,6 +111,8 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	history := benchInt(b, "STAGGER_BENCH_HISTORY")
+	addHistory(b, pool, opts.Schema+".stagger_jobs", history)
 	cs := &countStore{Store: s}
 	var qs queue.Store = cs
 	if os.Getenv("STAGGER_BENCH_SPLIT") == "1" {
@@ -160,8 +162,29 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 		opts.Schema+".stagger_jobs").Scan(&vacuums); err == nil {
 		b.ReportMetric(float64(vacuums), "vacuums")
 	}
-	if st, _ := q.Stats(ctx); st.Done != int64(n) {
-		b.Fatalf("done %d of %d", st.Done, n)
+	if st, _ := q.Stats(ctx); st.Done != int64(n+history) {
+		b.Fatalf("done %d of %d", st.Done, n+history)
+	}
+}
+
+// addHistory adds n done jobs (STAGGER_BENCH_HISTORY) to the jobs table
+// before a drain, finished an hour before it, as retention would keep
+// them, and vacuums the table as the store's vacuums would have.
+func addHistory(b *testing.B, pool *pgxpool.Pool, table string, n int) {
+	b.Helper()
+	if n <= 0 {
+		return
+	}
+	ctx := context.Background()
+	hour := time.Now().Add(-time.Hour).UnixMilli()
+	if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (id, payload, attempts, max_attempts, available_at, deadline,
+			state, created_at, updated_at, finished_at)
+		SELECT 'history-' || lpad(i::text, 10, '0'), '\x7b7d', 1, 3, $2::bigint, $2::bigint + 86400000, 'done', $2::bigint, $2::bigint, $2::bigint + i % 1000
+		FROM generate_series(1, $1) i`, n, hour); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) `+table); err != nil {
+		b.Fatal(err)
 	}
 }
 
