@@ -22,6 +22,21 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
+// ended checks, in this order, that c's Err is want, its Done is closed
+// and its Cause is want.
+func ended(t *testing.T, c *attemptctx.Ctx, want error) {
+	t.Helper()
+	if err := c.Err(); err != want {
+		t.Fatalf("Err = %v, want %v", err, want)
+	}
+	if !closed(c.Done()) {
+		t.Fatal("Done open after Err reported the end")
+	}
+	if err := context.Cause(c); err != want {
+		t.Fatalf("Cause = %v, want %v", err, want)
+	}
+}
+
 // TestDeadlineWithoutDone: a context nobody watched still ends at its
 // deadline (Err, Cause and a late Done agree), and its Deadline is the
 // earlier of its own and the parent's.
@@ -39,16 +54,8 @@ func TestDeadlineWithoutDone(t *testing.T) {
 		if err := c.Err(); err != nil {
 			t.Fatalf("Err before the deadline = %v", err)
 		}
-		time.Sleep(time.Second) // virtual time: the bubble's clock, no timer of c's runs
-		if err := c.Err(); err != context.DeadlineExceeded {
-			t.Fatalf("Err at the deadline = %v, want DeadlineExceeded", err)
-		}
-		if !closed(c.Done()) {
-			t.Fatal("Done not closed after Err reported the deadline")
-		}
-		if err := context.Cause(c); err != context.DeadlineExceeded {
-			t.Fatalf("Cause = %v, want DeadlineExceeded", err)
-		}
+		time.Sleep(time.Second)               // virtual time: the bubble's clock, no timer of c's runs
+		ended(t, c, context.DeadlineExceeded) // Err first: it makes the context
 	})
 }
 
@@ -84,15 +91,7 @@ func TestEndWithoutDone(t *testing.T) {
 		c := attemptctx.New(context.Background(), time.Now().Add(time.Hour))
 		c.End()
 		c.End() // idempotent
-		if err := c.Err(); err != context.Canceled {
-			t.Fatalf("Err after End = %v, want Canceled", err)
-		}
-		if !closed(c.Done()) {
-			t.Fatal("Done open after End")
-		}
-		if err := context.Cause(c); err != context.Canceled {
-			t.Fatalf("Cause after End = %v", err)
-		}
+		ended(t, c, context.Canceled)
 		child, stop := context.WithCancel(c)
 		defer stop()
 		if child.Err() != context.Canceled {
