@@ -263,10 +263,16 @@ func warmPool(b *testing.B, pool *pgxpool.Pool) {
 // server's backends serving benchApp connections and returns a function
 // that reports their increase per job as pg-cpu-µs/job, and the
 // benchmark process's own CPU per job as go-cpu-µs/job (and checkpoints,
-// see there). Backends that
-// start meanwhile count from zero; the server's own processes (WAL writer,
-// checkpointer) are not counted. Without access to the server's /proc (a
-// remote server) pg-cpu-µs/job is not reported.
+// see there). Backends that start meanwhile count from zero; the server's
+// own processes (WAL writer, checkpointer) are not counted. A backend that
+// exits meanwhile (the pool closes a connection whose query a canceled
+// context ended, as a Worker's last claim at shutdown) counts too: its
+// time reaches the postmaster's children's time (cutime, cstime) when it
+// is reaped, so that increase, less what the exited backends had used
+// before, is theirs (and that of any other child that exited meanwhile:
+// on a server that serves only the benchmark, none but a short-lived
+// helper). Without access to the server's /proc (a remote server)
+// pg-cpu-µs/job is not reported.
 func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 	read := func() map[int]int64 {
 		rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, benchApp)
@@ -280,13 +286,27 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 			if err := rows.Scan(&pid); err != nil {
 				b.Fatal(err)
 			}
-			if t, ok := procCPU(pid); ok {
-				out[pid] = t
+			if st, ok := procStat(pid); ok {
+				out[pid] = st.cpu
 			}
 		}
 		return out
 	}
+	postmaster := -1
 	before, self, cps := read(), selfCPU(), checkpoints(pool)
+	for pid := range before {
+		if st, ok := procStat(pid); ok {
+			postmaster = st.ppid
+			break
+		}
+	}
+	children := func() int64 {
+		if st, ok := procStat(postmaster); ok {
+			return st.children
+		}
+		return -1
+	}
+	reaped := children()
 	return func() {
 		b.ReportMetric(float64(selfCPU()-self)/1e3/float64(b.N), "go-cpu-µs/job")
 		if now := checkpoints(pool); cps >= 0 && now >= 0 {
@@ -296,8 +316,17 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 			return
 		}
 		var ticks int64
-		for pid, t := range read() {
+		after := read()
+		for pid, t := range after {
 			ticks += t - before[pid]
+		}
+		if now := children(); reaped >= 0 && now >= 0 {
+			ticks += now - reaped
+			for pid, t := range before {
+				if _, ok := after[pid]; !ok {
+					ticks -= t
+				}
+			}
 		}
 		const clkTck = 100 // USER_HZ on Linux
 		b.ReportMetric(float64(ticks)*1e6/clkTck/float64(b.N), "pg-cpu-µs/job")
@@ -335,20 +364,37 @@ func selfCPU() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-// procCPU is utime + stime of pid, in clock ticks.
-func procCPU(pid int) (int64, bool) {
+// pidStat is what /proc/<pid>/stat says of a process's CPU, in clock ticks:
+// its own (utime + stime), its reaped children's (cutime + cstime), and
+// its parent.
+type pidStat struct {
+	cpu, children int64
+	ppid          int
+}
+
+// procStat reads pid's pidStat.
+func procStat(pid int) (pidStat, bool) {
+	if pid <= 0 {
+		return pidStat{}, false
+	}
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, false
+		return pidStat{}, false
 	}
 	s := string(raw)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, false
+	if len(f) < 15 {
+		return pidStat{}, false
 	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	return u + st, err1 == nil && err2 == nil
+	var v [5]int64
+	for i, k := range []int{1, 11, 12, 13, 14} { // ppid, utime, stime, cutime, cstime
+		n, err := strconv.ParseInt(f[k], 10, 64)
+		if err != nil {
+			return pidStat{}, false
+		}
+		v[i] = n
+	}
+	return pidStat{cpu: v[1] + v[2], children: v[3] + v[4], ppid: int(v[0])}, true
 }
 
 // BenchmarkQueuePostgresPickup measures how long a job waits from its
