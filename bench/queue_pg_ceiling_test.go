@@ -55,6 +55,7 @@ func drainCeiling(b *testing.B, pool *pgxpool.Pool, batch int) {
 	stmt := ceilingSQL(schema + ".stagger_jobs")
 	var left atomic.Int64
 	left.Store(int64(n))
+	settle(b, pool)
 	cpu := pgCPU(b, pool)
 	b.ResetTimer()
 	var wg sync.WaitGroup

@@ -139,6 +139,7 @@ func drainStagger(b *testing.B, pool *pgxpool.Pool, c, loops int) {
 			b.Fatal(err)
 		}
 	}
+	settle(b, pool)
 	cpu := pgCPU(b, pool)
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -223,6 +224,7 @@ func drainRiver(b *testing.B, pool *pgxpool.Pool, workers int) {
 	// A buffer for every event: River drops the events a full one cannot take.
 	events, cancelEvents := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 1})
 	defer cancelEvents()
+	settle(b, pool)
 	cpu := pgCPU(b, pool)
 	b.ResetTimer()
 	if err := client.Start(ctx); err != nil {
@@ -331,6 +333,26 @@ func pgCPU(b *testing.B, pool *pgxpool.Pool) func() {
 		const clkTck = 100 // USER_HZ on Linux
 		b.ReportMetric(float64(ticks)*1e6/clkTck/float64(b.N), "pg-cpu-µs/job")
 	}
+}
+
+// settle, with STAGGER_BENCH_SETTLE=1, runs a CHECKPOINT and a sync(2)
+// before a drain's clock starts, so that neither a checkpoint nor the
+// kernel's writeback of earlier runs' pages (dirty pages are written
+// back about 30 s after they were dirtied, in whichever run is going on
+// then) falls inside it: a checkpoint comes every max_wal_size of WAL or
+// checkpoint_timeout, so a run of 100,000 jobs (77-130 MB of WAL, a few
+// seconds) then has none inside. It removes luck from short runs and
+// hides the cost of the WAL a run writes, which long runs (1,000,000
+// jobs, 1-3 checkpoints inside) keep in view.
+func settle(b *testing.B, pool *pgxpool.Pool) {
+	b.Helper()
+	if os.Getenv("STAGGER_BENCH_SETTLE") != "1" {
+		return
+	}
+	if _, err := pool.Exec(context.Background(), `CHECKPOINT`); err != nil {
+		b.Fatalf("STAGGER_BENCH_SETTLE: %v (CHECKPOINT needs a superuser or pg_checkpoint)", err)
+	}
+	syscall.Sync()
 }
 
 // checkpoints is how many checkpoints the server has started so far
