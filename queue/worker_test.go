@@ -892,7 +892,7 @@ func testReleasesStalePrefetchedJobs(t *testing.T, slow time.Duration) {
 			slowed := started > 20
 			mu.Unlock()
 			if slowed {
-				time.Sleep(slow) // >= Lease/4: the prefetched jobs go stale
+				time.Sleep(slow) // virtual time (synctest bubble): >= Lease/4, the prefetched jobs go stale
 			}
 			return nil
 		}, queue.WorkerConfig{Concurrency: 4, Loops: 1, PollInterval: time.Second, OnResult: func(r queue.Result) {
